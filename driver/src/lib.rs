@@ -1,0 +1,1 @@
+//! NN HAL 1.3 driver over the emulated vnpu device.

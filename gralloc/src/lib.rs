@@ -1,0 +1,1 @@
+//! Buffer allocator and AIMapper v5 mapper over memfd.
