@@ -1,0 +1,826 @@
+//! Loader for the conformance corpus (`conformance/*.jsonl[.gz]`, format in
+//! `conformance/README.md`): one JSON object per line, each a generated NNAPI test case.
+//!
+//! Each case is turned into a HAL [`Model`] the way a faithful client builds one:
+//! CONSTANT_COPY values are appended to `operand_values` at 4-byte aligned offsets,
+//! CONSTANT_REFERENCE values go into one "ashmem" pool at 64-byte aligned offsets, SUBGRAPH
+//! operands carry their `referenced` index in `location.offset`, and `number_of_consumers`
+//! is computed from the operations. Input and output values are kept as little-endian bytes
+//! in the operand's element type.
+//!
+//! Every line is hostile input: malformed JSON, wrong types, out-of-range values and unknown
+//! names are reported as [`CorpusError`]s, never panics.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::hal::{
+    DataLocation, ExtraParams, Memory, Model, Operand, OperandLifeTime, OperandType, Operation,
+    OperationType, Request, RequestArgument, RequestMemoryPool, Subgraph,
+    SymmPerChannelQuantParams,
+};
+
+/// Alignment of CONSTANT_COPY values in `operand_values`.
+const COPY_ALIGN: usize = 4;
+/// Alignment of CONSTANT_REFERENCE values in the pool, and of request arguments.
+const POOL_ALIGN: usize = 64;
+
+/// A corpus error.
+#[derive(Debug, thiserror::Error)]
+pub enum CorpusError {
+    /// The file could not be read.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A line is not a JSON test case of the expected shape.
+    #[error("malformed test case: {0}")]
+    Json(#[from] serde_json::Error),
+    /// A line is well-formed JSON but describes an invalid case.
+    #[error("invalid test case: {0}")]
+    Invalid(String),
+    /// Shared memory for a pool could not be created.
+    #[error("cannot create a memory pool: {0}")]
+    Memory(std::io::Error),
+    /// A line of a file failed.
+    #[error("{path}:{line}: {source}")]
+    Line {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line number.
+        line: usize,
+        /// The cause.
+        #[source]
+        source: Box<CorpusError>,
+    },
+    /// No case of that name.
+    #[error("no test case named {0:?}")]
+    NotFound(String),
+}
+
+fn invalid(msg: impl Into<String>) -> CorpusError {
+    CorpusError::Invalid(msg.into())
+}
+
+/// One conformance test case.
+#[derive(Clone, Debug)]
+pub struct TestCase {
+    /// Unique name, `<spec>/<variant>`.
+    pub name: String,
+    /// The spec file it came from.
+    pub spec: String,
+    /// "V1_0".."V1_3", "AIDL_V1".., or "UNKNOWN".
+    pub min_hal_version: String,
+    /// The model, built as a client would.
+    pub model: Model,
+    /// Preparing or executing this model must fail.
+    pub expect_failure: bool,
+    /// > 0 only for RANDOM_MULTINOMIAL (distribution check).
+    pub multinomial_tolerance: f64,
+    /// One per main input, in order.
+    pub inputs: Vec<TestBuffer>,
+    /// One per main output, in order.
+    pub outputs: Vec<TestOutput>,
+    /// The model is relaxed (flag set) or holds any TENSOR_FLOAT16 operand anywhere.
+    pub relaxed: bool,
+}
+
+/// An input value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TestBuffer {
+    /// Operand index in the main subgraph.
+    pub operand: u32,
+    /// Dimensions.
+    pub dimensions: Vec<u32>,
+    /// Little-endian bytes in the operand's element type.
+    pub data: Vec<u8>,
+    /// Omitted optional input (`"data": []` with non-zero dimensions).
+    pub has_no_value: bool,
+}
+
+/// An expected output value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TestOutput {
+    /// Operand index in the main subgraph.
+    pub operand: u32,
+    /// Expected dimensions.
+    pub dimensions: Vec<u32>,
+    /// Little-endian bytes in the operand's element type.
+    pub data: Vec<u8>,
+    /// Not compared.
+    pub ignored: bool,
+}
+
+/// Bytes per element of `t` (`None` for types without a fixed size).
+pub fn element_size(t: OperandType) -> Option<usize> {
+    t.element_size()
+}
+
+// ---------------------------------------------------------------------------------------
+// Raw JSON shapes.
+
+#[derive(Deserialize)]
+struct RawCase {
+    name: String,
+    spec: String,
+    min_hal_version: String,
+    model: RawModel,
+    expect_failure: bool,
+    #[serde(default)]
+    multinomial_tolerance: f64,
+    inputs: Vec<RawIo>,
+    outputs: Vec<RawIo>,
+}
+
+#[derive(Deserialize)]
+struct RawModel {
+    main: RawSubgraph,
+    #[serde(default)]
+    referenced: Vec<RawSubgraph>,
+    #[serde(default)]
+    relax_fp32_to_fp16: bool,
+}
+
+#[derive(Deserialize)]
+struct RawSubgraph {
+    operands: Vec<RawOperand>,
+    operations: Vec<RawOperation>,
+    input_indexes: Vec<u32>,
+    output_indexes: Vec<u32>,
+}
+
+#[derive(Deserialize)]
+struct RawOperand {
+    r#type: String,
+    dimensions: Vec<u32>,
+    #[serde(default)]
+    scale: f32,
+    #[serde(default)]
+    zero_point: i32,
+    lifetime: String,
+    #[serde(default)]
+    channel_quant: Option<RawChannelQuant>,
+    #[serde(default)]
+    data: Option<Vec<Value>>,
+}
+
+#[derive(Deserialize)]
+struct RawChannelQuant {
+    channel_dim: u32,
+    scales: Vec<f32>,
+}
+
+#[derive(Deserialize)]
+struct RawOperation {
+    r#type: String,
+    inputs: Vec<u32>,
+    outputs: Vec<u32>,
+}
+
+#[derive(Deserialize)]
+struct RawIo {
+    operand: u32,
+    dimensions: Vec<u32>,
+    data: Vec<Value>,
+    #[serde(default)]
+    ignored: bool,
+}
+
+// ---------------------------------------------------------------------------------------
+// Value encoding.
+
+/// IEEE 754 binary32 → binary16 bits, round to nearest even (overflow gives infinity, NaN
+/// stays NaN).
+pub fn f32_to_f16_bits(x: f32) -> u16 {
+    let bits = x.to_bits();
+    let sign = ((bits >> 16) & 0x8000) as u16;
+    let exp = ((bits >> 23) & 0xFF) as i32;
+    let man = bits & 0x007F_FFFF;
+    if exp == 0xFF {
+        // Inf or NaN (keep NaN quiet and non-zero).
+        return sign
+            | 0x7C00
+            | if man != 0 {
+                0x0200 | (man >> 13) as u16
+            } else {
+                0
+            };
+    }
+    let e = exp - 127 + 15;
+    if e >= 0x1F {
+        return sign | 0x7C00;
+    }
+    if e <= 0 {
+        // Subnormal half (or zero).
+        if e < -10 {
+            return sign;
+        }
+        let m = man | 0x0080_0000;
+        let shift = (14 - e) as u32; // 13 + (1 - e)
+        let half = m >> shift;
+        let rem = m & ((1u32 << shift) - 1);
+        let halfway = 1u32 << (shift - 1);
+        let round = rem > halfway || (rem == halfway && (half & 1) == 1);
+        return sign | (half + u32::from(round)) as u16;
+    }
+    let half = ((e as u32) << 10) | (man >> 13);
+    let rem = man & 0x1FFF;
+    let round = rem > 0x1000 || (rem == 0x1000 && (half & 1) == 1);
+    // A carry out of the mantissa correctly bumps the exponent (possibly to infinity).
+    sign | (half + u32::from(round)) as u16
+}
+
+/// IEEE 754 binary16 bits → f32 (exact).
+pub fn f16_bits_to_f32(h: u16) -> f32 {
+    let sign = u32::from(h & 0x8000) << 16;
+    let exp = u32::from((h >> 10) & 0x1F);
+    let man = u32::from(h & 0x3FF);
+    let bits = if exp == 0 {
+        if man == 0 {
+            sign
+        } else {
+            // Subnormal: value = man * 2^-24.
+            let v = man as f32 * (1.0 / 16_777_216.0);
+            return if sign != 0 { -v } else { v };
+        }
+    } else if exp == 0x1F {
+        sign | 0x7F80_0000 | (man << 13)
+    } else {
+        sign | ((exp + 127 - 15) << 23) | (man << 13)
+    };
+    f32::from_bits(bits)
+}
+
+fn value_f64(v: &Value) -> Result<f64, CorpusError> {
+    match v {
+        Value::Number(n) => n.as_f64().ok_or_else(|| invalid(format!("bad number {n}"))),
+        Value::String(s) => match s.as_str() {
+            "NaN" => Ok(f64::NAN),
+            "Inf" => Ok(f64::INFINITY),
+            "-Inf" => Ok(f64::NEG_INFINITY),
+            _ => Err(invalid(format!("expected a number, got string {s:?}"))),
+        },
+        other => Err(invalid(format!("expected a number, got {other}"))),
+    }
+}
+
+fn value_int(v: &Value, min: i64, max: i64, what: &str) -> Result<i64, CorpusError> {
+    let n = match v {
+        Value::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                i
+            } else if n.as_u64().is_some() {
+                return Err(invalid(format!("{n} is out of range for {what}")));
+            } else {
+                let f = n.as_f64().unwrap_or(f64::NAN);
+                if f.fract() != 0.0 || !f.is_finite() || f.abs() > 9.0e15 {
+                    return Err(invalid(format!("{n} is not an integer ({what})")));
+                }
+                f as i64
+            }
+        }
+        Value::Bool(b) => i64::from(*b),
+        other => {
+            return Err(invalid(format!(
+                "expected an integer for {what}, got {other}"
+            )))
+        }
+    };
+    if n < min || n > max {
+        return Err(invalid(format!("{n} is out of range for {what}")));
+    }
+    Ok(n)
+}
+
+/// Encode JSON values as little-endian bytes of `t`'s element type.
+fn encode(t: OperandType, values: &[Value]) -> Result<Vec<u8>, CorpusError> {
+    let size = t.element_size().unwrap_or(match t {
+        OperandType::SUBGRAPH => 4,
+        OperandType::OEM => 1,
+        _ => 0,
+    });
+    let mut out = Vec::with_capacity(values.len().saturating_mul(size));
+    for v in values {
+        match t {
+            OperandType::FLOAT32 | OperandType::TENSOR_FLOAT32 => {
+                let f = value_f64(v)?;
+                if f.is_finite() && f.abs() > f64::from(f32::MAX) {
+                    return Err(invalid(format!("{f} is out of range for float32")));
+                }
+                out.extend_from_slice(&(f as f32).to_le_bytes());
+            }
+            OperandType::FLOAT16 | OperandType::TENSOR_FLOAT16 => {
+                let f = value_f64(v)?;
+                if f.is_finite() && f.abs() > 65504.0 {
+                    return Err(invalid(format!("{f} is out of range for float16")));
+                }
+                out.extend_from_slice(&f32_to_f16_bits(f as f32).to_le_bytes());
+            }
+            OperandType::INT32 | OperandType::TENSOR_INT32 => {
+                let n = value_int(v, i32::MIN.into(), i32::MAX.into(), "int32")?;
+                out.extend_from_slice(&(n as i32).to_le_bytes());
+            }
+            OperandType::UINT32 | OperandType::SUBGRAPH => {
+                let n = value_int(v, 0, u32::MAX.into(), "uint32")?;
+                out.extend_from_slice(&(n as u32).to_le_bytes());
+            }
+            OperandType::TENSOR_QUANT8_ASYMM | OperandType::OEM | OperandType::TENSOR_OEM_BYTE => {
+                out.push(value_int(v, 0, 255, "uint8")? as u8);
+            }
+            OperandType::TENSOR_QUANT8_SYMM
+            | OperandType::TENSOR_QUANT8_ASYMM_SIGNED
+            | OperandType::TENSOR_QUANT8_SYMM_PER_CHANNEL => {
+                out.push(value_int(v, -128, 127, "int8")? as i8 as u8);
+            }
+            OperandType::TENSOR_QUANT16_SYMM => {
+                let n = value_int(v, i16::MIN.into(), i16::MAX.into(), "int16")?;
+                out.extend_from_slice(&(n as i16).to_le_bytes());
+            }
+            OperandType::TENSOR_QUANT16_ASYMM => {
+                let n = value_int(v, 0, u16::MAX.into(), "uint16")?;
+                out.extend_from_slice(&(n as u16).to_le_bytes());
+            }
+            OperandType::BOOL | OperandType::TENSOR_BOOL8 => {
+                out.push(value_int(v, 0, 1, "bool8")? as u8);
+            }
+            other => return Err(invalid(format!("cannot encode values of type {other}"))),
+        }
+    }
+    Ok(out)
+}
+
+fn align_up(n: usize, a: usize) -> usize {
+    n.div_ceil(a).saturating_mul(a)
+}
+
+fn to_u32(n: usize, what: &str) -> Result<u32, CorpusError> {
+    u32::try_from(n).map_err(|_| invalid(format!("{what} {n} does not fit in u32")))
+}
+
+/// Number of elements of fully specified `dims` (1 for a scalar); `None` on overflow.
+fn element_count(dims: &[u32]) -> Option<usize> {
+    dims.iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d as usize))
+}
+
+struct ModelBuilder {
+    operand_values: Vec<u8>,
+    pool_bytes: Vec<u8>,
+}
+
+impl ModelBuilder {
+    fn subgraph(
+        &mut self,
+        raw: &RawSubgraph,
+        n_referenced: usize,
+        where_: &str,
+    ) -> Result<Subgraph, CorpusError> {
+        let mut operations = Vec::with_capacity(raw.operations.len());
+        let mut consumers = vec![0u32; raw.operands.len()];
+        for (i, op) in raw.operations.iter().enumerate() {
+            let t = OperationType::from_name(&op.r#type).ok_or_else(|| {
+                invalid(format!(
+                    "{where_} operation {i}: unknown type {:?}",
+                    op.r#type
+                ))
+            })?;
+            for &input in &op.inputs {
+                let c = consumers.get_mut(input as usize).ok_or_else(|| {
+                    invalid(format!(
+                        "{where_} operation {i}: input {input} out of range"
+                    ))
+                })?;
+                *c = c.saturating_add(1);
+            }
+            operations.push(Operation {
+                r#type: t,
+                inputs: op.inputs.clone(),
+                outputs: op.outputs.clone(),
+            });
+        }
+        let mut operands = Vec::with_capacity(raw.operands.len());
+        for (i, o) in raw.operands.iter().enumerate() {
+            let what = format!("{where_} operand {i}");
+            let t = OperandType::from_name(&o.r#type)
+                .ok_or_else(|| invalid(format!("{what}: unknown type {:?}", o.r#type)))?;
+            let lifetime = OperandLifeTime::from_name(&o.lifetime)
+                .ok_or_else(|| invalid(format!("{what}: unknown lifetime {:?}", o.lifetime)))?;
+            let mut location = DataLocation::default();
+            match lifetime {
+                OperandLifeTime::CONSTANT_COPY | OperandLifeTime::CONSTANT_REFERENCE => {
+                    let data = o
+                        .data
+                        .as_deref()
+                        .ok_or_else(|| invalid(format!("{what}: constant without data")))?;
+                    let bytes = encode(t, data).map_err(|e| invalid(format!("{what}: {e}")))?;
+                    let buf = if lifetime == OperandLifeTime::CONSTANT_COPY {
+                        &mut self.operand_values
+                    } else {
+                        &mut self.pool_bytes
+                    };
+                    let align = if lifetime == OperandLifeTime::CONSTANT_COPY {
+                        COPY_ALIGN
+                    } else {
+                        POOL_ALIGN
+                    };
+                    let offset = align_up(buf.len(), align);
+                    buf.resize(offset, 0);
+                    buf.extend_from_slice(&bytes);
+                    location = DataLocation {
+                        pool_index: 0,
+                        offset: to_u32(offset, "constant offset")?,
+                        length: to_u32(bytes.len(), "constant length")?,
+                    };
+                }
+                OperandLifeTime::SUBGRAPH => {
+                    let data = o
+                        .data
+                        .as_deref()
+                        .ok_or_else(|| invalid(format!("{what}: SUBGRAPH without an index")))?;
+                    let [v] = data else {
+                        return Err(invalid(format!("{what}: SUBGRAPH data must be one index")));
+                    };
+                    let index = value_int(v, 0, u32::MAX.into(), "subgraph index")?;
+                    if index as usize >= n_referenced {
+                        return Err(invalid(format!(
+                            "{what}: subgraph index {index} out of range"
+                        )));
+                    }
+                    location.offset = index as u32;
+                }
+                _ => {}
+            }
+            let extra_params = match &o.channel_quant {
+                Some(cq) => ExtraParams::ChannelQuant(SymmPerChannelQuantParams {
+                    scales: cq.scales.clone(),
+                    channel_dim: cq.channel_dim,
+                }),
+                None => ExtraParams::None,
+            };
+            operands.push(Operand {
+                r#type: t,
+                dimensions: o.dimensions.clone(),
+                number_of_consumers: consumers[i],
+                scale: o.scale,
+                zero_point: o.zero_point,
+                lifetime,
+                location,
+                extra_params,
+            });
+        }
+        Ok(Subgraph {
+            operands,
+            operations,
+            input_indexes: raw.input_indexes.clone(),
+            output_indexes: raw.output_indexes.clone(),
+        })
+    }
+}
+
+/// Parse one corpus line into a test case.
+pub fn parse_case(json_line: &str) -> Result<TestCase, CorpusError> {
+    let raw: RawCase = serde_json::from_str(json_line)?;
+    let n_ref = raw.model.referenced.len();
+    let mut b = ModelBuilder {
+        operand_values: Vec::new(),
+        pool_bytes: Vec::new(),
+    };
+    let main = b.subgraph(&raw.model.main, n_ref, "main")?;
+    let mut referenced = Vec::with_capacity(n_ref);
+    for (i, s) in raw.model.referenced.iter().enumerate() {
+        referenced.push(b.subgraph(s, n_ref, &format!("referenced[{i}]"))?);
+    }
+    let pools = if b.pool_bytes.is_empty() {
+        Vec::new()
+    } else {
+        vec![Memory::ashmem_with(&b.pool_bytes).map_err(CorpusError::Memory)?]
+    };
+    let model = Model {
+        main,
+        referenced,
+        operand_values: b.operand_values,
+        pools,
+        relax_computation_float32_to_float16: raw.model.relax_fp32_to_fp16,
+        extension_name_to_prefix: Vec::new(),
+    };
+
+    let main_type = |operand: u32, what: &str| -> Result<OperandType, CorpusError> {
+        model
+            .main
+            .operands
+            .get(operand as usize)
+            .map(|o| o.r#type)
+            .ok_or_else(|| invalid(format!("{what} refers to operand {operand}, out of range")))
+    };
+    let mut inputs = Vec::with_capacity(raw.inputs.len());
+    for (i, io) in raw.inputs.iter().enumerate() {
+        let t = main_type(io.operand, &format!("input {i}"))?;
+        let data = encode(t, &io.data).map_err(|e| invalid(format!("input {i}: {e}")))?;
+        let has_no_value =
+            io.data.is_empty() && element_count(&io.dimensions).is_some_and(|n| n > 0);
+        inputs.push(TestBuffer {
+            operand: io.operand,
+            dimensions: io.dimensions.clone(),
+            data,
+            has_no_value,
+        });
+    }
+    let mut outputs = Vec::with_capacity(raw.outputs.len());
+    for (i, io) in raw.outputs.iter().enumerate() {
+        let t = main_type(io.operand, &format!("output {i}"))?;
+        let data = encode(t, &io.data).map_err(|e| invalid(format!("output {i}: {e}")))?;
+        outputs.push(TestOutput {
+            operand: io.operand,
+            dimensions: io.dimensions.clone(),
+            data,
+            ignored: io.ignored,
+        });
+    }
+    if !raw.multinomial_tolerance.is_finite() || raw.multinomial_tolerance < 0.0 {
+        return Err(invalid(
+            "multinomial_tolerance must be a non-negative number",
+        ));
+    }
+    let relaxed = model.relax_computation_float32_to_float16
+        || std::iter::once(&model.main)
+            .chain(&model.referenced)
+            .flat_map(|s| &s.operands)
+            .any(|o| o.r#type == OperandType::TENSOR_FLOAT16);
+    Ok(TestCase {
+        name: raw.name,
+        spec: raw.spec,
+        min_hal_version: raw.min_hal_version,
+        model,
+        expect_failure: raw.expect_failure,
+        multinomial_tolerance: raw.multinomial_tolerance,
+        inputs,
+        outputs,
+        relaxed,
+    })
+}
+
+impl TestCase {
+    /// The main-subgraph operand type of `operand` (for decoding buffers).
+    pub fn operand_type(&self, operand: u32) -> Option<OperandType> {
+        self.model
+            .main
+            .operands
+            .get(operand as usize)
+            .map(|o| o.r#type)
+    }
+
+    /// Build a request with one "ashmem" pool holding every input's bytes, then space for
+    /// every expected output (size from the expected dimensions and element size), each at a
+    /// 64-byte aligned offset. Omitted inputs are passed as `has_no_value`. Returns the
+    /// request, the pool (also in the request) and the output locations.
+    pub fn make_request(&self) -> std::io::Result<(Request, Memory, Vec<DataLocation>)> {
+        let bad = |msg: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, msg);
+        let mut bytes = Vec::new();
+        let mut inputs = Vec::with_capacity(self.inputs.len());
+        for input in &self.inputs {
+            if input.has_no_value {
+                inputs.push(RequestArgument {
+                    has_no_value: true,
+                    ..Default::default()
+                });
+                continue;
+            }
+            let offset = align_up(bytes.len(), POOL_ALIGN);
+            bytes.resize(offset, 0);
+            bytes.extend_from_slice(&input.data);
+            inputs.push(RequestArgument {
+                has_no_value: false,
+                location: DataLocation {
+                    pool_index: 0,
+                    offset: u32::try_from(offset).map_err(|_| bad("request too large".into()))?,
+                    length: u32::try_from(input.data.len())
+                        .map_err(|_| bad("input too large".into()))?,
+                },
+                dimensions: input.dimensions.clone(),
+            });
+        }
+        let mut outputs = Vec::with_capacity(self.outputs.len());
+        let mut locations = Vec::with_capacity(self.outputs.len());
+        for output in &self.outputs {
+            let t = self
+                .operand_type(output.operand)
+                .ok_or_else(|| bad(format!("output operand {} out of range", output.operand)))?;
+            let size = t
+                .element_size()
+                .and_then(|es| element_count(&output.dimensions).and_then(|n| n.checked_mul(es)))
+                .ok_or_else(|| bad(format!("output operand {} has no size", output.operand)))?;
+            let offset = align_up(bytes.len(), POOL_ALIGN);
+            bytes.resize(offset.saturating_add(size), 0);
+            let location = DataLocation {
+                pool_index: 0,
+                offset: u32::try_from(offset).map_err(|_| bad("request too large".into()))?,
+                length: u32::try_from(size).map_err(|_| bad("output too large".into()))?,
+            };
+            locations.push(location);
+            outputs.push(RequestArgument {
+                has_no_value: false,
+                location,
+                dimensions: output.dimensions.clone(),
+            });
+        }
+        // Never an empty pool: a zero-length mapping cannot be created.
+        let total = align_up(bytes.len().max(1), POOL_ALIGN);
+        bytes.resize(total, 0);
+        let pool = Memory::ashmem_with(&bytes)?;
+        let request = Request {
+            inputs,
+            outputs,
+            pools: vec![RequestMemoryPool::HidlMemory(pool.clone())],
+        };
+        Ok((request, pool, locations))
+    }
+}
+
+/// One line of a corpus file: its 1-based line number and the parsed case or its error.
+pub type CorpusEntry = (usize, Result<TestCase, CorpusError>);
+
+/// Lazy reader over a corpus file, yielding `(line_number, case)` for every non-blank line.
+pub struct CorpusReader {
+    path: PathBuf,
+    lines: std::io::Lines<BufReader<Box<dyn Read + Send>>>,
+    line: usize,
+}
+
+impl Iterator for CorpusReader {
+    type Item = CorpusEntry;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            let next = self.lines.next()?;
+            self.line += 1;
+            let wrap = |e: CorpusError, path: &Path, line: usize| CorpusError::Line {
+                path: path.to_path_buf(),
+                line,
+                source: Box::new(e),
+            };
+            match next {
+                Err(e) => {
+                    let err = CorpusError::Io {
+                        path: self.path.clone(),
+                        source: e,
+                    };
+                    return Some((self.line, Err(wrap(err, &self.path, self.line))));
+                }
+                Ok(s) if s.trim().is_empty() => continue,
+                Ok(s) => {
+                    let r = parse_case(&s).map_err(|e| wrap(e, &self.path, self.line));
+                    return Some((self.line, r));
+                }
+            }
+        }
+    }
+}
+
+/// Open a `.jsonl` or `.jsonl.gz` corpus file for lazy reading.
+pub fn open_corpus(path: &Path) -> Result<CorpusReader, CorpusError> {
+    let io = |source| CorpusError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = File::open(path).map_err(io)?;
+    let reader: Box<dyn Read + Send> = if path.extension().is_some_and(|e| e == "gz") {
+        Box::new(flate2::read::MultiGzDecoder::new(file))
+    } else {
+        Box::new(file)
+    };
+    Ok(CorpusReader {
+        path: path.to_path_buf(),
+        lines: BufReader::new(reader).lines(),
+        line: 0,
+    })
+}
+
+/// Read a whole `.jsonl` or `.jsonl.gz` corpus file: one `(line_number, case)` per
+/// non-blank line. Only failing to open the file is an outer error.
+pub fn read_corpus(path: &Path) -> Result<Vec<CorpusEntry>, CorpusError> {
+    Ok(open_corpus(path)?.collect())
+}
+
+/// Find the case called `name` in the given corpus files (first match wins). Lines that fail
+/// to parse are skipped unless their name matches, in which case their error is returned.
+pub fn find_case(paths: &[PathBuf], name: &str) -> Result<TestCase, CorpusError> {
+    let needle = format!("\"name\":\"{name}\"");
+    for path in paths {
+        let reader = open_corpus(path)?;
+        let CorpusReader { lines, .. } = reader;
+        for (i, line) in lines.enumerate() {
+            let line = line.map_err(|source| CorpusError::Io {
+                path: path.clone(),
+                source,
+            })?;
+            // Cheap pre-filter before a full parse.
+            if !line.contains(&needle) && !line.contains(name) {
+                continue;
+            }
+            let wrap = |e| CorpusError::Line {
+                path: path.clone(),
+                line: i + 1,
+                source: Box::new(e),
+            };
+            let case = parse_case(&line).map_err(wrap)?;
+            if case.name == name {
+                return Ok(case);
+            }
+        }
+    }
+    Err(CorpusError::NotFound(name.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ADD: &str = r#"{"name":"add/add","spec":"add","min_hal_version":"V1_0","model":{"main":{"operands":[{"type":"TENSOR_FLOAT32","dimensions":[2],"scale":0.0,"zero_point":0,"lifetime":"SUBGRAPH_INPUT","channel_quant":null,"data":null},{"type":"TENSOR_FLOAT32","dimensions":[2],"scale":0.0,"zero_point":0,"lifetime":"SUBGRAPH_INPUT","channel_quant":null,"data":null},{"type":"INT32","dimensions":[],"scale":0.0,"zero_point":0,"lifetime":"CONSTANT_COPY","channel_quant":null,"data":[0]},{"type":"TENSOR_FLOAT32","dimensions":[2],"scale":0.0,"zero_point":0,"lifetime":"SUBGRAPH_OUTPUT","channel_quant":null,"data":null}],"operations":[{"type":"ADD","inputs":[0,1,2],"outputs":[3]}],"input_indexes":[0,1],"output_indexes":[3]},"referenced":[],"relax_fp32_to_fp16":false},"expect_failure":false,"multinomial_tolerance":0.0,"inputs":[{"operand":0,"dimensions":[2],"data":[1.0,2.0]},{"operand":1,"dimensions":[2],"data":[3.0,4.0]}],"outputs":[{"operand":3,"dimensions":[2],"data":[4.0,6.0],"ignored":false}]}"#;
+
+    #[test]
+    fn parses_add() {
+        let c = parse_case(ADD).unwrap();
+        assert_eq!(c.name, "add/add");
+        assert_eq!(c.model.main.operands.len(), 4);
+        assert_eq!(c.model.main.operands[0].number_of_consumers, 1);
+        assert_eq!(c.model.main.operands[3].number_of_consumers, 0);
+        assert_eq!(c.model.operand_values, vec![0, 0, 0, 0]);
+        assert_eq!(
+            c.model.main.operands[2].location,
+            DataLocation {
+                pool_index: 0,
+                offset: 0,
+                length: 4
+            }
+        );
+        assert_eq!(
+            c.inputs[0].data,
+            [1.0f32.to_le_bytes(), 2.0f32.to_le_bytes()].concat()
+        );
+        assert!(!c.relaxed);
+        let (req, pool, locs) = c.make_request().unwrap();
+        assert_eq!(req.inputs.len(), 2);
+        assert_eq!(
+            locs,
+            vec![DataLocation {
+                pool_index: 0,
+                offset: 128,
+                length: 8
+            }]
+        );
+        assert!(pool.size >= 136);
+    }
+
+    #[test]
+    fn hostile_lines_are_errors() {
+        for bad in [
+            "",
+            "{",
+            "[]",
+            "{\"name\":1}",
+            &ADD.replace("\"TENSOR_FLOAT32\"", "\"TENSOR_FLOAT64\""),
+            &ADD.replace("SUBGRAPH_INPUT", "SOMETIMES"),
+            &ADD.replace("\"data\":[0]", "\"data\":[1e12]"),
+            &ADD.replace("\"data\":[0]", "\"data\":[0.5]"),
+            &ADD.replace("\"data\":[0]", "\"data\":[\"x\"]"),
+            &ADD.replace("\"data\":[1.0,2.0]", "\"data\":[1e300,2.0]"),
+            &ADD.replace("\"operand\":0", "\"operand\":99"),
+            &ADD.replace("\"inputs\":[0,1,2]", "\"inputs\":[0,1,7]"),
+            &ADD.replace("\"dimensions\":[2]", "\"dimensions\":[-2]"),
+        ] {
+            assert!(parse_case(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn f16_conversion() {
+        for (f, h) in [
+            (0.0f32, 0u16),
+            (-0.0, 0x8000),
+            (1.0, 0x3C00),
+            (-2.0, 0xC000),
+            (65504.0, 0x7BFF),
+            (65520.0, 0x7C00),
+            (5.960_464_5e-8, 0x0001),
+            (6.097_555e-5, 0x03FF),
+            (6.103_515_6e-5, 0x0400),
+            (0.1, 0x2E66),
+            (f32::INFINITY, 0x7C00),
+        ] {
+            assert_eq!(f32_to_f16_bits(f), h, "{f}");
+        }
+        assert!(f16_bits_to_f32(f32_to_f16_bits(f32::NAN)).is_nan());
+        for h in 0..=0x7BFFu16 {
+            assert_eq!(f32_to_f16_bits(f16_bits_to_f32(h)), h);
+            assert_eq!(f32_to_f16_bits(-f16_bits_to_f32(h)), h | 0x8000);
+        }
+    }
+}

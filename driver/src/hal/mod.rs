@@ -1,0 +1,14 @@
+//! NN HAL 1.3 types and their validation.
+//!
+//! - [`types`]: the HAL structures and open enums (invalid wire values are representable).
+//! - [`validate`]: `validate_model`, `validate_request` and friends, mirroring what NN's
+//!   `ValidateHal.cpp` checks for HAL 1.3, with INVALID_ARGUMENT as the HAL code.
+//! - [`operations`]: per-operation signature tables (input/output counts and operand types).
+
+pub mod operations;
+pub mod types;
+pub mod validate;
+
+pub use operations::*;
+pub use types::*;
+pub use validate::*;
