@@ -1,0 +1,646 @@
+//! The device: register file, command processor, engines and interrupts.
+//!
+//! Threads: the *command processor* owns the queues. A doorbell (a register write on
+//! the host's thread) wakes it; it fetches submission entries through the IOMMU,
+//! dispatches DMA commands to the DMA engine thread and programs to the compute engine
+//! thread, and is the only writer of the completion ring. Engines report back to it.
+//! Commands on one engine run in order; DMA and compute may overlap, so the host puts
+//! a FENCE between dependent commands, as on real hardware.
+
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use nix::sys::eventfd::{EfdFlags, EventFd};
+use thiserror::Error;
+
+use crate::engine::{compute, dma, Outcome};
+use crate::error::{IommuError, MemError};
+use crate::fault::{Fault, FaultInjector, FaultPlan};
+use crate::iommu::{Iommu, Perm, Window};
+use crate::regs::{self, RegisterFile};
+use crate::ring::{
+    CompletionEntry, Opcode, Status, SubmissionEntry, CQ_ENTRY_SIZE, FLAG_IRQ, SQ_ENTRY_SIZE,
+};
+use crate::shm::SharedRegion;
+use crate::timing::TimingModel;
+use crate::DRAM_BASE;
+
+#[derive(Clone, Debug)]
+pub struct DeviceConfig {
+    /// Bytes of device DRAM (a memfd; pages are only used once touched).
+    pub dram_size: u64,
+    pub timing: TimingModel,
+    pub faults: FaultPlan,
+    /// Largest single DMA transfer.
+    pub max_dma_len: u64,
+}
+
+impl Default for DeviceConfig {
+    fn default() -> Self {
+        Self {
+            dram_size: 1 << 30,
+            timing: TimingModel::default(),
+            faults: FaultPlan::default(),
+            max_dma_len: 1 << 30,
+        }
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum DeviceError {
+    #[error("device memory: {0}")]
+    Mem(#[from] MemError),
+    #[error("iommu: {0}")]
+    Iommu(#[from] IommuError),
+    #[error("os: {0}")]
+    Os(#[from] std::io::Error),
+}
+
+/// What the engines share: the memory the device can reach and its cost model.
+#[derive(Debug)]
+pub struct Bus {
+    pub dram: Arc<SharedRegion>,
+    pub dram_base: u64,
+    pub iommu: Iommu,
+    pub timing: TimingModel,
+    pub max_dma_len: u64,
+}
+
+impl Bus {
+    /// Resolves a device address: DRAM above `DRAM_BASE`, host memory (IOMMU) below.
+    pub fn resolve(&self, addr: u64, len: u64, need: Perm) -> Result<Window, IommuError> {
+        if addr >= self.dram_base {
+            let off = addr - self.dram_base;
+            self.dram.check(off, len)?;
+            Ok(Window {
+                region: Arc::clone(&self.dram),
+                offset: off,
+            })
+        } else {
+            self.iommu.translate(addr, len, need)
+        }
+    }
+}
+
+enum Event {
+    /// A register write that the command processor must act on.
+    Kick,
+    Done {
+        generation: u64,
+        req_id: u32,
+        irq: bool,
+        outcome: Outcome,
+    },
+    Shutdown,
+}
+
+enum Job {
+    Copy { src: u64, dst: u64, len: u64 },
+    Sg { list: u64, count: u64 },
+    Program { addr: u64, len: u64 },
+}
+
+struct Work {
+    generation: u64,
+    req_id: u32,
+    irq: bool,
+    fault: Option<(Fault, u64)>,
+    job: Job,
+}
+
+struct Shared {
+    regs: RegisterFile,
+    bus: Bus,
+    irq: EventFd,
+    /// The device clock: the sum of modelled device time, in ns.
+    clock: AtomicU64,
+    events: Mutex<Sender<Event>>,
+}
+
+impl Shared {
+    fn kick(&self) {
+        if let Ok(tx) = self.events.lock() {
+            let _ = tx.send(Event::Kick);
+        }
+    }
+
+    fn raise(&self, bits: u32) {
+        self.regs.fetch_or(regs::IRQ_STATUS, bits);
+        if self.regs.get(regs::IRQ_MASK) & bits != 0 {
+            let _ = self.irq.write(1);
+        }
+    }
+}
+
+/// The emulated accelerator. Dropping it stops its threads.
+pub struct Device {
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Device")
+            .field("dram_size", &self.dram_size())
+            .finish()
+    }
+}
+
+impl Device {
+    pub fn new(config: DeviceConfig) -> Result<Device, DeviceError> {
+        let dram = SharedRegion::new("vnpu-dram", config.dram_size as usize)?;
+        let irq = EventFd::from_value_and_flags(0, EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)
+            .map_err(std::io::Error::from)?;
+        let (tx, rx) = channel();
+        let shared = Arc::new(Shared {
+            regs: RegisterFile::default(),
+            bus: Bus {
+                dram: Arc::new(dram),
+                dram_base: DRAM_BASE,
+                iommu: Iommu::default(),
+                timing: config.timing,
+                max_dma_len: config.max_dma_len,
+            },
+            irq,
+            clock: AtomicU64::new(0),
+            events: Mutex::new(tx.clone()),
+        });
+        init_registers(&shared.regs, &config);
+        let (dma_tx, dma_rx) = channel::<Work>();
+        let (cmp_tx, cmp_rx) = channel::<Work>();
+        let mut threads = Vec::new();
+        for (name, rx) in [("vnpu-dma", dma_rx), ("vnpu-compute", cmp_rx)] {
+            let s = Arc::clone(&shared);
+            let done = tx.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name(name.into())
+                    .spawn(move || engine_loop(&s, rx, done))?,
+            );
+        }
+        let s = Arc::clone(&shared);
+        let faults = FaultInjector::new(config.faults);
+        threads.push(
+            std::thread::Builder::new()
+                .name("vnpu-cp".into())
+                .spawn(move || CommandProcessor::new(s, dma_tx, cmp_tx, faults).run(rx))?,
+        );
+        Ok(Device { shared, threads })
+    }
+
+    /// A register read, as over MMIO.
+    pub fn read_reg(&self, offset: u32) -> u32 {
+        let regs = &self.shared.regs;
+        if RegisterFile::index(offset).is_none() {
+            regs.set(regs::BUS_ERRORS, regs.get(regs::BUS_ERRORS).wrapping_add(1));
+            return u32::MAX;
+        }
+        match offset {
+            regs::SCRATCH => !regs.get(offset),
+            _ => regs.get(offset),
+        }
+    }
+
+    /// A register write, as over MMIO. Read-only registers ignore writes.
+    pub fn write_reg(&self, offset: u32, value: u32) {
+        let regs = &self.shared.regs;
+        match offset {
+            regs::SCRATCH
+            | regs::SQ_BASE_LO
+            | regs::SQ_BASE_HI
+            | regs::SQ_SIZE
+            | regs::CQ_BASE_LO
+            | regs::CQ_BASE_HI
+            | regs::CQ_SIZE
+            | regs::IRQ_MASK => regs.set(offset, value),
+            regs::IRQ_STATUS => regs.fetch_and(offset, !value),
+            regs::SQ_TAIL | regs::CQ_HEAD | regs::CONTROL => {
+                regs.set(offset, value);
+                self.shared.kick();
+            }
+            _ => regs.set(regs::BUS_ERRORS, regs.get(regs::BUS_ERRORS).wrapping_add(1)),
+        }
+    }
+
+    /// The IOMMU, programmed by the host (as a kernel's IOMMU driver would).
+    pub fn iommu(&self) -> &Iommu {
+        &self.shared.bus.iommu
+    }
+
+    /// The completion interrupt: an eventfd the host polls or reads.
+    pub fn irq_fd(&self) -> BorrowedFd<'_> {
+        self.shared.irq.as_fd()
+    }
+
+    pub fn dram_base(&self) -> u64 {
+        DRAM_BASE
+    }
+
+    pub fn dram_size(&self) -> u64 {
+        self.shared.bus.dram.len() as u64
+    }
+
+    pub fn timing(&self) -> TimingModel {
+        self.shared.bus.timing
+    }
+
+    /// The device clock (sum of modelled device time), in ns.
+    pub fn clock_ns(&self) -> u64 {
+        self.shared.clock.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        if let Ok(tx) = self.shared.events.lock() {
+            let _ = tx.send(Event::Shutdown);
+        }
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+fn init_registers(r: &RegisterFile, c: &DeviceConfig) {
+    for off in (0..regs::COMPLETED_HI + 4).step_by(4) {
+        r.set(off, 0);
+    }
+    r.set(regs::ID, regs::ID_VALUE);
+    r.set(regs::VERSION, regs::VERSION_VALUE);
+    r.set(
+        regs::CAPS,
+        regs::CAP_DMA_COPY
+            | regs::CAP_PROGRAM
+            | regs::CAP_FENCE
+            | regs::CAP_TIMESTAMP
+            | regs::CAP_SCATTER_GATHER
+            | regs::CAP_EMULATED,
+    );
+    r.set64(regs::DRAM_SIZE_LO, regs::DRAM_SIZE_HI, c.dram_size);
+    r.set(regs::MAX_DMA_LEN, c.max_dma_len.min(u32::MAX as u64) as u32);
+}
+
+fn engine_loop(s: &Shared, rx: Receiver<Work>, done: Sender<Event>) {
+    while let Ok(w) = rx.recv() {
+        let bus = &s.bus;
+        let outcome = match w.job {
+            Job::Copy { src, dst, len } => dma::run_copy(bus, src, dst, len, w.fault),
+            Job::Sg { list, count } => dma::run_sg(bus, list, count, w.fault),
+            Job::Program { addr, len } => compute::run_program(bus, addr, len),
+        };
+        if matches!(w.fault, Some((Fault::Hang, _))) {
+            continue; // the command never completes
+        }
+        let ev = Event::Done {
+            generation: w.generation,
+            req_id: w.req_id,
+            irq: w.irq,
+            outcome,
+        };
+        if done.send(ev).is_err() {
+            return;
+        }
+    }
+}
+
+/// Queue configuration, checked when the host enables the device.
+#[derive(Clone, Copy)]
+struct Queues {
+    sq_base: u64,
+    sq_size: u32,
+    cq_base: u64,
+    cq_size: u32,
+}
+
+struct CommandProcessor {
+    s: Arc<Shared>,
+    dma: Sender<Work>,
+    compute: Sender<Work>,
+    faults: FaultInjector,
+    queues: Option<Queues>,
+    generation: u64,
+    sq_head: u32,
+    cq_tail: u32,
+    cq_phase: bool,
+    in_flight: u32,
+    /// A FENCE or TIMESTAMP waiting for in-flight work to drain.
+    blocked_on: Option<SubmissionEntry>,
+    lost: bool,
+    completed: u64,
+}
+
+impl CommandProcessor {
+    fn new(
+        s: Arc<Shared>,
+        dma: Sender<Work>,
+        compute: Sender<Work>,
+        faults: FaultInjector,
+    ) -> Self {
+        Self {
+            s,
+            dma,
+            compute,
+            faults,
+            queues: None,
+            generation: 0,
+            sq_head: 0,
+            cq_tail: 0,
+            cq_phase: true,
+            in_flight: 0,
+            blocked_on: None,
+            lost: false,
+            completed: 0,
+        }
+    }
+
+    fn run(mut self, rx: Receiver<Event>) {
+        while let Ok(ev) = rx.recv() {
+            match ev {
+                Event::Shutdown => return,
+                Event::Kick => self.on_control(),
+                Event::Done {
+                    generation,
+                    req_id,
+                    irq,
+                    outcome,
+                } => {
+                    if generation == self.generation {
+                        self.in_flight -= 1;
+                        self.complete(req_id, irq, outcome);
+                    }
+                }
+            }
+            self.pump();
+        }
+    }
+
+    fn regs(&self) -> &RegisterFile {
+        &self.s.regs
+    }
+
+    fn on_control(&mut self) {
+        let control = self.regs().get(regs::CONTROL);
+        if control & regs::CONTROL_RESET != 0 {
+            self.reset();
+            return;
+        }
+        let enabled = self.regs().get(regs::STATUS) & regs::STATUS_ENABLED != 0;
+        if control & regs::CONTROL_ENABLE != 0 && !enabled && !self.lost {
+            match self.read_queue_config() {
+                Some(q) => {
+                    self.queues = Some(q);
+                    self.regs().fetch_or(regs::STATUS, regs::STATUS_ENABLED);
+                }
+                None => self.queue_error(0),
+            }
+        } else if control & regs::CONTROL_ENABLE == 0 && enabled {
+            self.queues = None;
+            self.regs().fetch_and(regs::STATUS, !regs::STATUS_ENABLED);
+        }
+    }
+
+    fn read_queue_config(&self) -> Option<Queues> {
+        let r = self.regs();
+        let q = Queues {
+            sq_base: r.get64(regs::SQ_BASE_LO, regs::SQ_BASE_HI),
+            sq_size: r.get(regs::SQ_SIZE),
+            cq_base: r.get64(regs::CQ_BASE_LO, regs::CQ_BASE_HI),
+            cq_size: r.get(regs::CQ_SIZE),
+        };
+        let size_ok = |n: u32| n.is_power_of_two() && (2..=regs::MAX_QUEUE_ENTRIES).contains(&n);
+        let ok = size_ok(q.sq_size)
+            && size_ok(q.cq_size)
+            && q.sq_base.is_multiple_of(SQ_ENTRY_SIZE)
+            && q.cq_base.is_multiple_of(CQ_ENTRY_SIZE);
+        ok.then_some(q)
+    }
+
+    fn reset(&mut self) {
+        self.generation += 1;
+        self.queues = None;
+        self.sq_head = 0;
+        self.cq_tail = 0;
+        self.cq_phase = true;
+        self.in_flight = 0;
+        self.blocked_on = None;
+        self.lost = false;
+        self.completed = 0;
+        // The configuration registers keep nothing across a reset.
+        let r = self.regs();
+        for off in [
+            regs::STATUS,
+            regs::CONTROL,
+            regs::IRQ_STATUS,
+            regs::IRQ_MASK,
+            regs::SQ_BASE_LO,
+            regs::SQ_BASE_HI,
+            regs::SQ_SIZE,
+            regs::SQ_TAIL,
+            regs::SQ_HEAD,
+            regs::CQ_BASE_LO,
+            regs::CQ_BASE_HI,
+            regs::CQ_SIZE,
+            regs::CQ_HEAD,
+            regs::CQ_TAIL,
+            regs::FAULT_ADDR_LO,
+            regs::FAULT_ADDR_HI,
+            regs::FAULT_CODE,
+            regs::COMPLETED_LO,
+            regs::COMPLETED_HI,
+        ] {
+            r.set(off, 0);
+        }
+    }
+
+    fn queue_error(&mut self, addr: u64) {
+        let r = self.regs();
+        r.fetch_or(regs::STATUS, regs::STATUS_QUEUE_ERROR);
+        r.set64(regs::FAULT_ADDR_LO, regs::FAULT_ADDR_HI, addr);
+        r.set(regs::FAULT_CODE, Status::InvalidCommand as u32);
+        self.s.raise(regs::IRQ_ERROR);
+    }
+
+    /// Completion-ring slots the host has not consumed yet, plus work that will need one.
+    fn cq_committed(&self, q: &Queues) -> Option<u32> {
+        let head = self.regs().get(regs::CQ_HEAD);
+        if head >= q.cq_size {
+            return None;
+        }
+        let used = (self.cq_tail + q.cq_size - head) % q.cq_size;
+        Some(used + self.in_flight)
+    }
+
+    /// Fetches and dispatches submissions while there is work, room and no fence.
+    fn pump(&mut self) {
+        let Some(q) = self.queues else { return };
+        if self.lost || self.regs().get(regs::STATUS) & regs::STATUS_QUEUE_ERROR != 0 {
+            return;
+        }
+        let tail = self.regs().get(regs::SQ_TAIL);
+        if tail >= q.sq_size {
+            self.queue_error(tail as u64);
+            return;
+        }
+        // Bounded: at most one pass over the ring per kick.
+        for _ in 0..=q.sq_size {
+            if let Some(e) = self.blocked_on {
+                if self.in_flight > 0 {
+                    return;
+                }
+                self.blocked_on = None;
+                self.finish_barrier(e);
+                continue;
+            }
+            if self.sq_head == tail {
+                return;
+            }
+            match self.cq_committed(&q) {
+                Some(n) if n + 1 < q.cq_size => {}
+                Some(_) => return, // completion ring full: wait for the host
+                None => {
+                    self.queue_error(self.regs().get(regs::CQ_HEAD) as u64);
+                    return;
+                }
+            }
+            let addr = q.sq_base + self.sq_head as u64 * SQ_ENTRY_SIZE;
+            let entry = match self.fetch(addr) {
+                Some(e) => e,
+                None => {
+                    self.queue_error(addr);
+                    return;
+                }
+            };
+            self.sq_head = (self.sq_head + 1) % q.sq_size;
+            self.regs().set(regs::SQ_HEAD, self.sq_head);
+            self.dispatch(entry);
+            if self.lost {
+                return;
+            }
+        }
+    }
+
+    fn fetch(&self, addr: u64) -> Option<SubmissionEntry> {
+        let w = self.s.bus.resolve(addr, SQ_ENTRY_SIZE, Perm::READ).ok()?;
+        let mut b = [0u8; 64];
+        w.region.read(w.offset, &mut b).ok()?;
+        Some(SubmissionEntry::decode(&b))
+    }
+
+    fn dispatch(&mut self, e: SubmissionEntry) {
+        let irq = e.flags & FLAG_IRQ != 0;
+        let op = Opcode::from_u16(e.opcode);
+        if op.is_none() || e.reserved != 0 || e.flags & !FLAG_IRQ != 0 {
+            self.complete(e.req_id, irq, Outcome::fail(Status::InvalidCommand, 0, 0));
+            return;
+        }
+        let is_dma = matches!(op, Some(Opcode::DmaCopy | Opcode::DmaSg));
+        let fault = self.faults.draw(is_dma).map(|f| (f, self.faults.random()));
+        if let Some((Fault::DeviceLost, _)) = fault {
+            self.lost = true;
+            self.regs().fetch_or(regs::STATUS, regs::STATUS_LOST);
+            self.s.raise(regs::IRQ_ERROR);
+            return;
+        }
+        let [a, b, c, d, ..] = e.args;
+        let job = match op {
+            Some(Opcode::Nop) => {
+                self.complete(e.req_id, irq, Outcome::ok(0));
+                return;
+            }
+            Some(Opcode::Fence | Opcode::Timestamp) => {
+                self.blocked_on = Some(e);
+                return;
+            }
+            Some(Opcode::DmaCopy) => Job::Copy {
+                src: a,
+                dst: b,
+                len: c,
+            },
+            Some(Opcode::DmaSg) => Job::Sg { list: a, count: d },
+            Some(Opcode::RunProgram) => Job::Program { addr: a, len: c },
+            None => return,
+        };
+        let to = if matches!(job, Job::Program { .. }) {
+            &self.compute
+        } else {
+            &self.dma
+        };
+        let work = Work {
+            generation: self.generation,
+            req_id: e.req_id,
+            irq,
+            fault,
+            job,
+        };
+        if to.send(work).is_ok() {
+            self.in_flight += 1;
+        }
+    }
+
+    fn finish_barrier(&mut self, e: SubmissionEntry) {
+        let irq = e.flags & FLAG_IRQ != 0;
+        if e.opcode == Opcode::Timestamp as u16 {
+            let now = self.s.clock.load(Ordering::Acquire);
+            let ok = self
+                .s
+                .bus
+                .resolve(e.args[1], 8, Perm::WRITE)
+                .and_then(|w| Ok(w.region.write(w.offset, &now.to_le_bytes())?));
+            let outcome = match ok {
+                Ok(()) => Outcome::ok(0),
+                Err(_) => Outcome::fail(Status::DmaFault, 0, e.args[1]),
+            };
+            self.complete(e.req_id, irq, outcome);
+        } else {
+            self.complete(e.req_id, irq, Outcome::ok(0));
+        }
+    }
+
+    /// Posts one completion entry and, if asked, an interrupt.
+    fn complete(&mut self, req_id: u32, irq: bool, o: Outcome) {
+        let Some(q) = self.queues else { return };
+        self.s.clock.fetch_add(o.device_ns, Ordering::AcqRel);
+        let entry = CompletionEntry {
+            req_id,
+            status: o.status as u16,
+            phase: self.cq_phase,
+            sq_head: self.sq_head,
+            detail: o.detail,
+            device_ns: o.device_ns,
+            fault_addr: o.fault_addr,
+        };
+        let addr = q.cq_base + self.cq_tail as u64 * CQ_ENTRY_SIZE;
+        let written = self
+            .s
+            .bus
+            .resolve(addr, CQ_ENTRY_SIZE, Perm::WRITE)
+            .and_then(|w| {
+                // Write the body first and the word holding the phase bit last, so the
+                // host never sees a new phase with a stale body.
+                let b = entry.encode();
+                w.region.write(w.offset + 8, &b[8..])?;
+                w.region.write(w.offset, &b[..4])?;
+                let status_phase = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+                w.region.store_u32(w.offset + 4, status_phase)?;
+                Ok(())
+            });
+        if written.is_err() {
+            self.queue_error(addr);
+            return;
+        }
+        self.cq_tail = (self.cq_tail + 1) % q.cq_size;
+        if self.cq_tail == 0 {
+            self.cq_phase = !self.cq_phase;
+        }
+        self.completed += 1;
+        let r = self.regs();
+        r.set(regs::CQ_TAIL, self.cq_tail);
+        r.set64(regs::COMPLETED_LO, regs::COMPLETED_HI, self.completed);
+        if irq {
+            self.s.raise(regs::IRQ_COMPLETION);
+        }
+    }
+}

@@ -1,0 +1,251 @@
+//! The IOMMU: the table through which the device reaches host memory. The host maps a
+//! range of a file descriptor at an IOVA with permissions; every device access to an
+//! IOVA is translated and checked here, so a bad address is a reported fault, never a
+//! stray access.
+
+use std::collections::BTreeMap;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::{Arc, RwLock};
+
+use crate::error::IommuError;
+use crate::shm::SharedRegion;
+
+pub const PAGE_SIZE: u64 = 4096;
+/// IOVAs live in `[IOVA_BASE, IOVA_LIMIT)`; device DRAM sits above, at `DRAM_BASE`.
+pub const IOVA_BASE: u64 = 0x1000;
+pub const IOVA_LIMIT: u64 = crate::DRAM_BASE;
+
+/// What the device may do with a mapping.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Perm(u8);
+
+impl Perm {
+    /// The device may read (host -> device transfers).
+    pub const READ: Perm = Perm(1);
+    /// The device may write (device -> host transfers).
+    pub const WRITE: Perm = Perm(2);
+    pub const READ_WRITE: Perm = Perm(3);
+
+    pub fn allows(self, need: Perm) -> bool {
+        self.0 & need.0 == need.0
+    }
+
+    pub fn from_bits(bits: u8) -> Option<Perm> {
+        (1..=3).contains(&bits).then_some(Perm(bits))
+    }
+}
+
+#[derive(Debug)]
+struct Mapping {
+    len: u64,
+    perm: Perm,
+    region: Arc<SharedRegion>,
+    /// Bytes between the page-aligned start of `region` and the mapped file offset.
+    skew: u64,
+}
+
+/// A translated, checked device access into host memory.
+#[derive(Debug, Clone)]
+pub struct Window {
+    pub region: Arc<SharedRegion>,
+    pub offset: u64,
+}
+
+#[derive(Debug, Default)]
+pub struct Iommu {
+    table: RwLock<BTreeMap<u64, Mapping>>,
+}
+
+impl Iommu {
+    /// Maps `len` bytes of `fd` starting at `fd_offset` at the page-aligned `iova`. The
+    /// mapping takes whole pages of IOVA space, but only `len` bytes are accessible. The
+    /// device keeps its own duplicate of the descriptor.
+    pub fn map(
+        &self,
+        iova: u64,
+        fd: BorrowedFd<'_>,
+        fd_offset: u64,
+        len: u64,
+        perm: Perm,
+    ) -> Result<(), IommuError> {
+        if len == 0 || !iova.is_multiple_of(PAGE_SIZE) {
+            return Err(IommuError::Unaligned { iova, len });
+        }
+        // The IOVA range is whole pages; accesses are checked against the exact length.
+        let end = iova
+            .checked_add(len.div_ceil(PAGE_SIZE) * PAGE_SIZE)
+            .ok_or(IommuError::Overlap { iova, len })?;
+        if iova < IOVA_BASE || end > IOVA_LIMIT {
+            return Err(IommuError::Overlap { iova, len });
+        }
+        let size = nix::sys::stat::fstat(fd)
+            .map_err(|e| IommuError::Mem(crate::error::MemError::Os(e.into())))?
+            .st_size as u64;
+        let file_end = fd_offset.checked_add(len).ok_or(IommuError::FileTooSmall {
+            size,
+            end: u64::MAX,
+        })?;
+        if file_end > size {
+            return Err(IommuError::FileTooSmall {
+                size,
+                end: file_end,
+            });
+        }
+        let skew = fd_offset % PAGE_SIZE;
+        let owned = fd
+            .try_clone_to_owned()
+            .map_err(|e| IommuError::Mem(e.into()))?;
+        let region = SharedRegion::map(owned, fd_offset - skew, (len + skew) as usize)?;
+        let mut table = self.table.write().unwrap_or_else(|p| p.into_inner());
+        if Self::overlaps(&table, iova, end) {
+            return Err(IommuError::Overlap { iova, len });
+        }
+        table.insert(
+            iova,
+            Mapping {
+                len,
+                perm,
+                region: Arc::new(region),
+                skew,
+            },
+        );
+        Ok(())
+    }
+
+    fn overlaps(table: &BTreeMap<u64, Mapping>, start: u64, end: u64) -> bool {
+        if let Some((&s, m)) = table.range(..end).next_back() {
+            if s + m.len.div_ceil(PAGE_SIZE) * PAGE_SIZE > start {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Removes the mapping that starts at `iova`.
+    pub fn unmap(&self, iova: u64) -> Result<(), IommuError> {
+        let mut table = self.table.write().unwrap_or_else(|p| p.into_inner());
+        table
+            .remove(&iova)
+            .map(|_| ())
+            .ok_or(IommuError::NotMapped { iova })
+    }
+
+    /// Removes every mapping (device reset).
+    pub fn clear(&self) {
+        self.table
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+    }
+
+    pub fn mapping_count(&self) -> usize {
+        self.table.read().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Translates `[addr, addr + len)`, which must lie inside one mapping that allows `need`.
+    pub fn translate(&self, addr: u64, len: u64, need: Perm) -> Result<Window, IommuError> {
+        let table = self.table.read().unwrap_or_else(|p| p.into_inner());
+        let (&start, m) = table
+            .range(..=addr)
+            .next_back()
+            .ok_or(IommuError::NotMapped { iova: addr })?;
+        let rel = addr - start;
+        let end = rel
+            .checked_add(len)
+            .ok_or(IommuError::OutOfRange { addr, len })?;
+        if end > m.len {
+            return Err(if rel >= m.len {
+                IommuError::NotMapped { iova: addr }
+            } else {
+                IommuError::OutOfRange { addr, len }
+            });
+        }
+        if !m.perm.allows(need) {
+            let need = if need == Perm::WRITE { "write" } else { "read" };
+            return Err(IommuError::Permission { addr, need });
+        }
+        Ok(Window {
+            region: Arc::clone(&m.region),
+            offset: m.skew + rel,
+        })
+    }
+}
+
+/// Convenience for callers holding anything with an fd.
+pub fn map_fd<F: AsFd>(
+    iommu: &Iommu,
+    iova: u64,
+    fd: &F,
+    fd_offset: u64,
+    len: u64,
+    perm: Perm,
+) -> Result<(), IommuError> {
+    iommu.map(iova, fd.as_fd(), fd_offset, len, perm)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn region(len: usize) -> SharedRegion {
+        SharedRegion::new("iommu-test", len).unwrap()
+    }
+
+    #[test]
+    fn map_translate_unmap() {
+        let iommu = Iommu::default();
+        let r = region(3 * 4096);
+        r.write(4096 + 5, b"x").unwrap();
+        iommu.map(0x10000, r.fd(), 4096, 8192, Perm::READ).unwrap();
+        let w = iommu.translate(0x10005, 1, Perm::READ).unwrap();
+        let mut b = [0u8];
+        w.region.read(w.offset, &mut b).unwrap();
+        assert_eq!(b[0], b'x');
+        assert!(matches!(
+            iommu.translate(0x10000, 1, Perm::WRITE),
+            Err(IommuError::Permission { .. })
+        ));
+        assert!(iommu.translate(0x10000 + 8192, 1, Perm::READ).is_err());
+        assert!(
+            iommu.map(0x11000, r.fd(), 0, 4096, Perm::READ).is_err(),
+            "overlap"
+        );
+        assert!(
+            iommu.map(0x20000, r.fd(), 8192, 8192, Perm::READ).is_err(),
+            "file too small"
+        );
+        iommu.unmap(0x10000).unwrap();
+        assert!(iommu.translate(0x10005, 1, Perm::READ).is_err());
+    }
+
+    #[test]
+    fn unaligned_file_offset_is_supported() {
+        let iommu = Iommu::default();
+        let r = region(3 * 4096);
+        r.write(100, b"q").unwrap();
+        iommu.map(0x10000, r.fd(), 100, 4096, Perm::READ).unwrap();
+        let w = iommu.translate(0x10000, 1, Perm::READ).unwrap();
+        let mut b = [0u8];
+        w.region.read(w.offset, &mut b).unwrap();
+        assert_eq!(b[0], b'q');
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+        /// Whatever is asked, a translated window lies inside the mapping and the region.
+        #[test]
+        fn translation_stays_in_bounds(addr in 0u64..0x40000, len in 0u64..0x10000) {
+            let iommu = Iommu::default();
+            let r = region(4 * 4096);
+            iommu.map(0x10000, r.fd(), 0, 4 * 4096, Perm::READ_WRITE).unwrap();
+            iommu.map(0x30000, r.fd(), 4096, 4096, Perm::READ).unwrap();
+            if let Ok(w) = iommu.translate(addr, len, Perm::READ) {
+                prop_assert!(w.region.check(w.offset, len).is_ok());
+                let in_a = addr >= 0x10000 && addr + len <= 0x14000;
+                let in_b = addr >= 0x30000 && addr + len <= 0x31000;
+                prop_assert!(in_a || in_b);
+            }
+        }
+    }
+}

@@ -1,0 +1,188 @@
+//! Queue entry formats. Submission entries are 64 bytes, completion entries 32 bytes,
+//! all little-endian, in host memory the device reaches through the IOMMU.
+//!
+//! Submission entry:
+//! ```text
+//!  0 u16 opcode    2 u16 flags (bit 0: interrupt on completion)   4 u32 req_id
+//!  8 u64 a         16 u64 b        24 u64 c        32 u64 d
+//! 40 u64 e         48 u64 f        56 u64 reserved (must be zero)
+//! ```
+//! DMA_COPY: a = src, b = dst, c = len. DMA_SG: a = address of `d` descriptors of
+//! 24 bytes {src u64, dst u64, len u64} (in DRAM or host memory). RUN_PROGRAM: a =
+//! program address in DRAM, c = length. FENCE: waits for all earlier commands.
+//! TIMESTAMP: writes the device clock (u64 ns) to `b`. NOP: completes at once.
+//!
+//! Completion entry:
+//! ```text
+//!  0 u32 req_id    4 u16 status    6 u16 flags (bit 0: phase)    8 u32 sq_head
+//! 12 u32 detail (e.g. failing op index)   16 u64 device_ns (timing model)
+//! 24 u64 fault_addr
+//! ```
+//! The phase bit starts at 1 and flips each time the device wraps the completion ring,
+//! so the host finds new entries without reading a register.
+
+pub const SQ_ENTRY_SIZE: u64 = 64;
+pub const CQ_ENTRY_SIZE: u64 = 32;
+pub const SG_ENTRY_SIZE: u64 = 24;
+/// Cap on scatter-gather list length, so one command's work is bounded.
+pub const MAX_SG_ENTRIES: u64 = 4096;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u16)]
+pub enum Opcode {
+    Nop = 0,
+    DmaCopy = 1,
+    DmaSg = 2,
+    RunProgram = 3,
+    Fence = 4,
+    Timestamp = 5,
+}
+
+impl Opcode {
+    pub fn from_u16(v: u16) -> Option<Opcode> {
+        Some(match v {
+            0 => Opcode::Nop,
+            1 => Opcode::DmaCopy,
+            2 => Opcode::DmaSg,
+            3 => Opcode::RunProgram,
+            4 => Opcode::Fence,
+            5 => Opcode::Timestamp,
+            _ => return None,
+        })
+    }
+}
+
+pub const FLAG_IRQ: u16 = 1;
+
+/// Completion status codes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u16)]
+pub enum Status {
+    Ok = 0,
+    DmaFault = 1,
+    InvalidCommand = 2,
+    InvalidProgram = 3,
+    KernelError = 4,
+    Aborted = 5,
+    DeviceLost = 6,
+}
+
+impl Status {
+    pub fn from_u16(v: u16) -> Option<Status> {
+        Some(match v {
+            0 => Status::Ok,
+            1 => Status::DmaFault,
+            2 => Status::InvalidCommand,
+            3 => Status::InvalidProgram,
+            4 => Status::KernelError,
+            5 => Status::Aborted,
+            6 => Status::DeviceLost,
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SubmissionEntry {
+    pub opcode: u16,
+    pub flags: u16,
+    pub req_id: u32,
+    pub args: [u64; 6],
+    pub reserved: u64,
+}
+
+impl SubmissionEntry {
+    pub fn new(op: Opcode, req_id: u32, args: [u64; 6]) -> Self {
+        Self {
+            opcode: op as u16,
+            flags: FLAG_IRQ,
+            req_id,
+            args,
+            reserved: 0,
+        }
+    }
+
+    pub fn encode(&self) -> [u8; 64] {
+        let mut b = [0u8; 64];
+        b[0..2].copy_from_slice(&self.opcode.to_le_bytes());
+        b[2..4].copy_from_slice(&self.flags.to_le_bytes());
+        b[4..8].copy_from_slice(&self.req_id.to_le_bytes());
+        for (i, a) in self.args.iter().enumerate() {
+            b[8 + i * 8..16 + i * 8].copy_from_slice(&a.to_le_bytes());
+        }
+        b[56..64].copy_from_slice(&self.reserved.to_le_bytes());
+        b
+    }
+
+    pub fn decode(b: &[u8; 64]) -> Self {
+        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or([0; 8]));
+        Self {
+            opcode: u16::from_le_bytes([b[0], b[1]]),
+            flags: u16::from_le_bytes([b[2], b[3]]),
+            req_id: u32::from_le_bytes([b[4], b[5], b[6], b[7]]),
+            args: std::array::from_fn(|i| u64_at(8 + i * 8)),
+            reserved: u64_at(56),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CompletionEntry {
+    pub req_id: u32,
+    pub status: u16,
+    pub phase: bool,
+    pub sq_head: u32,
+    pub detail: u32,
+    pub device_ns: u64,
+    pub fault_addr: u64,
+}
+
+impl CompletionEntry {
+    pub fn encode(&self) -> [u8; 32] {
+        let mut b = [0u8; 32];
+        b[0..4].copy_from_slice(&self.req_id.to_le_bytes());
+        b[4..6].copy_from_slice(&self.status.to_le_bytes());
+        b[6..8].copy_from_slice(&(self.phase as u16).to_le_bytes());
+        b[8..12].copy_from_slice(&self.sq_head.to_le_bytes());
+        b[12..16].copy_from_slice(&self.detail.to_le_bytes());
+        b[16..24].copy_from_slice(&self.device_ns.to_le_bytes());
+        b[24..32].copy_from_slice(&self.fault_addr.to_le_bytes());
+        b
+    }
+
+    pub fn decode(b: &[u8; 32]) -> Self {
+        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or([0; 8]));
+        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap_or([0; 4]));
+        Self {
+            req_id: u32_at(0),
+            status: u16::from_le_bytes([b[4], b[5]]),
+            phase: b[6] & 1 == 1,
+            sq_head: u32_at(8),
+            detail: u32_at(12),
+            device_ns: u64_at(16),
+            fault_addr: u64_at(24),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn submission_round_trip(op in any::<u16>(), flags in any::<u16>(), id in any::<u32>(),
+                                 args in any::<[u64; 6]>(), r in any::<u64>()) {
+            let e = SubmissionEntry { opcode: op, flags, req_id: id, args, reserved: r };
+            prop_assert_eq!(SubmissionEntry::decode(&e.encode()), e);
+        }
+
+        #[test]
+        fn completion_round_trip(id in any::<u32>(), st in any::<u16>(), ph in any::<bool>(),
+                                 h in any::<u32>(), d in any::<u32>(), ns in any::<u64>(), fa in any::<u64>()) {
+            let e = CompletionEntry { req_id: id, status: st, phase: ph, sq_head: h, detail: d, device_ns: ns, fault_addr: fa };
+            prop_assert_eq!(CompletionEntry::decode(&e.encode()), e);
+        }
+    }
+}

@@ -1,0 +1,60 @@
+//! The timing model: the device time each command would take on the modelled silicon.
+//! It is reported in completions (and so in the HAL's timeOnDevice) and is the source of
+//! the driver's capability figures. The emulator does not sleep to match it.
+
+use crate::kernels::KernelOp;
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TimingModel {
+    /// DMA bandwidth, bytes per nanosecond (16.0 = 16 GB/s).
+    pub dma_bytes_per_ns: f64,
+    /// Fixed cost of starting a DMA transfer.
+    pub dma_setup_ns: u64,
+    /// Multiply-accumulate throughput of the MAC array, FLOPs per ns.
+    pub flops_per_ns: f64,
+    /// Vector unit throughput for elementwise and data-movement work, elements per ns.
+    pub elems_per_ns: f64,
+    /// Fixed cost of dispatching one kernel.
+    pub op_overhead_ns: u64,
+}
+
+impl Default for TimingModel {
+    fn default() -> Self {
+        Self {
+            dma_bytes_per_ns: 16.0,
+            dma_setup_ns: 400,
+            flops_per_ns: 512.0,
+            elems_per_ns: 32.0,
+            op_overhead_ns: 150,
+        }
+    }
+}
+
+impl TimingModel {
+    pub fn dma_ns(&self, bytes: u64) -> u64 {
+        self.dma_setup_ns + (bytes as f64 / self.dma_bytes_per_ns) as u64
+    }
+
+    /// Device time of one kernel, from its shapes.
+    pub fn op_ns(&self, op: &KernelOp, inputs: &[&[usize]], output: &[usize]) -> u64 {
+        let numel = |s: &[usize]| s.iter().product::<usize>() as f64;
+        let out = numel(output);
+        let flops = match op {
+            KernelOp::Conv2d { .. } => {
+                let f = inputs.get(1).copied().unwrap_or(&[]);
+                2.0 * out * f.iter().skip(1).product::<usize>() as f64
+            }
+            KernelOp::DepthwiseConv2d { .. } => {
+                let f = inputs.get(1).copied().unwrap_or(&[]);
+                2.0 * out * f.get(1..3).map_or(1, |k| k.iter().product::<usize>()) as f64
+            }
+            KernelOp::FullyConnected { .. } => {
+                let w = inputs.get(1).copied().unwrap_or(&[]);
+                2.0 * out * w.get(1).copied().unwrap_or(1) as f64
+            }
+            _ => 0.0,
+        };
+        let elems = inputs.iter().map(|s| numel(s)).sum::<f64>() + out;
+        self.op_overhead_ns + (flops / self.flops_per_ns + elems / self.elems_per_ns) as u64
+    }
+}

@@ -1,0 +1,421 @@
+//! The device driven on its own, through registers, rings and the IOMMU only.
+
+use std::time::Duration;
+
+use proptest::prelude::*;
+use vnpu_emu::fault::FaultPlan;
+use vnpu_emu::host::HostQueue;
+use vnpu_emu::iommu::Perm;
+use vnpu_emu::kernels::{Activation, BinaryKind, KernelOp};
+use vnpu_emu::program::{DType, OpDesc, Program, TensorDesc};
+use vnpu_emu::regs;
+use vnpu_emu::ring::{CompletionEntry, Opcode, Status, SubmissionEntry};
+use vnpu_emu::shm::SharedRegion;
+use vnpu_emu::{Device, DeviceConfig, DRAM_BASE};
+
+const RING_IOVA: u64 = 0x10_0000;
+const BUF_IOVA: u64 = 0x100_0000;
+const WAIT: Duration = Duration::from_secs(10);
+
+fn device() -> Device {
+    Device::new(DeviceConfig {
+        dram_size: 16 << 20,
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+fn cmd(op: Opcode, id: u32, a: u64, b: u64, c: u64) -> SubmissionEntry {
+    SubmissionEntry::new(op, id, [a, b, c, 0, 0, 0])
+}
+
+fn wait_for(q: &mut HostQueue, dev: &Device, n: usize) -> Vec<CompletionEntry> {
+    let mut got = Vec::new();
+    while got.len() < n {
+        let more = q.wait(dev, WAIT);
+        assert!(
+            !more.is_empty(),
+            "timed out with {} of {n} completions",
+            got.len()
+        );
+        got.extend(more);
+    }
+    got
+}
+
+#[test]
+fn identification_and_liveness() {
+    let dev = device();
+    assert_eq!(dev.read_reg(regs::ID), regs::ID_VALUE);
+    dev.write_reg(regs::SCRATCH, 0x1234_5678);
+    assert_eq!(dev.read_reg(regs::SCRATCH), !0x1234_5678);
+    assert_eq!(dev.read_reg(0x3), u32::MAX, "unaligned register");
+    assert_eq!(dev.read_reg(0x10_0000), u32::MAX, "no such register");
+    assert!(dev.read_reg(regs::BUS_ERRORS) >= 2);
+    assert_ne!(dev.read_reg(regs::CAPS) & regs::CAP_EMULATED, 0);
+}
+
+#[test]
+fn dma_round_trip_through_dram() {
+    let dev = device();
+    let mut q = HostQueue::create(&dev, 16, RING_IOVA).unwrap();
+    let buf = SharedRegion::new("buf", 8192).unwrap();
+    buf.write(0, b"hello, device").unwrap();
+    dev.iommu()
+        .map(BUF_IOVA, buf.fd(), 0, 8192, Perm::READ_WRITE)
+        .unwrap();
+    q.submit(
+        &dev,
+        &[
+            cmd(Opcode::DmaCopy, 1, BUF_IOVA, DRAM_BASE + 64, 13),
+            cmd(Opcode::Fence, 2, 0, 0, 0),
+            cmd(Opcode::DmaCopy, 3, DRAM_BASE + 64, BUF_IOVA + 4096, 13),
+            cmd(Opcode::Fence, 4, 0, 0, 0),
+        ],
+    )
+    .unwrap();
+    let done = wait_for(&mut q, &dev, 4);
+    assert!(
+        done.iter().all(|c| c.status == Status::Ok as u16),
+        "{done:?}"
+    );
+    let mut out = [0u8; 13];
+    buf.read(4096, &mut out).unwrap();
+    assert_eq!(&out, b"hello, device");
+    assert!(
+        done.iter().any(|c| c.device_ns > 0),
+        "the timing model reports device time"
+    );
+}
+
+#[test]
+fn dma_out_of_range_is_a_reported_fault() {
+    let dev = device();
+    let mut q = HostQueue::create(&dev, 16, RING_IOVA).unwrap();
+    let buf = SharedRegion::new("buf", 4096).unwrap();
+    dev.iommu()
+        .map(BUF_IOVA, buf.fd(), 0, 4096, Perm::READ)
+        .unwrap();
+    q.submit(
+        &dev,
+        &[
+            cmd(Opcode::DmaCopy, 1, BUF_IOVA, DRAM_BASE, 8192), // past the mapping
+            cmd(Opcode::DmaCopy, 2, 0xdead_0000, DRAM_BASE, 4), // unmapped
+            cmd(Opcode::DmaCopy, 3, DRAM_BASE, BUF_IOVA, 4),    // read-only mapping
+            cmd(Opcode::DmaCopy, 4, DRAM_BASE + (16 << 20) - 2, BUF_IOVA, 4), // past DRAM
+            cmd(Opcode::DmaCopy, 5, BUF_IOVA, DRAM_BASE, 16),   // fine
+        ],
+    )
+    .unwrap();
+    let mut done = wait_for(&mut q, &dev, 5);
+    done.sort_by_key(|c| c.req_id);
+    let st: Vec<u16> = done.iter().map(|c| c.status).collect();
+    let f = Status::DmaFault as u16;
+    assert_eq!(st, vec![f, f, f, f, Status::Ok as u16]);
+    assert_eq!(done[1].fault_addr, 0xdead_0000);
+}
+
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+#[test]
+fn runs_a_program() {
+    let dev = device();
+    let mut q = HostQueue::create(&dev, 32, RING_IOVA).unwrap();
+    let t = |addr: u64| TensorDesc {
+        dtype: DType::F32,
+        shape: vec![4],
+        addr: DRAM_BASE + addr,
+        byte_len: 16,
+    };
+    let program = Program {
+        tensors: vec![t(0x100), t(0x200), t(0x300)],
+        ops: vec![OpDesc {
+            op: KernelOp::Binary {
+                kind: BinaryKind::Add,
+                act: Activation::Relu,
+            },
+            inputs: vec![0, 1],
+            outputs: vec![2],
+        }],
+    }
+    .encode();
+    let buf = SharedRegion::new("buf", 8192).unwrap();
+    buf.write(0, &f32_bytes(&[1.0, -2.0, 3.0, 4.0])).unwrap();
+    buf.write(16, &f32_bytes(&[10.0, 1.0, -30.0, 0.5])).unwrap();
+    buf.write(1024, &program).unwrap();
+    dev.iommu()
+        .map(BUF_IOVA, buf.fd(), 0, 8192, Perm::READ_WRITE)
+        .unwrap();
+    let plen = program.len() as u64;
+    q.submit(
+        &dev,
+        &[
+            cmd(Opcode::DmaCopy, 1, BUF_IOVA, DRAM_BASE + 0x100, 16),
+            cmd(Opcode::DmaCopy, 2, BUF_IOVA + 16, DRAM_BASE + 0x200, 16),
+            cmd(
+                Opcode::DmaCopy,
+                3,
+                BUF_IOVA + 1024,
+                DRAM_BASE + 0x1000,
+                plen,
+            ),
+            cmd(Opcode::Fence, 4, 0, 0, 0),
+            cmd(Opcode::RunProgram, 5, DRAM_BASE + 0x1000, 0, plen),
+            cmd(Opcode::Fence, 6, 0, 0, 0),
+            cmd(Opcode::DmaCopy, 7, DRAM_BASE + 0x300, BUF_IOVA + 4096, 16),
+            cmd(Opcode::Fence, 8, 0, 0, 0),
+        ],
+    )
+    .unwrap();
+    let done = wait_for(&mut q, &dev, 8);
+    assert!(
+        done.iter().all(|c| c.status == Status::Ok as u16),
+        "{done:?}"
+    );
+    let mut out = [0f32; 4];
+    buf.read_f32(4096, &mut out).unwrap();
+    assert_eq!(out, [11.0, 0.0, 0.0, 4.5]);
+}
+
+#[test]
+fn corrupt_program_is_rejected() {
+    let dev = device();
+    let mut q = HostQueue::create(&dev, 16, RING_IOVA).unwrap();
+    let buf = SharedRegion::new("buf", 4096).unwrap();
+    buf.write(0, b"VNPG garbage garbage garbage garbage")
+        .unwrap();
+    dev.iommu()
+        .map(BUF_IOVA, buf.fd(), 0, 4096, Perm::READ)
+        .unwrap();
+    q.submit(
+        &dev,
+        &[
+            cmd(Opcode::DmaCopy, 1, BUF_IOVA, DRAM_BASE, 36),
+            cmd(Opcode::Fence, 2, 0, 0, 0),
+            cmd(Opcode::RunProgram, 3, DRAM_BASE, 0, 36),
+            cmd(Opcode::RunProgram, 4, DRAM_BASE + (16 << 20) - 8, 0, 64),
+        ],
+    )
+    .unwrap();
+    let mut done = wait_for(&mut q, &dev, 4);
+    done.sort_by_key(|c| c.req_id);
+    assert_eq!(done[2].status, Status::InvalidProgram as u16);
+    assert_ne!(done[3].status, Status::Ok as u16);
+}
+
+#[test]
+fn bad_commands_complete_with_an_error() {
+    let dev = device();
+    let mut q = HostQueue::create(&dev, 8, RING_IOVA).unwrap();
+    let mut bad = cmd(Opcode::Nop, 1, 0, 0, 0);
+    bad.opcode = 99;
+    let mut reserved = cmd(Opcode::Nop, 2, 0, 0, 0);
+    reserved.reserved = 1;
+    q.submit(&dev, &[bad, reserved, cmd(Opcode::Nop, 3, 0, 0, 0)])
+        .unwrap();
+    let mut done = wait_for(&mut q, &dev, 3);
+    done.sort_by_key(|c| c.req_id);
+    let st: Vec<u16> = done.iter().map(|c| c.status).collect();
+    let inv = Status::InvalidCommand as u16;
+    assert_eq!(st, vec![inv, inv, Status::Ok as u16]);
+}
+
+#[test]
+fn ring_wraps_many_times() {
+    let dev = device();
+    let mut q = HostQueue::create(&dev, 4, RING_IOVA).unwrap();
+    let mut seen = 0;
+    for i in 0..100u32 {
+        q.submit(&dev, &[cmd(Opcode::Nop, i, 0, 0, 0)]).unwrap();
+        let done = wait_for(&mut q, &dev, 1);
+        assert_eq!(done[0].req_id, i);
+        seen += 1;
+    }
+    assert_eq!(seen, 100);
+}
+
+#[test]
+fn timestamp_writes_the_device_clock() {
+    let dev = device();
+    let mut q = HostQueue::create(&dev, 8, RING_IOVA).unwrap();
+    let buf = SharedRegion::new("buf", 4096).unwrap();
+    dev.iommu()
+        .map(BUF_IOVA, buf.fd(), 0, 4096, Perm::READ_WRITE)
+        .unwrap();
+    q.submit(
+        &dev,
+        &[
+            cmd(Opcode::DmaCopy, 1, BUF_IOVA, DRAM_BASE, 4096),
+            cmd(Opcode::Timestamp, 2, 0, BUF_IOVA + 8, 0),
+        ],
+    )
+    .unwrap();
+    wait_for(&mut q, &dev, 2);
+    let mut b = [0u8; 8];
+    buf.read(8, &mut b).unwrap();
+    assert!(u64::from_le_bytes(b) > 0);
+}
+
+#[test]
+fn reset_recovers_a_hung_device() {
+    let plan = FaultPlan {
+        seed: 1,
+        hang_ppm: 1_000_000,
+        ..Default::default()
+    };
+    let dev = Device::new(DeviceConfig {
+        dram_size: 1 << 20,
+        faults: plan,
+        ..Default::default()
+    })
+    .unwrap();
+    let mut q = HostQueue::create(&dev, 8, RING_IOVA).unwrap();
+    let buf = SharedRegion::new("buf", 4096).unwrap();
+    dev.iommu()
+        .map(BUF_IOVA, buf.fd(), 0, 4096, Perm::READ_WRITE)
+        .unwrap();
+    q.submit(&dev, &[cmd(Opcode::DmaCopy, 1, BUF_IOVA, DRAM_BASE, 16)])
+        .unwrap();
+    assert!(
+        q.wait(&dev, Duration::from_millis(100)).is_empty(),
+        "a hung command never completes"
+    );
+    dev.write_reg(regs::CONTROL, regs::CONTROL_RESET);
+    // After reset the queues are gone; the host sets them up again.
+    while dev.read_reg(regs::SQ_SIZE) != 0 {
+        std::thread::yield_now();
+    }
+    dev.iommu().unmap(RING_IOVA).unwrap();
+    dev.iommu().unmap(RING_IOVA + 4096).unwrap();
+    assert_eq!(dev.read_reg(regs::STATUS) & regs::STATUS_ENABLED, 0);
+}
+
+#[test]
+fn device_lost_stops_answering() {
+    let plan = FaultPlan {
+        lose_after: Some(1),
+        ..Default::default()
+    };
+    let dev = Device::new(DeviceConfig {
+        dram_size: 1 << 20,
+        faults: plan,
+        ..Default::default()
+    })
+    .unwrap();
+    let mut q = HostQueue::create(&dev, 8, RING_IOVA).unwrap();
+    q.submit(
+        &dev,
+        &[cmd(Opcode::Nop, 1, 0, 0, 0), cmd(Opcode::Nop, 2, 0, 0, 0)],
+    )
+    .unwrap();
+    let done = wait_for(&mut q, &dev, 1);
+    assert_eq!(done[0].req_id, 1);
+    assert!(q.wait(&dev, Duration::from_millis(100)).is_empty());
+    assert_ne!(dev.read_reg(regs::STATUS) & regs::STATUS_LOST, 0);
+}
+
+#[test]
+fn injected_dma_faults_are_reported() {
+    let plan = FaultPlan {
+        seed: 3,
+        dma_fault_ppm: 1_000_000,
+        ..Default::default()
+    };
+    let dev = Device::new(DeviceConfig {
+        dram_size: 1 << 20,
+        faults: plan,
+        ..Default::default()
+    })
+    .unwrap();
+    let mut q = HostQueue::create(&dev, 8, RING_IOVA).unwrap();
+    let buf = SharedRegion::new("buf", 4096).unwrap();
+    dev.iommu()
+        .map(BUF_IOVA, buf.fd(), 0, 4096, Perm::READ_WRITE)
+        .unwrap();
+    q.submit(&dev, &[cmd(Opcode::DmaCopy, 1, BUF_IOVA, DRAM_BASE, 16)])
+        .unwrap();
+    assert_eq!(wait_for(&mut q, &dev, 1)[0].status, Status::DmaFault as u16);
+}
+
+/// A hostile producer: arbitrary ring contents and doorbell values. The device must keep
+/// answering register reads, never crash, and every completion it posts must be well formed.
+fn hostile_run(entries: Vec<[u64; 8]>, tails: Vec<u32>, heads: Vec<u32>) {
+    let dev = device();
+    let q_iova = RING_IOVA;
+    let sq = SharedRegion::new("sq", 4096).unwrap();
+    let cq = SharedRegion::new("cq", 4096).unwrap();
+    dev.iommu()
+        .map(q_iova, sq.fd(), 0, 4096, Perm::READ)
+        .unwrap();
+    dev.iommu()
+        .map(q_iova + 4096, cq.fd(), 0, 4096, Perm::WRITE)
+        .unwrap();
+    let buf = SharedRegion::new("buf", 4096).unwrap();
+    dev.iommu()
+        .map(BUF_IOVA, buf.fd(), 0, 4096, Perm::READ_WRITE)
+        .unwrap();
+    for (i, e) in entries.iter().enumerate() {
+        let mut b = [0u8; 64];
+        for (k, w) in e.iter().enumerate() {
+            b[k * 8..k * 8 + 8].copy_from_slice(&w.to_le_bytes());
+        }
+        sq.write(i as u64 * 64 % 4096, &b).unwrap();
+    }
+    dev.write_reg(regs::SQ_BASE_LO, q_iova as u32);
+    dev.write_reg(regs::SQ_SIZE, 64);
+    dev.write_reg(regs::CQ_BASE_LO, (q_iova + 4096) as u32);
+    dev.write_reg(regs::CQ_SIZE, 64);
+    dev.write_reg(regs::CONTROL, regs::CONTROL_ENABLE);
+    for (t, h) in tails.iter().zip(heads.iter().chain(std::iter::repeat(&0))) {
+        dev.write_reg(regs::SQ_TAIL, *t);
+        dev.write_reg(regs::CQ_HEAD, *h);
+    }
+    // Let the device work, then make sure it still answers and can be reset.
+    std::thread::sleep(Duration::from_millis(5));
+    assert_eq!(dev.read_reg(regs::ID), regs::ID_VALUE);
+    for i in 0..64 {
+        let mut b = [0u8; 32];
+        cq.read(i * 32, &mut b).unwrap();
+        let c = CompletionEntry::decode(&b);
+        assert!(Status::from_u16(c.status).is_some(), "{c:?}");
+    }
+    dev.write_reg(regs::CONTROL, regs::CONTROL_RESET);
+    assert_eq!(dev.read_reg(regs::ID), regs::ID_VALUE);
+}
+
+fn entry_strategy() -> impl Strategy<Value = [u64; 8]> {
+    let addr = prop_oneof![
+        Just(BUF_IOVA),
+        Just(DRAM_BASE),
+        (0u64..1 << 40),
+        any::<u64>(),
+        Just(RING_IOVA),
+    ];
+    (
+        0u64..8,
+        any::<bool>(),
+        addr.clone(),
+        addr,
+        0u64..1 << 22,
+        0u64..8,
+        any::<bool>(),
+    )
+        .prop_map(|(op, irq, a, b, len, d, res)| {
+            let head = op | (irq as u64) << 16 | (0x55u64 << 32);
+            [head, a, b, len, d, 0, 0, res as u64]
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    #[test]
+    fn no_producer_behaviour_hangs_or_crashes_the_device(
+        entries in proptest::collection::vec(entry_strategy(), 0..64),
+        tails in proptest::collection::vec(prop_oneof![0u32..64, any::<u32>()], 1..8),
+        heads in proptest::collection::vec(prop_oneof![0u32..64, any::<u32>()], 0..8),
+    ) {
+        hostile_run(entries, tails, heads);
+    }
+}
