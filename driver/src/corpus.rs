@@ -6,7 +6,8 @@
 //! CONSTANT_REFERENCE values go into one "ashmem" pool at 64-byte aligned offsets, SUBGRAPH
 //! operands carry their `referenced` index in `location.offset`, and `number_of_consumers`
 //! is computed from the operations. Input and output values are kept as little-endian bytes
-//! in the operand's element type.
+//! in the operand's element type. AIDL-only operations (BATCH_MATMUL, PACK, MIRROR_PAD,
+//! REVERSE, DENSIFY) are loaded with their AIDL values; `hal::validate_model` rejects them.
 //!
 //! Every line is hostile input: malformed JSON, wrong types, out-of-range values and unknown
 //! names are reported as [`CorpusError`]s, never panics.
@@ -386,7 +387,7 @@ impl ModelBuilder {
         let mut operations = Vec::with_capacity(raw.operations.len());
         let mut consumers = vec![0u32; raw.operands.len()];
         for (i, op) in raw.operations.iter().enumerate() {
-            let t = OperationType::from_name(&op.r#type).ok_or_else(|| {
+            let t = OperationType::from_name_any(&op.r#type).ok_or_else(|| {
                 invalid(format!(
                     "{where_} operation {i}: unknown type {:?}",
                     op.r#type

@@ -296,6 +296,42 @@ open_enum! {
 }
 
 impl OperationType {
+    /// BATCH_MATMUL (AIDL V2 only; not a HAL 1.3 operation).
+    pub const BATCH_MATMUL: OperationType = OperationType(102);
+    /// PACK (AIDL V2 only).
+    pub const PACK: OperationType = OperationType(103);
+    /// MIRROR_PAD (AIDL V3 only).
+    pub const MIRROR_PAD: OperationType = OperationType(104);
+    /// REVERSE (AIDL V3 only).
+    pub const REVERSE: OperationType = OperationType(105);
+    /// DENSIFY (experimental, AIDL only).
+    pub const DENSIFY: OperationType = OperationType(20000);
+
+    /// Like [`OperationType::from_name`], also accepting the AIDL-only operations (which a
+    /// HAL 1.3 model cannot contain: `validate_model` rejects them).
+    pub fn from_name_any(name: &str) -> Option<Self> {
+        Self::from_name(name).or(match name {
+            "BATCH_MATMUL" => Some(Self::BATCH_MATMUL),
+            "PACK" => Some(Self::PACK),
+            "MIRROR_PAD" => Some(Self::MIRROR_PAD),
+            "REVERSE" => Some(Self::REVERSE),
+            "DENSIFY" => Some(Self::DENSIFY),
+            _ => None,
+        })
+    }
+
+    /// The name of a HAL 1.3 or AIDL-only operation.
+    pub fn name_any(self) -> Option<&'static str> {
+        self.name().or(match self {
+            Self::BATCH_MATMUL => Some("BATCH_MATMUL"),
+            Self::PACK => Some("PACK"),
+            Self::MIRROR_PAD => Some("MIRROR_PAD"),
+            Self::REVERSE => Some("REVERSE"),
+            Self::DENSIFY => Some("DENSIFY"),
+            _ => None,
+        })
+    }
+
     /// A fundamental (0..=101) or OEM operation.
     pub fn is_known(self) -> bool {
         (0..=OPERATION_TYPE_FUNDAMENTAL_MAX).contains(&self.0) || self == Self::OEM_OPERATION
