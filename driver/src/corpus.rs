@@ -103,7 +103,8 @@ pub struct TestBuffer {
     pub dimensions: Vec<u32>,
     /// Little-endian bytes in the operand's element type.
     pub data: Vec<u8>,
-    /// Omitted optional input (`"data": []` with non-zero dimensions).
+    /// Omitted optional input (`"data": []`; the VTS harness treats every input without
+    /// data as omitted, including those with a zero dimension).
     pub has_no_value: bool,
 }
 
@@ -525,8 +526,9 @@ pub fn parse_case(json_line: &str) -> Result<TestCase, CorpusError> {
     for (i, io) in raw.inputs.iter().enumerate() {
         let t = main_type(io.operand, &format!("input {i}"))?;
         let data = encode(t, &io.data).map_err(|e| invalid(format!("input {i}: {e}")))?;
-        let has_no_value =
-            io.data.is_empty() && element_count(&io.dimensions).is_some_and(|n| n > 0);
+        // As the VTS harness does: an input without data is omitted ("has no value"), whatever
+        // its dimensions (optional LSTM inputs are given as `[0]` with no data).
+        let has_no_value = io.data.is_empty();
         inputs.push(TestBuffer {
             operand: io.operand,
             dimensions: io.dimensions.clone(),

@@ -89,7 +89,7 @@ pub fn check_operation_signature(
     let Some(&t) = ins.first() else {
         return Err(format!("{name}: no inputs"));
     };
-    check_signature(op, t, &ins, &outs, inputs).map_err(|e| format!("{name}: {e}"))?;
+    check_signature(op, t, &ins, &outs, inputs, outputs).map_err(|e| format!("{name}: {e}"))?;
     Ok(true)
 }
 
@@ -169,6 +169,7 @@ fn check_signature(
     ins: &[OperandType],
     outs: &[OperandType],
     operands: &[&Operand],
+    output_operands: &[&Operand],
 ) -> Result<(), String> {
     const I: OperandType = T::INT32;
     const B: OperandType = T::BOOL;
@@ -300,7 +301,28 @@ fn check_signature(
             let mut want = vec![t; ins.len() - 1];
             want.push(I);
             expect(ins, &want, "input")?;
-            expect(outs, &[t], "output")
+            expect(outs, &[t], "output")?;
+            // When every shape is fully known, the output holds exactly the inputs' elements.
+            let count = |o: &Operand| -> Option<u64> {
+                if o.dimensions.is_empty() || o.dimensions.contains(&0) {
+                    return None;
+                }
+                o.dimensions
+                    .iter()
+                    .try_fold(1u64, |acc, &d| acc.checked_mul(u64::from(d)))
+            };
+            let tensors = &operands[..operands.len() - 1];
+            let total: Option<u64> = tensors
+                .iter()
+                .try_fold(0u64, |acc, o| count(o).and_then(|n| acc.checked_add(n)));
+            if let (Some(total), Some(out)) =
+                (total, output_operands.first().and_then(|o| count(o)))
+            {
+                if total != out {
+                    return Err(format!("inputs hold {total} elements, the output {out}"));
+                }
+            }
+            Ok(())
         }
         OperationType::L2_NORMALIZATION => {
             counts(ins, outs, &[1, 2], 1)?;

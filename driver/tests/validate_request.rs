@@ -1,0 +1,80 @@
+//! Port of VTS 1.3 `ValidateRequest.cpp`: removing any input or any output of a request
+//! built for a V1_0 corpus model must be rejected with INVALID_ARGUMENT, and the unmutated
+//! request must be accepted.
+//!
+//! The assertion lives in one place, [`expect_invalid_request`], so that it can be
+//! extended to go through every execution path (execute_1_3 returned and notified,
+//! executeSynchronously_1_3, burst, executeFenced).
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use vnpu_driver::corpus::{self, TestCase};
+use vnpu_driver::hal::{validate_request, ErrorStatus, Model, Request};
+
+fn cases() -> &'static [TestCase] {
+    static CASES: OnceLock<Vec<TestCase>> = OnceLock::new();
+    CASES.get_or_init(|| {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../conformance/V1_0.jsonl.gz");
+        let entries = corpus::read_corpus(&path).expect("open V1_0 corpus");
+        entries
+            .into_iter()
+            .map(|(line, c)| c.unwrap_or_else(|e| panic!("V1_0 line {line}: {e}")))
+            .collect()
+    })
+}
+
+/// The assertion every mutant goes through: the request must be rejected with
+/// INVALID_ARGUMENT.
+fn expect_invalid_request(request: &Request, model: &Model) {
+    for allow_unspecified_output in [true, false] {
+        match validate_request(request, model, allow_unspecified_output) {
+            Ok(()) => panic!("mutated request was accepted"),
+            Err(e) => assert_eq!(e.status(), ErrorStatus::InvalidArgument, "{e}"),
+        }
+    }
+}
+
+fn requests() -> impl Iterator<Item = (&'static TestCase, Request)> {
+    cases().iter().map(|c| {
+        let (request, _pool, _outputs) = c
+            .make_request()
+            .unwrap_or_else(|e| panic!("{}: make_request: {e}", c.name));
+        (c, request)
+    })
+}
+
+#[test]
+fn unmutated_requests_are_valid() {
+    for (c, r) in requests() {
+        for allow in [true, false] {
+            if let Err(e) = validate_request(&r, &c.model, allow) {
+                panic!("{}: {e}", c.name);
+            }
+        }
+    }
+}
+
+#[test]
+fn remove_input() {
+    for (c, r) in requests() {
+        for i in 0..r.inputs.len() {
+            let mut m = r.clone();
+            m.inputs.remove(i);
+            let res = std::panic::catch_unwind(|| expect_invalid_request(&m, &c.model));
+            assert!(res.is_ok(), "{}: removing input {i} was accepted", c.name);
+        }
+    }
+}
+
+#[test]
+fn remove_output() {
+    for (c, r) in requests() {
+        for i in 0..r.outputs.len() {
+            let mut m = r.clone();
+            m.outputs.remove(i);
+            let res = std::panic::catch_unwind(|| expect_invalid_request(&m, &c.model));
+            assert!(res.is_ok(), "{}: removing output {i} was accepted", c.name);
+        }
+    }
+}
