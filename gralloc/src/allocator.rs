@@ -297,12 +297,14 @@ impl Allocator {
         let meta = sealed_memfd(&format!("vnpu-gralloc {label} metadata"), desc.meta_size)
             .map_err(|_| AllocError::NoResources("memfd for metadata"))?;
         let ints = desc.to_ints();
+        let pixel_id = crate::shared::file_id(std::os::fd::AsRawFd::as_raw_fd(&pixels))
+            .map_err(|_| AllocError::NoResources("fstat pixels"))?;
         {
             let map = Mapping::map(std::os::fd::AsRawFd::as_raw_fd(&meta), desc.meta_size)
                 .map_err(|_| AllocError::NoResources("mapping metadata"))?;
             // SAFETY: `map` is META_HEADER_SIZE or larger and lives through this block.
             let shared = unsafe { SharedMeta::new(&map) };
-            shared.init(&ints, name);
+            shared.init(&ints, name, pixel_id);
         }
         NativeHandle::new(vec![pixels, meta], &ints).ok_or(AllocError::NoResources("native handle"))
     }

@@ -651,3 +651,19 @@ pub unsafe extern "C" fn vnpu_native_handle_delete(h: *mut native_handle_t) {
     // SAFETY: per contract the handle is ours to release.
     drop(unsafe { crate::handle::NativeHandle::from_raw(h) });
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn c_layouts_match_the_header() {
+        assert_eq!(std::mem::size_of::<AIMapper>(), 128);
+        assert_eq!(std::mem::align_of::<AIMapper>(), 16);
+        assert_eq!(std::mem::offset_of!(AIMapper, v5), 8);
+        assert_eq!(std::mem::offset_of!(AIMapperV5, getReservedRegion), 14 * 8);
+        assert_eq!(std::mem::size_of::<AIMapper_MetadataTypeDescription>(), 64);
+        assert_eq!(std::mem::size_of::<VnpuBufferDescriptorInfo>(), 160);
+        assert_eq!(std::mem::offset_of!(VnpuBufferDescriptorInfo, usage), 144);
+    }
+}

@@ -205,7 +205,7 @@ impl Mapper {
         // SAFETY: `meta_map` is at least META_HEADER_SIZE bytes and is owned by
         // the `Imported` that also owns this view.
         let meta = unsafe { SharedMeta::new(&meta_map) };
-        let (creator_pid, name) = meta.verify(raw.ints)?;
+        let (creator_pid, name) = meta.verify(raw.ints, pix_id)?;
         let handle =
             NativeHandle::new(fds, raw.ints).ok_or(MapperError::NoResources("native handle"))?;
         let mut strict_on = false;

@@ -37,6 +37,8 @@ pub(crate) struct SharedHeader {
     version: u32,
     header_size: u32,
     handle_ints: [i32; NUM_INTS],
+    pixel_dev: u64,
+    pixel_ino: u64,
     creator_pid: u32,
     name_len: u32,
     name: [u8; 128],
@@ -94,6 +96,21 @@ pub(crate) fn sealed_memfd(name: &str, size: u64) -> std::io::Result<OwnedFd> {
 pub(crate) struct FileId {
     pub dev: u64,
     pub ino: u64,
+}
+
+/// The (dev, inode) of an fd.
+pub(crate) fn file_id(fd: RawFd) -> std::io::Result<FileId> {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
+    // SAFETY: fstat writes into `st`.
+    if unsafe { libc::fstat(fd, st.as_mut_ptr()) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fstat succeeded.
+    let st = unsafe { st.assume_init() };
+    Ok(FileId {
+        dev: st.st_dev,
+        ino: st.st_ino,
+    })
 }
 
 /// Checks that `fd` is a memfd (sealable shmem file) sealed against shrink
@@ -266,7 +283,7 @@ impl SharedMeta {
     }
 
     /// Writes a fresh header (allocator side, before the handle leaves).
-    pub fn init(&self, ints: &[i32; NUM_INTS], name: &[u8]) {
+    pub fn init(&self, ints: &[i32; NUM_INTS], name: &[u8], pixels: FileId) {
         let name = &name[..name.len().min(NAME_MAX)];
         // SAFETY: the mapping is new and private to the allocator until the handle
         // is handed out; fields are written through raw pointers with volatile stores.
@@ -281,6 +298,8 @@ impl SharedMeta {
             for (i, v) in ints.iter().enumerate() {
                 std::ptr::write_volatile((addr_of_mut!((*h).handle_ints) as *mut i32).add(i), *v);
             }
+            std::ptr::write_volatile(addr_of_mut!((*h).pixel_dev), pixels.dev);
+            std::ptr::write_volatile(addr_of_mut!((*h).pixel_ino), pixels.ino);
             std::ptr::write_volatile(addr_of_mut!((*h).creator_pid), std::process::id());
             std::ptr::write_volatile(addr_of_mut!((*h).name_len), name.len() as u32);
             vcopy_in(addr_of_mut!((*h).name) as *mut u8, name);
@@ -296,9 +315,10 @@ impl SharedMeta {
         self.seq().store(0, Ordering::Release);
     }
 
-    /// Checks magic/version and that the header's copy of the handle ints
-    /// equals `ints`. Returns the creator pid and the name.
-    pub fn verify(&self, ints: &[i32]) -> Result<(u32, String), MapperError> {
+    /// Checks magic/version, that the header's copy of the handle ints
+    /// equals `ints` and that the pixel fd is the file the allocator created.
+    /// Returns the creator pid and the name.
+    pub fn verify(&self, ints: &[i32], pixels: FileId) -> Result<(u32, String), MapperError> {
         // SAFETY: reads of fields inside the live mapping, volatile.
         unsafe {
             let h = self.h;
@@ -315,6 +335,13 @@ impl SharedMeta {
                 {
                     return Err(MapperError::BadBuffer("handle does not match its metadata"));
                 }
+            }
+            if std::ptr::read_volatile(addr_of!((*h).pixel_dev)) != pixels.dev
+                || std::ptr::read_volatile(addr_of!((*h).pixel_ino)) != pixels.ino
+            {
+                return Err(MapperError::BadBuffer(
+                    "pixel fd is not this buffer's memory",
+                ));
             }
             let pid = std::ptr::read_volatile(addr_of!((*h).creator_pid));
             let len = std::ptr::read_volatile(addr_of!((*h).name_len)) as usize;
