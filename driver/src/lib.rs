@@ -1,3 +1,16 @@
 //! NN HAL 1.3 driver over the emulated vnpu device.
+//!
+//! Layers (see docs/ARCHITECTURE.md): [`hal`] types and validation, [`compile`] (model to
+//! device program), [`hw`] (the kernel-driver layer over `vnpu-emu`), [`memory`] pools,
+//! [`device`] (the IDevice / IPreparedModel surface), [`execute`], and the
+//! [`conformance`] runner behind the `vnpu` CLI.
 pub mod corpus;
 pub mod hal;
+
+pub mod alloc;
+pub mod compile;
+pub mod conformance;
+pub mod device;
+pub mod hw;
+pub mod memory;
+pub mod prepared;

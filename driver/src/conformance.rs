@@ -1,0 +1,262 @@
+//! The conformance runner: each corpus case through the full driver path (validate,
+//! prepare, execute on the device) and compared with the corpus's tolerances
+//! (conformance/CRITERIA.md).
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::corpus::{find_case, CorpusError, TestCase};
+use crate::device::{ExecutionSlot, IDevice, PreparedModelSlot};
+use crate::hal::{
+    ErrorStatus, ExecutionPreference, MeasureTiming, Memory, OperandType, OptionalTimePoint, OptionalTimeoutDuration,
+    Priority, Timing,
+};
+
+/// The outcome of one case.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Verdict {
+    Pass,
+    Fail(String),
+    /// getSupportedOperations said false for one of its operations.
+    Skip(String),
+}
+
+/// One output compared with its expectation.
+#[derive(Clone, Debug)]
+pub struct OutputReport {
+    pub operand: u32,
+    pub r#type: OperandType,
+    pub expected: Vec<f64>,
+    pub actual: Vec<f64>,
+    pub max_error: f64,
+    pub mismatches: usize,
+    pub ignored: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct CaseReport {
+    pub name: String,
+    /// Operation names of the main subgraph, deduplicated, in first-use order.
+    pub operations: Vec<String>,
+    pub verdict: Verdict,
+    pub outputs: Vec<OutputReport>,
+    pub timing: Timing,
+}
+
+/// The corpus files shipped with the project.
+pub fn default_corpus() -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../conformance");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.to_string_lossy().ends_with(".jsonl.gz")).collect())
+        .unwrap_or_default();
+    files.sort();
+    files
+}
+
+/// Finds a case by full name (`spec/variant`) or by spec name when the spec has a
+/// variant of the same name.
+pub fn lookup(paths: &[PathBuf], name: &str) -> Result<TestCase, CorpusError> {
+    match find_case(paths, name) {
+        Err(CorpusError::NotFound(_)) if !name.contains('/') => find_case(paths, &format!("{name}/{name}")),
+        r => r,
+    }
+}
+
+fn operation_names(case: &TestCase) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for op in &case.model.main.operations {
+        let n = op.r#type.name().map_or_else(|| format!("OP{}", op.r#type.0), str::to_string);
+        if !names.contains(&n) {
+            names.push(n);
+        }
+    }
+    names
+}
+
+/// Runs one case; a panic anywhere inside is caught and reported as a failure.
+pub fn run_case(device: &dyn IDevice, case: &TestCase) -> CaseReport {
+    let operations = operation_names(case);
+    let result = catch_unwind(AssertUnwindSafe(|| run_case_inner(device, case)));
+    let (verdict, outputs, timing) = match result {
+        Ok(r) => r,
+        Err(p) => {
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            (Verdict::Fail(format!("panic: {msg}")), Vec::new(), Timing::NONE)
+        }
+    };
+    CaseReport { name: case.name.clone(), operations, verdict, outputs, timing }
+}
+
+fn run_case_inner(device: &dyn IDevice, case: &TestCase) -> (Verdict, Vec<OutputReport>, Timing) {
+    let expected_failure = |what: String| {
+        if case.expect_failure {
+            (Verdict::Pass, Vec::new(), Timing::NONE)
+        } else {
+            (Verdict::Fail(what), Vec::new(), Timing::NONE)
+        }
+    };
+    let model = &case.model;
+    let (status, supported) = device.get_supported_operations_1_3(model);
+    if status != ErrorStatus::None {
+        return expected_failure(format!("getSupportedOperations_1_3: {status}"));
+    }
+    if let Some(k) = supported.iter().position(|s| !s) {
+        let name = model.main.operations[k].r#type.name().unwrap_or("?");
+        return (Verdict::Skip(format!("{name} (operation {k}) is not supported")), Vec::new(), Timing::NONE);
+    }
+    let slot = PreparedModelSlot::new();
+    let ret = device.prepare_model_1_3(
+        model,
+        ExecutionPreference::FAST_SINGLE_ANSWER,
+        Priority::MEDIUM,
+        OptionalTimePoint::NONE,
+        &[],
+        &[],
+        &[0u8; 32],
+        Some(slot.clone()),
+    );
+    let (status, prepared) = slot.wait();
+    if ret != status {
+        return (Verdict::Fail(format!("prepareModel_1_3 returned {ret} but notified {status}")), Vec::new(), Timing::NONE);
+    }
+    let Some(prepared) = prepared.filter(|_| status == ErrorStatus::None) else {
+        return expected_failure(format!("prepareModel_1_3: {status}"));
+    };
+    let (request, pool, locations) = match case.make_request() {
+        Ok(r) => r,
+        Err(e) => return (Verdict::Fail(format!("building the request: {e}")), Vec::new(), Timing::NONE),
+    };
+    let exec = ExecutionSlot::new();
+    let ret = prepared.execute_1_3(
+        &request,
+        MeasureTiming::YES,
+        OptionalTimePoint::NONE,
+        OptionalTimeoutDuration(None),
+        Some(exec.clone() as Arc<dyn crate::device::ExecutionCallback>),
+    );
+    let (status, shapes, timing) = exec.wait();
+    if ret != ErrorStatus::None && ret != status {
+        return (Verdict::Fail(format!("execute_1_3 returned {ret} but notified {status}")), Vec::new(), Timing::NONE);
+    }
+    if status != ErrorStatus::None {
+        return expected_failure(format!("execute_1_3: {status}"));
+    }
+    if case.expect_failure {
+        return (Verdict::Fail("expected preparation or execution to fail".into()), Vec::new(), timing);
+    }
+    let mut reports = Vec::new();
+    let mut problems = Vec::new();
+    for (k, (want, loc)) in case.outputs.iter().zip(&locations).enumerate() {
+        if let Some(s) = shapes.get(k) {
+            if !want.ignored && (s.dimensions != want.dimensions || !s.is_sufficient) {
+                problems.push(format!("output {k}: shape {:?}, expected {:?}", s.dimensions, want.dimensions));
+            }
+        }
+        let ty = case.operand_type(want.operand).unwrap_or(OperandType(-1));
+        let bytes = match read_bytes(&pool, loc.offset as u64, want.data.len()) {
+            Ok(b) => b,
+            Err(e) => return (Verdict::Fail(format!("reading output {k}: {e}")), reports, timing),
+        };
+        let r = compare(want.operand, ty, &want.data, &bytes, case.relaxed, want.ignored);
+        if r.mismatches > 0 {
+            problems.push(format!("output {k}: {} of {} values out of tolerance (max error {:.3e})", r.mismatches, r.expected.len(), r.max_error));
+        }
+        reports.push(r);
+    }
+    let verdict = if problems.is_empty() { Verdict::Pass } else { Verdict::Fail(problems.join("; ")) };
+    (verdict, reports, timing)
+}
+
+fn read_bytes(pool: &Memory, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {
+    let fd = pool.fd().ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    let mut buf = vec![0u8; len];
+    let mut done = 0;
+    while done < len {
+        let n = nix::sys::uio::pread(fd, &mut buf[done..], (offset + done as u64) as i64).map_err(std::io::Error::from)?;
+        if n == 0 {
+            return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof));
+        }
+        done += n;
+    }
+    Ok(buf)
+}
+
+/// Decodes little-endian elements of `ty` to f64.
+pub fn decode(ty: OperandType, b: &[u8]) -> Vec<f64> {
+    let w = ty.element_size().unwrap_or(1).max(1);
+    b.chunks_exact(w)
+        .map(|c| match ty {
+            OperandType::TENSOR_FLOAT32 | OperandType::FLOAT32 => f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64,
+            OperandType::TENSOR_FLOAT16 | OperandType::FLOAT16 => crate::corpus::f16_bits_to_f32(u16::from_le_bytes([c[0], c[1]])) as f64,
+            OperandType::TENSOR_INT32 | OperandType::INT32 => i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64,
+            OperandType::UINT32 => u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64,
+            OperandType::TENSOR_QUANT8_ASYMM | OperandType::BOOL | OperandType::TENSOR_BOOL8 => c[0] as f64,
+            OperandType::TENSOR_QUANT8_ASYMM_SIGNED | OperandType::TENSOR_QUANT8_SYMM => c[0] as i8 as f64,
+            OperandType::TENSOR_QUANT16_ASYMM => u16::from_le_bytes([c[0], c[1]]) as f64,
+            OperandType::TENSOR_QUANT16_SYMM => i16::from_le_bytes([c[0], c[1]]) as f64,
+            _ => f64::NAN,
+        })
+        .collect()
+}
+
+/// (atol, rtol) of CRITERIA.md for an output of `ty`.
+pub fn tolerance(ty: OperandType, relaxed: bool) -> (f64, f64) {
+    const F16: f64 = 5.0 / 1024.0;
+    match ty {
+        OperandType::TENSOR_FLOAT32 if relaxed => (F16, F16),
+        OperandType::TENSOR_FLOAT32 => (1e-5, 5.0 * 2f64.powi(-23)),
+        OperandType::TENSOR_FLOAT16 => (F16, F16),
+        OperandType::TENSOR_BOOL8 => (0.0, 0.0),
+        _ => (1.0, 0.0),
+    }
+}
+
+/// Compares one output element-wise: |a - e| <= atol + rtol * |e|.
+pub fn compare(operand: u32, ty: OperandType, expected: &[u8], actual: &[u8], relaxed: bool, ignored: bool) -> OutputReport {
+    let e = decode(ty, expected);
+    let a = decode(ty, actual);
+    let (atol, rtol) = tolerance(ty, relaxed);
+    let mut max_error = 0f64;
+    let mut mismatches = 0;
+    if !ignored {
+        for (x, y) in a.iter().zip(&e) {
+            let err = (x - y).abs();
+            max_error = max_error.max(if err.is_nan() { f64::INFINITY } else { err });
+            if !(err <= atol + rtol * y.abs()) {
+                mismatches += 1;
+            }
+        }
+        mismatches += e.len().abs_diff(a.len());
+    }
+    OutputReport { operand, r#type: ty, expected: e, actual: a, max_error, mismatches, ignored }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn float32_tolerance_is_5_ulp_plus_1e5() {
+        let (atol, rtol) = tolerance(OperandType::TENSOR_FLOAT32, false);
+        assert_eq!(atol, 1e-5);
+        assert!((rtol - 5.0 * 2f64.powi(-23)).abs() < 1e-15);
+    }
+
+    #[test]
+    fn compare_counts_mismatches() {
+        let f = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        let r = compare(0, OperandType::TENSOR_FLOAT32, &f(&[1.0, 2.0]), &f(&[1.0, 2.1]), false, false);
+        assert_eq!(r.mismatches, 1);
+        let r = compare(0, OperandType::TENSOR_FLOAT32, &f(&[1.0, 2.0]), &f(&[1.0, 2.0001]), true, false);
+        assert_eq!(r.mismatches, 0);
+        let r = compare(0, OperandType::TENSOR_FLOAT32, &f(&[1.0]), &f(&[f32::NAN]), false, false);
+        assert_eq!(r.mismatches, 1);
+        let r = compare(0, OperandType::TENSOR_FLOAT32, &f(&[1.0]), &f(&[9.0]), false, true);
+        assert_eq!(r.mismatches, 0, "ignored outputs are not compared");
+    }
+}

@@ -1,0 +1,405 @@
+//! The IDevice 1.3 surface as Rust traits, and its implementation over the emulated
+//! device. Every method takes and returns plain data and file descriptors, so the same
+//! traits can be served across a process boundary.
+
+use std::collections::BinaryHeap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+
+use vnpu_emu::DeviceConfig;
+
+use crate::compile;
+use crate::hal::{
+    validate_execution_preference, validate_model, validate_priority, Capabilities, DeviceStatus, DeviceType,
+    ErrorStatus, ExecutionPreference, MeasureTiming, Model, NativeHandle, OperandPerformance, OperandType,
+    OptionalTimePoint, OptionalTimeoutDuration, OutputShape, PerformanceInfo, Priority, Request, Timing,
+    BYTE_SIZE_OF_CACHE_TOKEN,
+};
+use crate::hw::{Hardware, HwError};
+use crate::prepared::VnpuPreparedModel;
+
+/// Notified once with the outcome of a preparation.
+pub trait PreparedModelCallback: Send + Sync {
+    fn notify(&self, status: ErrorStatus, prepared: Option<Arc<dyn IPreparedModel>>);
+}
+
+/// Notified once with the outcome of an asynchronous execution.
+pub trait ExecutionCallback: Send + Sync {
+    fn notify(&self, status: ErrorStatus, output_shapes: Vec<OutputShape>, timing: Timing);
+}
+
+/// A vendor extension's operand type (`Extension::OperandTypeInformation`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExtensionOperandTypeInformation {
+    pub r#type: u16,
+    pub is_tensor: bool,
+    pub byte_size: u32,
+}
+
+/// A vendor extension (`Extension`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Extension {
+    pub name: String,
+    pub operand_types: Vec<ExtensionOperandTypeInformation>,
+}
+
+/// The NN HAL 1.3 `IDevice` (with the 1.0-1.2 queries it still serves).
+pub trait IDevice: Send + Sync {
+    fn get_capabilities_1_3(&self) -> (ErrorStatus, Capabilities);
+    fn get_version_string(&self) -> (ErrorStatus, String);
+    fn get_type(&self) -> (ErrorStatus, DeviceType);
+    fn get_status(&self) -> DeviceStatus;
+    fn get_supported_extensions(&self) -> (ErrorStatus, Vec<Extension>);
+    fn get_supported_operations_1_3(&self, model: &Model) -> (ErrorStatus, Vec<bool>);
+    /// (status, number of model cache files, number of data cache files).
+    fn get_number_of_cache_files_needed(&self) -> (ErrorStatus, u32, u32);
+    #[allow(clippy::too_many_arguments)]
+    fn prepare_model_1_3(
+        &self,
+        model: &Model,
+        preference: ExecutionPreference,
+        priority: Priority,
+        deadline: OptionalTimePoint,
+        model_cache: &[NativeHandle],
+        data_cache: &[NativeHandle],
+        token: &[u8; BYTE_SIZE_OF_CACHE_TOKEN],
+        callback: Option<Arc<dyn PreparedModelCallback>>,
+    ) -> ErrorStatus;
+    fn prepare_model_from_cache_1_3(
+        &self,
+        deadline: OptionalTimePoint,
+        model_cache: &[NativeHandle],
+        data_cache: &[NativeHandle],
+        token: &[u8; BYTE_SIZE_OF_CACHE_TOKEN],
+        callback: Option<Arc<dyn PreparedModelCallback>>,
+    ) -> ErrorStatus;
+}
+
+/// The NN HAL 1.3 `IPreparedModel`.
+pub trait IPreparedModel: Send + Sync {
+    fn execute_1_3(
+        &self,
+        request: &Request,
+        measure: MeasureTiming,
+        deadline: OptionalTimePoint,
+        loop_timeout: OptionalTimeoutDuration,
+        callback: Option<Arc<dyn ExecutionCallback>>,
+    ) -> ErrorStatus;
+    fn execute_synchronously_1_3(
+        &self,
+        request: &Request,
+        measure: MeasureTiming,
+        deadline: OptionalTimePoint,
+        loop_timeout: OptionalTimeoutDuration,
+    ) -> (ErrorStatus, Vec<OutputShape>, Timing);
+}
+
+/// A CPU core's modelled throughput, the yardstick of the performance ratios.
+const CPU_FLOPS_PER_NS: f64 = 10.0;
+const CPU_WATTS: f64 = 4.0;
+const DEVICE_WATTS: f64 = 2.0;
+
+struct PrepareJob {
+    priority: i32,
+    seq: u64,
+    run: Box<dyn FnOnce() + Send>,
+}
+
+impl PartialEq for PrepareJob {
+    fn eq(&self, o: &Self) -> bool {
+        (self.priority, self.seq) == (o.priority, o.seq)
+    }
+}
+impl Eq for PrepareJob {}
+impl PartialOrd for PrepareJob {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for PrepareJob {
+    /// Higher priority first; FIFO within a priority.
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        self.priority.cmp(&o.priority).then(o.seq.cmp(&self.seq))
+    }
+}
+
+/// Preparations run on one worker, highest priority first.
+struct PrepareQueue {
+    jobs: Mutex<BinaryHeap<PrepareJob>>,
+    ready: Condvar,
+    seq: AtomicU64,
+}
+
+impl PrepareQueue {
+    fn start() -> Arc<PrepareQueue> {
+        let q = Arc::new(PrepareQueue { jobs: Mutex::new(BinaryHeap::new()), ready: Condvar::new(), seq: AtomicU64::new(0) });
+        let weak = Arc::downgrade(&q);
+        let _ = std::thread::Builder::new().name("vnpu-prepare".into()).spawn(move || loop {
+            let Some(q) = weak.upgrade() else { return };
+            let job = {
+                let mut jobs = q.jobs.lock().unwrap_or_else(|p| p.into_inner());
+                if jobs.is_empty() {
+                    // Wake now and then to notice the device going away.
+                    jobs = q
+                        .ready
+                        .wait_timeout(jobs, std::time::Duration::from_millis(200))
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0;
+                }
+                jobs.pop()
+            };
+            drop(q);
+            if let Some(j) = job {
+                (j.run)();
+            }
+        });
+        q
+    }
+
+    fn push(&self, priority: Priority, run: Box<dyn FnOnce() + Send>) {
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        self.jobs.lock().unwrap_or_else(|p| p.into_inner()).push(PrepareJob { priority: priority.0, seq, run });
+        self.ready.notify_one();
+    }
+}
+
+/// The driver's device: the HAL over one emulated accelerator.
+pub struct VnpuDevice {
+    hw: Arc<Hardware>,
+    prepare: Arc<PrepareQueue>,
+}
+
+impl VnpuDevice {
+    /// Powers up an emulated device with the default configuration.
+    pub fn new() -> Result<Arc<VnpuDevice>, HwError> {
+        Self::with_config(DeviceConfig::default())
+    }
+
+    pub fn with_config(config: DeviceConfig) -> Result<Arc<VnpuDevice>, HwError> {
+        Ok(Arc::new(VnpuDevice { hw: Hardware::open(config)?, prepare: PrepareQueue::start() }))
+    }
+
+    pub fn name(&self) -> &'static str {
+        "vnpu-emulated"
+    }
+
+    pub fn hardware(&self) -> &Arc<Hardware> {
+        &self.hw
+    }
+
+    /// The model's pools read into memory and its constant operands resolved.
+    fn model_constants(model: &Model) -> Result<Vec<Option<Vec<u8>>>, ErrorStatus> {
+        let pools = model
+            .pools
+            .iter()
+            .map(crate::memory::read_pool)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| {
+                tracing::debug!("model pool: {e}");
+                ErrorStatus::InvalidArgument
+            })?;
+        compile::constant_values(model, &model.main, &pools).map_err(|e| e.status())
+    }
+}
+
+impl IDevice for VnpuDevice {
+    fn get_capabilities_1_3(&self) -> (ErrorStatus, Capabilities) {
+        let t = self.hw.device().timing();
+        let exec_time = (CPU_FLOPS_PER_NS / t.flops_per_ns) as f32;
+        let fast = PerformanceInfo { exec_time, power_usage: exec_time * (DEVICE_WATTS / CPU_WATTS) as f32 };
+        let slow = PerformanceInfo { exec_time: f32::MAX, power_usage: f32::MAX };
+        let supported = [OperandType::FLOAT32, OperandType::INT32, OperandType::TENSOR_FLOAT32, OperandType::TENSOR_INT32];
+        let mut operand_performance: Vec<OperandPerformance> = OperandType::ALL
+            .iter()
+            .filter(|&&ty| ty != OperandType::SUBGRAPH && (0..=15).contains(&ty.0))
+            .map(|&ty| OperandPerformance { r#type: ty, info: if supported.contains(&ty) { fast } else { slow } })
+            .collect();
+        operand_performance.sort_by_key(|p| p.r#type.0);
+        let caps = Capabilities {
+            relaxed_float32_to_float16_performance_scalar: fast,
+            relaxed_float32_to_float16_performance_tensor: fast,
+            operand_performance,
+            if_performance: slow,
+            while_performance: slow,
+        };
+        (ErrorStatus::None, caps)
+    }
+
+    fn get_version_string(&self) -> (ErrorStatus, String) {
+        (ErrorStatus::None, format!("vnpu-emu-{}", env!("CARGO_PKG_VERSION")))
+    }
+
+    fn get_type(&self) -> (ErrorStatus, DeviceType) {
+        (ErrorStatus::None, DeviceType::Accelerator)
+    }
+
+    fn get_status(&self) -> DeviceStatus {
+        if self.hw.is_lost() {
+            DeviceStatus::Offline
+        } else {
+            DeviceStatus::Available
+        }
+    }
+
+    fn get_supported_extensions(&self) -> (ErrorStatus, Vec<Extension>) {
+        (ErrorStatus::None, Vec::new())
+    }
+
+    fn get_supported_operations_1_3(&self, model: &Model) -> (ErrorStatus, Vec<bool>) {
+        if let Err(e) = validate_model(model) {
+            tracing::debug!("getSupportedOperations: {e}");
+            return (ErrorStatus::InvalidArgument, Vec::new());
+        }
+        match Self::model_constants(model) {
+            Ok(c) => (ErrorStatus::None, compile::supported_operations(model, &c)),
+            Err(s) => (s, Vec::new()),
+        }
+    }
+
+    fn get_number_of_cache_files_needed(&self) -> (ErrorStatus, u32, u32) {
+        (ErrorStatus::None, 0, 0)
+    }
+
+    fn prepare_model_1_3(
+        &self,
+        model: &Model,
+        preference: ExecutionPreference,
+        priority: Priority,
+        deadline: OptionalTimePoint,
+        _model_cache: &[NativeHandle],
+        _data_cache: &[NativeHandle],
+        _token: &[u8; BYTE_SIZE_OF_CACHE_TOKEN],
+        callback: Option<Arc<dyn PreparedModelCallback>>,
+    ) -> ErrorStatus {
+        let Some(callback) = callback else { return ErrorStatus::InvalidArgument };
+        let fail = |status: ErrorStatus| {
+            callback.notify(status, None);
+            status
+        };
+        let valid = validate_model(model)
+            .and_then(|_| validate_execution_preference(preference))
+            .and_then(|_| validate_priority(priority));
+        if let Err(e) = valid {
+            tracing::debug!("prepareModel: {e}");
+            return fail(ErrorStatus::InvalidArgument);
+        }
+        let constants = match Self::model_constants(model) {
+            Ok(c) => c,
+            Err(s) => return fail(s),
+        };
+        if compile::supported_operations(model, &constants).contains(&false) {
+            return fail(ErrorStatus::InvalidArgument);
+        }
+        if deadline.has_passed() {
+            return fail(ErrorStatus::MissedDeadlinePersistent);
+        }
+        let hw = Arc::clone(&self.hw);
+        let model = model.clone();
+        self.prepare.push(
+            priority,
+            Box::new(move || {
+                if deadline.has_passed() {
+                    callback.notify(ErrorStatus::MissedDeadlinePersistent, None);
+                    return;
+                }
+                match VnpuPreparedModel::prepare(hw, model, constants, preference, priority) {
+                    Ok(p) => callback.notify(ErrorStatus::None, Some(p as Arc<dyn IPreparedModel>)),
+                    Err(status) => callback.notify(status, None),
+                }
+            }),
+        );
+        ErrorStatus::None
+    }
+
+    fn prepare_model_from_cache_1_3(
+        &self,
+        _deadline: OptionalTimePoint,
+        _model_cache: &[NativeHandle],
+        _data_cache: &[NativeHandle],
+        _token: &[u8; BYTE_SIZE_OF_CACHE_TOKEN],
+        callback: Option<Arc<dyn PreparedModelCallback>>,
+    ) -> ErrorStatus {
+        // Caching is not offered yet (0 cache files), as the HAL allows.
+        if let Some(cb) = callback {
+            cb.notify(ErrorStatus::GeneralFailure, None);
+        }
+        ErrorStatus::GeneralFailure
+    }
+}
+
+/// A callback a client can wait on. Counts notifications so tests can check "exactly once".
+#[derive(Default)]
+pub struct PreparedModelSlot {
+    state: Mutex<(u32, Option<(ErrorStatus, Option<Arc<dyn IPreparedModel>>)>)>,
+    cv: Condvar,
+}
+
+impl PreparedModelSlot {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    /// Waits for the first notification.
+    pub fn wait(&self) -> (ErrorStatus, Option<Arc<dyn IPreparedModel>>) {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if let Some((st, m)) = &s.1 {
+                return (*st, m.clone());
+            }
+            s = self.cv.wait(s).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    pub fn notifications(&self) -> u32 {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).0
+    }
+}
+
+impl PreparedModelCallback for PreparedModelSlot {
+    fn notify(&self, status: ErrorStatus, prepared: Option<Arc<dyn IPreparedModel>>) {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.0 += 1;
+        if s.1.is_none() {
+            s.1 = Some((status, prepared));
+        }
+        self.cv.notify_all();
+    }
+}
+
+/// An execution callback a client can wait on.
+#[derive(Default)]
+pub struct ExecutionSlot {
+    state: Mutex<(u32, Option<(ErrorStatus, Vec<OutputShape>, Timing)>)>,
+    cv: Condvar,
+}
+
+impl ExecutionSlot {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    pub fn wait(&self) -> (ErrorStatus, Vec<OutputShape>, Timing) {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if let Some(r) = &s.1 {
+                return r.clone();
+            }
+            s = self.cv.wait(s).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    pub fn notifications(&self) -> u32 {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).0
+    }
+}
+
+impl ExecutionCallback for ExecutionSlot {
+    fn notify(&self, status: ErrorStatus, output_shapes: Vec<OutputShape>, timing: Timing) {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.0 += 1;
+        if s.1.is_none() {
+            s.1 = Some((status, output_shapes, timing));
+        }
+        self.cv.notify_all();
+    }
+}

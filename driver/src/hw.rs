@@ -1,0 +1,267 @@
+//! The hardware layer: what a kernel driver does for the device. It owns the emulated
+//! device, its queue pair, the IOVA and DRAM allocators, and an interrupt thread that
+//! routes each completion to the batch waiting for it.
+
+use std::collections::BTreeMap;
+use std::os::fd::BorrowedFd;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use thiserror::Error;
+use vnpu_emu::host::{wait_irq, HostQueue};
+use vnpu_emu::iommu::{Perm, PAGE_SIZE};
+use vnpu_emu::regs;
+use vnpu_emu::ring::{CompletionEntry, Status, SubmissionEntry};
+use vnpu_emu::{Device, DeviceConfig};
+
+use crate::alloc::RangeAllocator;
+
+const QUEUE_ENTRIES: u32 = 256;
+const RING_IOVA: u64 = 0x10_0000;
+/// Host buffers are mapped into the IOVA space from here up.
+const IOVA_POOL_START: u64 = 0x100_0000;
+const IOVA_POOL_END: u64 = vnpu_emu::DRAM_BASE;
+/// How long a batch may take before the device is considered hung.
+pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
+
+#[derive(Debug, Error)]
+pub enum HwError {
+    #[error("device: {0}")]
+    Device(#[from] vnpu_emu::DeviceError),
+    #[error("iommu: {0}")]
+    Iommu(#[from] vnpu_emu::error::IommuError),
+    #[error("out of device memory ({0} bytes requested)")]
+    OutOfDeviceMemory(u64),
+    #[error("out of IOVA space ({0} bytes requested)")]
+    OutOfIova(u64),
+    #[error("command {index} of the batch failed: {status:?} (detail {detail}, address {addr:#x})")]
+    Command { index: usize, status: Option<Status>, detail: u32, addr: u64 },
+    #[error("the device did not complete the batch in time")]
+    Timeout,
+    #[error("the device is lost")]
+    Lost,
+}
+
+/// A range of device DRAM; freed when dropped.
+#[derive(Debug)]
+pub struct DramBlock {
+    hw: Arc<Hardware>,
+    pub addr: u64,
+    pub len: u64,
+}
+
+impl Drop for DramBlock {
+    fn drop(&mut self) {
+        self.hw.dram.lock().unwrap_or_else(|p| p.into_inner()).free(self.addr, self.len);
+    }
+}
+
+/// A host fd range mapped into the device's IOVA space; unmapped when dropped.
+#[derive(Debug)]
+pub struct IoMapping {
+    hw: Arc<Hardware>,
+    /// The device address of the mapped file offset.
+    pub iova: u64,
+    base: u64,
+    span: u64,
+}
+
+impl Drop for IoMapping {
+    fn drop(&mut self) {
+        let _ = self.hw.device.iommu().unmap(self.base);
+        self.hw.iova.lock().unwrap_or_else(|p| p.into_inner()).free(self.base, self.span);
+    }
+}
+
+/// Completions of one submitted batch.
+#[derive(Debug)]
+struct Batch {
+    expected: usize,
+    got: Mutex<Vec<CompletionEntry>>,
+    done: Condvar,
+}
+
+#[derive(Debug)]
+struct QueueState {
+    queue: HostQueue,
+    next_req_id: u32,
+    /// First request id of each batch in flight.
+    batches: BTreeMap<u32, Arc<Batch>>,
+}
+
+#[derive(Debug)]
+pub struct Hardware {
+    device: Device,
+    queue: Mutex<QueueState>,
+    /// Signalled when submission slots free up.
+    room: Condvar,
+    dram: Mutex<RangeAllocator>,
+    iova: Mutex<RangeAllocator>,
+    stop: std::sync::atomic::AtomicBool,
+}
+
+impl Hardware {
+    /// Powers up a device, sets up its queue and starts the interrupt thread.
+    pub fn open(config: DeviceConfig) -> Result<Arc<Hardware>, HwError> {
+        let device = Device::new(config)?;
+        let queue = HostQueue::create(&device, QUEUE_ENTRIES, RING_IOVA)?;
+        let dram = RangeAllocator::new(device.dram_base(), device.dram_size());
+        let hw = Arc::new(Hardware {
+            device,
+            queue: Mutex::new(QueueState { queue, next_req_id: 1, batches: BTreeMap::new() }),
+            room: Condvar::new(),
+            dram: Mutex::new(dram),
+            iova: Mutex::new(RangeAllocator::new(IOVA_POOL_START, IOVA_POOL_END - IOVA_POOL_START)),
+            stop: std::sync::atomic::AtomicBool::new(false),
+        });
+        let weak = Arc::downgrade(&hw);
+        std::thread::Builder::new()
+            .name("vnpu-irq".into())
+            .spawn(move || {
+                while let Some(hw) = weak.upgrade() {
+                    if hw.stop.load(std::sync::atomic::Ordering::Acquire) {
+                        return;
+                    }
+                    wait_irq(&hw.device, Duration::from_millis(50));
+                    hw.route_completions();
+                }
+            })
+            .map_err(vnpu_emu::DeviceError::Os)?;
+        Ok(hw)
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    pub fn is_lost(&self) -> bool {
+        self.device.read_reg(regs::STATUS) & regs::STATUS_LOST != 0
+    }
+
+    pub fn alloc_dram(self: &Arc<Self>, len: u64) -> Result<DramBlock, HwError> {
+        let len = len.max(1).next_multiple_of(64);
+        let addr = self
+            .dram
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .alloc(len, 64)
+            .ok_or(HwError::OutOfDeviceMemory(len))?;
+        Ok(DramBlock { hw: Arc::clone(self), addr, len })
+    }
+
+    /// Maps `len` bytes of `fd` from `offset` into the device, page-rounded.
+    pub fn map(self: &Arc<Self>, fd: BorrowedFd<'_>, offset: u64, len: u64, perm: Perm) -> Result<IoMapping, HwError> {
+        let skew = offset % PAGE_SIZE;
+        let span = (len + skew).max(1).next_multiple_of(PAGE_SIZE);
+        let iova = self
+            .iova
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .alloc(span, PAGE_SIZE)
+            .ok_or(HwError::OutOfIova(span))?;
+        let mapped = self.device.iommu().map(iova, fd, offset - skew, len + skew, perm);
+        if let Err(e) = mapped {
+            self.iova.lock().unwrap_or_else(|p| p.into_inner()).free(iova, span);
+            return Err(e.into());
+        }
+        Ok(IoMapping { hw: Arc::clone(self), iova: iova + skew, base: iova, span })
+    }
+
+    /// Submits commands (request ids are assigned here) and waits for all their
+    /// completions. Any failed command fails the batch.
+    pub fn run(&self, mut cmds: Vec<SubmissionEntry>) -> Result<Vec<CompletionEntry>, HwError> {
+        if cmds.is_empty() {
+            return Ok(Vec::new());
+        }
+        if self.is_lost() {
+            return Err(HwError::Lost);
+        }
+        let batch = Arc::new(Batch { expected: cmds.len(), got: Mutex::new(Vec::new()), done: Condvar::new() });
+        let first;
+        {
+            let deadline = Instant::now() + COMMAND_TIMEOUT;
+            let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+            if cmds.len() as u32 >= q.queue.size() {
+                return Err(HwError::Command { index: 0, status: None, detail: 0, addr: 0 });
+            }
+            while q.queue.free_slots(&self.device) < cmds.len() as u32 {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(HwError::Timeout);
+                }
+                q = self.room.wait_timeout(q, left.min(Duration::from_millis(10))).unwrap_or_else(|p| p.into_inner()).0;
+            }
+            first = q.next_req_id;
+            for c in &mut cmds {
+                c.req_id = q.next_req_id;
+                q.next_req_id = q.next_req_id.wrapping_add(1).max(1);
+            }
+            q.batches.insert(first, Arc::clone(&batch));
+            let dev = &self.device;
+            q.queue.submit(dev, &cmds).map_err(|_| HwError::Timeout)?;
+        }
+        let result = self.wait_batch(&batch);
+        self.queue.lock().unwrap_or_else(|p| p.into_inner()).batches.remove(&first);
+        let mut got = result?;
+        got.sort_by_key(|c| c.req_id.wrapping_sub(first));
+        for (index, c) in got.iter().enumerate() {
+            if c.status != Status::Ok as u16 {
+                return Err(HwError::Command {
+                    index,
+                    status: Status::from_u16(c.status),
+                    detail: c.detail,
+                    addr: c.fault_addr,
+                });
+            }
+        }
+        Ok(got)
+    }
+
+    fn wait_batch(&self, batch: &Batch) -> Result<Vec<CompletionEntry>, HwError> {
+        let deadline = Instant::now() + COMMAND_TIMEOUT;
+        let mut got = batch.got.lock().unwrap_or_else(|p| p.into_inner());
+        while got.len() < batch.expected {
+            if self.is_lost() {
+                return Err(HwError::Lost);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(HwError::Timeout);
+            }
+            got = batch.done.wait_timeout(got, left.min(Duration::from_millis(100))).unwrap_or_else(|p| p.into_inner()).0;
+        }
+        Ok(std::mem::take(&mut *got))
+    }
+
+    /// Drains the completion ring and hands each entry to its batch.
+    fn route_completions(&self) {
+        let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        let done = q.queue.drain(&self.device);
+        if done.is_empty() {
+            return;
+        }
+        for c in done {
+            let owner = q
+                .batches
+                .range(..=c.req_id)
+                .next_back()
+                .filter(|(first, b)| c.req_id.wrapping_sub(**first) < b.expected as u32)
+                .map(|(_, b)| Arc::clone(b));
+            if let Some(b) = owner {
+                let mut got = b.got.lock().unwrap_or_else(|p| p.into_inner());
+                got.push(c);
+                if got.len() == b.expected {
+                    b.done.notify_all();
+                }
+            }
+        }
+        drop(q);
+        self.room.notify_all();
+    }
+}
+
+impl Drop for Hardware {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Release);
+    }
+}

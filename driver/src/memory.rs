@@ -1,0 +1,96 @@
+//! Memory pools: checking a `hidl_memory` and reaching its bytes, either by reading them
+//! (model pools, snapshotted at preparation) or by mapping them into the device through
+//! the IOMMU (request pools).
+
+use std::os::fd::{AsFd, BorrowedFd};
+
+use thiserror::Error;
+
+use crate::hal::{Memory, MEMORY_ASHMEM, MEMORY_MMAP_FD};
+
+#[derive(Debug, Error)]
+pub enum PoolError {
+    #[error("memory kind '{0}' is not supported")]
+    UnsupportedKind(String),
+    #[error("malformed '{kind}' handle: {reason}")]
+    BadHandle { kind: String, reason: String },
+    #[error("pool of {size} bytes does not fit its file ({file} bytes from offset {offset})")]
+    TooSmall { size: u64, file: u64, offset: u64 },
+    #[error("cannot read pool: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// A pool's file range: `size` bytes of `fd` from `offset`.
+#[derive(Debug, Clone, Copy)]
+pub struct PoolRange<'a> {
+    pub fd: BorrowedFd<'a>,
+    pub offset: u64,
+    pub size: u64,
+}
+
+/// Checks a memory handle and returns the file range it names.
+pub fn pool_range(mem: &Memory) -> Result<PoolRange<'_>, PoolError> {
+    let bad = |reason: &str| PoolError::BadHandle { kind: mem.name.clone(), reason: reason.into() };
+    let h = &mem.handle;
+    let offset = match mem.name.as_str() {
+        MEMORY_ASHMEM => {
+            if h.fds.len() != 1 || !h.ints.is_empty() {
+                return Err(bad("expected 1 fd and 0 ints"));
+            }
+            0
+        }
+        MEMORY_MMAP_FD => {
+            if h.fds.len() != 1 || h.ints.len() != 3 {
+                return Err(bad("expected 1 fd and 3 ints {prot, offset low, offset high}"));
+            }
+            (h.ints[1] as u32 as u64) | (h.ints[2] as u32 as u64) << 32
+        }
+        other => return Err(PoolError::UnsupportedKind(other.to_string())),
+    };
+    let fd = h.fds[0].as_fd();
+    let file = nix::sys::stat::fstat(fd).map_err(std::io::Error::from)?.st_size as u64;
+    if offset.checked_add(mem.size).is_none_or(|end| end > file) || mem.size == 0 {
+        return Err(PoolError::TooSmall { size: mem.size, file, offset });
+    }
+    Ok(PoolRange { fd, offset, size: mem.size })
+}
+
+/// Reads a whole pool (a snapshot: the client may change the memory afterwards).
+pub fn read_pool(mem: &Memory) -> Result<Vec<u8>, PoolError> {
+    let r = pool_range(mem)?;
+    let mut buf = vec![0u8; r.size as usize];
+    let mut done = 0usize;
+    while done < buf.len() {
+        let n = nix::sys::uio::pread(r.fd, &mut buf[done..], (r.offset + done as u64) as i64)
+            .map_err(std::io::Error::from)?;
+        if n == 0 {
+            return Err(PoolError::TooSmall { size: r.size, file: r.offset + done as u64, offset: r.offset });
+        }
+        done += n;
+    }
+    Ok(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ashmem_pool_reads_back() {
+        let m = Memory::ashmem_with(b"constant bytes").unwrap();
+        assert_eq!(read_pool(&m).unwrap(), b"constant bytes");
+    }
+
+    #[test]
+    fn bad_handles_are_rejected() {
+        let mut m = Memory::ashmem_with(b"abc").unwrap();
+        m.size = 4096;
+        assert!(matches!(pool_range(&m), Err(PoolError::TooSmall { .. })));
+        let mut m = Memory::ashmem_with(b"abc").unwrap();
+        m.handle.ints.push(1);
+        assert!(matches!(pool_range(&m), Err(PoolError::BadHandle { .. })));
+        let mut m = Memory::ashmem_with(b"abc").unwrap();
+        m.name = "hardware_buffer".into();
+        assert!(matches!(pool_range(&m), Err(PoolError::UnsupportedKind(_))));
+    }
+}

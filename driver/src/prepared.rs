@@ -1,0 +1,290 @@
+//! A prepared model: the compiled program and its constants resident in device DRAM,
+//! and execution of requests on the device.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use vnpu_emu::iommu::Perm;
+use vnpu_emu::ring::{Opcode, SubmissionEntry};
+use vnpu_emu::shm::SharedRegion;
+
+use crate::compile::{self, Compiled, ConstantBlock};
+use crate::device::{ExecutionCallback, IPreparedModel};
+use crate::hal::{
+    validate_request, ErrorStatus, ExecutionPreference, MeasureTiming, Model, OptionalTimePoint,
+    OptionalTimeoutDuration, OutputShape, Priority, Request, RequestMemoryPool, Timing,
+};
+use crate::hw::{DramBlock, Hardware, HwError, IoMapping};
+use crate::memory::pool_range;
+
+/// Programs kept per prepared model, one per distinct set of input shapes.
+const MAX_INSTANCES: usize = 8;
+
+/// The program for one set of input shapes, resident on the device with its arena.
+struct Instance {
+    compiled: Compiled,
+    arena: DramBlock,
+    program: DramBlock,
+    program_len: u64,
+}
+
+pub struct VnpuPreparedModel {
+    /// Itself, so asynchronous executions can outlive the caller's borrow.
+    me: std::sync::Weak<VnpuPreparedModel>,
+    hw: Arc<Hardware>,
+    model: Model,
+    constants: Vec<Option<Vec<u8>>>,
+    block: ConstantBlock,
+    const_mem: Option<DramBlock>,
+    #[allow(dead_code)]
+    preference: ExecutionPreference,
+    #[allow(dead_code)]
+    priority: Priority,
+    /// Executions of one instance share its arena, so they take turns.
+    instances: Mutex<HashMap<Vec<Vec<usize>>, Arc<Mutex<Instance>>>>,
+}
+
+fn hw_status(e: &HwError) -> ErrorStatus {
+    tracing::debug!("device: {e}");
+    match e {
+        HwError::Lost => ErrorStatus::DeviceUnavailable,
+        HwError::OutOfDeviceMemory(_) | HwError::OutOfIova(_) => ErrorStatus::ResourceExhaustedTransient,
+        _ => ErrorStatus::GeneralFailure,
+    }
+}
+
+/// Copies host bytes into fresh device DRAM through a staging buffer and one DMA.
+fn upload(hw: &Arc<Hardware>, bytes: &[u8]) -> Result<DramBlock, HwError> {
+    let block = hw.alloc_dram(bytes.len() as u64)?;
+    if bytes.is_empty() {
+        return Ok(block);
+    }
+    let staging = SharedRegion::new("vnpu-staging", bytes.len()).map_err(vnpu_emu::DeviceError::from)?;
+    staging.write(0, bytes).map_err(vnpu_emu::DeviceError::from)?;
+    let map = hw.map(staging.fd(), 0, bytes.len() as u64, Perm::READ)?;
+    hw.run(vec![dma(map.iova, block.addr, bytes.len() as u64)])?;
+    Ok(block)
+}
+
+fn dma(src: u64, dst: u64, len: u64) -> SubmissionEntry {
+    SubmissionEntry::new(Opcode::DmaCopy, 0, [src, dst, len, 0, 0, 0])
+}
+
+fn fence() -> SubmissionEntry {
+    SubmissionEntry::new(Opcode::Fence, 0, [0; 6])
+}
+
+impl VnpuPreparedModel {
+    /// Uploads the constants and, when the model's input shapes are known, compiles and
+    /// uploads the program, so that errors surface at preparation.
+    pub fn prepare(
+        hw: Arc<Hardware>,
+        model: Model,
+        constants: Vec<Option<Vec<u8>>>,
+        preference: ExecutionPreference,
+        priority: Priority,
+    ) -> Result<Arc<VnpuPreparedModel>, ErrorStatus> {
+        let block = compile::constant_block(&model.main, &constants);
+        let const_mem = if block.bytes.is_empty() { None } else { Some(upload(&hw, &block.bytes).map_err(|e| hw_status(&e))?) };
+        let prepared = Arc::new_cyclic(|me| VnpuPreparedModel {
+            me: me.clone(),
+            hw,
+            model,
+            constants,
+            block,
+            const_mem,
+            preference,
+            priority,
+            instances: Mutex::new(HashMap::new()),
+        });
+        let known: Option<Vec<Vec<usize>>> = prepared
+            .model
+            .main
+            .input_indexes
+            .iter()
+            .map(|&i| {
+                let d = &prepared.model.main.operands.get(i as usize)?.dimensions;
+                (!d.contains(&0)).then(|| d.iter().map(|&x| x as usize).collect())
+            })
+            .collect();
+        if let Some(shapes) = known {
+            prepared.instance(shapes)?;
+        }
+        Ok(prepared)
+    }
+
+    fn const_base(&self) -> u64 {
+        self.const_mem.as_ref().map_or(0, |b| b.addr)
+    }
+
+    /// The instance for these input shapes, compiling and uploading it if new.
+    fn instance(&self, shapes: Vec<Vec<usize>>) -> Result<Arc<Mutex<Instance>>, ErrorStatus> {
+        if let Some(i) = self.instances.lock().unwrap_or_else(|p| p.into_inner()).get(&shapes) {
+            return Ok(Arc::clone(i));
+        }
+        let compiled = compile::compile(&self.model, &self.constants, &shapes).map_err(|e| {
+            tracing::debug!("compile: {e}");
+            e.status()
+        })?;
+        let arena = self.hw.alloc_dram(compiled.arena_size).map_err(|e| hw_status(&e))?;
+        let program = compiled.program(&self.block, self.const_base(), arena.addr).map_err(|e| e.status())?.encode();
+        let program_len = program.len() as u64;
+        let program = upload(&self.hw, &program).map_err(|e| hw_status(&e))?;
+        let inst = Arc::new(Mutex::new(Instance { compiled, arena, program, program_len }));
+        let mut all = self.instances.lock().unwrap_or_else(|p| p.into_inner());
+        if all.len() >= MAX_INSTANCES {
+            all.clear();
+        }
+        all.insert(shapes, Arc::clone(&inst));
+        Ok(inst)
+    }
+
+    /// The whole synchronous execution path.
+    fn run(&self, request: &Request, measure: MeasureTiming, deadline: OptionalTimePoint) -> (ErrorStatus, Vec<OutputShape>, Timing) {
+        let start = Instant::now();
+        let fail = |s: ErrorStatus| (s, Vec::new(), Timing::NONE);
+        if let Err(e) = validate_request(request, &self.model, true) {
+            tracing::debug!("request: {e}");
+            return fail(ErrorStatus::InvalidArgument);
+        }
+        if deadline.has_passed() {
+            return fail(ErrorStatus::MissedDeadlinePersistent);
+        }
+        let sg = &self.model.main;
+        let mut pools = Vec::with_capacity(request.pools.len());
+        for p in &request.pools {
+            match p {
+                RequestMemoryPool::HidlMemory(m) => match pool_range(m) {
+                    Ok(r) => pools.push(r),
+                    Err(e) => {
+                        tracing::debug!("request pool: {e}");
+                        return fail(ErrorStatus::GeneralFailure);
+                    }
+                },
+                // Driver-managed buffers (memory domains) are not offered yet.
+                RequestMemoryPool::Token(_) => return fail(ErrorStatus::InvalidArgument),
+            }
+        }
+        let shapes: Vec<Vec<usize>> = sg
+            .input_indexes
+            .iter()
+            .zip(&request.inputs)
+            .map(|(&i, a)| {
+                let dims = if a.dimensions.is_empty() { &sg.operands[i as usize].dimensions } else { &a.dimensions };
+                dims.iter().map(|&d| d as usize).collect()
+            })
+            .collect();
+        let inst = match self.instance(shapes) {
+            Ok(i) => i,
+            Err(s) => return fail(s),
+        };
+        let inst = inst.lock().unwrap_or_else(|p| p.into_inner());
+        let c = &inst.compiled;
+        let mut shapes_out = Vec::with_capacity(sg.output_indexes.len());
+        let mut sufficient = true;
+        for (&o, arg) in sg.output_indexes.iter().zip(&request.outputs) {
+            let dims: Vec<u32> = c.shapes[o as usize].as_ref().map_or(Vec::new(), |s| s.iter().map(|&d| d as u32).collect());
+            let ok = c.byte_len(o) <= arg.location.length as u64;
+            sufficient &= ok;
+            shapes_out.push(OutputShape { dimensions: dims, is_sufficient: ok });
+        }
+        if !sufficient {
+            return (ErrorStatus::OutputInsufficientSize, shapes_out, Timing::NONE);
+        }
+        let mut maps: Vec<Option<IoMapping>> = Vec::with_capacity(pools.len());
+        for r in &pools {
+            match self.hw.map(r.fd, r.offset, r.size, Perm::READ_WRITE) {
+                Ok(m) => maps.push(Some(m)),
+                Err(e) => return fail(hw_status(&e)),
+            }
+        }
+        let (cb, ab) = (self.const_base(), inst.arena.addr);
+        let addr = |i: u32| c.address(i, &self.block, cb, ab);
+        let iova = |pool: u32, off: u32| maps.get(pool as usize).and_then(|m| m.as_ref()).map(|m| m.iova + off as u64);
+        let mut cmds = Vec::new();
+        for (&i, arg) in sg.input_indexes.iter().zip(&request.inputs) {
+            let len = c.byte_len(i);
+            if arg.has_no_value || len == 0 {
+                continue;
+            }
+            match (iova(arg.location.pool_index, arg.location.offset), addr(i)) {
+                (Some(src), Some(dst)) => cmds.push(dma(src, dst, len)),
+                _ => return fail(ErrorStatus::GeneralFailure),
+            }
+        }
+        cmds.push(fence());
+        cmds.push(SubmissionEntry::new(Opcode::RunProgram, 0, [inst.program.addr, 0, inst.program_len, 0, 0, 0]));
+        cmds.push(fence());
+        for (&o, arg) in sg.output_indexes.iter().zip(&request.outputs) {
+            let len = c.byte_len(o);
+            if len == 0 {
+                continue;
+            }
+            match (addr(o), iova(arg.location.pool_index, arg.location.offset)) {
+                (Some(src), Some(dst)) => cmds.push(dma(src, dst, len)),
+                _ => return fail(ErrorStatus::GeneralFailure),
+            }
+        }
+        let done = match self.hw.run(cmds) {
+            Ok(d) => d,
+            Err(e) => return fail(hw_status(&e)),
+        };
+        drop(maps);
+        let timing = if measure == MeasureTiming::YES {
+            let in_driver = start.elapsed().as_micros() as u64;
+            let on_device = done.iter().map(|c| c.device_ns).sum::<u64>() / 1000;
+            // The modelled device time, capped by the time the driver actually waited:
+            // the HAL requires timeOnDevice <= timeInDriver.
+            Timing { time_on_device: on_device.min(in_driver), time_in_driver: in_driver }
+        } else {
+            Timing::NONE
+        };
+        (ErrorStatus::None, shapes_out, timing)
+    }
+}
+
+impl IPreparedModel for VnpuPreparedModel {
+    fn execute_1_3(
+        &self,
+        request: &Request,
+        measure: MeasureTiming,
+        deadline: OptionalTimePoint,
+        loop_timeout: OptionalTimeoutDuration,
+        callback: Option<Arc<dyn ExecutionCallback>>,
+    ) -> ErrorStatus {
+        let Some(callback) = callback else { return ErrorStatus::InvalidArgument };
+        if let Err(e) = validate_request(request, &self.model, true) {
+            tracing::debug!("request: {e}");
+            callback.notify(ErrorStatus::InvalidArgument, Vec::new(), Timing::NONE);
+            return ErrorStatus::InvalidArgument;
+        }
+        let Some(me) = self.me.upgrade() else {
+            callback.notify(ErrorStatus::GeneralFailure, Vec::new(), Timing::NONE);
+            return ErrorStatus::GeneralFailure;
+        };
+        let request = request.clone();
+        let spawned = std::thread::Builder::new().name("vnpu-exec".into()).spawn({
+            let callback = Arc::clone(&callback);
+            move || {
+                let (status, shapes, timing) = me.execute_synchronously_1_3(&request, measure, deadline, loop_timeout);
+                callback.notify(status, shapes, timing);
+            }
+        });
+        if spawned.is_err() {
+            callback.notify(ErrorStatus::GeneralFailure, Vec::new(), Timing::NONE);
+            return ErrorStatus::GeneralFailure;
+        }
+        ErrorStatus::None
+    }
+
+    fn execute_synchronously_1_3(
+        &self,
+        request: &Request,
+        measure: MeasureTiming,
+        deadline: OptionalTimePoint,
+        _loop_timeout: OptionalTimeoutDuration,
+    ) -> (ErrorStatus, Vec<OutputShape>, Timing) {
+        self.run(request, measure, deadline)
+    }
+}
