@@ -58,13 +58,22 @@ pub fn pool_range(mem: &Memory) -> Result<PoolRange<'_>, PoolError> {
 /// Reads a whole pool (a snapshot: the client may change the memory afterwards).
 pub fn read_pool(mem: &Memory) -> Result<Vec<u8>, PoolError> {
     let r = pool_range(mem)?;
-    let mut buf = vec![0u8; r.size as usize];
+    read_range(&r, 0, r.size as usize)
+}
+
+/// Reads `len` bytes at `offset` within a pool.
+pub fn read_range(r: &PoolRange<'_>, offset: u64, len: usize) -> Result<Vec<u8>, PoolError> {
+    let too_small = || PoolError::TooSmall { size: r.size, file: offset, offset: r.offset };
+    if offset.checked_add(len as u64).is_none_or(|end| end > r.size) {
+        return Err(too_small());
+    }
+    let mut buf = vec![0u8; len];
     let mut done = 0usize;
-    while done < buf.len() {
-        let n = nix::sys::uio::pread(r.fd, &mut buf[done..], (r.offset + done as u64) as i64)
-            .map_err(std::io::Error::from)?;
+    while done < len {
+        let at = r.offset + offset + done as u64;
+        let n = nix::sys::uio::pread(r.fd, &mut buf[done..], at as i64).map_err(std::io::Error::from)?;
         if n == 0 {
-            return Err(PoolError::TooSmall { size: r.size, file: r.offset + done as u64, offset: r.offset });
+            return Err(too_small());
         }
         done += n;
     }

@@ -16,10 +16,13 @@ use crate::hal::{
     OptionalTimeoutDuration, OutputShape, Priority, Request, RequestMemoryPool, Timing,
 };
 use crate::hw::{DramBlock, Hardware, HwError, IoMapping};
-use crate::memory::pool_range;
+use crate::memory::{pool_range, read_range};
 
 /// Programs kept per prepared model, one per distinct set of input shapes.
 const MAX_INSTANCES: usize = 8;
+
+/// Input shapes, and the values of deferred inputs.
+type InstanceKey = (Vec<Vec<usize>>, Vec<(u32, Vec<u8>)>);
 
 /// The program for one set of input shapes, resident on the device with its arena.
 struct Instance {
@@ -42,7 +45,9 @@ pub struct VnpuPreparedModel {
     #[allow(dead_code)]
     priority: Priority,
     /// Executions of one instance share its arena, so they take turns.
-    instances: Mutex<HashMap<Vec<Vec<usize>>, Arc<Mutex<Instance>>>>,
+    instances: Mutex<HashMap<InstanceKey, Arc<Mutex<Instance>>>>,
+    /// Model inputs read by the host at execution (see `compile::deferred_inputs`).
+    deferred: Vec<bool>,
 }
 
 fn hw_status(e: &HwError) -> ErrorStatus {
@@ -86,6 +91,8 @@ impl VnpuPreparedModel {
         priority: Priority,
     ) -> Result<Arc<VnpuPreparedModel>, ErrorStatus> {
         let block = compile::constant_block(&model.main, &constants);
+        let deferred = compile::deferred_inputs(&model.main);
+        let has_deferred = deferred.contains(&true);
         let const_mem = if block.bytes.is_empty() { None } else { Some(upload(&hw, &block.bytes).map_err(|e| hw_status(&e))?) };
         let prepared = Arc::new_cyclic(|me| VnpuPreparedModel {
             me: me.clone(),
@@ -97,6 +104,7 @@ impl VnpuPreparedModel {
             preference,
             priority,
             instances: Mutex::new(HashMap::new()),
+            deferred,
         });
         let known: Option<Vec<Vec<usize>>> = prepared
             .model
@@ -108,8 +116,8 @@ impl VnpuPreparedModel {
                 (!d.contains(&0)).then(|| d.iter().map(|&x| x as usize).collect())
             })
             .collect();
-        if let Some(shapes) = known {
-            prepared.instance(shapes)?;
+        if let (Some(shapes), false) = (known, has_deferred) {
+            prepared.instance((shapes, Vec::new()))?;
         }
         Ok(prepared)
     }
@@ -119,11 +127,15 @@ impl VnpuPreparedModel {
     }
 
     /// The instance for these input shapes, compiling and uploading it if new.
-    fn instance(&self, shapes: Vec<Vec<usize>>) -> Result<Arc<Mutex<Instance>>, ErrorStatus> {
-        if let Some(i) = self.instances.lock().unwrap_or_else(|p| p.into_inner()).get(&shapes) {
+    fn instance(&self, key: InstanceKey) -> Result<Arc<Mutex<Instance>>, ErrorStatus> {
+        if let Some(i) = self.instances.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
             return Ok(Arc::clone(i));
         }
-        let compiled = compile::compile(&self.model, &self.constants, &shapes).map_err(|e| {
+        let mut constants = std::borrow::Cow::Borrowed(&self.constants);
+        for (i, v) in &key.1 {
+            constants.to_mut()[*i as usize] = Some(v.clone());
+        }
+        let compiled = compile::compile(&self.model, &constants, &key.0).map_err(|e| {
             tracing::debug!("compile: {e}");
             e.status()
         })?;
@@ -136,7 +148,7 @@ impl VnpuPreparedModel {
         if all.len() >= MAX_INSTANCES {
             all.clear();
         }
-        all.insert(shapes, Arc::clone(&inst));
+        all.insert(key, Arc::clone(&inst));
         Ok(inst)
     }
 
@@ -175,7 +187,18 @@ impl VnpuPreparedModel {
                 dims.iter().map(|&d| d as usize).collect()
             })
             .collect();
-        let inst = match self.instance(shapes) {
+        let mut values = Vec::new();
+        for (&i, arg) in sg.input_indexes.iter().zip(&request.inputs) {
+            if !self.deferred[i as usize] || arg.has_no_value {
+                continue;
+            }
+            let loc = &arg.location;
+            match pools.get(loc.pool_index as usize).map(|r| read_range(r, loc.offset as u64, loc.length as usize)) {
+                Some(Ok(v)) => values.push((i, v)),
+                _ => return fail(ErrorStatus::GeneralFailure),
+            }
+        }
+        let inst = match self.instance((shapes, values)) {
             Ok(i) => i,
             Err(s) => return fail(s),
         };
@@ -205,7 +228,7 @@ impl VnpuPreparedModel {
         let mut cmds = Vec::new();
         for (&i, arg) in sg.input_indexes.iter().zip(&request.inputs) {
             let len = c.byte_len(i);
-            if arg.has_no_value || len == 0 {
+            if arg.has_no_value || len == 0 || self.deferred[i as usize] {
                 continue;
             }
             match (iova(arg.location.pool_index, arg.location.offset), addr(i)) {

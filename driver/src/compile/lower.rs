@@ -15,6 +15,9 @@ pub struct Operands<'a> {
     pub constants: &'a [Option<Vec<u8>>],
     /// Shapes known so far (model dims, request dims or inferred).
     pub shapes: &'a [Option<Vec<usize>>],
+    /// Operands whose values the host learns only at execution (non-float model inputs
+    /// used as parameters, such as RESHAPE's shape).
+    pub deferred: &'a [bool],
 }
 
 /// The operations the compiler lowers (float32), for `vnpu info` and tests.
@@ -77,10 +80,13 @@ impl Operands<'_> {
     }
 
     fn constant(&self, i: u32) -> Result<&[u8], CompileError> {
-        self.constants
-            .get(i as usize)
-            .and_then(|c| c.as_deref())
-            .ok_or_else(|| unsupported(format!("operand {i} must be a constant")))
+        if let Some(c) = self.constants.get(i as usize).and_then(|c| c.as_deref()) {
+            return Ok(c);
+        }
+        if self.deferred.get(i as usize).copied().unwrap_or(false) {
+            return Err(CompileError::UnknownValue(i));
+        }
+        Err(unsupported(format!("operand {i} must be a constant")))
     }
 
     fn scalar_i32(&self, i: u32) -> Result<i32, CompileError> {

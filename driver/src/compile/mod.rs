@@ -21,6 +21,8 @@ pub enum CompileError {
     InvalidParam(String),
     #[error("the shape of operand {0} is not known")]
     UnknownShape(u32),
+    #[error("the value of operand {0} is known only at execution")]
+    UnknownValue(u32),
     #[error("operand {operand}: the model says {model:?}, the computation gives {inferred:?}")]
     ShapeMismatch { operand: u32, model: Vec<u32>, inferred: Vec<usize> },
     #[error("kernel rejects operation {index}: {reason}")]
@@ -99,6 +101,18 @@ pub fn constant_block(sg: &Subgraph, constants: &[Option<Vec<u8>>]) -> ConstantB
     block
 }
 
+/// Model inputs the host reads at execution instead of the device: non-float tensors,
+/// which only ever serve as parameters (e.g. RESHAPE's shape).
+pub fn deferred_inputs(sg: &Subgraph) -> Vec<bool> {
+    let mut d = vec![false; sg.operands.len()];
+    for &i in &sg.input_indexes {
+        if let Some(o) = sg.operands.get(i as usize) {
+            d[i as usize] = o.r#type != OperandType::TENSOR_FLOAT32;
+        }
+    }
+    d
+}
+
 fn model_shape(dims: &[u32]) -> Option<Vec<usize>> {
     (!dims.contains(&0)).then(|| dims.iter().map(|&d| d as usize).collect())
 }
@@ -107,7 +121,8 @@ fn model_shape(dims: &[u32]) -> Option<Vec<usize>> {
 pub fn supported_operations(model: &Model, constants: &[Option<Vec<u8>>]) -> Vec<bool> {
     let sg = &model.main;
     let shapes: Vec<Option<Vec<usize>>> = sg.operands.iter().map(|o| model_shape(&o.dimensions)).collect();
-    let ops = Operands { subgraph: sg, constants, shapes: &shapes };
+    let deferred = deferred_inputs(sg);
+    let ops = Operands { subgraph: sg, constants, shapes: &shapes, deferred: &deferred };
     sg.operations
         .iter()
         .map(|op| {
@@ -131,7 +146,7 @@ pub fn supported_operations(model: &Model, constants: &[Option<Vec<u8>>]) -> Vec
             }
             match lower(&ops, op.r#type, &op.inputs, &op.outputs) {
                 Ok(l) => check_shapes(&l, &shapes, sg).is_ok(),
-                Err(CompileError::UnknownShape(_)) => true,
+                Err(CompileError::UnknownShape(_) | CompileError::UnknownValue(_)) => true,
                 Err(_) => false,
             }
         })
@@ -157,7 +172,8 @@ pub fn dims_compatible(dims: &[u32], shape: &[usize]) -> bool {
     dims.is_empty() || (dims.len() == shape.len() && dims.iter().zip(shape).all(|(&d, &s)| d == 0 || d as usize == s))
 }
 
-/// Compiles the main subgraph for concrete input shapes.
+/// Compiles the main subgraph for concrete input shapes. `constants` includes the
+/// values of deferred inputs when the caller knows them.
 pub fn compile(model: &Model, constants: &[Option<Vec<u8>>], input_shapes: &[Vec<usize>]) -> Result<Compiled, CompileError> {
     let sg = &model.main;
     let n = sg.operands.len();
@@ -170,9 +186,11 @@ pub fn compile(model: &Model, constants: &[Option<Vec<u8>>], input_shapes: &[Vec
     for (&idx, s) in sg.input_indexes.iter().zip(input_shapes) {
         shapes[idx as usize] = Some(s.clone());
     }
+    let deferred = deferred_inputs(sg);
     let mut lowered = Vec::with_capacity(sg.operations.len());
     for (index, op) in sg.operations.iter().enumerate() {
-        let l = lower(&Operands { subgraph: sg, constants, shapes: &shapes }, op.r#type, &op.inputs, &op.outputs)?;
+        let ops = Operands { subgraph: sg, constants, shapes: &shapes, deferred: &deferred };
+        let l = lower(&ops, op.r#type, &op.inputs, &op.outputs)?;
         let ins: Vec<&[usize]> = l
             .inputs
             .iter()
