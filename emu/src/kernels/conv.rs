@@ -252,7 +252,7 @@ pub(crate) fn depthwise_conv2d(
     else {
         return Err(super::bad_shape(op, "not a DEPTHWISE_CONV_2D"));
     };
-    let (n, h, w, c) = nhwc_dims(x.shape, nchw).ok_or(KernelError::TooLarge)?;
+    let (_, h, w, c) = nhwc_dims(x.shape, nchw).ok_or(KernelError::TooLarge)?;
     let (_, oh, ow, oc) = nhwc_dims(out.shape, nchw).ok_or(KernelError::TooLarge)?;
     let (kh, kw) = (f.shape[1], f.shape[2]);
     let mult = depth_multiplier as usize;
@@ -299,7 +299,6 @@ pub(crate) fn depthwise_conv2d(
                 }
             }
         }
-        let _ = n;
         act.apply_slice(dst);
         Ok(())
     })

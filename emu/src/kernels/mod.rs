@@ -896,6 +896,36 @@ impl KernelOp {
         }
     }
 
+    /// An estimate of the arithmetic work of the op on these input shapes, for a timing
+    /// model: multiply-accumulates for CONV_2D, DEPTHWISE_CONV_2D and FULLY_CONNECTED, window
+    /// elements for pooling, and otherwise the number of elements read and written.
+    /// Validates the shapes as [`KernelOp::output_shapes`] does; saturates instead of
+    /// overflowing.
+    pub fn cost(&self, inputs: &[&[usize]]) -> Result<u64> {
+        let out = self.output_shapes(inputs)?.remove(0);
+        let n = |s: &[usize]| s.iter().fold(1u64, |a, &d| a.saturating_mul(d as u64));
+        let out_n = n(&out);
+        let k = |i: usize, dims: &[usize]| {
+            inputs.get(i).map_or(1, |s| {
+                dims.iter()
+                    .map(|&d| s.get(d).copied().unwrap_or(1) as u64)
+                    .product()
+            })
+        };
+        Ok(match self {
+            KernelOp::Conv2d { .. } => out_n.saturating_mul(k(1, &[1, 2, 3])),
+            KernelOp::DepthwiseConv2d { .. } => out_n.saturating_mul(k(1, &[1, 2])),
+            KernelOp::FullyConnected { .. } => out_n.saturating_mul(k(1, &[1])),
+            KernelOp::Pool {
+                filter_w, filter_h, ..
+            } => out_n
+                .saturating_mul(u64::from(*filter_w))
+                .saturating_mul(u64::from(*filter_h)),
+            KernelOp::ResizeBilinear { .. } => out_n.saturating_mul(4),
+            _ => inputs.iter().fold(out_n, |a, s| a.saturating_add(n(s))),
+        })
+    }
+
     /// The number of outputs (1 for every op).
     pub fn output_count(&self) -> usize {
         1

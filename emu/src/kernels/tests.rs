@@ -275,6 +275,7 @@ proptest! {
         shapes in proptest::collection::vec(proptest::collection::vec(0usize..5, 0..=7), 0..4),
     ) {
         let refs: Vec<&[usize]> = shapes.iter().map(|s| s.as_slice()).collect();
+        prop_assert_eq!(op.cost(&refs).is_ok(), op.output_shapes(&refs).is_ok());
         if let Ok(outs) = op.output_shapes(&refs) {
             prop_assert_eq!(outs.len(), op.output_count());
             let inputs: Vec<(Vec<usize>, Vec<f32>)> = shapes
@@ -645,6 +646,7 @@ fn hostile_sizes_are_errors() {
     .unwrap();
     assert_eq!(s, [1, 4, 4, 1]);
     assert_eq!(d, [1.5; 16]);
+    assert_eq!(conv.cost(&[&[1, 4, 4, 1], &[1, 3, 3, 1], &[1]]), Ok(16 * 9));
     let rank7 = [1usize; 7];
     assert!(matches!(
         op.output_shapes(&[&rank7]),
