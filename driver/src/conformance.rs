@@ -9,8 +9,8 @@ use std::sync::Arc;
 use crate::corpus::{find_case, CorpusError, TestCase};
 use crate::device::{ExecutionSlot, IDevice, PreparedModelSlot};
 use crate::hal::{
-    ErrorStatus, ExecutionPreference, MeasureTiming, Memory, OperandType, OptionalTimePoint, OptionalTimeoutDuration,
-    Priority, Timing,
+    ErrorStatus, ExecutionPreference, MeasureTiming, Memory, OperandType, OptionalTimePoint,
+    OptionalTimeoutDuration, Priority, Timing,
 };
 
 /// The outcome of one case.
@@ -48,7 +48,11 @@ pub struct CaseReport {
 pub fn default_corpus() -> Vec<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../conformance");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.to_string_lossy().ends_with(".jsonl.gz")).collect())
+        .map(|d| {
+            d.filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.to_string_lossy().ends_with(".jsonl.gz"))
+                .collect()
+        })
         .unwrap_or_default();
     files.sort();
     files
@@ -58,7 +62,9 @@ pub fn default_corpus() -> Vec<PathBuf> {
 /// variant of the same name.
 pub fn lookup(paths: &[PathBuf], name: &str) -> Result<TestCase, CorpusError> {
     match find_case(paths, name) {
-        Err(CorpusError::NotFound(_)) if !name.contains('/') => find_case(paths, &format!("{name}/{name}")),
+        Err(CorpusError::NotFound(_)) if !name.contains('/') => {
+            find_case(paths, &format!("{name}/{name}"))
+        }
         r => r,
     }
 }
@@ -66,7 +72,10 @@ pub fn lookup(paths: &[PathBuf], name: &str) -> Result<TestCase, CorpusError> {
 fn operation_names(case: &TestCase) -> Vec<String> {
     let mut names: Vec<String> = Vec::new();
     for op in &case.model.main.operations {
-        let n = op.r#type.name().map_or_else(|| format!("OP{}", op.r#type.0), str::to_string);
+        let n = op
+            .r#type
+            .name()
+            .map_or_else(|| format!("OP{}", op.r#type.0), str::to_string);
         if !names.contains(&n) {
             names.push(n);
         }
@@ -86,10 +95,20 @@ pub fn run_case(device: &dyn IDevice, case: &TestCase) -> CaseReport {
                 .cloned()
                 .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
                 .unwrap_or_default();
-            (Verdict::Fail(format!("panic: {msg}")), Vec::new(), Timing::NONE)
+            (
+                Verdict::Fail(format!("panic: {msg}")),
+                Vec::new(),
+                Timing::NONE,
+            )
         }
     };
-    CaseReport { name: case.name.clone(), operations, verdict, outputs, timing }
+    CaseReport {
+        name: case.name.clone(),
+        operations,
+        verdict,
+        outputs,
+        timing,
+    }
 }
 
 fn run_case_inner(device: &dyn IDevice, case: &TestCase) -> (Verdict, Vec<OutputReport>, Timing) {
@@ -107,7 +126,11 @@ fn run_case_inner(device: &dyn IDevice, case: &TestCase) -> (Verdict, Vec<Output
     }
     if let Some(k) = supported.iter().position(|s| !s) {
         let name = model.main.operations[k].r#type.name().unwrap_or("?");
-        return (Verdict::Skip(format!("{name} (operation {k}) is not supported")), Vec::new(), Timing::NONE);
+        return (
+            Verdict::Skip(format!("{name} (operation {k}) is not supported")),
+            Vec::new(),
+            Timing::NONE,
+        );
     }
     let slot = PreparedModelSlot::new();
     let ret = device.prepare_model_1_3(
@@ -122,14 +145,26 @@ fn run_case_inner(device: &dyn IDevice, case: &TestCase) -> (Verdict, Vec<Output
     );
     let (status, prepared) = slot.wait();
     if ret != status {
-        return (Verdict::Fail(format!("prepareModel_1_3 returned {ret} but notified {status}")), Vec::new(), Timing::NONE);
+        return (
+            Verdict::Fail(format!(
+                "prepareModel_1_3 returned {ret} but notified {status}"
+            )),
+            Vec::new(),
+            Timing::NONE,
+        );
     }
     let Some(prepared) = prepared.filter(|_| status == ErrorStatus::None) else {
         return expected_failure(format!("prepareModel_1_3: {status}"));
     };
     let (request, pool, locations) = match case.make_request() {
         Ok(r) => r,
-        Err(e) => return (Verdict::Fail(format!("building the request: {e}")), Vec::new(), Timing::NONE),
+        Err(e) => {
+            return (
+                Verdict::Fail(format!("building the request: {e}")),
+                Vec::new(),
+                Timing::NONE,
+            )
+        }
     };
     let exec = ExecutionSlot::new();
     let ret = prepared.execute_1_3(
@@ -141,43 +176,79 @@ fn run_case_inner(device: &dyn IDevice, case: &TestCase) -> (Verdict, Vec<Output
     );
     let (status, shapes, timing) = exec.wait();
     if ret != ErrorStatus::None && ret != status {
-        return (Verdict::Fail(format!("execute_1_3 returned {ret} but notified {status}")), Vec::new(), Timing::NONE);
+        return (
+            Verdict::Fail(format!("execute_1_3 returned {ret} but notified {status}")),
+            Vec::new(),
+            Timing::NONE,
+        );
     }
     if status != ErrorStatus::None {
         return expected_failure(format!("execute_1_3: {status}"));
     }
     if case.expect_failure {
-        return (Verdict::Fail("expected preparation or execution to fail".into()), Vec::new(), timing);
+        return (
+            Verdict::Fail("expected preparation or execution to fail".into()),
+            Vec::new(),
+            timing,
+        );
     }
     let mut reports = Vec::new();
     let mut problems = Vec::new();
     for (k, (want, loc)) in case.outputs.iter().zip(&locations).enumerate() {
         if let Some(s) = shapes.get(k) {
             if !want.ignored && (s.dimensions != want.dimensions || !s.is_sufficient) {
-                problems.push(format!("output {k}: shape {:?}, expected {:?}", s.dimensions, want.dimensions));
+                problems.push(format!(
+                    "output {k}: shape {:?}, expected {:?}",
+                    s.dimensions, want.dimensions
+                ));
             }
         }
         let ty = case.operand_type(want.operand).unwrap_or(OperandType(-1));
         let bytes = match read_bytes(&pool, loc.offset as u64, want.data.len()) {
             Ok(b) => b,
-            Err(e) => return (Verdict::Fail(format!("reading output {k}: {e}")), reports, timing),
+            Err(e) => {
+                return (
+                    Verdict::Fail(format!("reading output {k}: {e}")),
+                    reports,
+                    timing,
+                )
+            }
         };
-        let r = compare(want.operand, ty, &want.data, &bytes, case.relaxed, want.ignored);
+        let r = compare(
+            want.operand,
+            ty,
+            &want.data,
+            &bytes,
+            case.relaxed,
+            want.ignored,
+        );
         if r.mismatches > 0 {
-            problems.push(format!("output {k}: {} of {} values out of tolerance (max error {:.3e})", r.mismatches, r.expected.len(), r.max_error));
+            problems.push(format!(
+                "output {k}: {} of {} values out of tolerance (max error {:.3e})",
+                r.mismatches,
+                r.expected.len(),
+                r.max_error
+            ));
         }
         reports.push(r);
     }
-    let verdict = if problems.is_empty() { Verdict::Pass } else { Verdict::Fail(problems.join("; ")) };
+    let verdict = if problems.is_empty() {
+        Verdict::Pass
+    } else {
+        Verdict::Fail(problems.join("; "))
+    };
     (verdict, reports, timing)
 }
 
 fn read_bytes(pool: &Memory, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {
-    let fd = pool.fd().ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    let fd = pool
+        .fd()
+        .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
     let mut buf = vec![0u8; len];
     let mut done = 0;
     while done < len {
-        let n = nix::sys::uio::pread(fd, &mut buf[done..], (offset + done as u64) as i64).map_err(std::io::Error::from)?;
+        let n = nix::sys::uio::pread(fd, &mut buf[done..], (offset + done as u64) as i64)
+            .map_err(std::io::Error::from)?;
         if n == 0 {
             return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof));
         }
@@ -191,12 +262,22 @@ pub fn decode(ty: OperandType, b: &[u8]) -> Vec<f64> {
     let w = ty.element_size().unwrap_or(1).max(1);
     b.chunks_exact(w)
         .map(|c| match ty {
-            OperandType::TENSOR_FLOAT32 | OperandType::FLOAT32 => f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64,
-            OperandType::TENSOR_FLOAT16 | OperandType::FLOAT16 => crate::corpus::f16_bits_to_f32(u16::from_le_bytes([c[0], c[1]])) as f64,
-            OperandType::TENSOR_INT32 | OperandType::INT32 => i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64,
+            OperandType::TENSOR_FLOAT32 | OperandType::FLOAT32 => {
+                f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64
+            }
+            OperandType::TENSOR_FLOAT16 | OperandType::FLOAT16 => {
+                crate::corpus::f16_bits_to_f32(u16::from_le_bytes([c[0], c[1]])) as f64
+            }
+            OperandType::TENSOR_INT32 | OperandType::INT32 => {
+                i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64
+            }
             OperandType::UINT32 => u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64,
-            OperandType::TENSOR_QUANT8_ASYMM | OperandType::BOOL | OperandType::TENSOR_BOOL8 => c[0] as f64,
-            OperandType::TENSOR_QUANT8_ASYMM_SIGNED | OperandType::TENSOR_QUANT8_SYMM => c[0] as i8 as f64,
+            OperandType::TENSOR_QUANT8_ASYMM | OperandType::BOOL | OperandType::TENSOR_BOOL8 => {
+                c[0] as f64
+            }
+            OperandType::TENSOR_QUANT8_ASYMM_SIGNED | OperandType::TENSOR_QUANT8_SYMM => {
+                c[0] as i8 as f64
+            }
             OperandType::TENSOR_QUANT16_ASYMM => u16::from_le_bytes([c[0], c[1]]) as f64,
             OperandType::TENSOR_QUANT16_SYMM => i16::from_le_bytes([c[0], c[1]]) as f64,
             _ => f64::NAN,
@@ -217,7 +298,14 @@ pub fn tolerance(ty: OperandType, relaxed: bool) -> (f64, f64) {
 }
 
 /// Compares one output element-wise: |a - e| <= atol + rtol * |e|.
-pub fn compare(operand: u32, ty: OperandType, expected: &[u8], actual: &[u8], relaxed: bool, ignored: bool) -> OutputReport {
+pub fn compare(
+    operand: u32,
+    ty: OperandType,
+    expected: &[u8],
+    actual: &[u8],
+    relaxed: bool,
+    ignored: bool,
+) -> OutputReport {
     let e = decode(ty, expected);
     let a = decode(ty, actual);
     let (atol, rtol) = tolerance(ty, relaxed);
@@ -227,13 +315,23 @@ pub fn compare(operand: u32, ty: OperandType, expected: &[u8], actual: &[u8], re
         for (x, y) in a.iter().zip(&e) {
             let err = (x - y).abs();
             max_error = max_error.max(if err.is_nan() { f64::INFINITY } else { err });
-            if !(err <= atol + rtol * y.abs()) {
-                mismatches += 1;
-            }
+            // A NaN error is out of tolerance.
+            let within = err
+                .partial_cmp(&(atol + rtol * y.abs()))
+                .is_some_and(|o| o.is_le());
+            mismatches += usize::from(!within);
         }
         mismatches += e.len().abs_diff(a.len());
     }
-    OutputReport { operand, r#type: ty, expected: e, actual: a, max_error, mismatches, ignored }
+    OutputReport {
+        operand,
+        r#type: ty,
+        expected: e,
+        actual: a,
+        max_error,
+        mismatches,
+        ignored,
+    }
 }
 
 #[cfg(test)]
@@ -250,13 +348,41 @@ mod tests {
     #[test]
     fn compare_counts_mismatches() {
         let f = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
-        let r = compare(0, OperandType::TENSOR_FLOAT32, &f(&[1.0, 2.0]), &f(&[1.0, 2.1]), false, false);
+        let r = compare(
+            0,
+            OperandType::TENSOR_FLOAT32,
+            &f(&[1.0, 2.0]),
+            &f(&[1.0, 2.1]),
+            false,
+            false,
+        );
         assert_eq!(r.mismatches, 1);
-        let r = compare(0, OperandType::TENSOR_FLOAT32, &f(&[1.0, 2.0]), &f(&[1.0, 2.0001]), true, false);
+        let r = compare(
+            0,
+            OperandType::TENSOR_FLOAT32,
+            &f(&[1.0, 2.0]),
+            &f(&[1.0, 2.0001]),
+            true,
+            false,
+        );
         assert_eq!(r.mismatches, 0);
-        let r = compare(0, OperandType::TENSOR_FLOAT32, &f(&[1.0]), &f(&[f32::NAN]), false, false);
+        let r = compare(
+            0,
+            OperandType::TENSOR_FLOAT32,
+            &f(&[1.0]),
+            &f(&[f32::NAN]),
+            false,
+            false,
+        );
         assert_eq!(r.mismatches, 1);
-        let r = compare(0, OperandType::TENSOR_FLOAT32, &f(&[1.0]), &f(&[9.0]), false, true);
+        let r = compare(
+            0,
+            OperandType::TENSOR_FLOAT32,
+            &f(&[1.0]),
+            &f(&[9.0]),
+            false,
+            true,
+        );
         assert_eq!(r.mismatches, 0, "ignored outputs are not compared");
     }
 }

@@ -10,10 +10,10 @@ use vnpu_emu::DeviceConfig;
 
 use crate::compile;
 use crate::hal::{
-    validate_execution_preference, validate_model, validate_priority, Capabilities, DeviceStatus, DeviceType,
-    ErrorStatus, ExecutionPreference, MeasureTiming, Model, NativeHandle, OperandPerformance, OperandType,
-    OptionalTimePoint, OptionalTimeoutDuration, OutputShape, PerformanceInfo, Priority, Request, Timing,
-    BYTE_SIZE_OF_CACHE_TOKEN,
+    validate_execution_preference, validate_model, validate_priority, Capabilities, DeviceStatus,
+    DeviceType, ErrorStatus, ExecutionPreference, MeasureTiming, Model, NativeHandle,
+    OperandPerformance, OperandType, OptionalTimePoint, OptionalTimeoutDuration, OutputShape,
+    PerformanceInfo, Priority, Request, Timing, BYTE_SIZE_OF_CACHE_TOKEN,
 };
 use crate::hw::{Hardware, HwError};
 use crate::prepared::VnpuPreparedModel;
@@ -132,33 +132,46 @@ struct PrepareQueue {
 
 impl PrepareQueue {
     fn start() -> Arc<PrepareQueue> {
-        let q = Arc::new(PrepareQueue { jobs: Mutex::new(BinaryHeap::new()), ready: Condvar::new(), seq: AtomicU64::new(0) });
-        let weak = Arc::downgrade(&q);
-        let _ = std::thread::Builder::new().name("vnpu-prepare".into()).spawn(move || loop {
-            let Some(q) = weak.upgrade() else { return };
-            let job = {
-                let mut jobs = q.jobs.lock().unwrap_or_else(|p| p.into_inner());
-                if jobs.is_empty() {
-                    // Wake now and then to notice the device going away.
-                    jobs = q
-                        .ready
-                        .wait_timeout(jobs, std::time::Duration::from_millis(200))
-                        .unwrap_or_else(|p| p.into_inner())
-                        .0;
-                }
-                jobs.pop()
-            };
-            drop(q);
-            if let Some(j) = job {
-                (j.run)();
-            }
+        let q = Arc::new(PrepareQueue {
+            jobs: Mutex::new(BinaryHeap::new()),
+            ready: Condvar::new(),
+            seq: AtomicU64::new(0),
         });
+        let weak = Arc::downgrade(&q);
+        let _ = std::thread::Builder::new()
+            .name("vnpu-prepare".into())
+            .spawn(move || loop {
+                let Some(q) = weak.upgrade() else { return };
+                let job = {
+                    let mut jobs = q.jobs.lock().unwrap_or_else(|p| p.into_inner());
+                    if jobs.is_empty() {
+                        // Wake now and then to notice the device going away.
+                        jobs = q
+                            .ready
+                            .wait_timeout(jobs, std::time::Duration::from_millis(200))
+                            .unwrap_or_else(|p| p.into_inner())
+                            .0;
+                    }
+                    jobs.pop()
+                };
+                drop(q);
+                if let Some(j) = job {
+                    (j.run)();
+                }
+            });
         q
     }
 
     fn push(&self, priority: Priority, run: Box<dyn FnOnce() + Send>) {
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
-        self.jobs.lock().unwrap_or_else(|p| p.into_inner()).push(PrepareJob { priority: priority.0, seq, run });
+        self.jobs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(PrepareJob {
+                priority: priority.0,
+                seq,
+                run,
+            });
         self.ready.notify_one();
     }
 }
@@ -176,7 +189,10 @@ impl VnpuDevice {
     }
 
     pub fn with_config(config: DeviceConfig) -> Result<Arc<VnpuDevice>, HwError> {
-        Ok(Arc::new(VnpuDevice { hw: Hardware::open(config)?, prepare: PrepareQueue::start() }))
+        Ok(Arc::new(VnpuDevice {
+            hw: Hardware::open(config)?,
+            prepare: PrepareQueue::start(),
+        }))
     }
 
     pub fn name(&self) -> &'static str {
@@ -206,13 +222,27 @@ impl IDevice for VnpuDevice {
     fn get_capabilities_1_3(&self) -> (ErrorStatus, Capabilities) {
         let t = self.hw.device().timing();
         let exec_time = (CPU_FLOPS_PER_NS / t.flops_per_ns) as f32;
-        let fast = PerformanceInfo { exec_time, power_usage: exec_time * (DEVICE_WATTS / CPU_WATTS) as f32 };
-        let slow = PerformanceInfo { exec_time: f32::MAX, power_usage: f32::MAX };
-        let supported = [OperandType::FLOAT32, OperandType::INT32, OperandType::TENSOR_FLOAT32, OperandType::TENSOR_INT32];
+        let fast = PerformanceInfo {
+            exec_time,
+            power_usage: exec_time * (DEVICE_WATTS / CPU_WATTS) as f32,
+        };
+        let slow = PerformanceInfo {
+            exec_time: f32::MAX,
+            power_usage: f32::MAX,
+        };
+        let supported = [
+            OperandType::FLOAT32,
+            OperandType::INT32,
+            OperandType::TENSOR_FLOAT32,
+            OperandType::TENSOR_INT32,
+        ];
         let mut operand_performance: Vec<OperandPerformance> = OperandType::ALL
             .iter()
             .filter(|&&ty| ty != OperandType::SUBGRAPH && (0..=15).contains(&ty.0))
-            .map(|&ty| OperandPerformance { r#type: ty, info: if supported.contains(&ty) { fast } else { slow } })
+            .map(|&ty| OperandPerformance {
+                r#type: ty,
+                info: if supported.contains(&ty) { fast } else { slow },
+            })
             .collect();
         operand_performance.sort_by_key(|p| p.r#type.0);
         let caps = Capabilities {
@@ -226,7 +256,10 @@ impl IDevice for VnpuDevice {
     }
 
     fn get_version_string(&self) -> (ErrorStatus, String) {
-        (ErrorStatus::None, format!("vnpu-emu-{}", env!("CARGO_PKG_VERSION")))
+        (
+            ErrorStatus::None,
+            format!("vnpu-emu-{}", env!("CARGO_PKG_VERSION")),
+        )
     }
 
     fn get_type(&self) -> (ErrorStatus, DeviceType) {
@@ -271,7 +304,9 @@ impl IDevice for VnpuDevice {
         _token: &[u8; BYTE_SIZE_OF_CACHE_TOKEN],
         callback: Option<Arc<dyn PreparedModelCallback>>,
     ) -> ErrorStatus {
-        let Some(callback) = callback else { return ErrorStatus::InvalidArgument };
+        let Some(callback) = callback else {
+            return ErrorStatus::InvalidArgument;
+        };
         let fail = |status: ErrorStatus| {
             callback.notify(status, None);
             status
@@ -327,79 +362,72 @@ impl IDevice for VnpuDevice {
     }
 }
 
-/// A callback a client can wait on. Counts notifications so tests can check "exactly once".
-#[derive(Default)]
-pub struct PreparedModelSlot {
-    state: Mutex<(u32, Option<(ErrorStatus, Option<Arc<dyn IPreparedModel>>)>)>,
+/// A value delivered once that a client can wait on. Counts deliveries so tests can
+/// check "notified exactly once"; only the first is kept.
+pub struct Notified<T> {
+    state: Mutex<NotifiedState<T>>,
     cv: Condvar,
 }
 
-impl PreparedModelSlot {
+struct NotifiedState<T> {
+    count: u32,
+    value: Option<T>,
+}
+
+impl<T: Clone> Notified<T> {
     pub fn new() -> Arc<Self> {
-        Arc::new(Self::default())
+        Arc::new(Notified {
+            state: Mutex::new(NotifiedState {
+                count: 0,
+                value: None,
+            }),
+            cv: Condvar::new(),
+        })
     }
 
     /// Waits for the first notification.
-    pub fn wait(&self) -> (ErrorStatus, Option<Arc<dyn IPreparedModel>>) {
+    pub fn wait(&self) -> T {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         loop {
-            if let Some((st, m)) = &s.1 {
-                return (*st, m.clone());
+            if let Some(v) = &s.value {
+                return v.clone();
             }
             s = self.cv.wait(s).unwrap_or_else(|p| p.into_inner());
         }
     }
 
     pub fn notifications(&self) -> u32 {
-        self.state.lock().unwrap_or_else(|p| p.into_inner()).0
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).count
     }
-}
 
-impl PreparedModelCallback for PreparedModelSlot {
-    fn notify(&self, status: ErrorStatus, prepared: Option<Arc<dyn IPreparedModel>>) {
+    fn deliver(&self, v: T) {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        s.0 += 1;
-        if s.1.is_none() {
-            s.1 = Some((status, prepared));
+        s.count += 1;
+        if s.value.is_none() {
+            s.value = Some(v);
         }
         self.cv.notify_all();
     }
 }
 
+/// The outcome of a preparation.
+pub type PrepareResult = (ErrorStatus, Option<Arc<dyn IPreparedModel>>);
+/// The outcome of an execution.
+pub type ExecutionResult = (ErrorStatus, Vec<OutputShape>, Timing);
+
+/// A preparation callback a client can wait on.
+pub type PreparedModelSlot = Notified<PrepareResult>;
 /// An execution callback a client can wait on.
-#[derive(Default)]
-pub struct ExecutionSlot {
-    state: Mutex<(u32, Option<(ErrorStatus, Vec<OutputShape>, Timing)>)>,
-    cv: Condvar,
-}
+pub type ExecutionSlot = Notified<ExecutionResult>;
 
-impl ExecutionSlot {
-    pub fn new() -> Arc<Self> {
-        Arc::new(Self::default())
-    }
-
-    pub fn wait(&self) -> (ErrorStatus, Vec<OutputShape>, Timing) {
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        loop {
-            if let Some(r) = &s.1 {
-                return r.clone();
-            }
-            s = self.cv.wait(s).unwrap_or_else(|p| p.into_inner());
-        }
-    }
-
-    pub fn notifications(&self) -> u32 {
-        self.state.lock().unwrap_or_else(|p| p.into_inner()).0
+impl PreparedModelCallback for Notified<PrepareResult> {
+    fn notify(&self, status: ErrorStatus, prepared: Option<Arc<dyn IPreparedModel>>) {
+        self.deliver((status, prepared));
     }
 }
 
-impl ExecutionCallback for ExecutionSlot {
+impl ExecutionCallback for Notified<ExecutionResult> {
     fn notify(&self, status: ErrorStatus, output_shapes: Vec<OutputShape>, timing: Timing) {
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        s.0 += 1;
-        if s.1.is_none() {
-            s.1 = Some((status, output_shapes, timing));
-        }
-        self.cv.notify_all();
+        self.deliver((status, output_shapes, timing));
     }
 }

@@ -34,8 +34,15 @@ pub enum HwError {
     OutOfDeviceMemory(u64),
     #[error("out of IOVA space ({0} bytes requested)")]
     OutOfIova(u64),
-    #[error("command {index} of the batch failed: {status:?} (detail {detail}, address {addr:#x})")]
-    Command { index: usize, status: Option<Status>, detail: u32, addr: u64 },
+    #[error(
+        "command {index} of the batch failed: {status:?} (detail {detail}, address {addr:#x})"
+    )]
+    Command {
+        index: usize,
+        status: Option<Status>,
+        detail: u32,
+        addr: u64,
+    },
     #[error("the device did not complete the batch in time")]
     Timeout,
     #[error("the device is lost")]
@@ -52,7 +59,11 @@ pub struct DramBlock {
 
 impl Drop for DramBlock {
     fn drop(&mut self) {
-        self.hw.dram.lock().unwrap_or_else(|p| p.into_inner()).free(self.addr, self.len);
+        self.hw
+            .dram
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .free(self.addr, self.len);
     }
 }
 
@@ -69,7 +80,11 @@ pub struct IoMapping {
 impl Drop for IoMapping {
     fn drop(&mut self) {
         let _ = self.hw.device.iommu().unmap(self.base);
-        self.hw.iova.lock().unwrap_or_else(|p| p.into_inner()).free(self.base, self.span);
+        self.hw
+            .iova
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .free(self.base, self.span);
     }
 }
 
@@ -108,10 +123,17 @@ impl Hardware {
         let dram = RangeAllocator::new(device.dram_base(), device.dram_size());
         let hw = Arc::new(Hardware {
             device,
-            queue: Mutex::new(QueueState { queue, next_req_id: 1, batches: BTreeMap::new() }),
+            queue: Mutex::new(QueueState {
+                queue,
+                next_req_id: 1,
+                batches: BTreeMap::new(),
+            }),
             room: Condvar::new(),
             dram: Mutex::new(dram),
-            iova: Mutex::new(RangeAllocator::new(IOVA_POOL_START, IOVA_POOL_END - IOVA_POOL_START)),
+            iova: Mutex::new(RangeAllocator::new(
+                IOVA_POOL_START,
+                IOVA_POOL_END - IOVA_POOL_START,
+            )),
             stop: std::sync::atomic::AtomicBool::new(false),
         });
         let weak = Arc::downgrade(&hw);
@@ -146,11 +168,21 @@ impl Hardware {
             .unwrap_or_else(|p| p.into_inner())
             .alloc(len, 64)
             .ok_or(HwError::OutOfDeviceMemory(len))?;
-        Ok(DramBlock { hw: Arc::clone(self), addr, len })
+        Ok(DramBlock {
+            hw: Arc::clone(self),
+            addr,
+            len,
+        })
     }
 
     /// Maps `len` bytes of `fd` from `offset` into the device, page-rounded.
-    pub fn map(self: &Arc<Self>, fd: BorrowedFd<'_>, offset: u64, len: u64, perm: Perm) -> Result<IoMapping, HwError> {
+    pub fn map(
+        self: &Arc<Self>,
+        fd: BorrowedFd<'_>,
+        offset: u64,
+        len: u64,
+        perm: Perm,
+    ) -> Result<IoMapping, HwError> {
         let skew = offset % PAGE_SIZE;
         let span = (len + skew).max(1).next_multiple_of(PAGE_SIZE);
         let iova = self
@@ -159,12 +191,23 @@ impl Hardware {
             .unwrap_or_else(|p| p.into_inner())
             .alloc(span, PAGE_SIZE)
             .ok_or(HwError::OutOfIova(span))?;
-        let mapped = self.device.iommu().map(iova, fd, offset - skew, len + skew, perm);
+        let mapped = self
+            .device
+            .iommu()
+            .map(iova, fd, offset - skew, len + skew, perm);
         if let Err(e) = mapped {
-            self.iova.lock().unwrap_or_else(|p| p.into_inner()).free(iova, span);
+            self.iova
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .free(iova, span);
             return Err(e.into());
         }
-        Ok(IoMapping { hw: Arc::clone(self), iova: iova + skew, base: iova, span })
+        Ok(IoMapping {
+            hw: Arc::clone(self),
+            iova: iova + skew,
+            base: iova,
+            span,
+        })
     }
 
     /// Submits commands (request ids are assigned here) and waits for all their
@@ -176,20 +219,33 @@ impl Hardware {
         if self.is_lost() {
             return Err(HwError::Lost);
         }
-        let batch = Arc::new(Batch { expected: cmds.len(), got: Mutex::new(Vec::new()), done: Condvar::new() });
+        let batch = Arc::new(Batch {
+            expected: cmds.len(),
+            got: Mutex::new(Vec::new()),
+            done: Condvar::new(),
+        });
         let first;
         {
             let deadline = Instant::now() + COMMAND_TIMEOUT;
             let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
             if cmds.len() as u32 >= q.queue.size() {
-                return Err(HwError::Command { index: 0, status: None, detail: 0, addr: 0 });
+                return Err(HwError::Command {
+                    index: 0,
+                    status: None,
+                    detail: 0,
+                    addr: 0,
+                });
             }
             while q.queue.free_slots(&self.device) < cmds.len() as u32 {
                 let left = deadline.saturating_duration_since(Instant::now());
                 if left.is_zero() {
                     return Err(HwError::Timeout);
                 }
-                q = self.room.wait_timeout(q, left.min(Duration::from_millis(10))).unwrap_or_else(|p| p.into_inner()).0;
+                q = self
+                    .room
+                    .wait_timeout(q, left.min(Duration::from_millis(10)))
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
             }
             first = q.next_req_id;
             for c in &mut cmds {
@@ -201,7 +257,11 @@ impl Hardware {
             q.queue.submit(dev, &cmds).map_err(|_| HwError::Timeout)?;
         }
         let result = self.wait_batch(&batch);
-        self.queue.lock().unwrap_or_else(|p| p.into_inner()).batches.remove(&first);
+        self.queue
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .batches
+            .remove(&first);
         let mut got = result?;
         got.sort_by_key(|c| c.req_id.wrapping_sub(first));
         for (index, c) in got.iter().enumerate() {
@@ -228,7 +288,11 @@ impl Hardware {
             if left.is_zero() {
                 return Err(HwError::Timeout);
             }
-            got = batch.done.wait_timeout(got, left.min(Duration::from_millis(100))).unwrap_or_else(|p| p.into_inner()).0;
+            got = batch
+                .done
+                .wait_timeout(got, left.min(Duration::from_millis(100)))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
         }
         Ok(std::mem::take(&mut *got))
     }

@@ -30,7 +30,10 @@ pub struct PoolRange<'a> {
 
 /// Checks a memory handle and returns the file range it names.
 pub fn pool_range(mem: &Memory) -> Result<PoolRange<'_>, PoolError> {
-    let bad = |reason: &str| PoolError::BadHandle { kind: mem.name.clone(), reason: reason.into() };
+    let bad = |reason: &str| PoolError::BadHandle {
+        kind: mem.name.clone(),
+        reason: reason.into(),
+    };
     let h = &mem.handle;
     let offset = match mem.name.as_str() {
         MEMORY_ASHMEM => {
@@ -41,18 +44,30 @@ pub fn pool_range(mem: &Memory) -> Result<PoolRange<'_>, PoolError> {
         }
         MEMORY_MMAP_FD => {
             if h.fds.len() != 1 || h.ints.len() != 3 {
-                return Err(bad("expected 1 fd and 3 ints {prot, offset low, offset high}"));
+                return Err(bad(
+                    "expected 1 fd and 3 ints {prot, offset low, offset high}",
+                ));
             }
             (h.ints[1] as u32 as u64) | (h.ints[2] as u32 as u64) << 32
         }
         other => return Err(PoolError::UnsupportedKind(other.to_string())),
     };
     let fd = h.fds[0].as_fd();
-    let file = nix::sys::stat::fstat(fd).map_err(std::io::Error::from)?.st_size as u64;
+    let file = nix::sys::stat::fstat(fd)
+        .map_err(std::io::Error::from)?
+        .st_size as u64;
     if offset.checked_add(mem.size).is_none_or(|end| end > file) || mem.size == 0 {
-        return Err(PoolError::TooSmall { size: mem.size, file, offset });
+        return Err(PoolError::TooSmall {
+            size: mem.size,
+            file,
+            offset,
+        });
     }
-    Ok(PoolRange { fd, offset, size: mem.size })
+    Ok(PoolRange {
+        fd,
+        offset,
+        size: mem.size,
+    })
 }
 
 /// Reads a whole pool (a snapshot: the client may change the memory afterwards).
@@ -63,15 +78,23 @@ pub fn read_pool(mem: &Memory) -> Result<Vec<u8>, PoolError> {
 
 /// Reads `len` bytes at `offset` within a pool.
 pub fn read_range(r: &PoolRange<'_>, offset: u64, len: usize) -> Result<Vec<u8>, PoolError> {
-    let too_small = || PoolError::TooSmall { size: r.size, file: offset, offset: r.offset };
-    if offset.checked_add(len as u64).is_none_or(|end| end > r.size) {
+    let too_small = || PoolError::TooSmall {
+        size: r.size,
+        file: offset,
+        offset: r.offset,
+    };
+    if offset
+        .checked_add(len as u64)
+        .is_none_or(|end| end > r.size)
+    {
         return Err(too_small());
     }
     let mut buf = vec![0u8; len];
     let mut done = 0usize;
     while done < len {
         let at = r.offset + offset + done as u64;
-        let n = nix::sys::uio::pread(r.fd, &mut buf[done..], at as i64).map_err(std::io::Error::from)?;
+        let n = nix::sys::uio::pread(r.fd, &mut buf[done..], at as i64)
+            .map_err(std::io::Error::from)?;
         if n == 0 {
             return Err(too_small());
         }

@@ -54,7 +54,9 @@ fn hw_status(e: &HwError) -> ErrorStatus {
     tracing::debug!("device: {e}");
     match e {
         HwError::Lost => ErrorStatus::DeviceUnavailable,
-        HwError::OutOfDeviceMemory(_) | HwError::OutOfIova(_) => ErrorStatus::ResourceExhaustedTransient,
+        HwError::OutOfDeviceMemory(_) | HwError::OutOfIova(_) => {
+            ErrorStatus::ResourceExhaustedTransient
+        }
         _ => ErrorStatus::GeneralFailure,
     }
 }
@@ -65,8 +67,11 @@ fn upload(hw: &Arc<Hardware>, bytes: &[u8]) -> Result<DramBlock, HwError> {
     if bytes.is_empty() {
         return Ok(block);
     }
-    let staging = SharedRegion::new("vnpu-staging", bytes.len()).map_err(vnpu_emu::DeviceError::from)?;
-    staging.write(0, bytes).map_err(vnpu_emu::DeviceError::from)?;
+    let staging =
+        SharedRegion::new("vnpu-staging", bytes.len()).map_err(vnpu_emu::DeviceError::from)?;
+    staging
+        .write(0, bytes)
+        .map_err(vnpu_emu::DeviceError::from)?;
     let map = hw.map(staging.fd(), 0, bytes.len() as u64, Perm::READ)?;
     hw.run(vec![dma(map.iova, block.addr, bytes.len() as u64)])?;
     Ok(block)
@@ -93,7 +98,11 @@ impl VnpuPreparedModel {
         let block = compile::constant_block(&model.main, &constants);
         let deferred = compile::deferred_inputs(&model.main);
         let has_deferred = deferred.contains(&true);
-        let const_mem = if block.bytes.is_empty() { None } else { Some(upload(&hw, &block.bytes).map_err(|e| hw_status(&e))?) };
+        let const_mem = if block.bytes.is_empty() {
+            None
+        } else {
+            Some(upload(&hw, &block.bytes).map_err(|e| hw_status(&e))?)
+        };
         let prepared = Arc::new_cyclic(|me| VnpuPreparedModel {
             me: me.clone(),
             hw,
@@ -128,7 +137,12 @@ impl VnpuPreparedModel {
 
     /// The instance for these input shapes, compiling and uploading it if new.
     fn instance(&self, key: InstanceKey) -> Result<Arc<Mutex<Instance>>, ErrorStatus> {
-        if let Some(i) = self.instances.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+        if let Some(i) = self
+            .instances
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+        {
             return Ok(Arc::clone(i));
         }
         let mut constants = std::borrow::Cow::Borrowed(&self.constants);
@@ -139,11 +153,22 @@ impl VnpuPreparedModel {
             tracing::debug!("compile: {e}");
             e.status()
         })?;
-        let arena = self.hw.alloc_dram(compiled.arena_size).map_err(|e| hw_status(&e))?;
-        let program = compiled.program(&self.block, self.const_base(), arena.addr).map_err(|e| e.status())?.encode();
+        let arena = self
+            .hw
+            .alloc_dram(compiled.arena_size)
+            .map_err(|e| hw_status(&e))?;
+        let program = compiled
+            .program(&self.block, self.const_base(), arena.addr)
+            .map_err(|e| e.status())?
+            .encode();
         let program_len = program.len() as u64;
         let program = upload(&self.hw, &program).map_err(|e| hw_status(&e))?;
-        let inst = Arc::new(Mutex::new(Instance { compiled, arena, program, program_len }));
+        let inst = Arc::new(Mutex::new(Instance {
+            compiled,
+            arena,
+            program,
+            program_len,
+        }));
         let mut all = self.instances.lock().unwrap_or_else(|p| p.into_inner());
         if all.len() >= MAX_INSTANCES {
             all.clear();
@@ -153,7 +178,12 @@ impl VnpuPreparedModel {
     }
 
     /// The whole synchronous execution path.
-    fn run(&self, request: &Request, measure: MeasureTiming, deadline: OptionalTimePoint) -> (ErrorStatus, Vec<OutputShape>, Timing) {
+    fn run(
+        &self,
+        request: &Request,
+        measure: MeasureTiming,
+        deadline: OptionalTimePoint,
+    ) -> (ErrorStatus, Vec<OutputShape>, Timing) {
         let start = Instant::now();
         let fail = |s: ErrorStatus| (s, Vec::new(), Timing::NONE);
         if let Err(e) = validate_request(request, &self.model, true) {
@@ -183,7 +213,11 @@ impl VnpuPreparedModel {
             .iter()
             .zip(&request.inputs)
             .map(|(&i, a)| {
-                let dims = if a.dimensions.is_empty() { &sg.operands[i as usize].dimensions } else { &a.dimensions };
+                let dims = if a.dimensions.is_empty() {
+                    &sg.operands[i as usize].dimensions
+                } else {
+                    &a.dimensions
+                };
                 dims.iter().map(|&d| d as usize).collect()
             })
             .collect();
@@ -193,7 +227,10 @@ impl VnpuPreparedModel {
                 continue;
             }
             let loc = &arg.location;
-            match pools.get(loc.pool_index as usize).map(|r| read_range(r, loc.offset as u64, loc.length as usize)) {
+            match pools
+                .get(loc.pool_index as usize)
+                .map(|r| read_range(r, loc.offset as u64, loc.length as usize))
+            {
                 Some(Ok(v)) => values.push((i, v)),
                 _ => return fail(ErrorStatus::GeneralFailure),
             }
@@ -207,13 +244,22 @@ impl VnpuPreparedModel {
         let mut shapes_out = Vec::with_capacity(sg.output_indexes.len());
         let mut sufficient = true;
         for (&o, arg) in sg.output_indexes.iter().zip(&request.outputs) {
-            let dims: Vec<u32> = c.shapes[o as usize].as_ref().map_or(Vec::new(), |s| s.iter().map(|&d| d as u32).collect());
+            let dims: Vec<u32> = c.shapes[o as usize]
+                .as_ref()
+                .map_or(Vec::new(), |s| s.iter().map(|&d| d as u32).collect());
             let ok = c.byte_len(o) <= arg.location.length as u64;
             sufficient &= ok;
-            shapes_out.push(OutputShape { dimensions: dims, is_sufficient: ok });
+            shapes_out.push(OutputShape {
+                dimensions: dims,
+                is_sufficient: ok,
+            });
         }
         if !sufficient {
-            return (ErrorStatus::OutputInsufficientSize, shapes_out, Timing::NONE);
+            return (
+                ErrorStatus::OutputInsufficientSize,
+                shapes_out,
+                Timing::NONE,
+            );
         }
         let mut maps: Vec<Option<IoMapping>> = Vec::with_capacity(pools.len());
         for r in &pools {
@@ -224,7 +270,11 @@ impl VnpuPreparedModel {
         }
         let (cb, ab) = (self.const_base(), inst.arena.addr);
         let addr = |i: u32| c.address(i, &self.block, cb, ab);
-        let iova = |pool: u32, off: u32| maps.get(pool as usize).and_then(|m| m.as_ref()).map(|m| m.iova + off as u64);
+        let iova = |pool: u32, off: u32| {
+            maps.get(pool as usize)
+                .and_then(|m| m.as_ref())
+                .map(|m| m.iova + off as u64)
+        };
         let mut cmds = Vec::new();
         for (&i, arg) in sg.input_indexes.iter().zip(&request.inputs) {
             let len = c.byte_len(i);
@@ -237,7 +287,11 @@ impl VnpuPreparedModel {
             }
         }
         cmds.push(fence());
-        cmds.push(SubmissionEntry::new(Opcode::RunProgram, 0, [inst.program.addr, 0, inst.program_len, 0, 0, 0]));
+        cmds.push(SubmissionEntry::new(
+            Opcode::RunProgram,
+            0,
+            [inst.program.addr, 0, inst.program_len, 0, 0, 0],
+        ));
         cmds.push(fence());
         for (&o, arg) in sg.output_indexes.iter().zip(&request.outputs) {
             let len = c.byte_len(o);
@@ -259,7 +313,10 @@ impl VnpuPreparedModel {
             let on_device = done.iter().map(|c| c.device_ns).sum::<u64>() / 1000;
             // The modelled device time, capped by the time the driver actually waited:
             // the HAL requires timeOnDevice <= timeInDriver.
-            Timing { time_on_device: on_device.min(in_driver), time_in_driver: in_driver }
+            Timing {
+                time_on_device: on_device.min(in_driver),
+                time_in_driver: in_driver,
+            }
         } else {
             Timing::NONE
         };
@@ -276,7 +333,9 @@ impl IPreparedModel for VnpuPreparedModel {
         loop_timeout: OptionalTimeoutDuration,
         callback: Option<Arc<dyn ExecutionCallback>>,
     ) -> ErrorStatus {
-        let Some(callback) = callback else { return ErrorStatus::InvalidArgument };
+        let Some(callback) = callback else {
+            return ErrorStatus::InvalidArgument;
+        };
         if let Err(e) = validate_request(request, &self.model, true) {
             tracing::debug!("request: {e}");
             callback.notify(ErrorStatus::InvalidArgument, Vec::new(), Timing::NONE);
@@ -290,7 +349,8 @@ impl IPreparedModel for VnpuPreparedModel {
         let spawned = std::thread::Builder::new().name("vnpu-exec".into()).spawn({
             let callback = Arc::clone(&callback);
             move || {
-                let (status, shapes, timing) = me.execute_synchronously_1_3(&request, measure, deadline, loop_timeout);
+                let (status, shapes, timing) =
+                    me.execute_synchronously_1_3(&request, measure, deadline, loop_timeout);
                 callback.notify(status, shapes, timing);
             }
         });

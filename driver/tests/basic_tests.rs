@@ -6,8 +6,8 @@ mod common;
 use common::{device, prepare};
 use vnpu_driver::device::IDevice;
 use vnpu_driver::hal::{
-    DataLocation, DeviceStatus, DeviceType, ErrorStatus, Model, Operand, OperandLifeTime, OperandType, Operation,
-    OperationType, Subgraph, MAX_NUMBER_OF_CACHE_FILES,
+    DataLocation, DeviceStatus, DeviceType, ErrorStatus, Model, Operand, OperandLifeTime,
+    OperandType, Operation, OperationType, Subgraph, MAX_NUMBER_OF_CACHE_FILES,
 };
 
 #[test]
@@ -21,11 +21,22 @@ fn get_capabilities_test() {
     assert_eq!(status, ErrorStatus::None);
     let perf = caps.operand_performance;
     assert!(!perf.is_empty());
-    assert!(perf.windows(2).all(|w| w[0].r#type.0 < w[1].r#type.0), "sorted by type");
+    assert!(
+        perf.windows(2).all(|w| w[0].r#type.0 < w[1].r#type.0),
+        "sorted by type"
+    );
     assert!(perf.iter().all(|p| p.r#type != OperandType::SUBGRAPH));
-    assert!(perf.iter().all(|p| p.info.exec_time > 0.0 && p.info.power_usage > 0.0));
-    let f32_perf = perf.iter().find(|p| p.r#type == OperandType::TENSOR_FLOAT32).unwrap();
-    assert!(f32_perf.info.exec_time < 1.0, "faster than the CPU yardstick");
+    assert!(perf
+        .iter()
+        .all(|p| p.info.exec_time > 0.0 && p.info.power_usage > 0.0));
+    let f32_perf = perf
+        .iter()
+        .find(|p| p.r#type == OperandType::TENSOR_FLOAT32)
+        .unwrap();
+    assert!(
+        f32_perf.info.exec_time < 1.0,
+        "faster than the CPU yardstick"
+    );
     assert!(caps.relaxed_float32_to_float16_performance_tensor.exec_time > 0.0);
 }
 
@@ -39,14 +50,19 @@ fn identity() {
     let name = d.name();
     let (vendor, rest) = name.split_once('-').expect("name has the form vendor-x");
     assert!(!vendor.is_empty() && !rest.is_empty());
-    assert_eq!(d.get_supported_extensions(), (ErrorStatus::None, Vec::new()));
+    assert_eq!(
+        d.get_supported_extensions(),
+        (ErrorStatus::None, Vec::new())
+    );
 }
 
 #[test]
 fn get_number_of_cache_files_needed() {
     let (status, model, data) = device().get_number_of_cache_files_needed();
     assert_eq!(status, ErrorStatus::None);
-    assert!(model as usize <= MAX_NUMBER_OF_CACHE_FILES && data as usize <= MAX_NUMBER_OF_CACHE_FILES);
+    assert!(
+        model as usize <= MAX_NUMBER_OF_CACHE_FILES && data as usize <= MAX_NUMBER_OF_CACHE_FILES
+    );
 }
 
 fn tensor(lifetime: OperandLifeTime, consumers: u32) -> Operand {
@@ -66,7 +82,11 @@ fn cycle_test() {
         r#type: OperandType::INT32,
         number_of_consumers: 2,
         lifetime: OperandLifeTime::CONSTANT_COPY,
-        location: DataLocation { pool_index: 0, offset: 0, length: 4 },
+        location: DataLocation {
+            pool_index: 0,
+            offset: 0,
+            length: 4,
+        },
         ..Operand::default()
     };
     let model = Model {
@@ -80,9 +100,21 @@ fn cycle_test() {
                 tensor(OperandLifeTime::SUBGRAPH_OUTPUT, 0),
             ],
             operations: vec![
-                Operation { r#type: OperationType::ADD, inputs: vec![0, 3, 4], outputs: vec![2] },
-                Operation { r#type: OperationType::ADD, inputs: vec![2, 1, 4], outputs: vec![3] },
-                Operation { r#type: OperationType::ADD, inputs: vec![2, 3, 4], outputs: vec![5] },
+                Operation {
+                    r#type: OperationType::ADD,
+                    inputs: vec![0, 3, 4],
+                    outputs: vec![2],
+                },
+                Operation {
+                    r#type: OperationType::ADD,
+                    inputs: vec![2, 1, 4],
+                    outputs: vec![3],
+                },
+                Operation {
+                    r#type: OperationType::ADD,
+                    inputs: vec![2, 3, 4],
+                    outputs: vec![5],
+                },
             ],
             input_indexes: vec![0, 1],
             output_indexes: vec![5],

@@ -20,8 +20,19 @@ fn check_outputs(case: &TestCase, pool: &Memory, locations: &[vnpu_driver::hal::
     for (want, loc) in case.outputs.iter().zip(locations) {
         let ty = case.operand_type(want.operand).unwrap();
         let got = read(pool, loc.offset, want.data.len());
-        let r = compare(want.operand, ty, &want.data, &got, case.relaxed, want.ignored);
-        assert_eq!(r.mismatches, 0, "{}: output operand {} max error {}", case.name, want.operand, r.max_error);
+        let r = compare(
+            want.operand,
+            ty,
+            &want.data,
+            &got,
+            case.relaxed,
+            want.ignored,
+        );
+        assert_eq!(
+            r.mismatches, 0,
+            "{}: output operand {} max error {}",
+            case.name, want.operand, r.max_error
+        );
     }
 }
 
@@ -68,7 +79,10 @@ fn generated_test_v1_1() {
 /// output 0 one byte short, OUTPUT_INSUFFICIENT_SIZE and `isSufficient` false for it only.
 #[test]
 fn dynamic_output_shape_test() {
-    for case in supported_cases("V1_0.jsonl.gz").iter().filter(|c| !c.expect_failure) {
+    for case in supported_cases("V1_0.jsonl.gz")
+        .iter()
+        .filter(|c| !c.expect_failure)
+    {
         let mut model = case.model.clone();
         for &o in &model.main.output_indexes.clone() {
             let dims = &mut model.main.operands[o as usize].dimensions;
@@ -93,11 +107,14 @@ fn dynamic_output_shape_test() {
             continue;
         }
         request.outputs[0].location.length = needs - 1;
-        let (status, shapes, timing) = execute(&prepared, &request, Mode::Async, MeasureTiming::YES);
+        let (status, shapes, timing) =
+            execute(&prepared, &request, Mode::Async, MeasureTiming::YES);
         assert_eq!(status, ErrorStatus::OutputInsufficientSize, "{}", case.name);
         assert_eq!(timing, Timing::NONE);
         assert!(!shapes[0].is_sufficient);
         assert!(shapes[1..].iter().all(|s| s.is_sufficient));
-        assert!(shapes[0].dimensions.is_empty() || shapes[0].dimensions == case.outputs[0].dimensions);
+        assert!(
+            shapes[0].dimensions.is_empty() || shapes[0].dimensions == case.outputs[0].dimensions
+        );
     }
 }

@@ -2,10 +2,10 @@
 //! rejected with INVALID_ARGUMENT, and the unmutated models must be accepted.
 //!
 //! Each test applies one VTS mutation (named after it) to every model of
-//! `conformance/V1_0.jsonl.gz`. The assertion lives in one place, [`expect_invalid_model`],
-//! so that it can be extended to go through the IDevice as well
-//! (getSupportedOperations_1_3 and prepareModel_1_3 must return and notify
-//! INVALID_ARGUMENT).
+//! `conformance/V1_0.jsonl.gz`. The assertion lives in one place, [`expect_invalid_model`]:
+//! the validator rejects the mutant, and so does the IDevice (getSupportedOperations_1_3
+//! returns INVALID_ARGUMENT, prepareModel_1_3 returns and notifies INVALID_ARGUMENT with no
+//! model).
 //!
 //! Where this port differs from VTS:
 //! - `mutate_operation_operand_type` only mutates operands all of whose readers and writers
@@ -14,14 +14,17 @@
 //! - Operations added or rewired by a mutation keep `number_of_consumers` consistent (as
 //!   the HIDL 1.3 VTS does), so that each mutation tests the rule it is about.
 
+mod common;
+
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use vnpu_driver::corpus::{self, TestCase};
+use vnpu_driver::device::{IDevice, PreparedModelSlot};
 use vnpu_driver::hal::{
     validate_execution_preference, validate_model, validate_priority, DataLocation, ErrorStatus,
     ExecutionPreference, ExtraParams, Model, Operand, OperandLifeTime, OperandType, Operation,
-    OperationType, Priority, SymmPerChannelQuantParams,
+    OperationType, OptionalTimePoint, Priority, SymmPerChannelQuantParams,
 };
 
 type L = OperandLifeTime;
@@ -57,6 +60,16 @@ fn expect_invalid_model(model: &Model) {
         Ok(()) => panic!("mutated model was accepted"),
         Err(e) => assert_eq!(e.status(), ErrorStatus::InvalidArgument, "{e}"),
     }
+    let (status, supported) = common::device().get_supported_operations_1_3(model);
+    assert_eq!(
+        status,
+        ErrorStatus::InvalidArgument,
+        "getSupportedOperations_1_3"
+    );
+    assert!(supported.is_empty());
+    let (status, prepared) = common::prepare(model);
+    assert_eq!(status, ErrorStatus::InvalidArgument, "prepareModel_1_3");
+    assert!(prepared.is_none());
 }
 
 /// The assertion for invalid preparation arguments on a valid model.
@@ -68,6 +81,20 @@ fn expect_invalid_prepare(model: &Model, preference: ExecutionPreference, priori
         Ok(()) => panic!("preference {preference} / priority {priority} accepted"),
         Err(e) => assert_eq!(e.status(), ErrorStatus::InvalidArgument, "{e}"),
     }
+    let slot = PreparedModelSlot::new();
+    let ret = common::device().prepare_model_1_3(
+        model,
+        preference,
+        priority,
+        OptionalTimePoint::NONE,
+        &[],
+        &[],
+        &[0; 32],
+        Some(slot.clone()),
+    );
+    assert_eq!(ret, ErrorStatus::InvalidArgument);
+    assert_eq!(slot.wait().0, ErrorStatus::InvalidArgument);
+    assert!(slot.wait().1.is_none());
 }
 
 /// Apply `mutate` to a copy of `case`'s model and expect it to be rejected; on failure,

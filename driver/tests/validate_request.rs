@@ -2,15 +2,22 @@
 //! built for a V1_0 corpus model must be rejected with INVALID_ARGUMENT, and the unmutated
 //! request must be accepted.
 //!
-//! The assertion lives in one place, [`expect_invalid_request`], so that it can be
-//! extended to go through every execution path (execute_1_3 returned and notified,
-//! executeSynchronously_1_3, burst, executeFenced).
+//! The assertion lives in one place, [`expect_invalid_request`]: the validator rejects the
+//! mutant, and so does every execution path of a model prepared on the device
+//! (execute_1_3 returned and notified, executeSynchronously_1_3). Burst and executeFenced
+//! join when they land.
+
+mod common;
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
+use std::sync::{Arc, Mutex};
 use vnpu_driver::corpus::{self, TestCase};
-use vnpu_driver::hal::{validate_request, ErrorStatus, Model, Request};
+
+use common::Mode;
+use vnpu_driver::device::IPreparedModel;
+use vnpu_driver::hal::{validate_request, ErrorStatus, MeasureTiming, Model, Request, Timing};
 
 fn cases() -> &'static [TestCase] {
     static CASES: OnceLock<Vec<TestCase>> = OnceLock::new();
@@ -33,6 +40,30 @@ fn expect_invalid_request(request: &Request, model: &Model) {
             Err(e) => assert_eq!(e.status(), ErrorStatus::InvalidArgument, "{e}"),
         }
     }
+    if let Some(prepared) = prepared(model) {
+        for mode in [Mode::Sync, Mode::Async] {
+            for measure in [MeasureTiming::NO, MeasureTiming::YES] {
+                let (status, shapes, timing) = common::execute(&prepared, request, mode, measure);
+                assert_eq!(status, ErrorStatus::InvalidArgument, "{mode:?}");
+                assert!(shapes.is_empty());
+                assert_eq!(timing, Timing::NONE);
+            }
+        }
+    }
+}
+
+/// The model prepared on the device, once per model, if the device supports it.
+fn prepared(model: &Model) -> Option<Arc<dyn IPreparedModel>> {
+    type Cache = Mutex<Vec<(Model, Option<Arc<dyn IPreparedModel>>)>>;
+    static CACHE: OnceLock<Cache> = OnceLock::new();
+    let cache = CACHE.get_or_init(|| Mutex::new(Vec::new()));
+    let mut cache = cache.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, p)) = cache.iter().find(|(m, _)| m == model) {
+        return p.clone();
+    }
+    let (_, p) = common::prepare(model);
+    cache.push((model.clone(), p.clone()));
+    p
 }
 
 fn requests() -> impl Iterator<Item = (&'static TestCase, Request)> {

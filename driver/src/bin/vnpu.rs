@@ -16,7 +16,11 @@ use vnpu_driver::hal::OperationType;
 use vnpu_emu::regs;
 
 #[derive(Parser)]
-#[command(name = "vnpu", version, about = "The vnpu NN HAL 1.3 driver on the emulated accelerator")]
+#[command(
+    name = "vnpu",
+    version,
+    about = "The vnpu NN HAL 1.3 driver on the emulated accelerator"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -58,18 +62,33 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Info => info(&device),
         Command::Run { case, corpus } => run(&device, &case, corpus),
-        Command::Conformance { files, filter, json } => conformance(&device, &files, filter.as_deref(), json),
+        Command::Conformance {
+            files,
+            filter,
+            json,
+        } => conformance(&device, &files, filter.as_deref(), json),
     }
 }
 
 fn info(device: &Arc<VnpuDevice>) -> ExitCode {
     let dev = device.hardware().device();
     let id = dev.read_reg(regs::ID);
-    println!("device       {} ({})", device.name(), device.get_version_string().1);
-    println!("id           {id:#010x} {:?}", String::from_utf8_lossy(&id.to_le_bytes()));
+    println!(
+        "device       {} ({})",
+        device.name(),
+        device.get_version_string().1
+    );
+    println!(
+        "id           {id:#010x} {:?}",
+        String::from_utf8_lossy(&id.to_le_bytes())
+    );
     println!("version      {:#010x}", dev.read_reg(regs::VERSION));
     println!("caps         {:#010x}", dev.read_reg(regs::CAPS));
-    println!("dram         {} MiB at {:#x}", dev.dram_size() >> 20, dev.dram_base());
+    println!(
+        "dram         {} MiB at {:#x}",
+        dev.dram_size() >> 20,
+        dev.dram_base()
+    );
     println!("type         {:?}", device.get_type().1);
     println!("status       {:?}", device.get_status());
     let (_, m, d) = device.get_number_of_cache_files_needed();
@@ -77,15 +96,25 @@ fn info(device: &Arc<VnpuDevice>) -> ExitCode {
     let caps = device.get_capabilities_1_3().1;
     println!("\ncapabilities (execTime, powerUsage; relative to a CPU, lower is better)");
     let p = caps.relaxed_float32_to_float16_performance_tensor;
-    println!("  relaxed tensor     {:>12.6} {:>12.6}", p.exec_time, p.power_usage);
+    println!(
+        "  relaxed tensor     {:>12.6} {:>12.6}",
+        p.exec_time, p.power_usage
+    );
     for op in &caps.operand_performance {
         let name = op.r#type.name().unwrap_or("?");
-        println!("  {name:<32} {:>14.6e} {:>14.6e}", op.info.exec_time, op.info.power_usage);
+        println!(
+            "  {name:<32} {:>14.6e} {:>14.6e}",
+            op.info.exec_time, op.info.power_usage
+        );
     }
     println!("\nsupported operations (float32)");
     for ty in OperationType::ALL {
         let yes = SUPPORTED_OPERATIONS.contains(ty);
-        println!("  {:<32} {}", ty.name().unwrap_or("?"), if yes { "yes" } else { "no" });
+        println!(
+            "  {:<32} {}",
+            ty.name().unwrap_or("?"),
+            if yes { "yes" } else { "no" }
+        );
     }
     ExitCode::SUCCESS
 }
@@ -93,10 +122,15 @@ fn info(device: &Arc<VnpuDevice>) -> ExitCode {
 fn load_case(name: &str, corpus: Vec<PathBuf>) -> Result<TestCase, String> {
     let path = PathBuf::from(name);
     if path.is_file() {
-        let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let text =
+            std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         return parse_case(text.trim()).map_err(|e| format!("{}: {e}", path.display()));
     }
-    let files = if corpus.is_empty() { default_corpus() } else { corpus };
+    let files = if corpus.is_empty() {
+        default_corpus()
+    } else {
+        corpus
+    };
     lookup(&files, name).map_err(|e| e.to_string())
 }
 
@@ -114,17 +148,38 @@ fn run(device: &Arc<VnpuDevice>, name: &str, corpus: Vec<PathBuf>) -> ExitCode {
     println!("case        {}", report.name);
     println!("operations  {}", report.operations.join(", "));
     for (k, o) in report.outputs.iter().enumerate() {
-        let show = |v: &[f64]| v.iter().take(8).map(|x| format!("{x:.6}")).collect::<Vec<_>>().join(", ");
+        let show = |v: &[f64]| {
+            v.iter()
+                .take(8)
+                .map(|x| format!("{x:.6}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
         let more = if o.expected.len() > 8 { ", ..." } else { "" };
-        println!("output {k}    operand {} {} [{} values]{}", o.operand, o.r#type.name().unwrap_or("?"), o.expected.len(), if o.ignored { " (ignored)" } else { "" });
+        println!(
+            "output {k}    operand {} {} [{} values]{}",
+            o.operand,
+            o.r#type.name().unwrap_or("?"),
+            o.expected.len(),
+            if o.ignored { " (ignored)" } else { "" }
+        );
         println!("  actual    [{}{more}]", show(&o.actual));
         println!("  expected  [{}{more}]", show(&o.expected));
-        println!("  max error {:.3e}, {} out of tolerance", o.max_error, o.mismatches);
+        println!(
+            "  max error {:.3e}, {} out of tolerance",
+            o.max_error, o.mismatches
+        );
     }
     if report.timing.time_in_driver != u64::MAX {
-        println!("timing      {} us on device (modelled), {} us in driver", report.timing.time_on_device, report.timing.time_in_driver);
+        println!(
+            "timing      {} us on device (modelled), {} us in driver",
+            report.timing.time_on_device, report.timing.time_in_driver
+        );
     }
-    println!("wall        {:.1} ms (prepare + execute)", wall.as_secs_f64() * 1e3);
+    println!(
+        "wall        {:.1} ms (prepare + execute)",
+        wall.as_secs_f64() * 1e3
+    );
     match report.verdict {
         Verdict::Pass => {
             println!("PASS");
@@ -154,7 +209,12 @@ fn json_escape(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
 }
 
-fn conformance(device: &Arc<VnpuDevice>, files: &[PathBuf], filter: Option<&str>, json: Option<PathBuf>) -> ExitCode {
+fn conformance(
+    device: &Arc<VnpuDevice>,
+    files: &[PathBuf],
+    filter: Option<&str>,
+    json: Option<PathBuf>,
+) -> ExitCode {
     let mut total = Tally::default();
     let mut per_op: BTreeMap<String, Tally> = BTreeMap::new();
     let mut records = Vec::new();
@@ -162,7 +222,11 @@ fn conformance(device: &Arc<VnpuDevice>, files: &[PathBuf], filter: Option<&str>
     let progress = std::io::stderr().is_terminal();
     // Count first so the progress bar knows its end (cheap next to running the cases).
     let count = if progress {
-        files.iter().filter_map(|f| open_corpus(f).ok()).map(|r| r.count()).sum()
+        files
+            .iter()
+            .filter_map(|f| open_corpus(f).ok())
+            .map(|r| r.count())
+            .sum()
     } else {
         0
     };
@@ -173,7 +237,11 @@ fn conformance(device: &Arc<VnpuDevice>, files: &[PathBuf], filter: Option<&str>
             Err(e) => {
                 eprintln!("vnpu: {e}");
                 total.failed += 1;
-                records.push(format!("{{\"name\":{},\"status\":\"failed\",\"reason\":{}}}", json_escape(&file.display().to_string()), json_escape(&e.to_string())));
+                records.push(format!(
+                    "{{\"name\":{},\"status\":\"failed\",\"reason\":{}}}",
+                    json_escape(&file.display().to_string()),
+                    json_escape(&e.to_string())
+                ));
                 continue;
             }
         };
@@ -181,8 +249,12 @@ fn conformance(device: &Arc<VnpuDevice>, files: &[PathBuf], filter: Option<&str>
             seen += 1;
             if progress {
                 let width = 40;
-                let done = if count > 0 { seen * width / count } else { 0 };
-                eprint!("\r[{}{}] {seen}/{count}", "#".repeat(done.min(width)), ".".repeat(width - done.min(width)));
+                let done = (seen * width).checked_div(count).unwrap_or(0);
+                eprint!(
+                    "\r[{}{}] {seen}/{count}",
+                    "#".repeat(done.min(width)),
+                    ".".repeat(width - done.min(width))
+                );
             }
             let report = match entry {
                 Ok(case) => {
@@ -236,9 +308,17 @@ fn conformance(device: &Arc<VnpuDevice>, files: &[PathBuf], filter: Option<&str>
     for f in &failures {
         let _ = writeln!(out, "{f}");
     }
-    let _ = writeln!(out, "{:<32} {:>8} {:>8} {:>8}", "operation", "passed", "failed", "skipped");
+    let _ = writeln!(
+        out,
+        "{:<32} {:>8} {:>8} {:>8}",
+        "operation", "passed", "failed", "skipped"
+    );
     for (op, t) in &per_op {
-        let _ = writeln!(out, "{op:<32} {:>8} {:>8} {:>8}", t.passed, t.failed, t.skipped);
+        let _ = writeln!(
+            out,
+            "{op:<32} {:>8} {:>8} {:>8}",
+            t.passed, t.failed, t.skipped
+        );
     }
     if let Some(path) = json {
         let body = format!("[\n{}\n]\n", records.join(",\n"));
@@ -246,7 +326,11 @@ fn conformance(device: &Arc<VnpuDevice>, files: &[PathBuf], filter: Option<&str>
             let _ = writeln!(out, "vnpu: cannot write {}: {e}", path.display());
         }
     }
-    let _ = writeln!(out, "{} passed, {} failed, {} skipped", total.passed, total.failed, total.skipped);
+    let _ = writeln!(
+        out,
+        "{} passed, {} failed, {} skipped",
+        total.passed, total.failed, total.skipped
+    );
     if total.failed == 0 {
         ExitCode::SUCCESS
     } else {

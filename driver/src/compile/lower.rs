@@ -95,17 +95,25 @@ impl Operands<'_> {
             return Err(unsupported(format!("operand {i} must be INT32, is {t:?}")));
         }
         let b = self.constant(i)?;
-        let b: [u8; 4] = b.get(..4).and_then(|s| s.try_into().ok()).ok_or_else(|| unsupported("short scalar"))?;
+        let b: [u8; 4] = b
+            .get(..4)
+            .and_then(|s| s.try_into().ok())
+            .ok_or_else(|| unsupported("short scalar"))?;
         Ok(i32::from_le_bytes(b))
     }
 
     fn scalar_f32(&self, i: u32) -> Result<f32, CompileError> {
         let t = self.ty(i)?;
         if t != OperandType::FLOAT32 {
-            return Err(unsupported(format!("operand {i} must be FLOAT32, is {t:?}")));
+            return Err(unsupported(format!(
+                "operand {i} must be FLOAT32, is {t:?}"
+            )));
         }
         let b = self.constant(i)?;
-        let b: [u8; 4] = b.get(..4).and_then(|s| s.try_into().ok()).ok_or_else(|| unsupported("short scalar"))?;
+        let b: [u8; 4] = b
+            .get(..4)
+            .and_then(|s| s.try_into().ok())
+            .ok_or_else(|| unsupported("short scalar"))?;
         Ok(f32::from_le_bytes(b))
     }
 
@@ -121,7 +129,11 @@ impl Operands<'_> {
         if self.ty(i)? != OperandType::TENSOR_INT32 {
             return Err(unsupported(format!("operand {i} must be TENSOR_INT32")));
         }
-        Ok(self.constant(i)?.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+        Ok(self
+            .constant(i)?
+            .chunks_exact(4)
+            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect())
     }
 
     fn shape(&self, i: u32) -> Result<&[usize], CompileError> {
@@ -134,7 +146,9 @@ impl Operands<'_> {
     fn float_tensor(&self, i: u32) -> Result<(), CompileError> {
         match self.ty(i)? {
             OperandType::TENSOR_FLOAT32 => Ok(()),
-            t => Err(unsupported(format!("operand {i} has type {t:?}; the device computes float32"))),
+            t => Err(unsupported(format!(
+                "operand {i} has type {t:?}; the device computes float32"
+            ))),
         }
     }
 
@@ -155,7 +169,10 @@ fn act(code: i32) -> Result<Activation, CompileError> {
 }
 
 fn positive(v: i32, what: &str) -> Result<u32, CompileError> {
-    u32::try_from(v).ok().filter(|&v| v > 0).ok_or_else(|| CompileError::InvalidParam(format!("{what} = {v}")))
+    u32::try_from(v)
+        .ok()
+        .filter(|&v| v > 0)
+        .ok_or_else(|| CompileError::InvalidParam(format!("{what} = {v}")))
 }
 
 fn non_negative(v: i32, what: &str) -> Result<u32, CompileError> {
@@ -163,7 +180,13 @@ fn non_negative(v: i32, what: &str) -> Result<u32, CompileError> {
 }
 
 /// NNAPI's implicit padding: (before, after) for one spatial dimension.
-fn implicit_padding(scheme: i32, input: usize, filter: u32, stride: u32, dilation: u32) -> Result<(u32, u32), CompileError> {
+fn implicit_padding(
+    scheme: i32,
+    input: usize,
+    filter: u32,
+    stride: u32,
+    dilation: u32,
+) -> Result<(u32, u32), CompileError> {
     let eff = (filter as u64 - 1) * dilation as u64 + 1;
     match scheme {
         1 => {
@@ -181,15 +204,23 @@ fn implicit_padding(scheme: i32, input: usize, filter: u32, stride: u32, dilatio
 /// Spatial (height, width) of a 4-D activation in NHWC or NCHW.
 fn spatial(shape: &[usize], nchw: bool) -> Result<(usize, usize), CompileError> {
     if shape.len() != 4 {
-        return Err(CompileError::InvalidParam(format!("expected a 4-D input, got {shape:?}")));
+        return Err(CompileError::InvalidParam(format!(
+            "expected a 4-D input, got {shape:?}"
+        )));
     }
-    Ok(if nchw { (shape[2], shape[3]) } else { (shape[1], shape[2]) })
+    Ok(if nchw {
+        (shape[2], shape[3])
+    } else {
+        (shape[1], shape[2])
+    })
 }
 
 fn axis(a: i32, rank: usize) -> Result<u32, CompileError> {
     let r = rank as i32;
     if a < -r || a >= r {
-        return Err(CompileError::InvalidParam(format!("axis {a} for rank {rank}")));
+        return Err(CompileError::InvalidParam(format!(
+            "axis {a} for rank {rank}"
+        )));
     }
     Ok(if a < 0 { (a + r) as u32 } else { a as u32 })
 }
@@ -202,12 +233,28 @@ struct Window {
 }
 
 /// Lowers one operation. `inputs`/`outputs` are the operation's operand indices.
-pub fn lower(ops: &Operands<'_>, ty: OperationType, inputs: &[u32], outputs: &[u32]) -> Result<Lowered, CompileError> {
+pub fn lower(
+    ops: &Operands<'_>,
+    ty: OperationType,
+    inputs: &[u32],
+    outputs: &[u32],
+) -> Result<Lowered, CompileError> {
     let n = inputs.len();
-    let arg = |k: usize| inputs.get(k).copied().ok_or_else(|| unsupported(format!("missing input {k}")));
+    let arg = |k: usize| {
+        inputs
+            .get(k)
+            .copied()
+            .ok_or_else(|| unsupported(format!("missing input {k}")))
+    };
     let out0 = *outputs.first().ok_or_else(|| unsupported("no output"))?;
     ops.float_tensor(out0)?;
-    let data = |ids: Vec<u32>, op: KernelOp| Ok(Lowered { op, inputs: ids, outputs: vec![out0] });
+    let data = |ids: Vec<u32>, op: KernelOp| {
+        Ok(Lowered {
+            op,
+            inputs: ids,
+            outputs: vec![out0],
+        })
+    };
 
     match ty {
         OperationType::ADD | OperationType::SUB | OperationType::MUL | OperationType::DIV => {
@@ -219,13 +266,24 @@ pub fn lower(ops: &Operands<'_>, ty: OperationType, inputs: &[u32], outputs: &[u
             };
             ops.float_tensor(arg(0)?)?;
             ops.float_tensor(arg(1)?)?;
-            data(vec![arg(0)?, arg(1)?], KernelOp::Binary { kind, act: act(ops.scalar_i32(arg(2)?)?)? })
+            data(
+                vec![arg(0)?, arg(1)?],
+                KernelOp::Binary {
+                    kind,
+                    act: act(ops.scalar_i32(arg(2)?)?)?,
+                },
+            )
         }
         OperationType::FULLY_CONNECTED => {
             for k in 0..3 {
                 ops.float_tensor(arg(k)?)?;
             }
-            data(vec![arg(0)?, arg(1)?, arg(2)?], KernelOp::FullyConnected { act: act(ops.scalar_i32(arg(3)?)?)? })
+            data(
+                vec![arg(0)?, arg(1)?, arg(2)?],
+                KernelOp::FullyConnected {
+                    act: act(ops.scalar_i32(arg(3)?)?)?,
+                },
+            )
         }
         OperationType::CONV_2D | OperationType::DEPTHWISE_CONV_2D => {
             let depthwise = ty == OperationType::DEPTHWISE_CONV_2D;
@@ -239,22 +297,44 @@ pub fn lower(ops: &Operands<'_>, ty: OperationType, inputs: &[u32], outputs: &[u
             // Index of the stride-height operand; the multiplier (depthwise), the
             // activation and the optional layout flag follow it.
             let geom_end = if explicit { 8 } else { 5 };
-            let mult = if depthwise { positive(ops.scalar_i32(arg(geom_end + 1)?)?, "depth multiplier")? } else { 1 };
+            let mult = if depthwise {
+                positive(ops.scalar_i32(arg(geom_end + 1)?)?, "depth multiplier")?
+            } else {
+                1
+            };
             let a = act(ops.scalar_i32(arg(geom_end + 1 + extra)?)?)?;
             let layout_k = geom_end + 2 + extra;
             let nchw = match ops.opt(inputs, layout_k) {
                 Some(i) => ops.scalar_bool(i)?,
                 None => false,
             };
-            let dil_w = ops.opt(inputs, layout_k + 1).map(|i| ops.scalar_i32(i)).transpose()?.unwrap_or(1);
-            let dil_h = ops.opt(inputs, layout_k + 2).map(|i| ops.scalar_i32(i)).transpose()?.unwrap_or(1);
-            let (dilation_w, dilation_h) = (positive(dil_w, "dilation")?, positive(dil_h, "dilation")?);
+            let dil_w = ops
+                .opt(inputs, layout_k + 1)
+                .map(|i| ops.scalar_i32(i))
+                .transpose()?
+                .unwrap_or(1);
+            let dil_h = ops
+                .opt(inputs, layout_k + 2)
+                .map(|i| ops.scalar_i32(i))
+                .transpose()?
+                .unwrap_or(1);
+            let (dilation_w, dilation_h) =
+                (positive(dil_w, "dilation")?, positive(dil_h, "dilation")?);
             let filter = ops.shape(arg(1)?)?;
             let (kh, kw) = (
                 *filter.get(1).ok_or_else(|| unsupported("filter rank"))? as u32,
                 *filter.get(2).ok_or_else(|| unsupported("filter rank"))? as u32,
             );
-            let w = window(ops, inputs, explicit, geom_end, arg(0)?, nchw, (kw, kh), (dilation_w, dilation_h))?;
+            let w = window(
+                ops,
+                inputs,
+                explicit,
+                geom_end,
+                arg(0)?,
+                nchw,
+                (kw, kh),
+                (dilation_w, dilation_h),
+            )?;
             let ids = vec![arg(0)?, arg(1)?, arg(2)?];
             if depthwise {
                 data(
@@ -273,7 +353,15 @@ pub fn lower(ops: &Operands<'_>, ty: OperationType, inputs: &[u32], outputs: &[u
             } else {
                 data(
                     ids,
-                    KernelOp::Conv2d { pad: w.pad, stride_w: w.stride_w, stride_h: w.stride_h, dilation_w, dilation_h, act: a, nchw },
+                    KernelOp::Conv2d {
+                        pad: w.pad,
+                        stride_w: w.stride_w,
+                        stride_h: w.stride_h,
+                        dilation_w,
+                        dilation_h,
+                        act: a,
+                        nchw,
+                    },
                 )
             }
         }
@@ -289,12 +377,34 @@ pub fn lower(ops: &Operands<'_>, ty: OperationType, inputs: &[u32], outputs: &[u
             let filter_w = positive(ops.scalar_i32(arg(f)?)?, "filter width")?;
             let filter_h = positive(ops.scalar_i32(arg(f + 1)?)?, "filter height")?;
             let a = act(ops.scalar_i32(arg(a_at)?)?)?;
-            let nchw = ops.opt(inputs, layout_at).map(|i| ops.scalar_bool(i)).transpose()?.unwrap_or(false);
+            let nchw = ops
+                .opt(inputs, layout_at)
+                .map(|i| ops.scalar_bool(i))
+                .transpose()?
+                .unwrap_or(false);
             let geom_end = if explicit { 6 } else { 3 };
-            let w = window(ops, inputs, explicit, geom_end, arg(0)?, nchw, (filter_w, filter_h), (1, 1))?;
+            let w = window(
+                ops,
+                inputs,
+                explicit,
+                geom_end,
+                arg(0)?,
+                nchw,
+                (filter_w, filter_h),
+                (1, 1),
+            )?;
             data(
                 vec![arg(0)?],
-                KernelOp::Pool { kind, pad: w.pad, stride_w: w.stride_w, stride_h: w.stride_h, filter_w, filter_h, act: a, nchw },
+                KernelOp::Pool {
+                    kind,
+                    pad: w.pad,
+                    stride_w: w.stride_w,
+                    stride_h: w.stride_h,
+                    filter_w,
+                    filter_h,
+                    act: a,
+                    nchw,
+                },
             )
         }
         OperationType::RELU
@@ -317,27 +427,44 @@ pub fn lower(ops: &Operands<'_>, ty: OperationType, inputs: &[u32], outputs: &[u
         OperationType::SOFTMAX => {
             ops.float_tensor(arg(0)?)?;
             let beta = ops.scalar_f32(arg(1)?)?;
-            let ax = ops.opt(inputs, 2).map(|i| ops.scalar_i32(i)).transpose()?.unwrap_or(-1);
+            let ax = ops
+                .opt(inputs, 2)
+                .map(|i| ops.scalar_i32(i))
+                .transpose()?
+                .unwrap_or(-1);
             data(vec![arg(0)?], KernelOp::Softmax { beta, axis: ax })
         }
         OperationType::RESHAPE => {
             ops.float_tensor(arg(0)?)?;
             let want = ops.tensor_i32(arg(1)?)?;
             let numel: usize = ops.shape(arg(0)?)?.iter().product();
-            data(vec![arg(0)?], KernelOp::Reshape { shape: resolve_reshape(&want, numel)? })
+            data(
+                vec![arg(0)?],
+                KernelOp::Reshape {
+                    shape: resolve_reshape(&want, numel)?,
+                },
+            )
         }
         OperationType::SQUEEZE => {
             ops.float_tensor(arg(0)?)?;
             let shape = ops.shape(arg(0)?)?;
             let axes: Vec<u32> = match ops.opt(inputs, 1) {
-                Some(i) => ops.tensor_i32(i)?.into_iter().map(|a| axis(a, shape.len())).collect::<Result<_, _>>()?,
-                None => (0..shape.len() as u32).filter(|&d| shape[d as usize] == 1).collect(),
+                Some(i) => ops
+                    .tensor_i32(i)?
+                    .into_iter()
+                    .map(|a| axis(a, shape.len()))
+                    .collect::<Result<_, _>>()?,
+                None => (0..shape.len() as u32)
+                    .filter(|&d| shape[d as usize] == 1)
+                    .collect(),
             };
             let mut out = Vec::new();
             for (d, &s) in shape.iter().enumerate() {
                 if axes.contains(&(d as u32)) {
                     if s != 1 {
-                        return Err(CompileError::InvalidParam(format!("squeezing dimension {d} of size {s}")));
+                        return Err(CompileError::InvalidParam(format!(
+                            "squeezing dimension {d} of size {s}"
+                        )));
                     }
                 } else {
                     out.push(s);
@@ -346,22 +473,39 @@ pub fn lower(ops: &Operands<'_>, ty: OperationType, inputs: &[u32], outputs: &[u
             data(vec![arg(0)?], KernelOp::Reshape { shape: out })
         }
         OperationType::CONCATENATION => {
-            let (&ax_id, tensors) = inputs.split_last().ok_or_else(|| unsupported("no inputs"))?;
+            let (&ax_id, tensors) = inputs
+                .split_last()
+                .ok_or_else(|| unsupported("no inputs"))?;
             for &t in tensors {
                 ops.float_tensor(t)?;
             }
-            let rank = ops.shape(*tensors.first().ok_or_else(|| unsupported("no inputs"))?)?.len();
-            data(tensors.to_vec(), KernelOp::Concatenation { axis: axis(ops.scalar_i32(ax_id)?, rank)? })
+            let rank = ops
+                .shape(*tensors.first().ok_or_else(|| unsupported("no inputs"))?)?
+                .len();
+            data(
+                tensors.to_vec(),
+                KernelOp::Concatenation {
+                    axis: axis(ops.scalar_i32(ax_id)?, rank)?,
+                },
+            )
         }
         OperationType::L2_NORMALIZATION => {
             ops.float_tensor(arg(0)?)?;
-            let ax = ops.opt(inputs, 1).map(|i| ops.scalar_i32(i)).transpose()?.unwrap_or(-1);
+            let ax = ops
+                .opt(inputs, 1)
+                .map(|i| ops.scalar_i32(i))
+                .transpose()?
+                .unwrap_or(-1);
             data(vec![arg(0)?], KernelOp::L2Normalization { axis: ax })
         }
         OperationType::DEPTH_TO_SPACE | OperationType::SPACE_TO_DEPTH => {
             ops.float_tensor(arg(0)?)?;
             let block = positive(ops.scalar_i32(arg(1)?)?, "block size")?;
-            let nchw = ops.opt(inputs, 2).map(|i| ops.scalar_bool(i)).transpose()?.unwrap_or(false);
+            let nchw = ops
+                .opt(inputs, 2)
+                .map(|i| ops.scalar_bool(i))
+                .transpose()?
+                .unwrap_or(false);
             let op = if ty == OperationType::DEPTH_TO_SPACE {
                 KernelOp::DepthToSpace { block, nchw }
             } else {
@@ -371,9 +515,21 @@ pub fn lower(ops: &Operands<'_>, ty: OperationType, inputs: &[u32], outputs: &[u
         }
         OperationType::RESIZE_BILINEAR => {
             ops.float_tensor(arg(0)?)?;
-            let nchw = ops.opt(inputs, 3).map(|i| ops.scalar_bool(i)).transpose()?.unwrap_or(false);
-            let align_corners = ops.opt(inputs, 4).map(|i| ops.scalar_bool(i)).transpose()?.unwrap_or(false);
-            let half_pixel_centers = ops.opt(inputs, 5).map(|i| ops.scalar_bool(i)).transpose()?.unwrap_or(false);
+            let nchw = ops
+                .opt(inputs, 3)
+                .map(|i| ops.scalar_bool(i))
+                .transpose()?
+                .unwrap_or(false);
+            let align_corners = ops
+                .opt(inputs, 4)
+                .map(|i| ops.scalar_bool(i))
+                .transpose()?
+                .unwrap_or(false);
+            let half_pixel_centers = ops
+                .opt(inputs, 5)
+                .map(|i| ops.scalar_bool(i))
+                .transpose()?
+                .unwrap_or(false);
             let (out_w, out_h) = if ops.ty(arg(1)?)? == OperandType::FLOAT32 {
                 let (h, w) = spatial(ops.shape(arg(0)?)?, nchw)?;
                 let sw = ops.scalar_f32(arg(1)?)?;
@@ -392,18 +548,35 @@ pub fn lower(ops: &Operands<'_>, ty: OperationType, inputs: &[u32], outputs: &[u
                     positive(ops.scalar_i32(arg(2)?)?, "output height")?,
                 )
             };
-            data(vec![arg(0)?], KernelOp::ResizeBilinear { out_h, out_w, align_corners, half_pixel_centers, nchw })
+            data(
+                vec![arg(0)?],
+                KernelOp::ResizeBilinear {
+                    out_h,
+                    out_w,
+                    align_corners,
+                    half_pixel_centers,
+                    nchw,
+                },
+            )
         }
         OperationType::PAD => {
             ops.float_tensor(arg(0)?)?;
             let rank = ops.shape(arg(0)?)?.len();
             let p = ops.tensor_i32(arg(1)?)?;
             if p.len() != rank * 2 {
-                return Err(CompileError::InvalidParam(format!("paddings has {} values for rank {rank}", p.len())));
+                return Err(CompileError::InvalidParam(format!(
+                    "paddings has {} values for rank {rank}",
+                    p.len()
+                )));
             }
             let pads = p
                 .chunks_exact(2)
-                .map(|c| Ok((non_negative(c[0], "padding")?, non_negative(c[1], "padding")?)))
+                .map(|c| {
+                    Ok((
+                        non_negative(c[0], "padding")?,
+                        non_negative(c[1], "padding")?,
+                    ))
+                })
                 .collect::<Result<_, CompileError>>()?;
             data(vec![arg(0)?], KernelOp::Pad { pads, value: 0.0 })
         }
@@ -411,7 +584,11 @@ pub fn lower(ops: &Operands<'_>, ty: OperationType, inputs: &[u32], outputs: &[u
             ops.float_tensor(arg(0)?)?;
             let rank = ops.shape(arg(0)?)?.len();
             let perm: Vec<u32> = match ops.opt(inputs, 1) {
-                Some(i) => ops.tensor_i32(i)?.into_iter().map(|p| non_negative(p, "perm")).collect::<Result<_, _>>()?,
+                Some(i) => ops
+                    .tensor_i32(i)?
+                    .into_iter()
+                    .map(|p| non_negative(p, "perm"))
+                    .collect::<Result<_, _>>()?,
                 None => (0..rank as u32).rev().collect(),
             };
             data(vec![arg(0)?], KernelOp::Transpose { perm })
@@ -419,14 +596,20 @@ pub fn lower(ops: &Operands<'_>, ty: OperationType, inputs: &[u32], outputs: &[u
         OperationType::MEAN => {
             ops.float_tensor(arg(0)?)?;
             let rank = ops.shape(arg(0)?)?.len();
-            let mut axes: Vec<u32> =
-                ops.tensor_i32(arg(1)?)?.into_iter().map(|a| axis(a, rank)).collect::<Result<_, _>>()?;
+            let mut axes: Vec<u32> = ops
+                .tensor_i32(arg(1)?)?
+                .into_iter()
+                .map(|a| axis(a, rank))
+                .collect::<Result<_, _>>()?;
             axes.sort_unstable();
             axes.dedup();
             let keep_dims = ops.scalar_i32(arg(2)?)? != 0;
             data(vec![arg(0)?], KernelOp::Mean { axes, keep_dims })
         }
-        t => Err(unsupported(format!("operation {} is not supported", t.name().unwrap_or("(unknown)")))),
+        t => Err(unsupported(format!(
+            "operation {} is not supported",
+            t.name().unwrap_or("(unknown)")
+        ))),
     }
 }
 
@@ -443,20 +626,42 @@ fn window(
     (filter_w, filter_h): (u32, u32),
     (dil_w, dil_h): (u32, u32),
 ) -> Result<Window, CompileError> {
-    let at = |k: usize| inputs.get(k).copied().ok_or_else(|| unsupported(format!("missing input {k}")));
+    let at = |k: usize| {
+        inputs
+            .get(k)
+            .copied()
+            .ok_or_else(|| unsupported(format!("missing input {k}")))
+    };
     let stride_w = positive(ops.scalar_i32(at(geom_end - 1)?)?, "stride")?;
     let stride_h = positive(ops.scalar_i32(at(geom_end)?)?, "stride")?;
     let pad = if explicit {
-        let p = |k| ops.scalar_i32(at(k)?).and_then(|v| non_negative(v, "padding"));
-        Padding { left: p(geom_end - 5)?, right: p(geom_end - 4)?, top: p(geom_end - 3)?, bottom: p(geom_end - 2)? }
+        let p = |k| {
+            ops.scalar_i32(at(k)?)
+                .and_then(|v| non_negative(v, "padding"))
+        };
+        Padding {
+            left: p(geom_end - 5)?,
+            right: p(geom_end - 4)?,
+            top: p(geom_end - 3)?,
+            bottom: p(geom_end - 2)?,
+        }
     } else {
         let scheme = ops.scalar_i32(at(geom_end - 2)?)?;
         let (h, w) = spatial(ops.shape(input)?, nchw)?;
         let (left, right) = implicit_padding(scheme, w, filter_w, stride_w, dil_w)?;
         let (top, bottom) = implicit_padding(scheme, h, filter_h, stride_h, dil_h)?;
-        Padding { left, right, top, bottom }
+        Padding {
+            left,
+            right,
+            top,
+            bottom,
+        }
     };
-    Ok(Window { pad, stride_w, stride_h })
+    Ok(Window {
+        pad,
+        stride_w,
+        stride_h,
+    })
 }
 
 /// RESHAPE's target: at most one -1, resolved from the element count.
@@ -473,7 +678,7 @@ fn resolve_reshape(want: &[i32], numel: usize) -> Result<Vec<usize>, CompileErro
     }
     let mut out: Vec<usize> = want.iter().map(|&d| d.max(0) as usize).collect();
     if let Some(i) = infer {
-        if known == 0 || numel % known != 0 {
+        if known == 0 || !numel.is_multiple_of(known) {
             return Err(bad());
         }
         out[i] = numel / known;

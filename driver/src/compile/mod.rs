@@ -24,7 +24,11 @@ pub enum CompileError {
     #[error("the value of operand {0} is known only at execution")]
     UnknownValue(u32),
     #[error("operand {operand}: the model says {model:?}, the computation gives {inferred:?}")]
-    ShapeMismatch { operand: u32, model: Vec<u32>, inferred: Vec<usize> },
+    ShapeMismatch {
+        operand: u32,
+        model: Vec<u32>,
+        inferred: Vec<usize>,
+    },
     #[error("kernel rejects operation {index}: {reason}")]
     Kernel { index: usize, reason: String },
     #[error("cannot read constant operand {0}: {1}")]
@@ -67,7 +71,11 @@ pub struct ConstantBlock {
 
 /// Constant bytes of every operand of `sg` (CONSTANT_COPY from operandValues,
 /// CONSTANT_REFERENCE from the model's pools, already read into `pools`).
-pub fn constant_values(model: &Model, sg: &Subgraph, pools: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>, CompileError> {
+pub fn constant_values(
+    model: &Model,
+    sg: &Subgraph,
+    pools: &[Vec<u8>],
+) -> Result<Vec<Option<Vec<u8>>>, CompileError> {
     sg.operands
         .iter()
         .enumerate()
@@ -76,7 +84,9 @@ pub fn constant_values(model: &Model, sg: &Subgraph, pools: &[Vec<u8>]) -> Resul
             let range = loc.offset as usize..loc.offset as usize + loc.length as usize;
             let src = match o.lifetime {
                 OperandLifeTime::CONSTANT_COPY => model.operand_values.get(range),
-                OperandLifeTime::CONSTANT_REFERENCE => pools.get(loc.pool_index as usize).and_then(|p| p.get(range)),
+                OperandLifeTime::CONSTANT_REFERENCE => pools
+                    .get(loc.pool_index as usize)
+                    .and_then(|p| p.get(range)),
                 _ => return Ok(None),
             };
             src.map(|b| Some(b.to_vec()))
@@ -86,7 +96,10 @@ pub fn constant_values(model: &Model, sg: &Subgraph, pools: &[Vec<u8>]) -> Resul
 }
 
 pub fn constant_block(sg: &Subgraph, constants: &[Option<Vec<u8>>]) -> ConstantBlock {
-    let mut block = ConstantBlock { bytes: Vec::new(), offsets: vec![None; sg.operands.len()] };
+    let mut block = ConstantBlock {
+        bytes: Vec::new(),
+        offsets: vec![None; sg.operands.len()],
+    };
     for (i, o) in sg.operands.iter().enumerate() {
         if o.r#type != OperandType::TENSOR_FLOAT32 {
             continue;
@@ -120,9 +133,18 @@ fn model_shape(dims: &[u32]) -> Option<Vec<usize>> {
 /// Whether each operation of the main subgraph will prepare and run on the device.
 pub fn supported_operations(model: &Model, constants: &[Option<Vec<u8>>]) -> Vec<bool> {
     let sg = &model.main;
-    let shapes: Vec<Option<Vec<usize>>> = sg.operands.iter().map(|o| model_shape(&o.dimensions)).collect();
+    let shapes: Vec<Option<Vec<usize>>> = sg
+        .operands
+        .iter()
+        .map(|o| model_shape(&o.dimensions))
+        .collect();
     let deferred = deferred_inputs(sg);
-    let ops = Operands { subgraph: sg, constants, shapes: &shapes, deferred: &deferred };
+    let ops = Operands {
+        subgraph: sg,
+        constants,
+        shapes: &shapes,
+        deferred: &deferred,
+    };
     sg.operations
         .iter()
         .map(|op| {
@@ -154,14 +176,29 @@ pub fn supported_operations(model: &Model, constants: &[Option<Vec<u8>>]) -> Vec
 }
 
 /// Checks one lowered op's output shapes against the model where all inputs are known.
-fn check_shapes(l: &Lowered, shapes: &[Option<Vec<usize>>], sg: &Subgraph) -> Result<(), CompileError> {
-    let ins: Option<Vec<&[usize]>> = l.inputs.iter().map(|&i| shapes.get(i as usize)?.as_deref()).collect();
+fn check_shapes(
+    l: &Lowered,
+    shapes: &[Option<Vec<usize>>],
+    sg: &Subgraph,
+) -> Result<(), CompileError> {
+    let ins: Option<Vec<&[usize]>> = l
+        .inputs
+        .iter()
+        .map(|&i| shapes.get(i as usize)?.as_deref())
+        .collect();
     let Some(ins) = ins else { return Ok(()) };
-    let outs = l.op.output_shapes(&ins).map_err(|e| CompileError::Kernel { index: 0, reason: e.to_string() })?;
+    let outs = l.op.output_shapes(&ins).map_err(|e| CompileError::Kernel {
+        index: 0,
+        reason: e.to_string(),
+    })?;
     for (&o, s) in l.outputs.iter().zip(&outs) {
         let dims = &sg.operands[o as usize].dimensions;
         if !dims_compatible(dims, s) {
-            return Err(CompileError::ShapeMismatch { operand: o, model: dims.clone(), inferred: s.clone() });
+            return Err(CompileError::ShapeMismatch {
+                operand: o,
+                model: dims.clone(),
+                inferred: s.clone(),
+            });
         }
     }
     Ok(())
@@ -169,12 +206,21 @@ fn check_shapes(l: &Lowered, shapes: &[Option<Vec<usize>>], sg: &Subgraph) -> Re
 
 /// A model's dims (0 = unknown, empty = unknown rank) against a concrete shape.
 pub fn dims_compatible(dims: &[u32], shape: &[usize]) -> bool {
-    dims.is_empty() || (dims.len() == shape.len() && dims.iter().zip(shape).all(|(&d, &s)| d == 0 || d as usize == s))
+    dims.is_empty()
+        || (dims.len() == shape.len()
+            && dims
+                .iter()
+                .zip(shape)
+                .all(|(&d, &s)| d == 0 || d as usize == s))
 }
 
 /// Compiles the main subgraph for concrete input shapes. `constants` includes the
 /// values of deferred inputs when the caller knows them.
-pub fn compile(model: &Model, constants: &[Option<Vec<u8>>], input_shapes: &[Vec<usize>]) -> Result<Compiled, CompileError> {
+pub fn compile(
+    model: &Model,
+    constants: &[Option<Vec<u8>>],
+    input_shapes: &[Vec<usize>],
+) -> Result<Compiled, CompileError> {
     let sg = &model.main;
     let n = sg.operands.len();
     let mut shapes: Vec<Option<Vec<usize>>> = vec![None; n];
@@ -189,25 +235,46 @@ pub fn compile(model: &Model, constants: &[Option<Vec<u8>>], input_shapes: &[Vec
     let deferred = deferred_inputs(sg);
     let mut lowered = Vec::with_capacity(sg.operations.len());
     for (index, op) in sg.operations.iter().enumerate() {
-        let ops = Operands { subgraph: sg, constants, shapes: &shapes, deferred: &deferred };
+        let ops = Operands {
+            subgraph: sg,
+            constants,
+            shapes: &shapes,
+            deferred: &deferred,
+        };
         let l = lower(&ops, op.r#type, &op.inputs, &op.outputs)?;
         let ins: Vec<&[usize]> = l
             .inputs
             .iter()
-            .map(|&i| shapes[i as usize].as_deref().ok_or(CompileError::UnknownShape(i)))
+            .map(|&i| {
+                shapes[i as usize]
+                    .as_deref()
+                    .ok_or(CompileError::UnknownShape(i))
+            })
             .collect::<Result<_, _>>()?;
-        let outs = l.op.output_shapes(&ins).map_err(|e| CompileError::Kernel { index, reason: e.to_string() })?;
+        let outs = l.op.output_shapes(&ins).map_err(|e| CompileError::Kernel {
+            index,
+            reason: e.to_string(),
+        })?;
         for (&o, s) in l.outputs.iter().zip(outs) {
             let dims = &sg.operands[o as usize].dimensions;
             if !dims_compatible(dims, &s) {
-                return Err(CompileError::ShapeMismatch { operand: o, model: dims.clone(), inferred: s });
+                return Err(CompileError::ShapeMismatch {
+                    operand: o,
+                    model: dims.clone(),
+                    inferred: s,
+                });
             }
             shapes[o as usize] = Some(s);
         }
         lowered.push(l);
     }
     let (placement, arena_size) = place(sg, &lowered, &shapes, constants);
-    Ok(Compiled { ops: lowered, shapes, placement, arena_size })
+    Ok(Compiled {
+        ops: lowered,
+        shapes,
+        placement,
+        arena_size,
+    })
 }
 
 fn place(
@@ -238,13 +305,19 @@ fn place(
     let mut ids = Vec::new();
     let mut intervals = Vec::new();
     for (i, l) in live.iter().enumerate() {
-        let (Some((first, last)), Some(shape)) = (l, &shapes[i]) else { continue };
+        let (Some((first, last)), Some(shape)) = (l, &shapes[i]) else {
+            continue;
+        };
         if constants.get(i).is_some_and(|c| c.is_some()) {
             continue;
         }
         let size = shape.iter().product::<usize>() as u64 * 4;
         ids.push(i);
-        intervals.push(Interval { size, first: *first, last: *last });
+        intervals.push(Interval {
+            size,
+            first: *first,
+            last: *last,
+        });
     }
     let (offsets, total) = plan::plan(&intervals);
     let mut placement = vec![None; n];
@@ -257,20 +330,39 @@ fn place(
 impl Compiled {
     /// Byte size of operand `i` on the device.
     pub fn byte_len(&self, i: u32) -> u64 {
-        self.shapes.get(i as usize).and_then(|s| s.as_ref()).map_or(0, |s| s.iter().product::<usize>() as u64 * 4)
+        self.shapes
+            .get(i as usize)
+            .and_then(|s| s.as_ref())
+            .map_or(0, |s| s.iter().product::<usize>() as u64 * 4)
     }
 
     /// Device address of operand `i`.
-    pub fn address(&self, i: u32, consts: &ConstantBlock, const_base: u64, arena_base: u64) -> Option<u64> {
+    pub fn address(
+        &self,
+        i: u32,
+        consts: &ConstantBlock,
+        const_base: u64,
+        arena_base: u64,
+    ) -> Option<u64> {
         match self.placement.get(i as usize).copied().flatten() {
             Some(Placement::Arena(o)) => Some(arena_base + o),
             Some(Placement::Constant(o)) => Some(const_base + o),
-            None => consts.offsets.get(i as usize).copied().flatten().map(|o| const_base + o),
+            None => consts
+                .offsets
+                .get(i as usize)
+                .copied()
+                .flatten()
+                .map(|o| const_base + o),
         }
     }
 
     /// The device program, with tensors at their final device addresses.
-    pub fn program(&self, consts: &ConstantBlock, const_base: u64, arena_base: u64) -> Result<Program, CompileError> {
+    pub fn program(
+        &self,
+        consts: &ConstantBlock,
+        const_base: u64,
+        arena_base: u64,
+    ) -> Result<Program, CompileError> {
         let mut ids: Vec<u32> = Vec::new();
         let mut index_of = std::collections::HashMap::new();
         let mut tensors = Vec::new();
@@ -278,21 +370,42 @@ impl Compiled {
             if let Some(&t) = index_of.get(&i) {
                 return Ok(t);
             }
-            let shape = self.shapes[i as usize].clone().ok_or(CompileError::UnknownShape(i))?;
+            let shape = self.shapes[i as usize]
+                .clone()
+                .ok_or(CompileError::UnknownShape(i))?;
             let addr = self
                 .address(i, consts, const_base, arena_base)
-                .ok_or_else(|| CompileError::Unsupported(format!("operand {i} has no device memory")))?;
+                .ok_or_else(|| {
+                    CompileError::Unsupported(format!("operand {i} has no device memory"))
+                })?;
             let t = tensors.len() as u32;
-            tensors.push(TensorDesc { dtype: DType::F32, byte_len: self.byte_len(i), shape, addr });
+            tensors.push(TensorDesc {
+                dtype: DType::F32,
+                byte_len: self.byte_len(i),
+                shape,
+                addr,
+            });
             index_of.insert(i, t);
             ids.push(i);
             Ok(t)
         };
         let mut ops = Vec::with_capacity(self.ops.len());
         for l in &self.ops {
-            let inputs = l.inputs.iter().map(|&i| id(i, &mut tensors)).collect::<Result<_, _>>()?;
-            let outputs = l.outputs.iter().map(|&i| id(i, &mut tensors)).collect::<Result<_, _>>()?;
-            ops.push(OpDesc { op: l.op.clone(), inputs, outputs });
+            let inputs = l
+                .inputs
+                .iter()
+                .map(|&i| id(i, &mut tensors))
+                .collect::<Result<_, _>>()?;
+            let outputs = l
+                .outputs
+                .iter()
+                .map(|&i| id(i, &mut tensors))
+                .collect::<Result<_, _>>()?;
+            ops.push(OpDesc {
+                op: l.op.clone(),
+                inputs,
+                outputs,
+            });
         }
         Ok(Program { tensors, ops })
     }

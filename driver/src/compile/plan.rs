@@ -31,7 +31,12 @@ pub fn plan(tensors: &[Interval]) -> (Vec<u64>, u64) {
         let mut busy: Vec<(u64, u64)> = placed
             .iter()
             .filter(|&&j| tensors[j].overlaps_in_time(t) && tensors[j].size > 0)
-            .map(|&j| (offsets[j], offsets[j] + tensors[j].size.next_multiple_of(ALIGN)))
+            .map(|&j| {
+                (
+                    offsets[j],
+                    offsets[j] + tensors[j].size.next_multiple_of(ALIGN),
+                )
+            })
             .collect();
         busy.sort_unstable();
         let mut at = 0u64;
@@ -56,9 +61,21 @@ mod tests {
     #[test]
     fn reuses_dead_memory() {
         let t = [
-            Interval { size: 100, first: 0, last: 1 },
-            Interval { size: 100, first: 1, last: 2 },
-            Interval { size: 100, first: 2, last: 3 },
+            Interval {
+                size: 100,
+                first: 0,
+                last: 1,
+            },
+            Interval {
+                size: 100,
+                first: 1,
+                last: 2,
+            },
+            Interval {
+                size: 100,
+                first: 2,
+                last: 3,
+            },
         ];
         let (off, total) = plan(&t);
         assert_eq!(total, 128 * 2);

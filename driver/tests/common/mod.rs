@@ -5,10 +5,12 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 use vnpu_driver::corpus::{open_corpus, TestCase};
-use vnpu_driver::device::{ExecutionCallback, ExecutionSlot, IDevice, IPreparedModel, PreparedModelSlot, VnpuDevice};
+use vnpu_driver::device::{
+    ExecutionCallback, ExecutionSlot, IDevice, IPreparedModel, PreparedModelSlot, VnpuDevice,
+};
 use vnpu_driver::hal::{
-    ErrorStatus, ExecutionPreference, MeasureTiming, Model, OptionalTimePoint, OptionalTimeoutDuration, OutputShape,
-    Priority, Request, Timing,
+    ErrorStatus, ExecutionPreference, MeasureTiming, Model, OptionalTimePoint,
+    OptionalTimeoutDuration, OutputShape, Priority, Request, Timing,
 };
 
 /// One device shared by a test binary (as a HAL service is shared by its clients).
@@ -18,11 +20,16 @@ pub fn device() -> Arc<VnpuDevice> {
 }
 
 pub fn corpus_path(file: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../conformance").join(file)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../conformance")
+        .join(file)
 }
 
 pub fn cases(file: &str) -> Vec<TestCase> {
-    open_corpus(&corpus_path(file)).expect("corpus").map(|(_, c)| c.expect("case parses")).collect()
+    open_corpus(&corpus_path(file))
+        .expect("corpus")
+        .map(|(_, c)| c.expect("case parses"))
+        .collect()
 }
 
 /// Cases every operation of which the device supports.
@@ -60,7 +67,6 @@ pub fn prepare_with(
     );
     let (status, prepared) = slot.wait();
     assert_eq!(ret, status, "prepareModel_1_3 return and notify disagree");
-    std::thread::sleep(std::time::Duration::from_millis(1));
     assert_eq!(slot.notifications(), 1, "notified exactly once");
     assert_eq!(prepared.is_some(), status == ErrorStatus::None);
     (status, prepared)
@@ -93,7 +99,13 @@ pub fn execute_with(
         Mode::Sync => prepared.execute_synchronously_1_3(request, measure, deadline, timeout),
         Mode::Async => {
             let slot = ExecutionSlot::new();
-            let ret = prepared.execute_1_3(request, measure, deadline, timeout, Some(slot.clone() as Arc<dyn ExecutionCallback>));
+            let ret = prepared.execute_1_3(
+                request,
+                measure,
+                deadline,
+                timeout,
+                Some(slot.clone() as Arc<dyn ExecutionCallback>),
+            );
             let r = slot.wait();
             if ret != ErrorStatus::None {
                 assert_eq!(ret, r.0, "execute_1_3 return and notify disagree");
