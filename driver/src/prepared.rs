@@ -21,8 +21,8 @@ use crate::memory::{pool_range, read_range};
 /// Programs kept per prepared model, one per distinct set of input shapes.
 const MAX_INSTANCES: usize = 8;
 
-/// Input shapes, and the values of deferred inputs.
-type InstanceKey = (Vec<Vec<usize>>, Vec<(u32, Vec<u8>)>);
+/// Input shapes, the values of deferred inputs, and the inputs the request omits.
+type InstanceKey = (Vec<Vec<usize>>, Vec<(u32, Vec<u8>)>, Vec<u32>);
 
 /// The program for one set of input shapes, resident on the device with its arena.
 struct Instance {
@@ -126,7 +126,7 @@ impl VnpuPreparedModel {
             })
             .collect();
         if let (Some(shapes), false) = (known, has_deferred) {
-            prepared.instance((shapes, Vec::new()))?;
+            prepared.instance((shapes, Vec::new(), Vec::new()))?;
         }
         Ok(prepared)
     }
@@ -149,10 +149,15 @@ impl VnpuPreparedModel {
         for (i, v) in &key.1 {
             constants.to_mut()[*i as usize] = Some(v.clone());
         }
-        let compiled = compile::compile(&self.model, &constants, &key.0).map_err(|e| {
-            tracing::debug!("compile: {e}");
-            e.status()
-        })?;
+        let mut omitted = vec![false; self.model.main.operands.len()];
+        for &i in &key.2 {
+            omitted[i as usize] = true;
+        }
+        let compiled =
+            compile::compile(&self.model, &constants, &key.0, &omitted).map_err(|e| {
+                tracing::debug!("compile: {e}");
+                e.status()
+            })?;
         let arena = self
             .hw
             .alloc_dram(compiled.arena_size)
@@ -235,7 +240,14 @@ impl VnpuPreparedModel {
                 _ => return fail(ErrorStatus::GeneralFailure),
             }
         }
-        let inst = match self.instance((shapes, values)) {
+        let omitted: Vec<u32> = sg
+            .input_indexes
+            .iter()
+            .zip(&request.inputs)
+            .filter(|(_, a)| a.has_no_value)
+            .map(|(&i, _)| i)
+            .collect();
+        let inst = match self.instance((shapes, values, omitted)) {
             Ok(i) => i,
             Err(s) => return fail(s),
         };

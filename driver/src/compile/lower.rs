@@ -18,6 +18,8 @@ pub struct Operands<'a> {
     /// Operands whose values the host learns only at execution (non-float model inputs
     /// used as parameters, such as RESHAPE's shape).
     pub deferred: &'a [bool],
+    /// Model inputs the request leaves out (`hasNoValue`): treated as NO_VALUE.
+    pub omitted: &'a [bool],
 }
 
 /// The operations the compiler lowers (float32), for `vnpu info` and tests.
@@ -77,6 +79,7 @@ impl Operands<'_> {
             .operands
             .get(i as usize)
             .is_some_and(|o| o.lifetime == OperandLifeTime::NO_VALUE)
+            || self.omitted.get(i as usize).copied().unwrap_or(false)
     }
 
     fn constant(&self, i: u32) -> Result<&[u8], CompileError> {

@@ -144,6 +144,7 @@ pub fn supported_operations(model: &Model, constants: &[Option<Vec<u8>>]) -> Vec
         constants,
         shapes: &shapes,
         deferred: &deferred,
+        omitted: &[],
     };
     sg.operations
         .iter()
@@ -215,11 +216,13 @@ pub fn dims_compatible(dims: &[u32], shape: &[usize]) -> bool {
 }
 
 /// Compiles the main subgraph for concrete input shapes. `constants` includes the
-/// values of deferred inputs when the caller knows them.
+/// values of deferred inputs when the caller knows them; `omitted` marks the inputs the
+/// request leaves out.
 pub fn compile(
     model: &Model,
     constants: &[Option<Vec<u8>>],
     input_shapes: &[Vec<usize>],
+    omitted: &[bool],
 ) -> Result<Compiled, CompileError> {
     let sg = &model.main;
     let n = sg.operands.len();
@@ -240,6 +243,7 @@ pub fn compile(
             constants,
             shapes: &shapes,
             deferred: &deferred,
+            omitted,
         };
         let l = lower(&ops, op.r#type, &op.inputs, &op.outputs)?;
         let ins: Vec<&[usize]> = l

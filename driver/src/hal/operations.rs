@@ -302,6 +302,13 @@ fn check_signature(
             want.push(I);
             expect(ins, &want, "input")?;
             expect(outs, &[t], "output")?;
+            // NNAPI: "Supported tensor rank: up to 4".
+            if let Some(o) = operands[..operands.len() - 1]
+                .iter()
+                .find(|o| o.dimensions.len() > 4)
+            {
+                return Err(format!("input rank {} exceeds 4", o.dimensions.len()));
+            }
             // When every shape is fully known, the output holds exactly the inputs' elements.
             let count = |o: &Operand| -> Option<u64> {
                 if o.dimensions.is_empty() || o.dimensions.contains(&0) {
