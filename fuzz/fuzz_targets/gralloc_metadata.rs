@@ -8,8 +8,8 @@ use std::sync::OnceLock;
 use libfuzzer_sys::fuzz_target;
 use vnpu_gralloc::metadata::vendor;
 use vnpu_gralloc::{
-    pixel_format as pf, usage, Allocator, BufferDescriptorInfo, BufferHandle, Mapper, MetadataType, NativeHandle,
-    StandardMetadata, StandardMetadataType,
+    pixel_format as pf, usage, Allocator, BufferDescriptorInfo, BufferHandle, Mapper, MetadataType,
+    NativeHandle, StandardMetadata, StandardMetadataType,
 };
 
 fn buffer() -> BufferHandle {
@@ -28,12 +28,17 @@ fn buffer() -> BufferHandle {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&sel, bytes)) = data.split_first() else { return };
+    let Some((&sel, bytes)) = data.split_first() else {
+        return;
+    };
     let m = Mapper::new();
     let h = buffer();
     if sel >= 0xF0 {
         // Vendor namespace through the mapper.
-        let t = MetadataType { name: vendor::NAME, value: (sel - 0xF0) as i64 };
+        let t = MetadataType {
+            name: vendor::NAME,
+            value: (sel - 0xF0) as i64,
+        };
         if m.set_metadata(h, t, bytes).is_ok() {
             let mut out = vec![0u8; 2048];
             let n = m.get_metadata(h, t, &mut out).expect("get after set");
@@ -42,7 +47,9 @@ fuzz_target!(|data: &[u8]| {
         return;
     }
     let Some(t) = StandardMetadataType::from_i64((sel % 24) as i64) else {
-        assert!(m.set_standard_metadata(h, (sel % 24) as i64, bytes).is_err());
+        assert!(m
+            .set_standard_metadata(h, (sel % 24) as i64, bytes)
+            .is_err());
         return;
     };
     if let Ok(v) = StandardMetadata::decode(t, bytes) {
@@ -51,7 +58,9 @@ fuzz_target!(|data: &[u8]| {
     }
     if t.is_settable() && m.set_standard_metadata(h, t.value(), bytes).is_ok() {
         let mut out = vec![0u8; 16384];
-        let n = m.get_standard_metadata(h, t.value(), &mut out).expect("get after set");
+        let n = m
+            .get_standard_metadata(h, t.value(), &mut out)
+            .expect("get after set");
         assert_eq!(&out[..n], bytes);
     }
 });
