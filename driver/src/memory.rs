@@ -5,6 +5,7 @@
 use std::os::fd::{AsFd, BorrowedFd};
 
 use thiserror::Error;
+use vnpu_emu::iommu::Perm;
 
 use crate::hal::{Memory, MEMORY_ASHMEM, MEMORY_MMAP_FD};
 
@@ -20,12 +21,14 @@ pub enum PoolError {
     Io(#[from] std::io::Error),
 }
 
-/// A pool's file range: `size` bytes of `fd` from `offset`.
+/// A pool's file range: `size` bytes of `fd` from `offset`, and what the device may do
+/// with it (mmap_fd's `prot`; ashmem is read-write).
 #[derive(Debug, Clone, Copy)]
 pub struct PoolRange<'a> {
     pub fd: BorrowedFd<'a>,
     pub offset: u64,
     pub size: u64,
+    pub perm: Perm,
 }
 
 /// Checks a memory handle and returns the file range it names.
@@ -35,12 +38,12 @@ pub fn pool_range(mem: &Memory) -> Result<PoolRange<'_>, PoolError> {
         reason: reason.into(),
     };
     let h = &mem.handle;
-    let offset = match mem.name.as_str() {
+    let (offset, perm) = match mem.name.as_str() {
         MEMORY_ASHMEM => {
             if h.fds.len() != 1 || !h.ints.is_empty() {
                 return Err(bad("expected 1 fd and 0 ints"));
             }
-            0
+            (0, Perm::READ_WRITE)
         }
         MEMORY_MMAP_FD => {
             if h.fds.len() != 1 || h.ints.len() != 3 {
@@ -48,7 +51,14 @@ pub fn pool_range(mem: &Memory) -> Result<PoolRange<'_>, PoolError> {
                     "expected 1 fd and 3 ints {prot, offset low, offset high}",
                 ));
             }
-            (h.ints[1] as u32 as u64) | (h.ints[2] as u32 as u64) << 32
+            // The device may do what the client's protection allows.
+            let prot = h.ints[0];
+            let bits = u8::from(prot & libc::PROT_READ != 0)
+                | (u8::from(prot & libc::PROT_WRITE != 0) << 1);
+            let perm =
+                Perm::from_bits(bits).ok_or_else(|| bad("prot allows neither read nor write"))?;
+            let offset = (h.ints[1] as u32 as u64) | ((h.ints[2] as u32 as u64) << 32);
+            (offset, perm)
         }
         other => return Err(PoolError::UnsupportedKind(other.to_string())),
     };
@@ -67,6 +77,7 @@ pub fn pool_range(mem: &Memory) -> Result<PoolRange<'_>, PoolError> {
         fd,
         offset,
         size: mem.size,
+        perm,
     })
 }
 

@@ -275,7 +275,7 @@ impl VnpuPreparedModel {
         }
         let mut maps: Vec<Option<IoMapping>> = Vec::with_capacity(pools.len());
         for r in &pools {
-            match self.hw.map(r.fd, r.offset, r.size, Perm::READ_WRITE) {
+            match self.hw.map(r.fd, r.offset, r.size, r.perm) {
                 Ok(m) => maps.push(Some(m)),
                 Err(e) => return fail(hw_status(&e)),
             }

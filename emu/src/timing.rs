@@ -35,26 +35,16 @@ impl TimingModel {
         self.dma_setup_ns + (bytes as f64 / self.dma_bytes_per_ns) as u64
     }
 
-    /// Device time of one kernel, from its shapes.
-    pub fn op_ns(&self, op: &KernelOp, inputs: &[&[usize]], output: &[usize]) -> u64 {
-        let numel = |s: &[usize]| s.iter().product::<usize>() as f64;
-        let out = numel(output);
-        let flops = match op {
-            KernelOp::Conv2d { .. } => {
-                let f = inputs.get(1).copied().unwrap_or(&[]);
-                2.0 * out * f.iter().skip(1).product::<usize>() as f64
-            }
-            KernelOp::DepthwiseConv2d { .. } => {
-                let f = inputs.get(1).copied().unwrap_or(&[]);
-                2.0 * out * f.get(1..3).map_or(1, |k| k.iter().product::<usize>()) as f64
-            }
-            KernelOp::FullyConnected { .. } => {
-                let w = inputs.get(1).copied().unwrap_or(&[]);
-                2.0 * out * w.get(1).copied().unwrap_or(1) as f64
-            }
-            _ => 0.0,
+    /// Device time of one kernel on these input shapes: multiply-accumulates on the MAC
+    /// array, everything else on the vector unit (work from [`KernelOp::cost`]).
+    pub fn op_ns(&self, op: &KernelOp, inputs: &[&[usize]]) -> u64 {
+        let work = op.cost(inputs).unwrap_or(0) as f64;
+        let ns = match op {
+            KernelOp::Conv2d { .. }
+            | KernelOp::DepthwiseConv2d { .. }
+            | KernelOp::FullyConnected { .. } => 2.0 * work / self.flops_per_ns,
+            _ => work / self.elems_per_ns,
         };
-        let elems = inputs.iter().map(|s| numel(s)).sum::<f64>() + out;
-        self.op_overhead_ns + (flops / self.flops_per_ns + elems / self.elems_per_ns) as u64
+        self.op_overhead_ns + ns as u64
     }
 }
