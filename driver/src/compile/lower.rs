@@ -695,6 +695,37 @@ fn resolve_reshape(want: &[i32], numel: usize) -> Result<Vec<usize>, CompileErro
 mod tests {
     use super::*;
 
+    /// `SUPPORTED_OPERATIONS` (what `vnpu info` prints) lists exactly the operations
+    /// `lower` has an arm for.
+    #[test]
+    fn supported_list_matches_lowering() {
+        let float = crate::hal::Operand {
+            r#type: OperandType::TENSOR_FLOAT32,
+            ..Default::default()
+        };
+        let sg = Subgraph {
+            operands: vec![float],
+            ..Default::default()
+        };
+        let ops = Operands {
+            subgraph: &sg,
+            constants: &[],
+            shapes: &[],
+            deferred: &[],
+            omitted: &[],
+        };
+        for &ty in OperationType::ALL {
+            let r = lower(&ops, ty, &[], &[0]);
+            let unknown =
+                matches!(&r, Err(CompileError::Unsupported(m)) if m.starts_with("operation "));
+            assert_eq!(
+                !unknown,
+                SUPPORTED_OPERATIONS.contains(&ty),
+                "{ty:?}: {r:?}"
+            );
+        }
+    }
+
     #[test]
     fn same_padding_matches_nnapi() {
         // in 224, filter 3, stride 2 -> out 112, total pad 1: (0, 1).
