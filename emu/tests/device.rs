@@ -17,6 +17,16 @@ const RING_IOVA: u64 = 0x10_0000;
 const BUF_IOVA: u64 = 0x100_0000;
 const WAIT: Duration = Duration::from_secs(10);
 
+/// A small device whose commands go wrong as `plan` says.
+fn faulty_device(plan: FaultPlan) -> Device {
+    Device::new(DeviceConfig {
+        dram_size: 1 << 20,
+        faults: plan,
+        ..Default::default()
+    })
+    .unwrap()
+}
+
 fn device() -> Device {
     Device::new(DeviceConfig {
         dram_size: 16 << 20,
@@ -265,12 +275,7 @@ fn reset_recovers_a_hung_device() {
         hang_ppm: 1_000_000,
         ..Default::default()
     };
-    let dev = Device::new(DeviceConfig {
-        dram_size: 1 << 20,
-        faults: plan,
-        ..Default::default()
-    })
-    .unwrap();
+    let dev = faulty_device(plan);
     let mut q = HostQueue::create(&dev, 8, RING_IOVA).unwrap();
     let buf = SharedRegion::new("buf", 4096).unwrap();
     dev.iommu()
@@ -298,12 +303,7 @@ fn device_lost_stops_answering() {
         lose_after: Some(1),
         ..Default::default()
     };
-    let dev = Device::new(DeviceConfig {
-        dram_size: 1 << 20,
-        faults: plan,
-        ..Default::default()
-    })
-    .unwrap();
+    let dev = faulty_device(plan);
     let mut q = HostQueue::create(&dev, 8, RING_IOVA).unwrap();
     q.submit(
         &dev,
@@ -323,12 +323,7 @@ fn injected_dma_faults_are_reported() {
         dma_fault_ppm: 1_000_000,
         ..Default::default()
     };
-    let dev = Device::new(DeviceConfig {
-        dram_size: 1 << 20,
-        faults: plan,
-        ..Default::default()
-    })
-    .unwrap();
+    let dev = faulty_device(plan);
     let mut q = HostQueue::create(&dev, 8, RING_IOVA).unwrap();
     let buf = SharedRegion::new("buf", 4096).unwrap();
     dev.iommu()

@@ -92,32 +92,27 @@ impl Operands<'_> {
         Err(unsupported(format!("operand {i} must be a constant")))
     }
 
-    fn scalar_i32(&self, i: u32) -> Result<i32, CompileError> {
+    /// The 4 bytes of a constant scalar operand that must have type `want`.
+    fn scalar4(&self, i: u32, want: OperandType) -> Result<[u8; 4], CompileError> {
         let t = self.ty(i)?;
-        if t != OperandType::INT32 {
-            return Err(unsupported(format!("operand {i} must be INT32, is {t:?}")));
+        if t != want {
+            return Err(unsupported(format!(
+                "operand {i} must be {want:?}, is {t:?}"
+            )));
         }
-        let b = self.constant(i)?;
-        let b: [u8; 4] = b
+        self.constant(i)?
             .get(..4)
             .and_then(|s| s.try_into().ok())
-            .ok_or_else(|| unsupported("short scalar"))?;
-        Ok(i32::from_le_bytes(b))
+            .ok_or_else(|| unsupported("short scalar"))
+    }
+
+    fn scalar_i32(&self, i: u32) -> Result<i32, CompileError> {
+        self.scalar4(i, OperandType::INT32).map(i32::from_le_bytes)
     }
 
     fn scalar_f32(&self, i: u32) -> Result<f32, CompileError> {
-        let t = self.ty(i)?;
-        if t != OperandType::FLOAT32 {
-            return Err(unsupported(format!(
-                "operand {i} must be FLOAT32, is {t:?}"
-            )));
-        }
-        let b = self.constant(i)?;
-        let b: [u8; 4] = b
-            .get(..4)
-            .and_then(|s| s.try_into().ok())
-            .ok_or_else(|| unsupported("short scalar"))?;
-        Ok(f32::from_le_bytes(b))
+        self.scalar4(i, OperandType::FLOAT32)
+            .map(f32::from_le_bytes)
     }
 
     fn scalar_bool(&self, i: u32) -> Result<bool, CompileError> {
