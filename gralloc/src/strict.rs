@@ -13,68 +13,24 @@
 //! `CONFIG_PTE_MARKER_UFFD_WP`; when unavailable, [`enable`] returns the errno
 //! and the mapper keeps working without strict checks.
 //!
-//! The ioctl numbers and structs are those of `<linux/userfaultfd.h>` (x86_64
-//! and aarch64 share them); they are declared here to avoid a bindgen build.
+//! The userfaultfd object, its ioctls and its messages come from the
+//! `userfaultfd` crate (`UffdBuilder`, `Uffd::register_with_mode` with
+//! `RegisterMode::WRITE_PROTECT`, `write_protect`, `remove_write_protection`,
+//! `read_event`).
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{LazyLock, Mutex};
 
-const UFFD_API: u64 = 0xAA;
-const UFFDIO_API: u64 = 0xc018_aa3f;
-const UFFDIO_REGISTER: u64 = 0xc020_aa00;
-const UFFDIO_UNREGISTER: u64 = 0x8010_aa01;
-const UFFDIO_WRITEPROTECT: u64 = 0xc018_aa06;
-const UFFDIO_REGISTER_MODE_WP: u64 = 2;
-const UFFDIO_WRITEPROTECT_MODE_WP: u64 = 1;
-const UFFD_EVENT_PAGEFAULT: u8 = 0x12;
-const UFFD_PAGEFAULT_FLAG_WP: u64 = 2;
-const UFFD_FEATURE_THREAD_ID: u64 = 1 << 8;
-const UFFD_FEATURE_EXACT_ADDRESS: u64 = 1 << 11;
-const UFFD_FEATURE_WP_HUGETLBFS_SHMEM: u64 = 1 << 12;
+use libc::c_void;
+use userfaultfd::{
+    Error as UffdError, Event, FaultKind, FeatureFlags, RegisterMode, Uffd, UffdBuilder,
+};
+
+/// `UFFD_FEATURE_EXACT_ADDRESS` (Linux 5.18): the crate's `FeatureFlags` has
+/// no name for it, so the bit is passed through `from_bits_retain`.
+const FEATURE_EXACT_ADDRESS: u64 = 1 << 11;
 const PAGE: usize = 4096;
-
-#[repr(C)]
-struct UffdioApi {
-    api: u64,
-    features: u64,
-    ioctls: u64,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct UffdioRange {
-    start: u64,
-    len: u64,
-}
-
-#[repr(C)]
-struct UffdioRegister {
-    range: UffdioRange,
-    mode: u64,
-    ioctls: u64,
-}
-
-#[repr(C)]
-struct UffdioWriteprotect {
-    range: UffdioRange,
-    mode: u64,
-}
-
-#[repr(C)]
-#[derive(Default)]
-struct UffdMsg {
-    event: u8,
-    reserved1: u8,
-    reserved2: u16,
-    reserved3: u32,
-    flags: u64,
-    address: u64,
-    ptid: u32,
-    pad: u32,
-}
-
-const _: () = assert!(std::mem::size_of::<UffdMsg>() == 32);
 
 /// What kind of stray write was seen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,7 +72,7 @@ struct Region {
 
 /// The process-wide userfaultfd and its handler.
 pub(crate) struct Engine {
-    uffd: OwnedFd,
+    uffd: Uffd,
     regions: Mutex<Vec<Region>>,
     violations: Mutex<Vec<StrictViolation>>,
 }
@@ -134,30 +90,18 @@ static ENGINE: LazyLock<Result<&'static Engine, i32>> = LazyLock::new(|| {
     Ok(e)
 });
 
-fn errno() -> i32 {
-    std::io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EIO)
+/// The errno behind a `userfaultfd` crate error.
+fn errno_of(e: &UffdError) -> i32 {
+    match e {
+        UffdError::SystemError(errno) => *errno as i32,
+        UffdError::OpenDevUserfaultfd(io) => io.raw_os_error().unwrap_or(libc::EIO),
+        UffdError::UnsupportedIoctls(_) => libc::EOPNOTSUPP,
+        _ => libc::EIO,
+    }
 }
 
-fn uffd_open() -> Result<OwnedFd, i32> {
-    // SAFETY: plain syscall; the result is checked.
-    let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC) };
-    if fd < 0 {
-        return Err(errno());
-    }
-    // SAFETY: a fresh fd we own.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
-}
-
-fn ioctl<T>(fd: &OwnedFd, req: u64, arg: &mut T) -> Result<(), i32> {
-    // SAFETY: `arg` is the struct the request expects (layouts above match the kernel ABI).
-    let r = unsafe { libc::ioctl(fd.as_raw_fd(), req as _, arg as *mut T) };
-    if r < 0 {
-        Err(errno())
-    } else {
-        Ok(())
-    }
+fn uptr(start: usize) -> *mut c_void {
+    start as *mut c_void
 }
 
 /// Turns strict-lock mode on for buffers imported from now on. Returns the
@@ -199,30 +143,41 @@ pub(crate) fn engine() -> Option<&'static Engine> {
 }
 
 impl Engine {
+    /// Creates the userfaultfd with the thread-id and exact-address
+    /// features when the kernel has them (UFFDIO_API refuses unknown features
+    /// with EINVAL, so fall back one feature at a time). Not user-mode-only:
+    /// writes the kernel makes into a protected buffer (e.g. `read(2)` into
+    /// it) are reported too instead of failing with EFAULT.
     fn open() -> Result<Self, i32> {
-        let probe = uffd_open()?;
-        let mut api = UffdioApi {
-            api: UFFD_API,
-            features: 0,
-            ioctls: 0,
-        };
-        ioctl(&probe, UFFDIO_API, &mut api)?;
-        drop(probe);
-        let want =
-            (UFFD_FEATURE_THREAD_ID | UFFD_FEATURE_EXACT_ADDRESS | UFFD_FEATURE_WP_HUGETLBFS_SHMEM)
-                & api.features;
-        let uffd = uffd_open()?;
-        let mut api = UffdioApi {
-            api: UFFD_API,
-            features: want,
-            ioctls: 0,
-        };
-        ioctl(&uffd, UFFDIO_API, &mut api)?;
-        Ok(Self {
-            uffd,
-            regions: Mutex::new(Vec::new()),
-            violations: Mutex::new(Vec::new()),
-        })
+        let exact = FeatureFlags::from_bits_retain(FEATURE_EXACT_ADDRESS);
+        let mut err = libc::EINVAL;
+        for features in [
+            FeatureFlags::THREAD_ID | exact,
+            FeatureFlags::THREAD_ID,
+            FeatureFlags::empty(),
+        ] {
+            match UffdBuilder::new()
+                .close_on_exec(true)
+                .user_mode_only(false)
+                .require_features(features)
+                .create()
+            {
+                Ok(uffd) => {
+                    return Ok(Self {
+                        uffd,
+                        regions: Mutex::new(Vec::new()),
+                        violations: Mutex::new(Vec::new()),
+                    })
+                }
+                Err(e) => {
+                    err = errno_of(&e);
+                    if err != libc::EINVAL {
+                        break;
+                    }
+                }
+            }
+        }
+        Err(err)
     }
 
     /// Registers and write-protects one page of a scratch memfd, to prove the
@@ -232,23 +187,15 @@ impl Engine {
             .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
         let map = crate::shared::Mapping::map(fd.as_raw_fd(), PAGE as u64)
             .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
-        let range = UffdioRange {
-            start: map.ptr() as u64,
-            len: PAGE as u64,
-        };
-        let mut reg = UffdioRegister {
-            range,
-            mode: UFFDIO_REGISTER_MODE_WP,
-            ioctls: 0,
-        };
-        ioctl(&self.uffd, UFFDIO_REGISTER, &mut reg)?;
-        let mut wp = UffdioWriteprotect {
-            range,
-            mode: UFFDIO_WRITEPROTECT_MODE_WP,
-        };
-        let r = ioctl(&self.uffd, UFFDIO_WRITEPROTECT, &mut wp);
-        let mut unreg = range;
-        let _ = ioctl(&self.uffd, UFFDIO_UNREGISTER, &mut unreg);
+        let start = map.ptr().cast::<c_void>();
+        self.uffd
+            .register_with_mode(start, PAGE, RegisterMode::WRITE_PROTECT)
+            .map_err(|e| errno_of(&e))?;
+        let r = self
+            .uffd
+            .write_protect(start, PAGE)
+            .map_err(|e| errno_of(&e));
+        let _ = self.uffd.unregister(start, PAGE);
         r
     }
 
@@ -260,28 +207,19 @@ impl Engine {
         if len == 0 {
             return Ok(());
         }
-        let mut wp = UffdioWriteprotect {
-            range: UffdioRange {
-                start: start as u64,
-                len: len as u64,
-            },
-            mode: if on { UFFDIO_WRITEPROTECT_MODE_WP } else { 0 },
+        let r = if on {
+            self.uffd.write_protect(uptr(start), len)
+        } else {
+            self.uffd.remove_write_protection(uptr(start), len, true)
         };
-        ioctl(&self.uffd, UFFDIO_WRITEPROTECT, &mut wp)
+        r.map_err(|e| errno_of(&e))
     }
 
     /// Registers a pixel mapping and write-protects it.
     pub fn register(&self, start: usize, len: usize, buffer_id: u64) -> Result<(), i32> {
-        let range = UffdioRange {
-            start: start as u64,
-            len: len as u64,
-        };
-        let mut reg = UffdioRegister {
-            range,
-            mode: UFFDIO_REGISTER_MODE_WP,
-            ioctls: 0,
-        };
-        ioctl(&self.uffd, UFFDIO_REGISTER, &mut reg)?;
+        self.uffd
+            .register_with_mode(uptr(start), len, RegisterMode::WRITE_PROTECT)
+            .map_err(|e| errno_of(&e))?;
         self.regions().push(Region {
             start,
             len,
@@ -295,11 +233,7 @@ impl Engine {
     pub fn unregister(&self, start: usize, len: usize) {
         let mut regions = self.regions();
         regions.retain(|r| r.start != start);
-        let mut range = UffdioRange {
-            start: start as u64,
-            len: len as u64,
-        };
-        let _ = ioctl(&self.uffd, UFFDIO_UNREGISTER, &mut range);
+        let _ = self.uffd.unregister(uptr(start), len);
     }
 
     /// A lock succeeded: `writable` is the byte range (offset, len) the
@@ -340,31 +274,36 @@ impl Engine {
 
     fn handler_loop(&self) {
         loop {
-            let mut msg = UffdMsg::default();
-            // SAFETY: reads one 32-byte message into a local of that size.
-            let n = unsafe {
-                libc::read(
-                    self.uffd.as_raw_fd(),
-                    &mut msg as *mut UffdMsg as *mut libc::c_void,
-                    std::mem::size_of::<UffdMsg>(),
-                )
-            };
-            if n < 0 {
-                if errno() == libc::EINTR || errno() == libc::EAGAIN {
-                    continue;
+            let event = match self.uffd.read_event() {
+                Ok(Some(event)) => event,
+                // EAGAIN, a short message or an event we never asked for.
+                Ok(None)
+                | Err(
+                    UffdError::IncompleteMsg { .. }
+                    | UffdError::UnrecognizedEvent(_)
+                    | UffdError::ReadEof,
+                ) => continue,
+                Err(e) if errno_of(&e) == libc::EINTR => continue,
+                Err(e) => {
+                    tracing::error!(
+                        errno = errno_of(&e),
+                        "userfaultfd read failed; strict-lock handler stops"
+                    );
+                    return;
                 }
-                tracing::error!(
-                    errno = errno(),
-                    "userfaultfd read failed; strict-lock handler stops"
-                );
-                return;
-            }
-            if n as usize != std::mem::size_of::<UffdMsg>() || msg.event != UFFD_EVENT_PAGEFAULT {
+            };
+            let Event::Pagefault {
+                kind,
+                addr: fault,
+                thread_id,
+                ..
+            } = event
+            else {
                 continue;
-            }
-            let addr = msg.address as usize;
+            };
+            let addr = fault as usize;
             let page = addr / PAGE * PAGE;
-            if msg.flags & UFFD_PAGEFAULT_FLAG_WP != 0 {
+            if kind == FaultKind::WriteProtected {
                 let found = {
                     let regions = self.regions();
                     regions
@@ -382,7 +321,7 @@ impl Engine {
                                 buffer_id: r.buffer_id,
                                 offset: addr - r.start,
                                 kind,
-                                thread_id: msg.ptid,
+                                thread_id: thread_id.as_raw() as u32,
                             }
                         })
                 };
