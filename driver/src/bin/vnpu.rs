@@ -52,6 +52,14 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Driver and device logs on stderr, e.g. VNPU_LOG=debug (off by default).
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("VNPU_LOG")
+                .unwrap_or_else(|_| "off".into()),
+        )
+        .init();
     let device = match VnpuDevice::new() {
         Ok(d) => d,
         Err(e) => {

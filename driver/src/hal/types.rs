@@ -810,19 +810,12 @@ pub struct Capabilities {
 
 /// Nanoseconds on CLOCK_MONOTONIC (the clock of `std::chrono::steady_clock` on Android).
 pub fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec for the duration of the call, and
-    // CLOCK_MONOTONIC is always available on Linux.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    if rc != 0 {
-        return 0;
-    }
-    (ts.tv_sec as u64)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(ts.tv_nsec as u64)
+    use nix::time::{clock_gettime, ClockId};
+    clock_gettime(ClockId::CLOCK_MONOTONIC).map_or(0, |ts| {
+        (ts.tv_sec() as u64)
+            .saturating_mul(1_000_000_000)
+            .saturating_add(ts.tv_nsec() as u64)
+    })
 }
 
 /// `OptionalTimePoint` (1.3): a deadline in nanoseconds on CLOCK_MONOTONIC, or none.
