@@ -4,6 +4,7 @@
 
 use std::os::fd::{AsFd, BorrowedFd};
 
+use nix::fcntl::{fcntl, FcntlArg, SealFlag};
 use thiserror::Error;
 use vnpu_emu::iommu::Perm;
 
@@ -63,6 +64,17 @@ pub fn pool_range(mem: &Memory) -> Result<PoolRange<'_>, PoolError> {
         other => return Err(PoolError::UnsupportedKind(other.to_string())),
     };
     let fd = h.fds[0].as_fd();
+    // A memfd that could shrink under a device mapping would fault the device (SIGBUS):
+    // require the seal, as ashmem regions cannot shrink. Files without seals (regular
+    // files behind mmap_fd) are accepted as they are.
+    if let Ok(seals) = fcntl(fd, FcntlArg::F_GET_SEALS) {
+        if SealFlag::from_bits_truncate(seals) & SealFlag::F_SEAL_SHRINK != SealFlag::F_SEAL_SHRINK
+        {
+            return Err(bad(
+                "memfd must be sealed against shrinking (F_SEAL_SHRINK)",
+            ));
+        }
+    }
     let file = nix::sys::stat::fstat(fd)
         .map_err(std::io::Error::from)?
         .st_size as u64;

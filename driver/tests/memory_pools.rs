@@ -116,3 +116,23 @@ fn a_pool_fd_that_is_not_a_file_is_refused() {
     let (status, _, _) = execute(&prepared, &request, Mode::Sync, MeasureTiming::NO);
     assert_ne!(status, ErrorStatus::None);
 }
+
+/// An unsealed memfd could shrink under the device's mapping: refused up front.
+#[test]
+fn a_memfd_that_can_shrink_is_refused() {
+    use nix::sys::memfd::{memfd_create, MFdFlags};
+    let case = conv_case();
+    let prepared = prepare(&case.model).1.unwrap();
+    let (mut request, pool, _) = case.make_request().unwrap();
+    let fd = memfd_create(
+        c"unsealed",
+        MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING,
+    )
+    .unwrap();
+    nix::unistd::ftruncate(&fd, pool.size as i64).unwrap();
+    let mut unsealed = pool.clone();
+    unsealed.handle.fds = vec![Arc::new(fd)];
+    request.pools = vec![RequestMemoryPool::HidlMemory(unsealed)];
+    let (status, _, _) = execute(&prepared, &request, Mode::Sync, MeasureTiming::NO);
+    assert_eq!(status, ErrorStatus::GeneralFailure);
+}

@@ -637,13 +637,21 @@ pub const MEMORY_HARDWARE_BUFFER: &str = "hardware_buffer";
 
 impl Memory {
     /// A new zero-filled "ashmem" memory of `size` bytes (a memfd, as on Android's ashmem).
+    /// Like an ashmem region, its size is fixed: the memfd is sealed against shrinking
+    /// and growing, so a device mapping of it can never fault.
     pub fn ashmem(size: u64) -> std::io::Result<Memory> {
+        use nix::fcntl::{fcntl, FcntlArg, SealFlag};
         use nix::sys::memfd::{memfd_create, MFdFlags};
-        let fd =
-            memfd_create(c"vnpu-ashmem", MFdFlags::MFD_CLOEXEC).map_err(std::io::Error::from)?;
+        let fd = memfd_create(
+            c"vnpu-ashmem",
+            MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING,
+        )
+        .map_err(std::io::Error::from)?;
         let len = i64::try_from(size)
             .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
         nix::unistd::ftruncate(&fd, len).map_err(std::io::Error::from)?;
+        let seals = SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW;
+        fcntl(&fd, FcntlArg::F_ADD_SEALS(seals)).map_err(std::io::Error::from)?;
         Ok(Memory {
             name: MEMORY_ASHMEM.to_string(),
             size,
