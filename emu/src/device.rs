@@ -26,6 +26,7 @@ use crate::ring::{
 };
 use crate::shm::SharedRegion;
 use crate::timing::TimingModel;
+use crate::trace::{TraceEvent, Tracer};
 use crate::DRAM_BASE;
 
 #[derive(Clone, Debug)]
@@ -36,6 +37,8 @@ pub struct DeviceConfig {
     pub faults: FaultPlan,
     /// Largest single DMA transfer.
     pub max_dma_len: u64,
+    /// Record an engine activity trace (see [`Device::take_trace`]).
+    pub trace: bool,
 }
 
 impl Default for DeviceConfig {
@@ -45,6 +48,7 @@ impl Default for DeviceConfig {
             timing: TimingModel::default(),
             faults: FaultPlan::default(),
             max_dma_len: 1 << 30,
+            trace: false,
         }
     }
 }
@@ -67,6 +71,7 @@ pub struct Bus {
     pub iommu: Iommu,
     pub timing: TimingModel,
     pub max_dma_len: u64,
+    pub trace: Tracer,
 }
 
 impl Bus {
@@ -163,6 +168,7 @@ impl Device {
                 iommu: Iommu::default(),
                 timing: config.timing,
                 max_dma_len: config.max_dma_len,
+                trace: Tracer::new(config.trace),
             },
             irq,
             clock: AtomicU64::new(0),
@@ -247,6 +253,16 @@ impl Device {
         self.shared.bus.timing
     }
 
+    /// Turns the engine activity trace on or off.
+    pub fn set_tracing(&self, on: bool) {
+        self.shared.bus.trace.set_enabled(on);
+    }
+
+    /// Takes the trace events recorded so far (write them with [`crate::trace::chrome_json`]).
+    pub fn take_trace(&self) -> Vec<TraceEvent> {
+        self.shared.bus.trace.take()
+    }
+
     /// The device clock (sum of modelled device time), in ns.
     pub fn clock_ns(&self) -> u64 {
         self.shared.clock.load(Ordering::Acquire)
@@ -286,11 +302,22 @@ fn init_registers(r: &RegisterFile, c: &DeviceConfig) {
 fn engine_loop(s: &Shared, rx: Receiver<Work>, done: Sender<Event>) {
     while let Ok(w) = rx.recv() {
         let bus = &s.bus;
-        let outcome = match w.job {
-            Job::Copy { src, dst, len } => dma::run_copy(bus, src, dst, len, w.fault),
-            Job::Sg { list, count } => dma::run_sg(bus, list, count, w.fault),
-            Job::Program { addr, len } => compute::run_program(bus, addr, len),
+        let start = std::time::Instant::now();
+        let (engine, outcome, name) = match w.job {
+            Job::Copy { src, dst, len } => (
+                "dma",
+                dma::run_copy(bus, src, dst, len, w.fault),
+                "DMA_COPY",
+            ),
+            Job::Sg { list, count } => ("dma", dma::run_sg(bus, list, count, w.fault), "DMA_SG"),
+            Job::Program { addr, len } => (
+                "compute",
+                compute::run_program(bus, addr, len, w.req_id),
+                "RUN_PROGRAM",
+            ),
         };
+        bus.trace
+            .record(engine, name, start, w.req_id, outcome.device_ns);
         if matches!(w.fault, Some((Fault::Hang, _))) {
             continue; // the command never completes
         }

@@ -17,6 +17,7 @@ pub mod regs;
 pub mod ring;
 pub mod shm;
 pub mod timing;
+pub mod trace;
 
 pub use device::{Bus, Device, DeviceConfig, DeviceError};
 

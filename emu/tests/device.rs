@@ -414,3 +414,25 @@ proptest! {
         hostile_run(entries, tails, heads);
     }
 }
+
+#[test]
+fn trace_records_engine_activity() {
+    let dev = Device::new(DeviceConfig {
+        dram_size: 1 << 20,
+        trace: true,
+        ..Default::default()
+    })
+    .unwrap();
+    let mut q = HostQueue::create(&dev, 8, RING_IOVA).unwrap();
+    let buf = SharedRegion::new("buf", 4096).unwrap();
+    dev.iommu()
+        .map(BUF_IOVA, buf.fd(), 0, 4096, Perm::READ_WRITE)
+        .unwrap();
+    q.submit(&dev, &[cmd(Opcode::DmaCopy, 5, BUF_IOVA, DRAM_BASE, 64)])
+        .unwrap();
+    wait_for(&mut q, &dev, 1);
+    let events = dev.take_trace();
+    assert_eq!(events.len(), 1);
+    assert_eq!((events[0].engine, events[0].req_id), ("dma", 5));
+    assert!(vnpu_emu::trace::chrome_json(&events).contains("DMA_COPY"));
+}

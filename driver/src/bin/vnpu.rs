@@ -36,6 +36,9 @@ enum Command {
         /// Corpus files to look the case up in (default: the project's corpus).
         #[arg(long)]
         corpus: Vec<PathBuf>,
+        /// Write the device's engine activity as Chrome trace JSON (Perfetto) here.
+        #[arg(long)]
+        trace: Option<PathBuf>,
     },
     /// Run every case of corpus files through the full driver path.
     Conformance {
@@ -69,7 +72,11 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Command::Info => info(&device),
-        Command::Run { case, corpus } => run(&device, &case, corpus),
+        Command::Run {
+            case,
+            corpus,
+            trace,
+        } => run(&device, &case, corpus, trace),
         Command::Conformance {
             files,
             filter,
@@ -142,7 +149,12 @@ fn load_case(name: &str, corpus: Vec<PathBuf>) -> Result<TestCase, String> {
     lookup(&files, name).map_err(|e| e.to_string())
 }
 
-fn run(device: &Arc<VnpuDevice>, name: &str, corpus: Vec<PathBuf>) -> ExitCode {
+fn run(
+    device: &Arc<VnpuDevice>,
+    name: &str,
+    corpus: Vec<PathBuf>,
+    trace: Option<PathBuf>,
+) -> ExitCode {
     let case = match load_case(name, corpus) {
         Ok(c) => c,
         Err(e) => {
@@ -150,9 +162,18 @@ fn run(device: &Arc<VnpuDevice>, name: &str, corpus: Vec<PathBuf>) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let dev = device.hardware().device();
+    dev.set_tracing(trace.is_some());
     let start = std::time::Instant::now();
     let report = run_case(device.as_ref(), &case);
     let wall = start.elapsed();
+    if let Some(path) = &trace {
+        let events = dev.take_trace();
+        match std::fs::write(path, vnpu_emu::trace::chrome_json(&events)) {
+            Ok(()) => println!("trace       {} events in {}", events.len(), path.display()),
+            Err(e) => eprintln!("vnpu: cannot write {}: {e}", path.display()),
+        }
+    }
     println!("case        {}", report.name);
     println!("operations  {}", report.operations.join(", "));
     for (k, o) in report.outputs.iter().enumerate() {

@@ -27,7 +27,8 @@ fn store(bus: &Bus, t: &TensorDesc, data: &[f32]) -> Result<(), u64> {
 }
 
 /// Fetches, validates and runs the program at `addr` (device DRAM), `len` bytes.
-pub fn run_program(bus: &Bus, addr: u64, len: u64) -> Outcome {
+/// `req_id` labels the trace events of its kernels.
+pub fn run_program(bus: &Bus, addr: u64, len: u64, req_id: u32) -> Outcome {
     if len == 0 || len > MAX_PROGRAM_LEN || addr < bus.dram_base {
         return Outcome::fail(Status::InvalidProgram, 0, addr);
     }
@@ -49,6 +50,7 @@ pub fn run_program(bus: &Bus, addr: u64, len: u64) -> Outcome {
     };
     let mut ns = 0;
     for (index, op) in program.ops.iter().enumerate() {
+        let start = std::time::Instant::now();
         let fail = |status, fault| Outcome::fail(status, index as u32, fault);
         let descs: Vec<&TensorDesc> = op
             .inputs
@@ -99,7 +101,10 @@ pub fn run_program(bus: &Bus, addr: u64, len: u64) -> Outcome {
             }
         }
         let in_shapes: Vec<&[usize]> = descs.iter().map(|d| d.shape.as_slice()).collect();
-        ns += bus.timing.op_ns(&op.op, &in_shapes);
+        let op_ns = bus.timing.op_ns(&op.op, &in_shapes);
+        bus.trace
+            .record("compute", op.op.name(), start, req_id, op_ns);
+        ns += op_ns;
     }
     Outcome::ok(ns)
 }
