@@ -212,7 +212,18 @@ impl Hardware {
 
     /// Submits commands (request ids are assigned here) and waits for all their
     /// completions. Any failed command fails the batch.
-    pub fn run(&self, mut cmds: Vec<SubmissionEntry>) -> Result<Vec<CompletionEntry>, HwError> {
+    pub fn run(&self, cmds: Vec<SubmissionEntry>) -> Result<Vec<CompletionEntry>, HwError> {
+        // A batch larger than the ring goes in ring-sized pieces, each finished before the
+        // next starts, which keeps the order (and so every FENCE's meaning).
+        let max = (QUEUE_ENTRIES / 2) as usize;
+        let mut all = Vec::with_capacity(cmds.len());
+        for piece in cmds.chunks(max) {
+            all.extend(self.run_batch(piece.to_vec())?);
+        }
+        Ok(all)
+    }
+
+    fn run_batch(&self, mut cmds: Vec<SubmissionEntry>) -> Result<Vec<CompletionEntry>, HwError> {
         if cmds.is_empty() {
             return Ok(Vec::new());
         }
@@ -228,14 +239,6 @@ impl Hardware {
         {
             let deadline = Instant::now() + COMMAND_TIMEOUT;
             let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
-            if cmds.len() as u32 >= q.queue.size() {
-                return Err(HwError::Command {
-                    index: 0,
-                    status: None,
-                    detail: 0,
-                    addr: 0,
-                });
-            }
             while q.queue.free_slots(&self.device) < cmds.len() as u32 {
                 let left = deadline.saturating_duration_since(Instant::now());
                 if left.is_zero() {
@@ -327,5 +330,70 @@ impl Hardware {
 impl Drop for Hardware {
     fn drop(&mut self) {
         self.stop.store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vnpu_emu::ring::Opcode;
+    use vnpu_emu::shm::SharedRegion;
+
+    fn hw() -> Arc<Hardware> {
+        Hardware::open(DeviceConfig {
+            dram_size: 1 << 20,
+            ..Default::default()
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn batches_larger_than_the_ring_run_in_order() {
+        let hw = hw();
+        let buf = SharedRegion::new("t", 4096).unwrap();
+        let map = hw.map(buf.fd(), 0, 4096, Perm::READ_WRITE).unwrap();
+        let dram = hw.alloc_dram(4096).unwrap();
+        // 600 copies, each overwriting the same word with its index: the last one wins
+        // only if order is kept across pieces.
+        let mut cmds = Vec::new();
+        for i in 0..600u64 {
+            buf.write(8 + i * 4, &(i as u32).to_le_bytes()).unwrap();
+            cmds.push(SubmissionEntry::new(
+                Opcode::DmaCopy,
+                0,
+                [map.iova + 8 + i * 4, dram.addr, 4, 0, 0, 0],
+            ));
+            cmds.push(SubmissionEntry::new(Opcode::Fence, 0, [0; 6]));
+        }
+        cmds.push(SubmissionEntry::new(
+            Opcode::DmaCopy,
+            0,
+            [dram.addr, map.iova, 4, 0, 0, 0],
+        ));
+        let done = hw.run(cmds).unwrap();
+        assert_eq!(done.len(), 1201);
+        let mut b = [0u8; 4];
+        buf.read(0, &mut b).unwrap();
+        assert_eq!(u32::from_le_bytes(b), 599);
+    }
+
+    #[test]
+    fn a_failed_command_fails_the_batch_with_its_index() {
+        let hw = hw();
+        let bad = SubmissionEntry::new(
+            Opcode::DmaCopy,
+            0,
+            [0xdead_0000, hw.device().dram_base(), 4, 0, 0, 0],
+        );
+        let nop = SubmissionEntry::new(Opcode::Nop, 0, [0; 6]);
+        match hw.run(vec![nop, bad, nop]) {
+            Err(HwError::Command {
+                index: 1,
+                status: Some(Status::DmaFault),
+                addr: 0xdead_0000,
+                ..
+            }) => {}
+            other => panic!("{other:?}"),
+        }
     }
 }
