@@ -378,6 +378,23 @@ mod tests {
     }
 
     #[test]
+    fn mappings_and_dram_are_returned_when_dropped() {
+        let hw = hw();
+        let base = hw.device().iommu().mapping_count();
+        let buf = SharedRegion::new("t", 10_000).unwrap();
+        let a = hw.map(buf.fd(), 100, 5000, Perm::READ).unwrap();
+        let b = hw.map(buf.fd(), 0, 10_000, Perm::WRITE).unwrap();
+        assert_eq!(a.iova % 4096, 100);
+        assert_eq!(hw.device().iommu().mapping_count(), base + 2);
+        drop((a, b));
+        assert_eq!(hw.device().iommu().mapping_count(), base);
+        let d = hw.alloc_dram(3 << 18).unwrap();
+        assert!(hw.alloc_dram(3 << 18).is_err(), "only 1 MiB of DRAM");
+        drop(d);
+        assert!(hw.alloc_dram(3 << 18).is_ok());
+    }
+
+    #[test]
     fn a_failed_command_fails_the_batch_with_its_index() {
         let hw = hw();
         let bad = SubmissionEntry::new(

@@ -401,6 +401,11 @@ impl CommandProcessor {
                 }
             }
             self.pump();
+            if self.in_flight > 0 || self.blocked_on.is_some() {
+                self.regs().fetch_or(regs::STATUS, regs::STATUS_BUSY);
+            } else {
+                self.regs().fetch_and(regs::STATUS, !regs::STATUS_BUSY);
+            }
         }
     }
 

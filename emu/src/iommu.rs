@@ -4,7 +4,7 @@
 //! stray access.
 
 use std::collections::BTreeMap;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::BorrowedFd;
 use std::sync::{Arc, RwLock};
 
 use crate::error::IommuError;
@@ -169,18 +169,6 @@ impl Iommu {
             offset: m.skew + rel,
         })
     }
-}
-
-/// Convenience for callers holding anything with an fd.
-pub fn map_fd<F: AsFd>(
-    iommu: &Iommu,
-    iova: u64,
-    fd: &F,
-    fd_offset: u64,
-    len: u64,
-    perm: Perm,
-) -> Result<(), IommuError> {
-    iommu.map(iova, fd.as_fd(), fd_offset, len, perm)
 }
 
 #[cfg(test)]
