@@ -337,7 +337,7 @@ impl IDevice for VnpuDevice {
                     callback.notify(ErrorStatus::MissedDeadlinePersistent, None);
                     return;
                 }
-                match VnpuPreparedModel::prepare(hw, model, constants, preference, priority) {
+                match VnpuPreparedModel::prepare(hw, model, constants) {
                     Ok(p) => callback.notify(ErrorStatus::None, Some(p as Arc<dyn IPreparedModel>)),
                     Err(status) => callback.notify(status, None),
                 }

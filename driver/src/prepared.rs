@@ -12,8 +12,8 @@ use vnpu_emu::shm::SharedRegion;
 use crate::compile::{self, Compiled, ConstantBlock};
 use crate::device::{ExecutionCallback, IPreparedModel};
 use crate::hal::{
-    validate_request, ErrorStatus, ExecutionPreference, MeasureTiming, Model, OptionalTimePoint,
-    OptionalTimeoutDuration, OutputShape, Priority, Request, RequestMemoryPool, Timing,
+    validate_request, ErrorStatus, MeasureTiming, Model, OptionalTimePoint,
+    OptionalTimeoutDuration, OutputShape, Request, RequestMemoryPool, Timing,
 };
 use crate::hw::{DramBlock, Hardware, HwError, IoMapping};
 use crate::memory::{pool_range, read_range};
@@ -40,10 +40,6 @@ pub struct VnpuPreparedModel {
     constants: Vec<Option<Vec<u8>>>,
     block: ConstantBlock,
     const_mem: Option<DramBlock>,
-    #[allow(dead_code)]
-    preference: ExecutionPreference,
-    #[allow(dead_code)]
-    priority: Priority,
     /// Executions of one instance share its arena, so they take turns.
     instances: Mutex<HashMap<InstanceKey, Arc<Mutex<Instance>>>>,
     /// Model inputs read by the host at execution (see `compile::deferred_inputs`).
@@ -92,8 +88,6 @@ impl VnpuPreparedModel {
         hw: Arc<Hardware>,
         model: Model,
         constants: Vec<Option<Vec<u8>>>,
-        preference: ExecutionPreference,
-        priority: Priority,
     ) -> Result<Arc<VnpuPreparedModel>, ErrorStatus> {
         let block = compile::constant_block(&model.main, &constants);
         let deferred = compile::deferred_inputs(&model.main);
@@ -110,8 +104,6 @@ impl VnpuPreparedModel {
             constants,
             block,
             const_mem,
-            preference,
-            priority,
             instances: Mutex::new(HashMap::new()),
             deferred,
         });
