@@ -118,3 +118,35 @@ fn dynamic_output_shape_test() {
         );
     }
 }
+
+/// Several clients at once, on different prepared models and on the same one: the
+/// interrupt thread routes every completion to its own batch, and results stay right.
+#[test]
+fn concurrent_executions() {
+    let cases: Vec<TestCase> = supported_cases("V1_0.jsonl.gz")
+        .into_iter()
+        .filter(|c| !c.expect_failure)
+        .step_by(20)
+        .take(6)
+        .collect();
+    let prepared: Vec<_> = cases.iter().map(|c| prepare(&c.model).1.unwrap()).collect();
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            let (cases, prepared) = (&cases, &prepared);
+            s.spawn(move || {
+                for round in 0..15 {
+                    let k = (t + round) % cases.len();
+                    let (request, pool, locations) = cases[k].make_request().unwrap();
+                    let mode = if round % 2 == 0 {
+                        Mode::Sync
+                    } else {
+                        Mode::Async
+                    };
+                    let (status, _, _) = execute(&prepared[k], &request, mode, MeasureTiming::YES);
+                    assert_eq!(status, ErrorStatus::None, "{}", cases[k].name);
+                    check_outputs(&cases[k], &pool, &locations);
+                }
+            });
+        }
+    });
+}
