@@ -27,6 +27,16 @@ fn faulty_device(plan: FaultPlan) -> Device {
     .unwrap()
 }
 
+/// An 8-entry queue and a 4 KiB host buffer mapped read-write at `BUF_IOVA`.
+fn queue_and_buffer(dev: &Device) -> (HostQueue, SharedRegion) {
+    let q = HostQueue::create(dev, 8, RING_IOVA).unwrap();
+    let buf = SharedRegion::new("buf", 4096).unwrap();
+    dev.iommu()
+        .map(BUF_IOVA, buf.fd(), 0, 4096, Perm::READ_WRITE)
+        .unwrap();
+    (q, buf)
+}
+
 fn device() -> Device {
     Device::new(DeviceConfig {
         dram_size: 16 << 20,
@@ -249,11 +259,7 @@ fn ring_wraps_many_times() {
 #[test]
 fn timestamp_writes_the_device_clock() {
     let dev = device();
-    let mut q = HostQueue::create(&dev, 8, RING_IOVA).unwrap();
-    let buf = SharedRegion::new("buf", 4096).unwrap();
-    dev.iommu()
-        .map(BUF_IOVA, buf.fd(), 0, 4096, Perm::READ_WRITE)
-        .unwrap();
+    let (mut q, buf) = queue_and_buffer(&dev);
     q.submit(
         &dev,
         &[
@@ -276,11 +282,7 @@ fn reset_recovers_a_hung_device() {
         ..Default::default()
     };
     let dev = faulty_device(plan);
-    let mut q = HostQueue::create(&dev, 8, RING_IOVA).unwrap();
-    let buf = SharedRegion::new("buf", 4096).unwrap();
-    dev.iommu()
-        .map(BUF_IOVA, buf.fd(), 0, 4096, Perm::READ_WRITE)
-        .unwrap();
+    let (mut q, _buf) = queue_and_buffer(&dev);
     q.submit(&dev, &[cmd(Opcode::DmaCopy, 1, BUF_IOVA, DRAM_BASE, 16)])
         .unwrap();
     assert!(
@@ -324,11 +326,7 @@ fn injected_dma_faults_are_reported() {
         ..Default::default()
     };
     let dev = faulty_device(plan);
-    let mut q = HostQueue::create(&dev, 8, RING_IOVA).unwrap();
-    let buf = SharedRegion::new("buf", 4096).unwrap();
-    dev.iommu()
-        .map(BUF_IOVA, buf.fd(), 0, 4096, Perm::READ_WRITE)
-        .unwrap();
+    let (mut q, _buf) = queue_and_buffer(&dev);
     q.submit(&dev, &[cmd(Opcode::DmaCopy, 1, BUF_IOVA, DRAM_BASE, 16)])
         .unwrap();
     assert_eq!(wait_for(&mut q, &dev, 1)[0].status, Status::DmaFault as u16);
@@ -423,11 +421,7 @@ fn trace_records_engine_activity() {
         ..Default::default()
     })
     .unwrap();
-    let mut q = HostQueue::create(&dev, 8, RING_IOVA).unwrap();
-    let buf = SharedRegion::new("buf", 4096).unwrap();
-    dev.iommu()
-        .map(BUF_IOVA, buf.fd(), 0, 4096, Perm::READ_WRITE)
-        .unwrap();
+    let (mut q, buf) = queue_and_buffer(&dev);
     q.submit(&dev, &[cmd(Opcode::DmaCopy, 5, BUF_IOVA, DRAM_BASE, 64)])
         .unwrap();
     wait_for(&mut q, &dev, 1);
