@@ -421,7 +421,7 @@ fn trace_records_engine_activity() {
         ..Default::default()
     })
     .unwrap();
-    let (mut q, buf) = queue_and_buffer(&dev);
+    let (mut q, _buf) = queue_and_buffer(&dev);
     q.submit(&dev, &[cmd(Opcode::DmaCopy, 5, BUF_IOVA, DRAM_BASE, 64)])
         .unwrap();
     wait_for(&mut q, &dev, 1);
