@@ -312,6 +312,11 @@ impl VnpuPreparedModel {
             Err(e) => return fail(hw_status(&e)),
         };
         drop(maps);
+        // The device cannot stop a program midway; a deadline that passed while it ran is
+        // still a missed deadline (as NN's executor reports one found between operations).
+        if deadline.has_passed() {
+            return fail(ErrorStatus::MissedDeadlineTransient);
+        }
         let timing = if measure == MeasureTiming::YES {
             let in_driver = start.elapsed().as_micros() as u64;
             let on_device = done.iter().map(|c| c.device_ns).sum::<u64>() / 1000;
