@@ -133,9 +133,10 @@ impl SharedRegion {
             return Err(MemError::Misaligned { offset });
         }
         let p = self.ptr(offset, 4)?;
-        // SAFETY: `p` is in bounds and 4-byte aligned (mappings are page-aligned);
-        // AtomicU32 has the layout of u32 and all bit patterns are valid; an atomic
-        // may alias memory written concurrently by other parties.
+        // `p` is in bounds and 4-byte aligned (mappings are page-aligned), AtomicU32 has
+        // the layout of u32 with every bit pattern valid, and an atomic may alias memory
+        // that other parties write concurrently.
+        // SAFETY: by the three facts above, the reference is valid for the region's life.
         Ok(unsafe { &*(p as *const AtomicU32) })
     }
 

@@ -66,11 +66,12 @@ pub(crate) fn gemm(
     let (rsa, csa) = (to_isize(a.rs)?, to_isize(a.cs)?);
     let (rsb, csb) = (to_isize(b.rs)?, to_isize(b.cs)?);
     let rsc = to_isize(rsc)?;
-    // SAFETY: sgemm reads A at offsets i*rsa + l*csa (i < m, l < k), B at l*rsb + j*csb
+    // sgemm reads A at offsets i*rsa + l*csa (i < m, l < k), B at l*rsb + j*csb
     // (l < k, j < n) and reads/writes C at i*rsc + j (i < m, j < n). The checks above prove
     // the largest such offset of each matrix is inside its slice (all strides are
     // non-negative, so the smallest is 0), and the isize conversions succeeded. `c` is a
     // unique borrow, so C aliases neither A nor B, and nothing else accesses it meanwhile.
+    // SAFETY: every access sgemm makes is in bounds and unaliased, as shown above.
     unsafe {
         matrixmultiply::sgemm(
             m,

@@ -2,7 +2,9 @@
 //! `mod.rs`), CONCATENATION, DEPTH_TO_SPACE, SPACE_TO_DEPTH, RESIZE_BILINEAR, PAD, TRANSPOSE,
 //! plus the NCHW <-> NHWC helpers used by the spatial kernels.
 
-use super::{bad_shape, checked_product, KernelError, KernelOp, Result, Tensor, TensorMut};
+use super::{
+    bad_shape, checked_product, KernelError, KernelOp, Padding, Result, Tensor, TensorMut,
+};
 
 /// Resolves a possibly negative axis against `rank`.
 pub(crate) fn resolve_axis(op: &KernelOp, axis: i32, rank: usize) -> Result<usize> {
@@ -16,6 +18,21 @@ pub(crate) fn resolve_axis(op: &KernelOp, axis: i32, rank: usize) -> Result<usiz
         ));
     }
     usize::try_from(a).map_err(|_| KernelError::TooLarge)
+}
+
+/// Output (height, width) of a convolution window sliding over a padded input.
+fn window_out(
+    (h, w): (usize, usize),
+    pad: &Padding,
+    (kh, kw): (usize, usize),
+    (dh, dw): (u32, u32),
+    (sh, sw): (u32, u32),
+) -> std::result::Result<(usize, usize), String> {
+    let oh = conv_out_size(h, pad.top, pad.bottom, kh, dh, sh)
+        .ok_or_else(|| "filter taller than the padded input".to_string())?;
+    let ow = conv_out_size(w, pad.left, pad.right, kw, dw, sw)
+        .ok_or_else(|| "filter wider than the padded input".to_string())?;
+    Ok((oh, ow))
 }
 
 /// `(in + pad_a + pad_b - ((k-1)*dilation+1)) / stride + 1`, or `None` if the padded input is
@@ -199,10 +216,14 @@ pub(crate) fn output_shape(op: &KernelOp, inputs: &[&[usize]]) -> Result<Vec<usi
             if bias != [o] {
                 return Err(bad(format!("bias {bias:?} must be [{o}]")));
             }
-            let oh = conv_out_size(h, pad.top, pad.bottom, kh, *dilation_h, *stride_h)
-                .ok_or_else(|| bad("filter taller than the padded input".into()))?;
-            let ow = conv_out_size(w, pad.left, pad.right, kw, *dilation_w, *stride_w)
-                .ok_or_else(|| bad("filter wider than the padded input".into()))?;
+            let (oh, ow) = window_out(
+                (h, w),
+                pad,
+                (kh, kw),
+                (*dilation_h, *dilation_w),
+                (*stride_h, *stride_w),
+            )
+            .map_err(bad)?;
             Ok(layout_shape(n, oh, ow, o, *nchw))
         }
         KernelOp::DepthwiseConv2d {
@@ -242,10 +263,14 @@ pub(crate) fn output_shape(op: &KernelOp, inputs: &[&[usize]]) -> Result<Vec<usi
             if bias != [oc] {
                 return Err(bad(format!("bias {bias:?} must be [{oc}]")));
             }
-            let oh = conv_out_size(h, pad.top, pad.bottom, kh, *dilation_h, *stride_h)
-                .ok_or_else(|| bad("filter taller than the padded input".into()))?;
-            let ow = conv_out_size(w, pad.left, pad.right, kw, *dilation_w, *stride_w)
-                .ok_or_else(|| bad("filter wider than the padded input".into()))?;
+            let (oh, ow) = window_out(
+                (h, w),
+                pad,
+                (kh, kw),
+                (*dilation_h, *dilation_w),
+                (*stride_h, *stride_w),
+            )
+            .map_err(bad)?;
             Ok(layout_shape(n, oh, ow, oc, *nchw))
         }
         KernelOp::Pool {
