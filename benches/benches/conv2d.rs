@@ -5,14 +5,17 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use vnpu_emu::kernels::{execute, Activation, KernelOp, Padding, PoolKind, Tensor, TensorMut};
+use vnpu_emu::kernels::{
+    execute, Activation, Conv2d, DepthwiseConv2d, FullyConnected, KernelOp, Padding, Pool, PoolKind,
+};
+use vnpu_emu::tensor::{DType, Staged, TensorType, View, ViewMut};
 
 /// A layer with its constant operands and preallocated output.
 struct Layer {
     op: KernelOp,
-    inputs: Vec<(Vec<usize>, Vec<f32>)>,
-    out_shape: Vec<usize>,
-    out: Vec<f32>,
+    inputs: Vec<(TensorType, Staged)>,
+    out_ty: TensorType,
+    out: Staged,
     macs: u64,
 }
 
@@ -27,30 +30,41 @@ fn pseudo(n: usize, seed: u32) -> Vec<f32> {
 
 impl Layer {
     fn new(op: KernelOp, inputs: Vec<(Vec<usize>, Vec<f32>)>, macs_per_out: u64) -> Layer {
-        let shapes: Vec<&[usize]> = inputs.iter().map(|(s, _)| s.as_slice()).collect();
-        let out_shape = op.output_shapes(&shapes).expect("valid layer").remove(0);
+        let inputs: Vec<(TensorType, Staged)> = inputs
+            .into_iter()
+            .map(|(s, d)| {
+                let mut b = Staged::zeroed(d.len() * 4);
+                b.bytes_mut().copy_from_slice(bytemuck::cast_slice(&d));
+                (TensorType::new(DType::F32, &s), b)
+            })
+            .collect();
+        let tys: Vec<&TensorType> = inputs.iter().map(|(t, _)| t).collect();
+        let out_shape = op.output_shapes(&tys).expect("valid layer").remove(0);
         let n: usize = out_shape.iter().product();
         Layer {
             op,
             inputs,
-            out: vec![0.0; n],
-            out_shape,
+            out: Staged::zeroed(n * 4),
+            out_ty: TensorType::new(DType::F32, &out_shape),
             macs: n as u64 * macs_per_out,
         }
     }
 
     fn run(&mut self) {
-        let ins: Vec<Tensor<'_>> = self
+        let ins: Vec<View<'_>> = self
             .inputs
             .iter()
-            .map(|(s, d)| Tensor { shape: s, data: d })
+            .map(|(ty, b)| View {
+                ty,
+                bytes: b.bytes(),
+            })
             .collect();
         execute(
             &self.op,
             &ins,
-            &mut [TensorMut {
-                shape: &self.out_shape,
-                data: &mut self.out,
+            &mut [ViewMut {
+                ty: &self.out_ty,
+                bytes: self.out.bytes_mut(),
             }],
         )
         .expect("kernel runs");
@@ -59,7 +73,7 @@ impl Layer {
 
 fn conv(input: [usize; 4], out_c: usize, k: usize, stride: u32, pad: Padding) -> Layer {
     let c = input[3];
-    let op = KernelOp::Conv2d {
+    let op = KernelOp::from(Conv2d {
         pad,
         stride_w: stride,
         stride_h: stride,
@@ -67,7 +81,7 @@ fn conv(input: [usize; 4], out_c: usize, k: usize, stride: u32, pad: Padding) ->
         dilation_h: 1,
         act: Activation::Relu6,
         nchw: false,
-    };
+    });
     Layer::new(
         op,
         vec![
@@ -81,7 +95,7 @@ fn conv(input: [usize; 4], out_c: usize, k: usize, stride: u32, pad: Padding) ->
 
 fn depthwise(input: [usize; 4], stride: u32, pad: Padding) -> Layer {
     let c = input[3];
-    let op = KernelOp::DepthwiseConv2d {
+    let op = KernelOp::from(DepthwiseConv2d {
         pad,
         stride_w: stride,
         stride_h: stride,
@@ -90,7 +104,7 @@ fn depthwise(input: [usize; 4], stride: u32, pad: Padding) -> Layer {
         depth_multiplier: 1,
         act: Activation::Relu6,
         nchw: false,
-    };
+    });
     Layer::new(
         op,
         vec![
@@ -138,7 +152,7 @@ fn mobilenet() -> Vec<Layer> {
         layers.push(conv([1, hw, hw, c], out_c, 1, 1, Padding::default()));
         c = out_c;
     }
-    let pool = KernelOp::Pool {
+    let pool = KernelOp::from(Pool {
         kind: PoolKind::Average,
         pad: Padding::default(),
         stride_w: 1,
@@ -147,15 +161,15 @@ fn mobilenet() -> Vec<Layer> {
         filter_h: 7,
         act: Activation::None,
         nchw: false,
-    };
+    });
     layers.push(Layer::new(
         pool,
         vec![(vec![1, 7, 7, 1024], pseudo(7 * 7 * 1024, 7))],
         49,
     ));
-    let fc = KernelOp::FullyConnected {
+    let fc = KernelOp::from(FullyConnected {
         act: Activation::None,
-    };
+    });
     layers.push(Layer::new(
         fc,
         vec![
@@ -211,7 +225,7 @@ fn bench_layers(c: &mut Criterion) {
             for layer in net.iter_mut() {
                 layer.run();
             }
-            black_box(net.last().map(|l| l.out[0]))
+            black_box(net.last().map(|l| l.out.bytes()[0]))
         })
     });
     group.finish();

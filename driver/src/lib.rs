@@ -13,4 +13,5 @@ pub mod conformance;
 pub mod device;
 pub mod hw;
 pub mod memory;
+pub mod ops;
 pub mod prepared;

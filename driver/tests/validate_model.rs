@@ -519,7 +519,7 @@ fn covered_by_signature_tables(m: &Model, operand: u32) -> bool {
     !touching.is_empty()
         && touching
             .iter()
-            .all(|op| vnpu_driver::hal::has_signature(op.r#type))
+            .all(|op| vnpu_driver::ops::definition(op.r#type).is_some())
 }
 
 #[test]

@@ -16,6 +16,7 @@ pub mod program;
 pub mod regs;
 pub mod ring;
 pub mod shm;
+pub mod tensor;
 pub mod timing;
 pub mod trace;
 

@@ -1,69 +1,83 @@
-//! The program format: the driver's compiled form of a model, stored in device DRAM,
-//! which the compute engine validates in full before running any of it.
+//! The program format (version 2): the driver's compiled form of a model, stored in device
+//! DRAM, which the compute engine validates in full before running any of it.
 //!
 //! ```text
-//! header, 32 bytes:  u32 magic "VNPG" | u32 version | u32 tensor_count | u32 op_count
-//!                    u32 total_len | u32 flags (0) | u64 reserved (0)
-//! tensor table:      tensor_count x 48 bytes:
+//! header, 32 bytes:  u32 magic "VNPG" | u32 version 2 | u32 tensor_count | u32 op_count
+//!                    u32 total_len | u32 scale_count | u64 reserved (0)
+//! tensor table:      tensor_count x 64 bytes:
 //!                    u32 dtype | u32 rank | u32 dims[6] | u64 dram_addr | u64 byte_len
+//!                    f32 scale | i32 zero_point | u32 channel_axis (0xFFFF_FFFF: none)
+//!                    u32 channel_count
+//! scale table:       scale_count x f32: the per-channel scales of every per-channel
+//!                    tensor, in tensor order (each takes the next channel_count)
 //! op stream:         op_count records:
 //!                    u32 opcode | u16 n_in | u16 n_out | u32 n_params |
 //!                    u32 inputs[n_in] | u32 outputs[n_out] | u32 params[n_params]
 //! ```
-//! Tensor addresses are absolute device addresses in DRAM. `opcode` and `params` are
-//! the kernel encoding of [`crate::kernels::KernelOp`].
+//! Tensor addresses are absolute device addresses in DRAM, aligned to the element size.
+//! `dtype` is [`DType`]'s number; `opcode` and `params` are the kernel encoding of
+//! [`crate::kernels::KernelOp`].
 
 use crate::error::ProgramError;
 use crate::kernels::{KernelOp, MAX_RANK};
+pub use crate::tensor::DType;
+use crate::tensor::{PerChannel, Quant, TensorType};
 
+/// "VNPG".
 pub const MAGIC: u32 = u32::from_le_bytes(*b"VNPG");
-pub const VERSION: u32 = 1;
+/// The format version this device runs.
+pub const VERSION: u32 = 2;
+/// Bytes of the header.
 pub const HEADER_SIZE: usize = 32;
-pub const TENSOR_SIZE: usize = 48;
+/// Bytes of one tensor-table entry.
+pub const TENSOR_SIZE: usize = 64;
+/// The most tensors a program may declare.
 pub const MAX_TENSORS: u32 = 1 << 16;
+/// The most ops a program may hold.
 pub const MAX_OPS: u32 = 1 << 16;
+/// The most per-channel scales a program may hold.
+pub const MAX_SCALES: u32 = 1 << 20;
+/// The largest program, in bytes.
 pub const MAX_PROGRAM_LEN: u64 = 64 << 20;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u32)]
-pub enum DType {
-    F32 = 1,
-    I32 = 2,
-}
+const NO_AXIS: u32 = u32::MAX;
 
-impl DType {
-    pub fn from_u32(v: u32) -> Option<DType> {
-        match v {
-            1 => Some(DType::F32),
-            2 => Some(DType::I32),
-            _ => None,
-        }
-    }
-
-    pub fn size(self) -> u64 {
-        4
-    }
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A tensor of the program: its type and where it lives in device DRAM.
+#[derive(Clone, Debug, PartialEq)]
 pub struct TensorDesc {
-    pub dtype: DType,
-    pub shape: Vec<usize>,
+    /// Element type, shape and quantisation.
+    pub ty: TensorType,
+    /// Device address.
     pub addr: u64,
+    /// Bytes: element count times element size.
     pub byte_len: u64,
 }
 
+impl TensorDesc {
+    /// A descriptor whose byte length follows from the type.
+    pub fn new(ty: TensorType, addr: u64) -> TensorDesc {
+        let byte_len = ty.shape.iter().product::<usize>() as u64 * ty.dtype.size();
+        TensorDesc { ty, addr, byte_len }
+    }
+}
+
+/// One kernel invocation of the program.
 #[derive(Clone, Debug, PartialEq)]
 pub struct OpDesc {
+    /// The kernel and its parameters.
     pub op: KernelOp,
+    /// Input tensor ids.
     pub inputs: Vec<u32>,
+    /// Output tensor ids.
     pub outputs: Vec<u32>,
 }
 
 /// A decoded, validated program.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Program {
+    /// The tensor table.
     pub tensors: Vec<TensorDesc>,
+    /// The ops, in execution order.
     pub ops: Vec<OpDesc>,
 }
 
@@ -72,21 +86,42 @@ impl Program {
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Vec::new();
         let put = |w: &mut Vec<u8>, v: u32| w.extend_from_slice(&v.to_le_bytes());
+        let scales: Vec<f32> = self
+            .tensors
+            .iter()
+            .filter_map(|t| t.ty.quant.per_channel.as_ref())
+            .flat_map(|pc| pc.scales.iter().copied())
+            .collect();
         put(&mut w, MAGIC);
         put(&mut w, VERSION);
         put(&mut w, self.tensors.len() as u32);
         put(&mut w, self.ops.len() as u32);
         put(&mut w, 0); // total_len, patched below
-        put(&mut w, 0);
+        put(&mut w, scales.len() as u32);
         w.extend_from_slice(&0u64.to_le_bytes());
         for t in &self.tensors {
-            put(&mut w, t.dtype as u32);
-            put(&mut w, t.shape.len() as u32);
+            put(&mut w, t.ty.dtype as u32);
+            put(&mut w, t.ty.shape.len() as u32);
             for i in 0..MAX_RANK {
-                put(&mut w, t.shape.get(i).copied().unwrap_or(0) as u32);
+                put(&mut w, t.ty.shape.get(i).copied().unwrap_or(0) as u32);
             }
             w.extend_from_slice(&t.addr.to_le_bytes());
             w.extend_from_slice(&t.byte_len.to_le_bytes());
+            put(&mut w, t.ty.quant.scale.to_bits());
+            put(&mut w, t.ty.quant.zero_point as u32);
+            match &t.ty.quant.per_channel {
+                Some(pc) => {
+                    put(&mut w, pc.axis);
+                    put(&mut w, pc.scales.len() as u32);
+                }
+                None => {
+                    put(&mut w, NO_AXIS);
+                    put(&mut w, 0);
+                }
+            }
+        }
+        for s in scales {
+            put(&mut w, s.to_bits());
         }
         for o in &self.ops {
             let params = o.op.encode_params();
@@ -120,9 +155,9 @@ impl Program {
         let tensor_count = r.u32("header")?;
         let op_count = r.u32("header")?;
         let total_len = r.u32("header")?;
-        let flags = r.u32("header")?;
+        let scale_count = r.u32("header")?;
         let reserved = r.u64("header")?;
-        if flags != 0 || reserved != 0 {
+        if reserved != 0 {
             return Err(ProgramError::Header("reserved fields must be zero".into()));
         }
         if total_len as usize != bytes.len() {
@@ -131,15 +166,18 @@ impl Program {
                 bytes.len()
             )));
         }
-        if tensor_count > MAX_TENSORS || op_count > MAX_OPS {
-            return Err(ProgramError::Header("too many tensors or ops".into()));
+        if tensor_count > MAX_TENSORS || op_count > MAX_OPS || scale_count > MAX_SCALES {
+            return Err(ProgramError::Header(
+                "too many tensors, ops or scales".into(),
+            ));
         }
-        let table_len = tensor_count as usize * TENSOR_SIZE;
+        let table_len = tensor_count as usize * TENSOR_SIZE + scale_count as usize * 4;
         if bytes.len() < HEADER_SIZE + table_len {
             return Err(ProgramError::Truncated("tensor table"));
         }
         let dram_end = dram_base.saturating_add(dram_size);
-        let mut tensors = Vec::with_capacity(tensor_count as usize);
+        // Entries first; per-channel scales come from the table after them.
+        let mut raw = Vec::with_capacity(tensor_count as usize);
         for index in 0..tensor_count {
             let bad = |reason: String| ProgramError::Tensor { index, reason };
             let dtype_raw = r.u32("tensor")?;
@@ -152,6 +190,10 @@ impl Program {
             }
             let addr = r.u64("tensor")?;
             let byte_len = r.u64("tensor")?;
+            let scale = f32::from_bits(r.u32("tensor")?);
+            let zero_point = r.u32("tensor")? as i32;
+            let axis = r.u32("tensor")?;
+            let channels = r.u32("tensor")?;
             if rank > MAX_RANK {
                 return Err(bad(format!("rank {rank} > {MAX_RANK}")));
             }
@@ -171,17 +213,59 @@ impl Program {
             let end = addr
                 .checked_add(byte_len)
                 .ok_or_else(|| bad("address overflows".into()))?;
-            if addr < dram_base || end > dram_end || addr % 4 != 0 {
+            if addr < dram_base || end > dram_end || addr % dtype.size() != 0 {
                 return Err(bad(format!(
                     "[{addr:#x}, +{byte_len:#x}) is not aligned device DRAM"
                 )));
             }
-            tensors.push(TensorDesc {
+            if (axis == NO_AXIS) != (channels == 0) {
+                return Err(bad("channel axis and channel count disagree".into()));
+            }
+            raw.push((
+                dtype, shape, addr, byte_len, scale, zero_point, axis, channels,
+            ));
+        }
+        let mut scales = Vec::with_capacity(scale_count as usize);
+        for _ in 0..scale_count {
+            scales.push(f32::from_bits(r.u32("scale table")?));
+        }
+        let mut next_scale = 0usize;
+        let mut tensors = Vec::with_capacity(raw.len());
+        for (index, (dtype, shape, addr, byte_len, scale, zero_point, axis, channels)) in
+            raw.into_iter().enumerate()
+        {
+            let bad = |reason: String| ProgramError::Tensor {
+                index: index as u32,
+                reason,
+            };
+            let per_channel = if axis == NO_AXIS {
+                None
+            } else {
+                let end = next_scale
+                    .checked_add(channels as usize)
+                    .filter(|&e| e <= scales.len())
+                    .ok_or_else(|| bad("per-channel scales overrun the scale table".into()))?;
+                let pc = PerChannel {
+                    axis,
+                    scales: scales[next_scale..end].to_vec(),
+                };
+                next_scale = end;
+                Some(pc)
+            };
+            let ty = TensorType {
                 dtype,
                 shape,
-                addr,
-                byte_len,
-            });
+                quant: Quant {
+                    scale,
+                    zero_point,
+                    per_channel,
+                },
+            };
+            ty.validate_quant().map_err(bad)?;
+            tensors.push(TensorDesc { ty, addr, byte_len });
+        }
+        if next_scale != scales.len() {
+            return Err(ProgramError::Header("unused per-channel scales".into()));
         }
         let mut ops = Vec::with_capacity(op_count.min(4096) as usize);
         for index in 0..op_count {
@@ -202,30 +286,15 @@ impl Program {
                     .get(id as usize)
                     .ok_or_else(|| bad(format!("tensor id {id} out of range")))
             };
-            let in_shapes: Vec<&[usize]> = inputs
-                .iter()
-                .map(|&i| get(i).map(|t| t.shape.as_slice()))
-                .collect::<Result<_, _>>()?;
-            let want = op
-                .output_shapes(&in_shapes)
+            let ins: Vec<&TensorDesc> = inputs.iter().map(|&i| get(i)).collect::<Result<_, _>>()?;
+            let outs: Vec<&TensorDesc> =
+                outputs.iter().map(|&i| get(i)).collect::<Result<_, _>>()?;
+            let in_tys: Vec<&TensorType> = ins.iter().map(|t| &t.ty).collect();
+            let out_tys: Vec<&TensorType> = outs.iter().map(|t| &t.ty).collect();
+            op.check(&in_tys, &out_tys)
                 .map_err(|e| bad(e.to_string()))?;
-            for (k, &o) in outputs.iter().enumerate() {
-                let t = get(o)?;
-                if want.get(k) != Some(&t.shape) {
-                    return Err(bad(format!(
-                        "output {k} has shape {:?}, kernel produces {:?}",
-                        t.shape,
-                        want.get(k)
-                    )));
-                }
-                if t.dtype != DType::F32 {
-                    return Err(bad("outputs must be float32".into()));
-                }
-                for &i in &inputs {
-                    let s = get(i)?;
-                    if s.dtype != DType::F32 {
-                        return Err(bad("inputs must be float32".into()));
-                    }
+            for (&o, t) in outputs.iter().zip(&outs) {
+                for (&i, s) in inputs.iter().zip(&ins) {
                     if overlaps(s, t) {
                         return Err(bad(format!("output tensor {o} overlaps input tensor {i}")));
                     }
@@ -289,29 +358,24 @@ impl Reader<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::{Activation, BinaryKind};
+    use crate::kernels::{Activation, Binary, BinaryKind};
     use proptest::prelude::*;
 
     const BASE: u64 = crate::DRAM_BASE;
 
     fn t(shape: &[usize], addr: u64) -> TensorDesc {
-        let n: usize = shape.iter().product();
-        TensorDesc {
-            dtype: DType::F32,
-            shape: shape.to_vec(),
-            addr: BASE + addr,
-            byte_len: n as u64 * 4,
-        }
+        TensorDesc::new(TensorType::new(DType::F32, shape), BASE + addr)
     }
 
     fn add_program() -> Program {
         Program {
             tensors: vec![t(&[2, 3], 0), t(&[2, 3], 64), t(&[2, 3], 128)],
             ops: vec![OpDesc {
-                op: KernelOp::Binary {
+                op: Binary {
                     kind: BinaryKind::Add,
                     act: Activation::None,
-                },
+                }
+                .into(),
                 inputs: vec![0, 1],
                 outputs: vec![2],
             }],
@@ -327,7 +391,7 @@ mod tests {
     #[test]
     fn rejects_bad_programs() {
         let mut p = add_program();
-        p.tensors[2].shape = vec![3, 2];
+        p.tensors[2].ty.shape = vec![3, 2];
         assert!(
             Program::decode(&p.encode(), BASE, 4096).is_err(),
             "wrong output shape"

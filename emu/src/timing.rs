@@ -3,6 +3,7 @@
 //! the driver's capability figures. The emulator does not sleep to match it.
 
 use crate::kernels::KernelOp;
+use crate::tensor::TensorType;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct TimingModel {
@@ -35,16 +36,11 @@ impl TimingModel {
         self.dma_setup_ns + (bytes as f64 / self.dma_bytes_per_ns) as u64
     }
 
-    /// Device time of one kernel on these input shapes: multiply-accumulates on the MAC
-    /// array, everything else on the vector unit (work from [`KernelOp::cost`]).
-    pub fn op_ns(&self, op: &KernelOp, inputs: &[&[usize]]) -> u64 {
-        let work = op.cost(inputs).unwrap_or(0) as f64;
-        let ns = match op {
-            KernelOp::Conv2d { .. }
-            | KernelOp::DepthwiseConv2d { .. }
-            | KernelOp::FullyConnected { .. } => 2.0 * work / self.flops_per_ns,
-            _ => work / self.elems_per_ns,
-        };
+    /// Device time of one kernel on these inputs: multiply-accumulates on the MAC array,
+    /// everything else on the vector unit (work from [`KernelOp::cost`]).
+    pub fn op_ns(&self, op: &KernelOp, inputs: &[&TensorType]) -> u64 {
+        let cost = op.cost(inputs);
+        let ns = 2.0 * cost.macs as f64 / self.flops_per_ns + cost.elems as f64 / self.elems_per_ns;
         self.op_overhead_ns + ns as u64
     }
 }

@@ -6,11 +6,12 @@ use proptest::prelude::*;
 use vnpu_emu::fault::FaultPlan;
 use vnpu_emu::host::HostQueue;
 use vnpu_emu::iommu::Perm;
-use vnpu_emu::kernels::{Activation, BinaryKind, KernelOp};
+use vnpu_emu::kernels::{Activation, Binary, BinaryKind, KernelOp};
 use vnpu_emu::program::{DType, OpDesc, Program, TensorDesc};
 use vnpu_emu::regs;
 use vnpu_emu::ring::{CompletionEntry, Opcode, Status, SubmissionEntry};
 use vnpu_emu::shm::SharedRegion;
+use vnpu_emu::tensor::TensorType;
 use vnpu_emu::{Device, DeviceConfig, DRAM_BASE};
 
 const RING_IOVA: u64 = 0x10_0000;
@@ -143,19 +144,14 @@ fn f32_bytes(v: &[f32]) -> Vec<u8> {
 fn runs_a_program() {
     let dev = device();
     let mut q = HostQueue::create(&dev, 32, RING_IOVA).unwrap();
-    let t = |addr: u64| TensorDesc {
-        dtype: DType::F32,
-        shape: vec![4],
-        addr: DRAM_BASE + addr,
-        byte_len: 16,
-    };
+    let t = |addr: u64| TensorDesc::new(TensorType::new(DType::F32, &[4]), DRAM_BASE + addr);
     let program = Program {
         tensors: vec![t(0x100), t(0x200), t(0x300)],
         ops: vec![OpDesc {
-            op: KernelOp::Binary {
+            op: KernelOp::from(Binary {
                 kind: BinaryKind::Add,
                 act: Activation::Relu,
-            },
+            }),
             inputs: vec![0, 1],
             outputs: vec![2],
         }],

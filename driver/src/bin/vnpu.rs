@@ -8,7 +8,6 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
-use vnpu_driver::compile::lower::SUPPORTED_OPERATIONS;
 use vnpu_driver::conformance::{default_corpus, lookup, run_case, CaseReport, Verdict};
 use vnpu_driver::corpus::{open_corpus, parse_case, TestCase};
 use vnpu_driver::device::{IDevice, VnpuDevice};
@@ -122,13 +121,18 @@ fn info(device: &Arc<VnpuDevice>) -> ExitCode {
             op.info.exec_time, op.info.power_usage
         );
     }
-    println!("\nsupported operations (float32)");
+    println!("\nsupported operations (main operand types the device runs)");
     for ty in OperationType::ALL {
-        let yes = SUPPORTED_OPERATIONS.contains(ty);
+        let runs = vnpu_driver::ops::definition(*ty).map_or(&[][..], |d| d.runs);
+        let list: Vec<String> = runs.iter().map(|t| t.to_string()).collect();
         println!(
             "  {:<32} {}",
             ty.name().unwrap_or("?"),
-            if yes { "yes" } else { "no" }
+            if list.is_empty() {
+                "no".to_string()
+            } else {
+                list.join(" ")
+            }
         );
     }
     ExitCode::SUCCESS

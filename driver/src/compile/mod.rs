@@ -7,38 +7,147 @@ pub mod lower;
 pub mod plan;
 
 use thiserror::Error;
+use vnpu_emu::kernels::KernelOp;
 use vnpu_emu::program::{DType, OpDesc, Program, TensorDesc};
+use vnpu_emu::tensor::{PerChannel, Quant, TensorType};
 
-use crate::hal::{ErrorStatus, Model, OperandLifeTime, OperandType, OperationType, Subgraph};
-use lower::{lower, Lowered, Operands};
+use crate::hal::{
+    ErrorStatus, ExtraParams, Model, Operand, OperandLifeTime, OperandType, Subgraph,
+};
+pub use lower::{lower, Lowered, Operands};
 use plan::{Interval, ALIGN};
 
+/// Why a model does not compile for the device.
 #[derive(Debug, Error, Clone, PartialEq)]
 pub enum CompileError {
-    #[error("unsupported: {0}")]
-    Unsupported(String),
-    #[error("invalid parameter: {0}")]
-    InvalidParam(String),
+    /// The operation has no lowering.
+    #[error("operation {0} is not supported")]
+    Unsupported(&'static str),
+    /// The operation's main operand type is one the device does not run it on.
+    #[error("{op} does not run on {type}")]
+    UnsupportedType {
+        /// The operation.
+        op: &'static str,
+        /// The main operand type.
+        r#type: OperandType,
+    },
+    /// The operands fit none of the operation's signatures.
+    #[error("{0}: operands fit none of its signatures")]
+    Signature(&'static str),
+    /// A parameter's value is out of range.
+    #[error("{op}: invalid parameter: {reason}")]
+    InvalidParam {
+        /// The operation.
+        op: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+    /// An operand index out of range.
+    #[error("operand {0} out of range")]
+    OperandRange(u32),
+    /// An operand of the wrong type.
+    #[error("operand {operand} must be {want}, is {got}")]
+    OperandType {
+        /// The operand.
+        operand: u32,
+        /// The type required.
+        want: OperandType,
+        /// The type it has.
+        got: OperandType,
+    },
+    /// A parameter that must be constant is not.
+    #[error("operand {0} must be a constant")]
+    NotConstant(u32),
+    /// A constant shorter than its type.
+    #[error("operand {0}: constant too short")]
+    ShortConstant(u32),
+    /// The shape of an operand is not known yet.
     #[error("the shape of operand {0} is not known")]
     UnknownShape(u32),
+    /// A parameter's value is known only at execution.
     #[error("the value of operand {0} is known only at execution")]
     UnknownValue(u32),
+    /// The model's shape contradicts the computed one.
     #[error("operand {operand}: the model says {model:?}, the computation gives {inferred:?}")]
     ShapeMismatch {
+        /// The operand.
         operand: u32,
+        /// What the model says.
         model: Vec<u32>,
+        /// What the kernel computes.
         inferred: Vec<usize>,
     },
+    /// The device kernel rejects the operation (parameters, shapes or types).
     #[error("kernel rejects operation {index}: {reason}")]
-    Kernel { index: usize, reason: String },
-    #[error("cannot read constant operand {0}: {1}")]
-    Constant(u32, String),
+    Kernel {
+        /// Operation index.
+        index: usize,
+        /// The kernel's reason.
+        reason: String,
+    },
+    /// A constant's location is out of range.
+    #[error("cannot read constant operand {0}: location out of range")]
+    Constant(u32),
+    /// The operand type has no device element type.
+    #[error("operand {0}: {1} has no device element type")]
+    NoDeviceType(u32, OperandType),
 }
 
 impl CompileError {
+    /// The HAL status a preparation failing this way reports.
     pub fn status(&self) -> ErrorStatus {
         ErrorStatus::InvalidArgument
     }
+}
+
+/// The device element type of an operand type.
+pub fn device_dtype(t: OperandType) -> Option<DType> {
+    use OperandType as T;
+    Some(match t {
+        T::TENSOR_FLOAT32 | T::FLOAT32 => DType::F32,
+        T::TENSOR_FLOAT16 | T::FLOAT16 => DType::F16,
+        T::TENSOR_INT32 | T::INT32 | T::UINT32 => DType::I32,
+        T::TENSOR_QUANT8_ASYMM => DType::U8,
+        T::TENSOR_QUANT8_ASYMM_SIGNED
+        | T::TENSOR_QUANT8_SYMM
+        | T::TENSOR_QUANT8_SYMM_PER_CHANNEL => DType::I8,
+        T::TENSOR_QUANT16_SYMM => DType::I16,
+        T::TENSOR_QUANT16_ASYMM => DType::U16,
+        T::TENSOR_BOOL8 | T::BOOL => DType::Bool8,
+        _ => return None,
+    })
+}
+
+/// The device tensor type of an operand with a concrete shape.
+pub fn tensor_type(o: &Operand, shape: &[usize]) -> Option<TensorType> {
+    let dtype = device_dtype(o.r#type)?;
+    let per_channel = match &o.extra_params {
+        ExtraParams::ChannelQuant(p) => Some(PerChannel {
+            axis: p.channel_dim,
+            scales: p.scales.clone(),
+        }),
+        _ => None,
+    };
+    let (scale, zero_point) = if dtype.is_float() || dtype == DType::Bool8 {
+        (0.0, 0)
+    } else {
+        (o.scale, o.zero_point)
+    };
+    Some(TensorType {
+        dtype,
+        shape: shape.to_vec(),
+        quant: Quant {
+            scale,
+            zero_point,
+            per_channel,
+        },
+    })
+}
+
+/// Bytes of an operand of `shape` on the device.
+fn device_bytes(o: &Operand, shape: &[usize]) -> u64 {
+    let size = device_dtype(o.r#type).map_or(0, |d| d.size());
+    shape.iter().product::<usize>() as u64 * size
 }
 
 /// Where a tensor lives in device memory.
@@ -58,6 +167,8 @@ pub struct Compiled {
     pub shapes: Vec<Option<Vec<usize>>>,
     pub placement: Vec<Option<Placement>>,
     pub arena_size: u64,
+    /// The subgraph's operands (types and quantisation of the device tensors).
+    pub operands: Vec<Operand>,
 }
 
 /// The constant tensors of a model, laid out for upload: shape-independent, so a prepared
@@ -90,18 +201,20 @@ pub fn constant_values(
                 _ => return Ok(None),
             };
             src.map(|b| Some(b.to_vec()))
-                .ok_or_else(|| CompileError::Constant(i as u32, "location out of range".into()))
+                .ok_or(CompileError::Constant(i as u32))
         })
         .collect()
 }
 
+/// Lays out the constant tensors of `sg` for upload (scalars are folded into kernels and
+/// need no device memory).
 pub fn constant_block(sg: &Subgraph, constants: &[Option<Vec<u8>>]) -> ConstantBlock {
     let mut block = ConstantBlock {
         bytes: Vec::new(),
         offsets: vec![None; sg.operands.len()],
     };
     for (i, o) in sg.operands.iter().enumerate() {
-        if o.r#type != OperandType::TENSOR_FLOAT32 {
+        if !o.r#type.is_tensor() {
             continue;
         }
         if let Some(Some(c)) = constants.get(i) {
@@ -114,95 +227,47 @@ pub fn constant_block(sg: &Subgraph, constants: &[Option<Vec<u8>>]) -> ConstantB
     block
 }
 
-/// Model inputs the host reads at execution instead of the device: non-float tensors,
-/// which only ever serve as parameters (e.g. RESHAPE's shape).
+/// Model inputs the host reads at execution instead of the device: those some operation
+/// reads as a parameter (e.g. RESHAPE's shape).
 pub fn deferred_inputs(sg: &Subgraph) -> Vec<bool> {
+    let values = lower::value_operands(sg);
     let mut d = vec![false; sg.operands.len()];
     for &i in &sg.input_indexes {
-        if let Some(o) = sg.operands.get(i as usize) {
-            d[i as usize] = o.r#type != OperandType::TENSOR_FLOAT32;
+        if let Some(slot) = d.get_mut(i as usize) {
+            *slot = values.get(i as usize).copied().unwrap_or(false);
         }
     }
     d
 }
 
-fn model_shape(dims: &[u32]) -> Option<Vec<usize>> {
-    (!dims.contains(&0)).then(|| dims.iter().map(|&d| d as usize).collect())
-}
-
-/// Whether each operation of the main subgraph will prepare and run on the device.
-pub fn supported_operations(model: &Model, constants: &[Option<Vec<u8>>]) -> Vec<bool> {
+/// Whether each operation of the main subgraph will prepare and run on the device: its
+/// definition runs it on these operand types, and where every input shape and parameter
+/// is already known, the device kernel accepts it. (Only definitions decide; a supported
+/// operation that later fails to compile is a failure, not a skip.)
+pub fn supported_operations(model: &Model, _constants: &[Option<Vec<u8>>]) -> Vec<bool> {
     let sg = &model.main;
-    let shapes: Vec<Option<Vec<usize>>> = sg
-        .operands
-        .iter()
-        .map(|o| model_shape(&o.dimensions))
-        .collect();
-    let deferred = deferred_inputs(sg);
-    let ops = Operands {
-        subgraph: sg,
-        constants,
-        shapes: &shapes,
-        deferred: &deferred,
-        omitted: &[],
-    };
     sg.operations
         .iter()
         .map(|op| {
-            if matches!(op.r#type, OperationType::IF | OperationType::WHILE) {
+            let Some(def) = crate::ops::definition(op.r#type) else {
                 return false;
-            }
-            let touches_io_types = op.inputs.iter().chain(&op.outputs).all(|&i| {
-                sg.operands.get(i as usize).is_some_and(|o| {
-                    matches!(
-                        o.r#type,
-                        OperandType::TENSOR_FLOAT32
-                            | OperandType::TENSOR_INT32
-                            | OperandType::INT32
-                            | OperandType::FLOAT32
-                            | OperandType::BOOL
-                    )
-                })
-            });
-            if !touches_io_types {
+            };
+            let ins: Option<Vec<&Operand>> = op
+                .inputs
+                .iter()
+                .map(|&i| sg.operands.get(i as usize))
+                .collect();
+            let outs: Option<Vec<&Operand>> = op
+                .outputs
+                .iter()
+                .map(|&i| sg.operands.get(i as usize))
+                .collect();
+            let (Some(ins), Some(outs)) = (ins, outs) else {
                 return false;
-            }
-            match lower(&ops, op.r#type, &op.inputs, &op.outputs) {
-                Ok(l) => check_shapes(&l, &shapes, sg).is_ok(),
-                Err(CompileError::UnknownShape(_) | CompileError::UnknownValue(_)) => true,
-                Err(_) => false,
-            }
+            };
+            def.runs_on(&ins, &outs)
         })
         .collect()
-}
-
-/// Checks one lowered op's output shapes against the model where all inputs are known.
-fn check_shapes(
-    l: &Lowered,
-    shapes: &[Option<Vec<usize>>],
-    sg: &Subgraph,
-) -> Result<(), CompileError> {
-    let ins: Option<Vec<&[usize]>> = l
-        .inputs
-        .iter()
-        .map(|&i| shapes.get(i as usize)?.as_deref())
-        .collect();
-    let Some(ins) = ins else { return Ok(()) };
-    let outs = l.op.output_shapes(&ins).map_err(|e| CompileError::Kernel {
-        index: 0,
-        reason: e.to_string(),
-    })?;
-    for (&o, s) in l.outputs.iter().zip(&outs) {
-        let dims = &sg.operands[o as usize].dimensions;
-        if !dims_compatible(dims, s) {
-            return Err(CompileError::ShapeMismatch {
-                operand: o,
-                model: dims.clone(),
-                inferred: s.clone(),
-            });
-        }
-    }
-    Ok(())
 }
 
 /// A model's dims (0 = unknown, empty = unknown rank) against a concrete shape.
@@ -213,6 +278,26 @@ pub fn dims_compatible(dims: &[u32], shape: &[usize]) -> bool {
                 .iter()
                 .zip(shape)
                 .all(|(&d, &s)| d == 0 || d as usize == s))
+}
+
+/// The device tensor types of an operation's operands, by their known shapes.
+fn operand_types(
+    sg: &Subgraph,
+    shapes: &[Option<Vec<usize>>],
+    ids: &[u32],
+) -> Result<Vec<TensorType>, CompileError> {
+    ids.iter()
+        .map(|&i| {
+            let o = sg
+                .operands
+                .get(i as usize)
+                .ok_or(CompileError::OperandRange(i))?;
+            let s = shapes[i as usize]
+                .as_deref()
+                .ok_or(CompileError::UnknownShape(i))?;
+            tensor_type(o, s).ok_or(CompileError::NoDeviceType(i, o.r#type))
+        })
+        .collect()
 }
 
 /// Compiles the main subgraph for concrete input shapes. `constants` includes the
@@ -245,20 +330,17 @@ pub fn compile(
             deferred: &deferred,
             omitted,
         };
-        let l = lower(&ops, op.r#type, &op.inputs, &op.outputs)?;
-        let ins: Vec<&[usize]> = l
-            .inputs
-            .iter()
-            .map(|&i| {
-                shapes[i as usize]
-                    .as_deref()
-                    .ok_or(CompileError::UnknownShape(i))
-            })
-            .collect::<Result<_, _>>()?;
-        let outs = l.op.output_shapes(&ins).map_err(|e| CompileError::Kernel {
+        let l = lower(&ops, op)?;
+        let kernel = |e: vnpu_emu::kernels::KernelError| CompileError::Kernel {
             index,
             reason: e.to_string(),
-        })?;
+        };
+        // The device validates parameters when it decodes the program; do the same now,
+        // so a bad parameter fails preparation rather than execution.
+        KernelOp::decode(l.op.opcode(), &l.op.encode_params()).map_err(kernel)?;
+        let in_tys = operand_types(sg, &shapes, &l.inputs)?;
+        let refs: Vec<&TensorType> = in_tys.iter().collect();
+        let outs = l.op.output_shapes(&refs).map_err(kernel)?;
         for (&o, s) in l.outputs.iter().zip(outs) {
             let dims = &sg.operands[o as usize].dimensions;
             if !dims_compatible(dims, &s) {
@@ -270,6 +352,9 @@ pub fn compile(
             }
             shapes[o as usize] = Some(s);
         }
+        let out_tys = operand_types(sg, &shapes, &l.outputs)?;
+        let out_refs: Vec<&TensorType> = out_tys.iter().collect();
+        l.op.check(&refs, &out_refs).map_err(kernel)?;
         lowered.push(l);
     }
     let (placement, arena_size) = place(sg, &lowered, &shapes, constants);
@@ -278,6 +363,7 @@ pub fn compile(
         shapes,
         placement,
         arena_size,
+        operands: sg.operands.clone(),
     })
 }
 
@@ -315,7 +401,7 @@ fn place(
         if constants.get(i).is_some_and(|c| c.is_some()) {
             continue;
         }
-        let size = shape.iter().product::<usize>() as u64 * 4;
+        let size = device_bytes(&sg.operands[i], shape);
         ids.push(i);
         intervals.push(Interval {
             size,
@@ -334,10 +420,13 @@ fn place(
 impl Compiled {
     /// Byte size of operand `i` on the device.
     pub fn byte_len(&self, i: u32) -> u64 {
-        self.shapes
-            .get(i as usize)
-            .and_then(|s| s.as_ref())
-            .map_or(0, |s| s.iter().product::<usize>() as u64 * 4)
+        match (
+            self.shapes.get(i as usize).and_then(|s| s.as_ref()),
+            self.operands.get(i as usize),
+        ) {
+            (Some(s), Some(o)) => device_bytes(o, s),
+            _ => 0,
+        }
     }
 
     /// Device address of operand `i`.
@@ -379,14 +468,16 @@ impl Compiled {
                 .ok_or(CompileError::UnknownShape(i))?;
             let addr = self
                 .address(i, consts, const_base, arena_base)
-                .ok_or_else(|| {
-                    CompileError::Unsupported(format!("operand {i} has no device memory"))
-                })?;
+                .ok_or(CompileError::NotConstant(i))?;
+            let o = self
+                .operands
+                .get(i as usize)
+                .ok_or(CompileError::OperandRange(i))?;
+            let ty = tensor_type(o, &shape).ok_or(CompileError::NoDeviceType(i, o.r#type))?;
             let t = tensors.len() as u32;
             tensors.push(TensorDesc {
-                dtype: DType::F32,
+                ty,
                 byte_len: self.byte_len(i),
-                shape,
                 addr,
             });
             index_of.insert(i, t);

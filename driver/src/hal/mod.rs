@@ -3,12 +3,11 @@
 //! - [`types`]: the HAL structures and open enums (invalid wire values are representable).
 //! - [`validate`]: `validate_model`, `validate_request` and friends, mirroring what NN's
 //!   `ValidateHal.cpp` checks for HAL 1.3, with INVALID_ARGUMENT as the HAL code.
-//! - [`operations`]: per-operation signature tables (input/output counts and operand types).
+//!
+//! Per-operation signatures live with each operation's definition in [`crate::ops`].
 
-pub mod operations;
 pub mod types;
 pub mod validate;
 
-pub use operations::*;
 pub use types::*;
 pub use validate::*;

@@ -23,8 +23,8 @@
 
 use std::collections::HashSet;
 
-use super::operations::check_operation_signature;
 use super::types::*;
+use crate::ops::check_operation_signature;
 
 /// A HAL value failed validation. The HAL code is always INVALID_ARGUMENT.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

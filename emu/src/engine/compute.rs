@@ -4,26 +4,26 @@
 
 use super::Outcome;
 use crate::iommu::Perm;
-use crate::kernels::{self, Tensor, TensorMut};
+use crate::kernels;
 use crate::program::{Program, TensorDesc, MAX_PROGRAM_LEN};
 use crate::ring::Status;
+use crate::tensor::{Staged, TensorType, View, ViewMut};
 use crate::Bus;
 
-fn load(bus: &Bus, t: &TensorDesc) -> Result<Vec<f32>, u64> {
-    let n = (t.byte_len / 4) as usize;
-    let mut v = vec![0f32; n];
+fn load(bus: &Bus, t: &TensorDesc) -> Result<Staged, u64> {
+    let mut s = Staged::zeroed(t.byte_len as usize);
     let w = bus
         .resolve(t.addr, t.byte_len, Perm::READ)
         .map_err(|_| t.addr)?;
-    w.region.read_f32(w.offset, &mut v).map_err(|_| t.addr)?;
-    Ok(v)
+    w.region.read(w.offset, s.bytes_mut()).map_err(|_| t.addr)?;
+    Ok(s)
 }
 
-fn store(bus: &Bus, t: &TensorDesc, data: &[f32]) -> Result<(), u64> {
+fn store(bus: &Bus, t: &TensorDesc, data: &Staged) -> Result<(), u64> {
     let w = bus
         .resolve(t.addr, t.byte_len, Perm::WRITE)
         .map_err(|_| t.addr)?;
-    w.region.write_f32(w.offset, data).map_err(|_| t.addr)
+    w.region.write(w.offset, data.bytes()).map_err(|_| t.addr)
 }
 
 /// Fetches, validates and runs the program at `addr` (device DRAM), `len` bytes.
@@ -64,12 +64,12 @@ pub fn run_program(bus: &Bus, addr: u64, len: u64, req_id: u32) -> Outcome {
                 Err(a) => return fail(Status::DmaFault, a),
             }
         }
-        let inputs: Vec<Tensor<'_>> = descs
+        let inputs: Vec<View<'_>> = descs
             .iter()
             .zip(&data)
-            .map(|(d, v)| Tensor {
-                shape: &d.shape,
-                data: v,
+            .map(|(d, v)| View {
+                ty: &d.ty,
+                bytes: v.bytes(),
             })
             .collect();
         let out_descs: Vec<&TensorDesc> = op
@@ -77,17 +77,17 @@ pub fn run_program(bus: &Bus, addr: u64, len: u64, req_id: u32) -> Outcome {
             .iter()
             .map(|&i| &program.tensors[i as usize])
             .collect();
-        let mut out_data: Vec<Vec<f32>> = out_descs
+        let mut out_data: Vec<Staged> = out_descs
             .iter()
-            .map(|d| vec![0f32; (d.byte_len / 4) as usize])
+            .map(|d| Staged::zeroed(d.byte_len as usize))
             .collect();
         {
-            let mut outputs: Vec<TensorMut<'_>> = out_descs
+            let mut outputs: Vec<ViewMut<'_>> = out_descs
                 .iter()
                 .zip(out_data.iter_mut())
-                .map(|(d, v)| TensorMut {
-                    shape: &d.shape,
-                    data: v,
+                .map(|(d, v)| ViewMut {
+                    ty: &d.ty,
+                    bytes: v.bytes_mut(),
                 })
                 .collect();
             if let Err(e) = kernels::execute(&op.op, &inputs, &mut outputs) {
@@ -100,8 +100,8 @@ pub fn run_program(bus: &Bus, addr: u64, len: u64, req_id: u32) -> Outcome {
                 return fail(Status::DmaFault, a);
             }
         }
-        let in_shapes: Vec<&[usize]> = descs.iter().map(|d| d.shape.as_slice()).collect();
-        let op_ns = bus.timing.op_ns(&op.op, &in_shapes);
+        let in_tys: Vec<&TensorType> = descs.iter().map(|d| &d.ty).collect();
+        let op_ns = bus.timing.op_ns(&op.op, &in_tys);
         bus.trace
             .record("compute", op.op.name(), start, req_id, op_ns);
         ns += op_ns;

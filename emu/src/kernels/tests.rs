@@ -3,6 +3,7 @@
 
 use super::reference as r;
 use super::*;
+use crate::tensor::{DType, Staged, TensorType, View, ViewMut};
 use proptest::prelude::*;
 
 const CASES: u32 = 64;
@@ -14,24 +15,28 @@ fn cfg() -> ProptestConfig {
     }
 }
 
-/// Runs `op` through `output_shapes` and `execute`.
+/// Runs `op` on float32 tensors through `output_shapes` and `execute`.
 fn run(op: &KernelOp, inputs: &[(Vec<usize>, Vec<f32>)]) -> Result<(Vec<usize>, Vec<f32>)> {
-    let shapes: Vec<&[usize]> = inputs.iter().map(|(s, _)| s.as_slice()).collect();
-    let out_shape = op.output_shapes(&shapes)?.remove(0);
-    let mut out = vec![f32::NAN; out_shape.iter().product()];
-    let ins: Vec<Tensor<'_>> = inputs
+    let ins: Vec<(&[usize], &[f32])> = inputs
         .iter()
-        .map(|(s, d)| Tensor { shape: s, data: d })
+        .map(|(s, d)| (s.as_slice(), d.as_slice()))
         .collect();
-    execute(
-        op,
-        &ins,
-        &mut [TensorMut {
-            shape: &out_shape,
-            data: &mut out,
-        }],
-    )?;
-    Ok((out_shape, out))
+    Ok(run_f32(op, &ins)?.remove(0))
+}
+
+/// Float32 tensor types of these shapes.
+fn f32_types(shapes: &[&[usize]]) -> Vec<TensorType> {
+    shapes
+        .iter()
+        .map(|s| TensorType::new(DType::F32, s))
+        .collect()
+}
+
+/// Output shapes of `op` on float32 inputs of these shapes.
+fn shapes_of(op: &KernelOp, shapes: &[&[usize]]) -> Result<Vec<Vec<usize>>> {
+    let tys = f32_types(shapes);
+    let refs: Vec<&TensorType> = tys.iter().collect();
+    op.output_shapes(&refs)
 }
 
 fn close(got: &[f32], want: &[f32]) -> std::result::Result<(), TestCaseError> {
@@ -133,8 +138,8 @@ fn arb_pool_kind() -> impl Strategy<Value = PoolKind> {
 fn arb_op() -> impl Strategy<Value = KernelOp> {
     let small = 1u32..4;
     prop_oneof![
-        (arb_binary_kind(), arb_act()).prop_map(|(kind, act)| KernelOp::Binary { kind, act }),
-        arb_act().prop_map(|act| KernelOp::FullyConnected { act }),
+        (arb_binary_kind(), arb_act()).prop_map(|(kind, act)| KernelOp::from(Binary { kind, act })),
+        arb_act().prop_map(|act| KernelOp::from(FullyConnected { act })),
         (
             arb_pad(3),
             small.clone(),
@@ -146,7 +151,7 @@ fn arb_op() -> impl Strategy<Value = KernelOp> {
         )
             .prop_map(
                 |(pad, stride_w, stride_h, dilation_w, dilation_h, act, nchw)| {
-                    KernelOp::Conv2d {
+                    KernelOp::from(Conv2d {
                         pad,
                         stride_w,
                         stride_h,
@@ -154,7 +159,7 @@ fn arb_op() -> impl Strategy<Value = KernelOp> {
                         dilation_h,
                         act,
                         nchw,
-                    }
+                    })
                 }
             ),
         (
@@ -172,7 +177,7 @@ fn arb_op() -> impl Strategy<Value = KernelOp> {
                     act,
                     nchw,
                 )| {
-                    KernelOp::DepthwiseConv2d {
+                    KernelOp::from(DepthwiseConv2d {
                         pad,
                         stride_w,
                         stride_h,
@@ -181,7 +186,7 @@ fn arb_op() -> impl Strategy<Value = KernelOp> {
                         depth_multiplier,
                         act,
                         nchw,
-                    }
+                    })
                 }
             ),
         (
@@ -193,7 +198,7 @@ fn arb_op() -> impl Strategy<Value = KernelOp> {
         )
             .prop_map(
                 |(kind, pad, (stride_w, stride_h, filter_w, filter_h), act, nchw)| {
-                    KernelOp::Pool {
+                    KernelOp::from(Pool {
                         kind,
                         pad,
                         stride_w,
@@ -202,35 +207,35 @@ fn arb_op() -> impl Strategy<Value = KernelOp> {
                         filter_h,
                         act,
                         nchw,
-                    }
+                    })
                 }
             ),
-        arb_unary_kind().prop_map(|kind| KernelOp::Unary { kind }),
-        (0.01f32..10.0, -6i32..6).prop_map(|(beta, axis)| KernelOp::Softmax { beta, axis }),
-        arb_shape(0, 6, 5).prop_map(|shape| KernelOp::Reshape { shape }),
-        (0u32..6).prop_map(|axis| KernelOp::Concatenation { axis }),
-        (-6i32..6).prop_map(|axis| KernelOp::L2Normalization { axis }),
+        arb_unary_kind().prop_map(|kind| KernelOp::from(Unary { kind })),
+        (0.01f32..10.0, -6i32..6).prop_map(|(beta, axis)| KernelOp::from(Softmax { beta, axis })),
+        arb_shape(0, 6, 5).prop_map(|shape| KernelOp::from(Reshape { shape })),
+        (0u32..6).prop_map(|axis| KernelOp::from(Concatenation { axis })),
+        (-6i32..6).prop_map(|axis| KernelOp::from(L2Normalization { axis })),
         (small.clone(), any::<bool>())
-            .prop_map(|(block, nchw)| KernelOp::DepthToSpace { block, nchw }),
+            .prop_map(|(block, nchw)| KernelOp::from(DepthToSpace { block, nchw })),
         (small.clone(), any::<bool>())
-            .prop_map(|(block, nchw)| KernelOp::SpaceToDepth { block, nchw }),
+            .prop_map(|(block, nchw)| KernelOp::from(SpaceToDepth { block, nchw })),
         (1u32..9, 1u32..9, 0u32..3, any::<bool>()).prop_map(|(out_h, out_w, mode, nchw)| {
-            KernelOp::ResizeBilinear {
+            KernelOp::from(ResizeBilinear {
                 out_h,
                 out_w,
                 align_corners: mode == 1,
                 half_pixel_centers: mode == 2,
                 nchw,
-            }
+            })
         }),
         (
             proptest::collection::vec((0u32..3, 0u32..3), 1..=6),
             -5.0f32..5.0
         )
-            .prop_map(|(pads, value)| KernelOp::Pad { pads, value }),
+            .prop_map(|(pads, value)| KernelOp::from(Pad { pads, value })),
         (0usize..=6)
             .prop_flat_map(|n| Just((0..n as u32).collect::<Vec<_>>()).prop_shuffle())
-            .prop_map(|perm| KernelOp::Transpose { perm }),
+            .prop_map(|perm| KernelOp::from(Transpose { perm })),
         (
             proptest::collection::btree_set(0u32..6, 0..=6),
             any::<bool>(),
@@ -240,7 +245,7 @@ fn arb_op() -> impl Strategy<Value = KernelOp> {
                 let mut axes: Vec<u32> = set.into_iter().collect();
                 let by = (seed as usize) % axes.len().max(1);
                 axes.rotate_left(by);
-                KernelOp::Mean { axes, keep_dims }
+                KernelOp::from(Mean { axes, keep_dims })
             }),
     ]
 }
@@ -275,8 +280,7 @@ proptest! {
         shapes in proptest::collection::vec(proptest::collection::vec(0usize..5, 0..=7), 0..4),
     ) {
         let refs: Vec<&[usize]> = shapes.iter().map(|s| s.as_slice()).collect();
-        prop_assert_eq!(op.cost(&refs).is_ok(), op.output_shapes(&refs).is_ok());
-        if let Ok(outs) = op.output_shapes(&refs) {
+        if let Ok(outs) = shapes_of(&op, &refs) {
             prop_assert_eq!(outs.len(), op.output_count());
             let inputs: Vec<(Vec<usize>, Vec<f32>)> = shapes
                 .iter()
@@ -296,7 +300,7 @@ proptest! {
     ) {
         let a: Vec<f32> = (0..sa.iter().product::<usize>()).map(|i| ((i as u64 * 7 + seed) % 11) as f32 - 5.0).collect();
         let b: Vec<f32> = (0..sb.iter().product::<usize>()).map(|i| ((i as u64 * 5 + seed / 3) % 13) as f32 * 0.5 - 3.0).collect();
-        let op = KernelOp::Binary { kind, act };
+        let op = KernelOp::from(Binary { kind, act });
         let (shape, got) = run(&op, &[(sa.clone(), a.clone()), (sb.clone(), b.clone())]).unwrap();
         let (ws, want) = r::binary(kind, act, &sa, &a, &sb, &b);
         prop_assert_eq!(shape, ws);
@@ -305,7 +309,7 @@ proptest! {
 
     #[test]
     fn unary_matches_reference(x in arb_shape(0, 4, 4).prop_flat_map(tensor), kind in arb_unary_kind()) {
-        let op = KernelOp::Unary { kind };
+        let op = KernelOp::from(Unary { kind });
         let (shape, got) = run(&op, std::slice::from_ref(&x)).unwrap();
         prop_assert_eq!(&shape, &x.0);
         close(&got, &r::unary(kind, &x.1))?;
@@ -321,7 +325,7 @@ proptest! {
         let rank = x.0.len();
         let axis = axis_seed as usize % rank;
         let a = if negative { axis as i32 - rank as i32 } else { axis as i32 };
-        let (_, got) = run(&KernelOp::Softmax { beta, axis: a }, std::slice::from_ref(&x)).unwrap();
+        let (_, got) = run(&KernelOp::from(Softmax { beta, axis: a }), std::slice::from_ref(&x)).unwrap();
         close(&got, &r::softmax(&x.0, &x.1, beta, axis))?;
     }
 
@@ -334,7 +338,7 @@ proptest! {
         let rank = x.0.len();
         let axis = axis_seed as usize % rank;
         let a = if negative { axis as i32 - rank as i32 } else { axis as i32 };
-        let (_, got) = run(&KernelOp::L2Normalization { axis: a }, std::slice::from_ref(&x)).unwrap();
+        let (_, got) = run(&KernelOp::from(L2Normalization { axis: a }), std::slice::from_ref(&x)).unwrap();
         close(&got, &r::l2_normalization(&x.0, &x.1, axis))?;
     }
 
@@ -350,7 +354,7 @@ proptest! {
         let x: Vec<f32> = (0..nx).map(|i| f(i, 13)).collect();
         let w: Vec<f32> = (0..n * k).map(|i| f(i + 100, 11)).collect();
         let bias: Vec<f32> = (0..n).map(|i| f(i + 1000, 7)).collect();
-        let op = KernelOp::FullyConnected { act };
+        let op = KernelOp::from(FullyConnected { act });
         let (shape, got) = run(&op, &[(xs.clone(), x.clone()), (vec![n, k], w.clone()), (vec![n], bias.clone())]).unwrap();
         let (ws, want) = r::fully_connected(&xs, &x, &[n, k], &w, &bias, act);
         prop_assert_eq!(shape, ws);
@@ -372,7 +376,7 @@ proptest! {
         let x: Vec<f32> = (0..n * h * w * c).map(|i| g(i, 13)).collect();
         let f: Vec<f32> = (0..o * kh * kw * c).map(|i| g(i + 7777, 11)).collect();
         let bias: Vec<f32> = (0..o).map(|i| g(i + 99, 5)).collect();
-        let op = KernelOp::Conv2d { pad, stride_w: sw, stride_h: sh, dilation_w: dw, dilation_h: dh, act, nchw };
+        let op = KernelOp::from(Conv2d { pad, stride_w: sw, stride_h: sh, dilation_w: dw, dilation_h: dh, act, nchw });
         let res = run(&op, &[(xs.clone(), x.clone()), (fs.clone(), f.clone()), (vec![o], bias.clone())]);
         let fits = h + (pad.top + pad.bottom) as usize > (kh - 1) * dh as usize
             && w + (pad.left + pad.right) as usize > (kw - 1) * dw as usize;
@@ -399,10 +403,10 @@ proptest! {
         let x: Vec<f32> = (0..n * h * w * c).map(|i| g(i, 13)).collect();
         let f: Vec<f32> = (0..kh * kw * c * m).map(|i| g(i + 555, 11)).collect();
         let bias: Vec<f32> = (0..c * m).map(|i| g(i + 99, 5)).collect();
-        let op = KernelOp::DepthwiseConv2d {
+        let op = KernelOp::from(DepthwiseConv2d {
             pad, stride_w: sw, stride_h: sh, dilation_w: dw, dilation_h: dh,
             depth_multiplier: m as u32, act, nchw,
-        };
+        });
         let res = run(&op, &[(xs.clone(), x.clone()), (fs.clone(), f.clone()), (vec![c * m], bias.clone())]);
         let fits = h + (pad.top + pad.bottom) as usize > (kh - 1) * dh as usize
             && w + (pad.left + pad.right) as usize > (kw - 1) * dw as usize;
@@ -426,7 +430,7 @@ proptest! {
     ) {
         let xs = if nchw { vec![n, c, h, w] } else { vec![n, h, w, c] };
         let x: Vec<f32> = (0..n * h * w * c).map(|i| ((i as u64 * 2654435761 + seed) % 17) as f32 * 0.5 - 4.0).collect();
-        let op = KernelOp::Pool { kind, pad, stride_w: sw, stride_h: sh, filter_w: fw, filter_h: fh, act, nchw };
+        let op = KernelOp::from(Pool { kind, pad, stride_w: sw, stride_h: sh, filter_w: fw, filter_h: fh, act, nchw });
         let res = run(&op, &[(xs.clone(), x.clone())]);
         let fits = h + (pad.top + pad.bottom) as usize >= fh as usize && w + (pad.left + pad.right) as usize >= fw as usize;
         prop_assert_eq!(res.is_ok(), fits, "{:?}", res);
@@ -444,7 +448,7 @@ proptest! {
         keep_dims in any::<bool>(),
     ) {
         let axes: Vec<u32> = (0..x.0.len() as u32).rev().filter(|a| mask >> a & 1 == 1).collect();
-        let (shape, got) = run(&KernelOp::Mean { axes: axes.clone(), keep_dims }, std::slice::from_ref(&x)).unwrap();
+        let (shape, got) = run(&KernelOp::from(Mean { axes: axes.clone(), keep_dims }), std::slice::from_ref(&x)).unwrap();
         let (ws, want) = r::mean(&x.0, &x.1, &axes, keep_dims);
         prop_assert_eq!(shape, ws);
         close(&got, &want)?;
@@ -463,7 +467,7 @@ proptest! {
             (0..s.iter().product::<usize>()).map(|i| (i as u32 * 31 + t as u32 * 1000 + seed % 100) as f32).collect()
         }).collect();
         let inputs: Vec<(Vec<usize>, Vec<f32>)> = shapes.iter().cloned().zip(datas.iter().cloned()).collect();
-        let (shape, got) = run(&KernelOp::Concatenation { axis: axis as u32 }, &inputs).unwrap();
+        let (shape, got) = run(&KernelOp::from(Concatenation { axis: axis as u32 }), &inputs).unwrap();
         let (ws, want) = r::concat(&shapes, &datas, axis);
         prop_assert_eq!(shape, ws);
         close(&got, &want)?;
@@ -478,16 +482,16 @@ proptest! {
         let d2s_in = if nchw { vec![n, c * b * b, h, w] } else { vec![n, h, w, c * b * b] };
         let s2d_in = if nchw { vec![n, c, h * b, w * b] } else { vec![n, h * b, w * b, c] };
         let x: Vec<f32> = (0..n * h * w * c * b * b).map(|i| i as f32).collect();
-        let (shape, got) = run(&KernelOp::DepthToSpace { block: b as u32, nchw }, &[(d2s_in.clone(), x.clone())]).unwrap();
+        let (shape, got) = run(&KernelOp::from(DepthToSpace { block: b as u32, nchw }), &[(d2s_in.clone(), x.clone())]).unwrap();
         let (ws, want) = r::depth_to_space(&d2s_in, &x, b, nchw);
         prop_assert_eq!(&shape, &ws);
         close(&got, &want)?;
-        let (shape2, got2) = run(&KernelOp::SpaceToDepth { block: b as u32, nchw }, &[(s2d_in.clone(), x.clone())]).unwrap();
+        let (shape2, got2) = run(&KernelOp::from(SpaceToDepth { block: b as u32, nchw }), &[(s2d_in.clone(), x.clone())]).unwrap();
         let (ws2, want2) = r::space_to_depth(&s2d_in, &x, b, nchw);
         prop_assert_eq!(&shape2, &ws2);
         close(&got2, &want2)?;
         // SPACE_TO_DEPTH undoes DEPTH_TO_SPACE.
-        let (_, back) = run(&KernelOp::SpaceToDepth { block: b as u32, nchw }, &[(shape, got)]).unwrap();
+        let (_, back) = run(&KernelOp::from(SpaceToDepth { block: b as u32, nchw }), &[(shape, got)]).unwrap();
         prop_assert_eq!(back, x);
     }
 
@@ -500,7 +504,7 @@ proptest! {
     ) {
         let ((xs, xd), nchw) = x;
         let (align, half) = (mode == 1, mode == 2);
-        let op = KernelOp::ResizeBilinear { out_h: oh, out_w: ow, align_corners: align, half_pixel_centers: half, nchw };
+        let op = KernelOp::from(ResizeBilinear { out_h: oh, out_w: ow, align_corners: align, half_pixel_centers: half, nchw });
         let (shape, got) = run(&op, &[(xs.clone(), xd.clone())]).unwrap();
         let (ws, want) = r::resize_bilinear(&xs, &xd, oh as usize, ow as usize, align, half, nchw);
         prop_assert_eq!(shape, ws);
@@ -514,7 +518,7 @@ proptest! {
         value in -2.0f32..2.0,
     ) {
         let pads = pads[..x.0.len()].to_vec();
-        let (shape, got) = run(&KernelOp::Pad { pads: pads.clone(), value }, std::slice::from_ref(&x)).unwrap();
+        let (shape, got) = run(&KernelOp::from(Pad { pads: pads.clone(), value }), std::slice::from_ref(&x)).unwrap();
         let (ws, want) = r::pad(&x.0, &x.1, &pads, value);
         prop_assert_eq!(shape, ws);
         close(&got, &want)?;
@@ -527,7 +531,7 @@ proptest! {
             (tensor(s), Just((0..n).collect::<Vec<u32>>()).prop_shuffle())
         }),
     ) {
-        let (shape, got) = run(&KernelOp::Transpose { perm: perm.clone() }, std::slice::from_ref(&x)).unwrap();
+        let (shape, got) = run(&KernelOp::from(Transpose { perm: perm.clone() }), std::slice::from_ref(&x)).unwrap();
         let (ws, want) = r::transpose(&x.0, &x.1, &perm);
         prop_assert_eq!(shape, ws);
         close(&got, &want)?;
@@ -538,7 +542,7 @@ proptest! {
         let mut target = x.0.clone();
         target.reverse();
         target.push(1);
-        let (shape, got) = run(&KernelOp::Reshape { shape: target.clone() }, std::slice::from_ref(&x)).unwrap();
+        let (shape, got) = run(&KernelOp::from(Reshape { shape: target.clone() }), std::slice::from_ref(&x)).unwrap();
         prop_assert_eq!(shape, target);
         prop_assert_eq!(got, x.1);
     }
@@ -546,80 +550,84 @@ proptest! {
 
 #[test]
 fn execute_rejects_bad_buffers() {
-    let op = KernelOp::Unary {
+    let op = KernelOp::from(Unary {
         kind: UnaryKind::Relu,
-    };
+    });
     let x = [1.0f32, -1.0];
-    let mut o = [0.0f32; 2];
+    let xb: &[u8] = bytemuck::cast_slice(&x);
+    let mut o = Staged::zeroed(8);
+    let t2 = TensorType::new(DType::F32, &[2]);
+    let t3 = TensorType::new(DType::F32, &[3]);
+    let t12 = TensorType::new(DType::F32, &[1, 2]);
+    let ti = TensorType::new(DType::I32, &[2]);
+    let view = |ty| View { ty, bytes: xb };
     // Wrong input data length.
     let e = execute(
         &op,
-        &[Tensor {
-            shape: &[3],
-            data: &x,
-        }],
-        &mut [TensorMut {
-            shape: &[3],
-            data: &mut o,
+        &[view(&t3)],
+        &mut [ViewMut {
+            ty: &t3,
+            bytes: o.bytes_mut(),
         }],
     );
     assert!(matches!(e, Err(KernelError::DataLength { .. })), "{e:?}");
     // Wrong output shape.
     let e = execute(
         &op,
-        &[Tensor {
-            shape: &[2],
-            data: &x,
-        }],
-        &mut [TensorMut {
-            shape: &[1, 2],
-            data: &mut o,
+        &[view(&t2)],
+        &mut [ViewMut {
+            ty: &t12,
+            bytes: o.bytes_mut(),
         }],
     );
     assert!(matches!(e, Err(KernelError::OutputShape { .. })), "{e:?}");
+    // Wrong element type.
+    let e = execute(
+        &op,
+        &[view(&ti)],
+        &mut [ViewMut {
+            ty: &ti,
+            bytes: o.bytes_mut(),
+        }],
+    );
+    assert!(
+        matches!(e, Err(KernelError::UnsupportedDType { .. })),
+        "{e:?}"
+    );
     // Wrong counts.
     let e = execute(&op, &[], &mut []);
     assert!(matches!(e, Err(KernelError::InputCount { .. })), "{e:?}");
-    let e = execute(
-        &op,
-        &[Tensor {
-            shape: &[2],
-            data: &x,
-        }],
-        &mut [],
-    );
+    let e = execute(&op, &[view(&t2)], &mut []);
     assert!(matches!(e, Err(KernelError::OutputCount { .. })), "{e:?}");
     // And the happy path.
     execute(
         &op,
-        &[Tensor {
-            shape: &[2],
-            data: &x,
-        }],
-        &mut [TensorMut {
-            shape: &[2],
-            data: &mut o,
+        &[view(&t2)],
+        &mut [ViewMut {
+            ty: &t2,
+            bytes: o.bytes_mut(),
         }],
     )
     .unwrap();
-    assert_eq!(o, [1.0, 0.0]);
+    let got: &[f32] = bytemuck::cast_slice(o.bytes());
+    assert_eq!(got, [1.0, 0.0]);
 }
 
 #[test]
 fn hostile_sizes_are_errors() {
     let big = [1usize << 20, 1 << 20];
-    let op = KernelOp::Unary {
+    let op = KernelOp::from(Unary {
         kind: UnaryKind::Tanh,
-    };
-    assert_eq!(op.output_shapes(&[&big]), Err(KernelError::TooLarge));
+    });
+    assert_eq!(shapes_of(&op, &[&big]), Err(KernelError::TooLarge));
     let overflow = [usize::MAX, 2];
-    assert_eq!(op.output_shapes(&[&overflow]), Err(KernelError::TooLarge));
-    let op = KernelOp::Pad {
+    assert_eq!(shapes_of(&op, &[&overflow]), Err(KernelError::TooLarge));
+    let op = KernelOp::from(Pad {
         pads: vec![(u32::MAX, u32::MAX)],
         value: 0.0,
-    };
-    assert!(op.output_shapes(&[&[4]]).is_err());
-    let conv = KernelOp::Conv2d {
+    });
+    assert!(shapes_of(&op, &[&[4]]).is_err());
+    let conv = KernelOp::from(Conv2d {
         pad: Padding {
             left: u32::MAX,
             right: u32::MAX,
@@ -632,7 +640,7 @@ fn hostile_sizes_are_errors() {
         dilation_h: u32::MAX,
         act: Activation::None,
         nchw: false,
-    };
+    });
     // Huge padding and dilation are valid: the centre tap (offset dilation == padding) lands
     // on the input, the others in the padding.
     let (s, d) = run(
@@ -646,14 +654,16 @@ fn hostile_sizes_are_errors() {
     .unwrap();
     assert_eq!(s, [1, 4, 4, 1]);
     assert_eq!(d, [1.5; 16]);
-    assert_eq!(conv.cost(&[&[1, 4, 4, 1], &[1, 3, 3, 1], &[1]]), Ok(16 * 9));
+    let tys = f32_types(&[&[1, 4, 4, 1], &[1, 3, 3, 1], &[1]]);
+    let refs: Vec<&TensorType> = tys.iter().collect();
+    assert_eq!(conv.cost(&refs).macs, 16 * 9);
     let rank7 = [1usize; 7];
     assert!(matches!(
-        op.output_shapes(&[&rank7]),
+        shapes_of(&op, &[&rank7]),
         Err(KernelError::RankTooLarge { .. })
     ));
     assert!(matches!(
-        KernelOp::decode(opcodes::SOFTMAX, &[f32::NAN.to_bits(), 0]),
+        KernelOp::decode(7, &[f32::NAN.to_bits(), 0]),
         Err(KernelError::InvalidParams { .. })
     ));
     assert!(matches!(
@@ -666,7 +676,7 @@ fn hostile_sizes_are_errors() {
 fn nnapi_examples() {
     // AVERAGE_POOL_2D from the NNAPI tests: 2x2 filter over [[1,2],[3,4]] padded by one on
     // the right/bottom, stride 1: averages of in-bounds elements only.
-    let op = KernelOp::Pool {
+    let op = KernelOp::from(Pool {
         kind: PoolKind::Average,
         pad: Padding {
             left: 0,
@@ -680,18 +690,18 @@ fn nnapi_examples() {
         filter_h: 2,
         act: Activation::None,
         nchw: false,
-    };
+    });
     let (s, d) = run(&op, &[(vec![1, 2, 2, 1], vec![1.0, 2.0, 3.0, 4.0])]).unwrap();
     assert_eq!(s, [1, 2, 2, 1]);
     assert_eq!(d, [2.5, 3.0, 3.5, 4.0]);
     // RESIZE_BILINEAR 2x2 -> 3x3 (NNAPI resize_bilinear test): [1,1,2,2] -> ...
-    let op = KernelOp::ResizeBilinear {
+    let op = KernelOp::from(ResizeBilinear {
         out_h: 3,
         out_w: 3,
         align_corners: false,
         half_pixel_centers: false,
         nchw: false,
-    };
+    });
     let (_, d) = run(&op, &[(vec![1, 2, 2, 1], vec![1.0, 1.0, 2.0, 2.0])]).unwrap();
     let want = [
         1.0,
@@ -709,17 +719,17 @@ fn nnapi_examples() {
     }
     // L2_NORMALIZATION of a zero vector is zero (epsilon), not NaN.
     let (_, d) = run(
-        &KernelOp::L2Normalization { axis: -1 },
+        &KernelOp::from(L2Normalization { axis: -1 }),
         &[(vec![1, 3], vec![0.0; 3])],
     )
     .unwrap();
     assert_eq!(d, [0.0; 3]);
     // MEAN over every axis without keep_dims gives [1].
     let (s, d) = run(
-        &KernelOp::Mean {
+        &KernelOp::from(Mean {
             axes: vec![0, 1],
             keep_dims: false,
-        },
+        }),
         &[(vec![2, 2], vec![1.0, 2.0, 3.0, 4.0])],
     )
     .unwrap();

@@ -1,0 +1,287 @@
+//! CONV_2D, DEPTHWISE_CONV_2D (implicit or explicit padding, optional layout and
+//! dilation) and FULLY_CONNECTED.
+
+use vnpu_emu::kernels::{Conv2d, DepthwiseConv2d, FullyConnected, Padding};
+
+use super::types::{FLOATS, FLOAT_QUANT8};
+use super::{arg, channel_dim, Arg, Args, HalVersion::*, OpDef, Signature, Ty};
+use crate::compile::{CompileError, Lowered};
+use crate::hal::{Operand, OperationType};
+
+const OUT: &[Arg] = &[arg("output", Ty::T)];
+const LAYOUT_DILATION: &[&[Arg]] = &[
+    &[arg("layout", Ty::Bool)],
+    &[arg("dilation_w", Ty::Int), arg("dilation_h", Ty::Int)],
+];
+
+const CONV_SIGS: &[Signature] = &[
+    Signature::new(
+        V1_0,
+        FLOAT_QUANT8,
+        &[
+            arg("input", Ty::T),
+            arg("filter", Ty::Filter),
+            arg("bias", Ty::Bias),
+            arg("padding_scheme", Ty::Int),
+            arg("stride_w", Ty::Int),
+            arg("stride_h", Ty::Int),
+            arg("activation", Ty::Int),
+        ],
+        OUT,
+    )
+    .optional(LAYOUT_DILATION),
+    Signature::new(
+        V1_0,
+        FLOAT_QUANT8,
+        &[
+            arg("input", Ty::T),
+            arg("filter", Ty::Filter),
+            arg("bias", Ty::Bias),
+            arg("pad_left", Ty::Int),
+            arg("pad_right", Ty::Int),
+            arg("pad_top", Ty::Int),
+            arg("pad_bottom", Ty::Int),
+            arg("stride_w", Ty::Int),
+            arg("stride_h", Ty::Int),
+            arg("activation", Ty::Int),
+        ],
+        OUT,
+    )
+    .optional(LAYOUT_DILATION),
+];
+
+const DEPTHWISE_SIGS: &[Signature] = &[
+    Signature::new(
+        V1_0,
+        FLOAT_QUANT8,
+        &[
+            arg("input", Ty::T),
+            arg("filter", Ty::Filter),
+            arg("bias", Ty::Bias),
+            arg("padding_scheme", Ty::Int),
+            arg("stride_w", Ty::Int),
+            arg("stride_h", Ty::Int),
+            arg("depth_multiplier", Ty::Int),
+            arg("activation", Ty::Int),
+        ],
+        OUT,
+    )
+    .optional(LAYOUT_DILATION),
+    Signature::new(
+        V1_0,
+        FLOAT_QUANT8,
+        &[
+            arg("input", Ty::T),
+            arg("filter", Ty::Filter),
+            arg("bias", Ty::Bias),
+            arg("pad_left", Ty::Int),
+            arg("pad_right", Ty::Int),
+            arg("pad_top", Ty::Int),
+            arg("pad_bottom", Ty::Int),
+            arg("stride_w", Ty::Int),
+            arg("stride_h", Ty::Int),
+            arg("depth_multiplier", Ty::Int),
+            arg("activation", Ty::Int),
+        ],
+        OUT,
+    )
+    .optional(LAYOUT_DILATION),
+];
+
+/// A per-channel filter must be quantised along its output-channel dimension.
+fn filter_axis(ins: &[&Operand], want: u32) -> Result<(), String> {
+    match ins.get(1).and_then(|o| channel_dim(o)) {
+        Some(d) if d != want => Err(format!(
+            "per-channel filter channel_dim must be {want}, is {d}"
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// NNAPI's implicit padding (1 SAME, 2 VALID): (before, after) for one spatial dimension.
+pub fn implicit_padding(
+    scheme: i32,
+    input: usize,
+    filter: u32,
+    stride: u32,
+    dilation: u32,
+) -> Option<(u32, u32)> {
+    let eff = (u64::from(filter).max(1) - 1) * u64::from(dilation) + 1;
+    match scheme {
+        1 => {
+            let out = (input as u64).div_ceil(u64::from(stride.max(1)));
+            let needed = ((out.max(1) - 1) * u64::from(stride) + eff).saturating_sub(input as u64);
+            let before = needed / 2;
+            Some((
+                u32::try_from(before).ok()?,
+                u32::try_from(needed - before).ok()?,
+            ))
+        }
+        2 => Some((0, 0)),
+        _ => None,
+    }
+}
+
+/// Spatial (height, width) of a 4-D activation in NHWC or NCHW.
+pub fn spatial(a: &Args<'_>, shape: &[usize], nchw: bool) -> Result<(usize, usize), CompileError> {
+    match *shape {
+        [_, c_or_h, h_or_w, w_or_c] => Ok(if nchw {
+            (h_or_w, w_or_c)
+        } else {
+            (c_or_h, h_or_w)
+        }),
+        _ => Err(a.invalid(format!("expected a 4-D input, got {shape:?}"))),
+    }
+}
+
+/// Padding and strides, from either the explicit or the implicit form.
+pub struct Window {
+    /// Explicit padding.
+    pub pad: Padding,
+    /// Horizontal stride.
+    pub stride_w: u32,
+    /// Vertical stride.
+    pub stride_h: u32,
+}
+
+/// Reads the window of a convolution or pooling: `filter` is (width, height), `dilation`
+/// (width, height).
+pub fn window(
+    a: &Args<'_>,
+    nchw: bool,
+    (filter_w, filter_h): (u32, u32),
+    (dil_w, dil_h): (u32, u32),
+) -> Result<Window, CompileError> {
+    let stride_w = a.positive("stride_w")?;
+    let stride_h = a.positive("stride_h")?;
+    let pad = if a.has("padding_scheme") {
+        let scheme = a.i32("padding_scheme")?;
+        let (h, w) = spatial(a, a.shape("input")?, nchw)?;
+        let bad = || a.invalid(format!("padding scheme {scheme}"));
+        let (left, right) =
+            implicit_padding(scheme, w, filter_w, stride_w, dil_w).ok_or_else(bad)?;
+        let (top, bottom) =
+            implicit_padding(scheme, h, filter_h, stride_h, dil_h).ok_or_else(bad)?;
+        Padding {
+            left,
+            right,
+            top,
+            bottom,
+        }
+    } else {
+        Padding {
+            left: a.non_negative("pad_left")?,
+            right: a.non_negative("pad_right")?,
+            top: a.non_negative("pad_top")?,
+            bottom: a.non_negative("pad_bottom")?,
+        }
+    };
+    Ok(Window {
+        pad,
+        stride_w,
+        stride_h,
+    })
+}
+
+/// Dilation factors (width, height), 1 when absent.
+fn dilation(a: &Args<'_>) -> Result<(u32, u32), CompileError> {
+    if a.has("dilation_w") {
+        Ok((a.positive("dilation_w")?, a.positive("dilation_h")?))
+    } else {
+        Ok((1, 1))
+    }
+}
+
+/// Filter (height, width) from a `[_, KH, KW, _]` filter.
+fn filter_hw(a: &Args<'_>) -> Result<(u32, u32), CompileError> {
+    match *a.shape("filter")? {
+        [_, kh, kw, _] => Ok((
+            u32::try_from(kh).map_err(|_| a.invalid("filter too large"))?,
+            u32::try_from(kw).map_err(|_| a.invalid("filter too large"))?,
+        )),
+        ref s => Err(a.invalid(format!("filter {s:?} must have rank 4"))),
+    }
+}
+
+fn lower_conv(a: &Args<'_>) -> Result<Lowered, CompileError> {
+    let nchw = a.flag("layout")?;
+    let (dilation_w, dilation_h) = dilation(a)?;
+    let (kh, kw) = filter_hw(a)?;
+    let w = window(a, nchw, (kw, kh), (dilation_w, dilation_h))?;
+    a.kernel(
+        Conv2d {
+            pad: w.pad,
+            stride_w: w.stride_w,
+            stride_h: w.stride_h,
+            dilation_w,
+            dilation_h,
+            act: a.act("activation")?,
+            nchw,
+        },
+        &["input", "filter", "bias"],
+    )
+}
+
+fn lower_depthwise(a: &Args<'_>) -> Result<Lowered, CompileError> {
+    let nchw = a.flag("layout")?;
+    let (dilation_w, dilation_h) = dilation(a)?;
+    let (kh, kw) = filter_hw(a)?;
+    let w = window(a, nchw, (kw, kh), (dilation_w, dilation_h))?;
+    a.kernel(
+        DepthwiseConv2d {
+            pad: w.pad,
+            stride_w: w.stride_w,
+            stride_h: w.stride_h,
+            dilation_w,
+            dilation_h,
+            depth_multiplier: a.positive("depth_multiplier")?,
+            act: a.act("activation")?,
+            nchw,
+        },
+        &["input", "filter", "bias"],
+    )
+}
+
+/// CONV_2D.
+pub const CONV_2D: OpDef = OpDef {
+    op: OperationType::CONV_2D,
+    signatures: CONV_SIGS,
+    check: Some(|ins, _| filter_axis(ins, 0)),
+    runs: FLOATS,
+    lower: Some(lower_conv),
+};
+
+/// DEPTHWISE_CONV_2D.
+pub const DEPTHWISE_CONV_2D: OpDef = OpDef {
+    op: OperationType::DEPTHWISE_CONV_2D,
+    signatures: DEPTHWISE_SIGS,
+    check: Some(|ins, _| filter_axis(ins, 3)),
+    runs: FLOATS,
+    lower: Some(lower_depthwise),
+};
+
+/// FULLY_CONNECTED.
+pub const FULLY_CONNECTED: OpDef = OpDef {
+    op: OperationType::FULLY_CONNECTED,
+    signatures: &[Signature::new(
+        V1_0,
+        FLOAT_QUANT8,
+        &[
+            arg("input", Ty::T),
+            arg("weights", Ty::T),
+            arg("bias", Ty::Bias),
+            arg("activation", Ty::Int),
+        ],
+        OUT,
+    )],
+    check: None,
+    runs: FLOATS,
+    lower: Some(|a| {
+        a.kernel(
+            FullyConnected {
+                act: a.act("activation")?,
+            },
+            &["input", "weights", "bias"],
+        )
+    }),
+};

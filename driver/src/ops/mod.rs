@@ -1,0 +1,332 @@
+//! One definition per NN HAL operation: its signatures by argument name (required inputs,
+//! optional input groups, allowed operand types), any extra validation, the operand types
+//! the device runs, and its lowering to a device kernel.
+//!
+//! Every definition is registered once in [`REGISTRY`]. Model validation (signature
+//! check), `getSupportedOperations`, the compiler, `vnpu info` and the tests all derive from
+//! that list; nothing else lists operations.
+//!
+//! A signature names its arguments relative to the operation's *main* operand type `T` (the
+//! type of input `main`, usually the first): [`Ty::T`] is "the same type", [`Ty::Bias`] is
+//! TENSOR_INT32 for quantised `T`, [`Ty::Scalar`] is FLOAT16 for float16 `T`, and so on, so
+//! one signature covers every operand type the HAL allows for that form.
+
+mod args;
+mod registry;
+
+pub mod activation;
+pub mod arith;
+pub mod conv;
+pub mod image;
+pub mod movement;
+pub mod normalization;
+pub mod pool;
+pub mod reduction;
+pub mod unsupported;
+
+pub use args::Args;
+pub use registry::{definition, REGISTRY};
+
+use crate::compile::{CompileError, Lowered};
+use crate::hal::{ExtraParams, Operand, OperandType, OperationType};
+
+use OperandType as T;
+
+/// The HAL version that introduced a signature.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum HalVersion {
+    /// NN HAL 1.0.
+    V1_0,
+    /// NN HAL 1.1.
+    V1_1,
+    /// NN HAL 1.2.
+    V1_2,
+    /// NN HAL 1.3.
+    V1_3,
+}
+
+/// The type an argument may have, relative to the signature's main type `T`.
+#[derive(Clone, Copy, Debug)]
+pub enum Ty {
+    /// Exactly `T`.
+    T,
+    /// FLOAT16 when `T` is TENSOR_FLOAT16, else FLOAT32 (float parameters).
+    Scalar,
+    /// INT32 scalar.
+    Int,
+    /// BOOL scalar.
+    Bool,
+    /// TENSOR_INT32 whose values the compiler reads (shapes, axes, paddings).
+    Ints,
+    /// TENSOR_INT32 for quantised `T`, else `T` (biases).
+    Bias,
+    /// `T`, or TENSOR_QUANT8_SYMM_PER_CHANNEL when `T` is an 8-bit asymmetric type.
+    Filter,
+    /// Exactly this type.
+    Is(OperandType),
+    /// One of these types.
+    OneOf(&'static [OperandType]),
+}
+
+impl Ty {
+    /// Whether operand type `t` fits, given main type `main`.
+    pub fn accepts(self, t: OperandType, main: OperandType) -> bool {
+        match self {
+            Ty::T => t == main,
+            Ty::Scalar => {
+                t == if main == T::TENSOR_FLOAT16 {
+                    T::FLOAT16
+                } else {
+                    T::FLOAT32
+                }
+            }
+            Ty::Int => t == T::INT32,
+            Ty::Bool => t == T::BOOL,
+            Ty::Ints => t == T::TENSOR_INT32,
+            Ty::Bias => {
+                t == if is_quant8(main) {
+                    T::TENSOR_INT32
+                } else {
+                    main
+                }
+            }
+            Ty::Filter => t == main || (is_quant8(main) && t == T::TENSOR_QUANT8_SYMM_PER_CHANNEL),
+            Ty::Is(x) => t == x,
+            Ty::OneOf(xs) => xs.contains(&t),
+        }
+    }
+
+    /// Whether the compiler reads this argument's value (so it must be a constant, or a
+    /// model input the host reads at execution).
+    pub fn is_value(self) -> bool {
+        matches!(self, Ty::Scalar | Ty::Int | Ty::Bool | Ty::Ints)
+    }
+}
+
+/// An 8-bit asymmetric quantised tensor type.
+pub fn is_quant8(t: OperandType) -> bool {
+    matches!(t, T::TENSOR_QUANT8_ASYMM | T::TENSOR_QUANT8_ASYMM_SIGNED)
+}
+
+/// One named argument.
+#[derive(Clone, Copy, Debug)]
+pub struct Arg {
+    /// The name the definition reads it by.
+    pub name: &'static str,
+    /// Allowed types.
+    pub ty: Ty,
+}
+
+/// Shorthand for an [`Arg`].
+pub const fn arg(name: &'static str, ty: Ty) -> Arg {
+    Arg { name, ty }
+}
+
+/// One form of an operation.
+#[derive(Clone, Copy, Debug)]
+pub struct Signature {
+    /// The HAL version that introduced this form.
+    pub since: HalVersion,
+    /// Which input holds the main type `T`.
+    pub main: usize,
+    /// The main types this form accepts.
+    pub types: &'static [OperandType],
+    /// Required inputs, in order. With `repeat_first`, input 0 may appear one or more
+    /// times (CONCATENATION's tensors).
+    pub inputs: &'static [Arg],
+    /// Optional trailing input groups: each group is given whole or not at all, in order.
+    pub optional: &'static [&'static [Arg]],
+    /// Outputs, in order.
+    pub outputs: &'static [Arg],
+    /// Input 0 repeats (variadic tensor list).
+    pub repeat_first: bool,
+}
+
+impl Signature {
+    /// A form with main input 0, no optional inputs, and no repetition.
+    pub const fn new(
+        since: HalVersion,
+        types: &'static [OperandType],
+        inputs: &'static [Arg],
+        outputs: &'static [Arg],
+    ) -> Signature {
+        Signature {
+            since,
+            main: 0,
+            types,
+            inputs,
+            optional: &[],
+            outputs,
+            repeat_first: false,
+        }
+    }
+
+    /// The same form with optional trailing input groups.
+    pub const fn optional(mut self, groups: &'static [&'static [Arg]]) -> Signature {
+        self.optional = groups;
+        self
+    }
+
+    /// The same form with another main input.
+    pub const fn main(mut self, index: usize) -> Signature {
+        self.main = index;
+        self
+    }
+
+    /// The same form with a variadic first input.
+    pub const fn repeat_first(mut self) -> Signature {
+        self.repeat_first = true;
+        self
+    }
+
+    /// The argument each actual input stands for, or `None` if the input types do not fit
+    /// this form.
+    pub fn bind(&self, ins: &[OperandType], outs: &[OperandType]) -> Option<Vec<Arg>> {
+        let main = *ins.get(self.main)?;
+        if !self.types.contains(&main) {
+            return None;
+        }
+        let mut args: Vec<Arg> = Vec::with_capacity(ins.len());
+        let extra = if self.repeat_first {
+            ins.len().checked_sub(self.inputs.len())?
+        } else {
+            0
+        };
+        if self.repeat_first {
+            args.extend(std::iter::repeat_n(*self.inputs.first()?, extra));
+        }
+        args.extend_from_slice(self.inputs);
+        for group in self.optional {
+            if args.len() >= ins.len() {
+                break;
+            }
+            args.extend_from_slice(group);
+        }
+        if args.len() != ins.len() || outs.len() != self.outputs.len() {
+            return None;
+        }
+        let fits = |a: &Arg, t: &OperandType| a.ty.accepts(*t, main);
+        (args.iter().zip(ins).all(|(a, t)| fits(a, t))
+            && self.outputs.iter().zip(outs).all(|(a, t)| fits(a, t)))
+        .then_some(args)
+    }
+}
+
+/// Extra validation beyond types (ranks, per-channel axes, element counts).
+pub type CheckFn = fn(ins: &[&Operand], outs: &[&Operand]) -> Result<(), String>;
+
+/// Lowering of one operation (its arguments bound by name) to device kernels.
+pub type LowerFn = fn(&Args<'_>) -> Result<Lowered, CompileError>;
+
+/// The definition of one HAL operation.
+#[derive(Clone, Copy, Debug)]
+pub struct OpDef {
+    /// The operation.
+    pub op: OperationType,
+    /// Its forms; a model's operation must fit one.
+    pub signatures: &'static [Signature],
+    /// Extra validation, if any.
+    pub check: Option<CheckFn>,
+    /// The main operand types the device runs this operation on (empty: none).
+    pub runs: &'static [OperandType],
+    /// The lowering, if the device runs it.
+    pub lower: Option<LowerFn>,
+}
+
+impl OpDef {
+    /// The operation's name.
+    pub fn name(&self) -> &'static str {
+        self.op.name().unwrap_or("?")
+    }
+
+    /// The first signature the operands fit, with the argument each input stands for.
+    pub fn bind(
+        &self,
+        ins: &[&Operand],
+        outs: &[&Operand],
+    ) -> Option<(&'static Signature, Vec<Arg>)> {
+        let it: Vec<OperandType> = ins.iter().map(|o| o.r#type).collect();
+        let ot: Vec<OperandType> = outs.iter().map(|o| o.r#type).collect();
+        self.signatures
+            .iter()
+            .find_map(|s| s.bind(&it, &ot).map(|a| (s, a)))
+    }
+
+    /// Validates the operands against the signatures and the extra check.
+    pub fn validate(&self, ins: &[&Operand], outs: &[&Operand]) -> Result<(), String> {
+        if self.bind(ins, outs).is_none() {
+            let types: Vec<String> = ins.iter().map(|o| o.r#type.to_string()).collect();
+            let out_types: Vec<String> = outs.iter().map(|o| o.r#type.to_string()).collect();
+            return Err(format!(
+                "{}: inputs ({}) -> outputs ({}) fit none of its {} signatures",
+                self.name(),
+                types.join(", "),
+                out_types.join(", "),
+                self.signatures.len()
+            ));
+        }
+        if let Some(check) = self.check {
+            check(ins, outs).map_err(|e| format!("{}: {e}", self.name()))?;
+        }
+        Ok(())
+    }
+
+    /// Whether the device runs the operation with these operands: a lowering exists, the
+    /// operands fit a signature and the main type is one the device runs.
+    pub fn runs_on(&self, ins: &[&Operand], outs: &[&Operand]) -> bool {
+        if self.lower.is_none() {
+            return false;
+        }
+        match self.bind(ins, outs) {
+            Some((sig, _)) => ins
+                .get(sig.main)
+                .is_some_and(|o| self.runs.contains(&o.r#type)),
+            None => false,
+        }
+    }
+}
+
+/// Validates an operation's operands against its definition. `Ok(false)` when the
+/// operation has no definition (only the generic model checks apply).
+pub fn check_operation_signature(
+    op: OperationType,
+    ins: &[&Operand],
+    outs: &[&Operand],
+) -> Result<bool, String> {
+    match definition(op) {
+        Some(def) => def.validate(ins, outs).map(|()| true),
+        None => Ok(false),
+    }
+}
+
+/// The channel dimension of a per-channel operand, if it is one.
+pub fn channel_dim(o: &Operand) -> Option<u32> {
+    match &o.extra_params {
+        ExtraParams::ChannelQuant(p) => Some(p.channel_dim),
+        _ => None,
+    }
+}
+
+/// Type lists shared by many definitions.
+pub mod types {
+    use super::T;
+    use crate::hal::OperandType;
+
+    /// float32 and float16.
+    pub const FLOATS: &[OperandType] = &[T::TENSOR_FLOAT32, T::TENSOR_FLOAT16];
+    /// float32, float16 and both 8-bit asymmetric types.
+    pub const FLOAT_QUANT8: &[OperandType] = &[
+        T::TENSOR_FLOAT32,
+        T::TENSOR_FLOAT16,
+        T::TENSOR_QUANT8_ASYMM,
+        T::TENSOR_QUANT8_ASYMM_SIGNED,
+    ];
+    /// FLOAT_QUANT8 plus int32.
+    pub const FLOAT_QUANT8_INT32: &[OperandType] = &[
+        T::TENSOR_FLOAT32,
+        T::TENSOR_FLOAT16,
+        T::TENSOR_QUANT8_ASYMM,
+        T::TENSOR_QUANT8_ASYMM_SIGNED,
+        T::TENSOR_INT32,
+    ];
+}

@@ -1,0 +1,248 @@
+//! Operations that only move elements: RESHAPE, SQUEEZE, CONCATENATION, DEPTH_TO_SPACE,
+//! SPACE_TO_DEPTH, PAD, TRANSPOSE. The device runs them on every element type.
+
+use vnpu_emu::kernels::{Concatenation, DepthToSpace, Pad, Reshape, SpaceToDepth, Transpose};
+
+use super::types::FLOAT_QUANT8;
+use super::{arg, Arg, Args, HalVersion::*, OpDef, Signature, Ty};
+use crate::compile::{CompileError, Lowered};
+use crate::hal::{Operand, OperationType};
+
+const OUT: &[Arg] = &[arg("output", Ty::T)];
+
+/// RESHAPE's target: at most one -1, resolved from the element count.
+pub fn resolve_reshape(want: &[i32], numel: usize) -> Option<Vec<usize>> {
+    let mut known = 1usize;
+    let mut infer = None;
+    for (i, &d) in want.iter().enumerate() {
+        match d {
+            -1 if infer.is_none() => infer = Some(i),
+            d if d >= 0 => known = known.checked_mul(d as usize)?,
+            _ => return None,
+        }
+    }
+    let mut out: Vec<usize> = want.iter().map(|&d| d.max(0) as usize).collect();
+    if let Some(i) = infer {
+        if known == 0 || !numel.is_multiple_of(known) {
+            return None;
+        }
+        out[i] = numel / known;
+    } else if known != numel {
+        return None;
+    }
+    Some(out)
+}
+
+fn lower_reshape(a: &Args<'_>) -> Result<Lowered, CompileError> {
+    let want = a.ints("shape")?;
+    let numel: usize = a.shape("input")?.iter().product();
+    let shape = resolve_reshape(&want, numel)
+        .ok_or_else(|| a.invalid(format!("cannot reshape {numel} elements to {want:?}")))?;
+    a.kernel(Reshape { shape }, &["input"])
+}
+
+fn lower_squeeze(a: &Args<'_>) -> Result<Lowered, CompileError> {
+    let shape = a.shape("input")?;
+    let axes: Vec<u32> = if a.has("squeeze_dims") {
+        a.ints("squeeze_dims")?
+            .into_iter()
+            .map(|x| a.axis(x, shape.len()))
+            .collect::<Result<_, _>>()?
+    } else {
+        (0..shape.len() as u32)
+            .filter(|&d| shape[d as usize] == 1)
+            .collect()
+    };
+    let mut out = Vec::new();
+    for (d, &s) in shape.iter().enumerate() {
+        if axes.contains(&(d as u32)) {
+            if s != 1 {
+                return Err(a.invalid(format!("squeezing dimension {d} of size {s}")));
+            }
+        } else {
+            out.push(s);
+        }
+    }
+    // NNAPI (as its CPU reference) keeps a squeezed-away tensor as shape [1], not rank 0.
+    if out.is_empty() {
+        out.push(1);
+    }
+    a.kernel(Reshape { shape: out }, &["input"])
+}
+
+/// At most 4 dimensions per input, and the inputs' element counts add up to the output's.
+fn check_concat(ins: &[&Operand], outs: &[&Operand]) -> Result<(), String> {
+    let tensors = &ins[..ins.len().saturating_sub(1)];
+    if let Some(o) = tensors.iter().find(|o| o.dimensions.len() > 4) {
+        return Err(format!("input rank {} exceeds 4", o.dimensions.len()));
+    }
+    let count = |o: &Operand| -> Option<u64> {
+        if o.dimensions.is_empty() || o.dimensions.contains(&0) {
+            return None;
+        }
+        o.dimensions
+            .iter()
+            .try_fold(1u64, |acc, &d| acc.checked_mul(u64::from(d)))
+    };
+    let total: Option<u64> = tensors
+        .iter()
+        .try_fold(0u64, |acc, o| count(o).and_then(|n| acc.checked_add(n)));
+    if let (Some(total), Some(out)) = (total, outs.first().and_then(|o| count(o))) {
+        if total != out {
+            return Err(format!("inputs hold {total} elements, the output {out}"));
+        }
+    }
+    Ok(())
+}
+
+fn lower_concat(a: &Args<'_>) -> Result<Lowered, CompileError> {
+    let tensors = a.all("input");
+    let first = *tensors.first().ok_or_else(|| a.invalid("no inputs"))?;
+    let rank = a.operands.shape(first)?.len();
+    let axis = a.axis(a.i32("axis")?, rank)?;
+    Ok(Lowered {
+        op: Concatenation { axis }.into(),
+        inputs: tensors,
+        outputs: vec![a.output(0)?],
+    })
+}
+
+fn lower_pad(a: &Args<'_>) -> Result<Lowered, CompileError> {
+    let rank = a.shape("input")?.len();
+    let p = a.ints("paddings")?;
+    if p.len() != rank * 2 {
+        return Err(a.invalid(format!("paddings has {} values for rank {rank}", p.len())));
+    }
+    let pads = p
+        .chunks_exact(2)
+        .map(|c| match (u32::try_from(c[0]), u32::try_from(c[1])) {
+            (Ok(x), Ok(y)) => Ok((x, y)),
+            _ => Err(a.invalid(format!("negative padding {c:?}"))),
+        })
+        .collect::<Result<_, _>>()?;
+    // PAD fills with real 0: the zero point of a quantised tensor.
+    let zero_point = a.operands.operand(a.input("input")?)?.zero_point;
+    a.kernel(
+        Pad {
+            pads,
+            value: zero_point as f32,
+        },
+        &["input"],
+    )
+}
+
+fn lower_transpose(a: &Args<'_>) -> Result<Lowered, CompileError> {
+    let rank = a.shape("input")?.len();
+    let perm: Vec<u32> = if a.has("perm") {
+        a.ints("perm")?
+            .into_iter()
+            .map(|p| u32::try_from(p).map_err(|_| a.invalid(format!("perm {p}"))))
+            .collect::<Result<_, _>>()?
+    } else {
+        (0..rank as u32).rev().collect()
+    };
+    a.kernel(Transpose { perm }, &["input"])
+}
+
+fn depth_space(a: &Args<'_>, to_space: bool) -> Result<Lowered, CompileError> {
+    let block = a.positive("block_size")?;
+    let nchw = a.flag("layout")?;
+    if to_space {
+        a.kernel(DepthToSpace { block, nchw }, &["input"])
+    } else {
+        a.kernel(SpaceToDepth { block, nchw }, &["input"])
+    }
+}
+
+const BLOCK_SIGS: &[Signature] = &[Signature::new(
+    V1_0,
+    FLOAT_QUANT8,
+    &[arg("input", Ty::T), arg("block_size", Ty::Int)],
+    OUT,
+)
+.optional(&[&[arg("layout", Ty::Bool)]])];
+
+/// RESHAPE.
+pub const RESHAPE: OpDef = OpDef {
+    op: OperationType::RESHAPE,
+    signatures: &[Signature::new(
+        V1_0,
+        FLOAT_QUANT8,
+        &[arg("input", Ty::T), arg("shape", Ty::Ints)],
+        OUT,
+    )],
+    check: None,
+    runs: FLOAT_QUANT8,
+    lower: Some(lower_reshape),
+};
+
+/// SQUEEZE.
+pub const SQUEEZE: OpDef = OpDef {
+    op: OperationType::SQUEEZE,
+    signatures: &[
+        Signature::new(V1_1, FLOAT_QUANT8, &[arg("input", Ty::T)], OUT)
+            .optional(&[&[arg("squeeze_dims", Ty::Ints)]]),
+    ],
+    check: None,
+    runs: FLOAT_QUANT8,
+    lower: Some(lower_squeeze),
+};
+
+/// CONCATENATION.
+pub const CONCATENATION: OpDef = OpDef {
+    op: OperationType::CONCATENATION,
+    signatures: &[Signature::new(
+        V1_0,
+        FLOAT_QUANT8,
+        &[arg("input", Ty::T), arg("axis", Ty::Int)],
+        OUT,
+    )
+    .repeat_first()],
+    check: Some(check_concat),
+    runs: FLOAT_QUANT8,
+    lower: Some(lower_concat),
+};
+
+/// DEPTH_TO_SPACE.
+pub const DEPTH_TO_SPACE: OpDef = OpDef {
+    op: OperationType::DEPTH_TO_SPACE,
+    signatures: BLOCK_SIGS,
+    check: None,
+    runs: FLOAT_QUANT8,
+    lower: Some(|a| depth_space(a, true)),
+};
+
+/// SPACE_TO_DEPTH.
+pub const SPACE_TO_DEPTH: OpDef = OpDef {
+    op: OperationType::SPACE_TO_DEPTH,
+    signatures: BLOCK_SIGS,
+    check: None,
+    runs: FLOAT_QUANT8,
+    lower: Some(|a| depth_space(a, false)),
+};
+
+/// PAD.
+pub const PAD: OpDef = OpDef {
+    op: OperationType::PAD,
+    signatures: &[Signature::new(
+        V1_1,
+        FLOAT_QUANT8,
+        &[arg("input", Ty::T), arg("paddings", Ty::Ints)],
+        OUT,
+    )],
+    check: None,
+    runs: FLOAT_QUANT8,
+    lower: Some(lower_pad),
+};
+
+/// TRANSPOSE.
+pub const TRANSPOSE: OpDef = OpDef {
+    op: OperationType::TRANSPOSE,
+    signatures: &[
+        Signature::new(V1_1, FLOAT_QUANT8, &[arg("input", Ty::T)], OUT)
+            .optional(&[&[arg("perm", Ty::Ints)]]),
+    ],
+    check: None,
+    runs: FLOAT_QUANT8,
+    lower: Some(lower_transpose),
+};

@@ -1,0 +1,230 @@
+//! Operations the device does not run yet, defined here by their signatures only so that
+//! model validation checks them. Each moves to its family's file when it gains a lowering.
+
+use super::types::{FLOATS, FLOAT_QUANT8};
+use super::{arg, Arg, HalVersion::*, OpDef, Signature, Ty};
+use crate::hal::{OperandType as T, OperationType};
+
+const OUT: &[Arg] = &[arg("output", Ty::T)];
+
+const fn validate_only(op: OperationType, signatures: &'static [Signature]) -> OpDef {
+    OpDef {
+        op,
+        signatures,
+        check: None,
+        runs: &[],
+        lower: None,
+    }
+}
+
+/// DEQUANTIZE.
+pub const DEQUANTIZE: OpDef = validate_only(
+    OperationType::DEQUANTIZE,
+    &[Signature::new(
+        V1_0,
+        &[
+            T::TENSOR_QUANT8_ASYMM,
+            T::TENSOR_QUANT8_ASYMM_SIGNED,
+            T::TENSOR_QUANT8_SYMM,
+            T::TENSOR_QUANT8_SYMM_PER_CHANNEL,
+        ],
+        &[arg("input", Ty::T)],
+        &[arg("output", Ty::OneOf(FLOATS))],
+    )],
+);
+
+/// BATCH_TO_SPACE_ND.
+pub const BATCH_TO_SPACE_ND: OpDef = validate_only(
+    OperationType::BATCH_TO_SPACE_ND,
+    &[Signature::new(
+        V1_1,
+        FLOAT_QUANT8,
+        &[arg("input", Ty::T), arg("block_shape", Ty::Ints)],
+        OUT,
+    )
+    .optional(&[&[arg("layout", Ty::Bool)]])],
+);
+
+/// SPACE_TO_BATCH_ND.
+pub const SPACE_TO_BATCH_ND: OpDef = validate_only(
+    OperationType::SPACE_TO_BATCH_ND,
+    &[Signature::new(
+        V1_1,
+        FLOAT_QUANT8,
+        &[
+            arg("input", Ty::T),
+            arg("block_shape", Ty::Ints),
+            arg("paddings", Ty::Ints),
+        ],
+        OUT,
+    )
+    .optional(&[&[arg("layout", Ty::Bool)]])],
+);
+
+/// STRIDED_SLICE.
+pub const STRIDED_SLICE: OpDef = validate_only(
+    OperationType::STRIDED_SLICE,
+    &[Signature::new(
+        V1_1,
+        FLOAT_QUANT8,
+        &[
+            arg("input", Ty::T),
+            arg("begin", Ty::Ints),
+            arg("end", Ty::Ints),
+            arg("strides", Ty::Ints),
+            arg("begin_mask", Ty::Int),
+            arg("end_mask", Ty::Int),
+            arg("shrink_axis_mask", Ty::Int),
+        ],
+        OUT,
+    )],
+);
+
+/// EMBEDDING_LOOKUP ("Operations II").
+pub const EMBEDDING_LOOKUP: OpDef = validate_only(
+    OperationType::EMBEDDING_LOOKUP,
+    &[Signature::new(
+        V1_0,
+        &[
+            T::TENSOR_FLOAT32,
+            T::TENSOR_FLOAT16,
+            T::TENSOR_INT32,
+            T::TENSOR_QUANT8_ASYMM,
+            T::TENSOR_QUANT8_ASYMM_SIGNED,
+        ],
+        &[
+            arg("lookups", Ty::Is(T::TENSOR_INT32)),
+            arg("values", Ty::T),
+        ],
+        OUT,
+    )
+    .main(1)],
+);
+
+/// HASHTABLE_LOOKUP ("Operations II").
+pub const HASHTABLE_LOOKUP: OpDef = validate_only(
+    OperationType::HASHTABLE_LOOKUP,
+    &[Signature::new(
+        V1_0,
+        &[T::TENSOR_FLOAT32, T::TENSOR_INT32, T::TENSOR_QUANT8_ASYMM],
+        &[
+            arg("lookups", Ty::Is(T::TENSOR_INT32)),
+            arg("keys", Ty::Is(T::TENSOR_INT32)),
+            arg("values", Ty::T),
+        ],
+        &[
+            arg("output", Ty::T),
+            arg("hits", Ty::Is(T::TENSOR_QUANT8_ASYMM)),
+        ],
+    )
+    .main(2)],
+);
+
+/// LSH_PROJECTION ("Operations II").
+pub const LSH_PROJECTION: OpDef = validate_only(
+    OperationType::LSH_PROJECTION,
+    &[Signature::new(
+        V1_0,
+        FLOATS,
+        &[
+            arg("hash", Ty::T),
+            arg(
+                "input",
+                Ty::OneOf(&[
+                    T::TENSOR_FLOAT32,
+                    T::TENSOR_FLOAT16,
+                    T::TENSOR_INT32,
+                    T::TENSOR_QUANT8_ASYMM,
+                ]),
+            ),
+            arg("weight", Ty::T),
+            arg("type", Ty::Int),
+        ],
+        &[arg("output", Ty::Is(T::TENSOR_INT32))],
+    )],
+);
+
+/// RNN ("Operations II").
+pub const RNN: OpDef = validate_only(
+    OperationType::RNN,
+    &[Signature::new(
+        V1_0,
+        FLOATS,
+        &[
+            arg("input", Ty::T),
+            arg("weights", Ty::T),
+            arg("recurrent_weights", Ty::T),
+            arg("bias", Ty::T),
+            arg("hidden_state_in", Ty::T),
+            arg("activation", Ty::Int),
+        ],
+        &[arg("hidden_state_out", Ty::T), arg("output", Ty::T)],
+    )],
+);
+
+/// SVDF ("Operations II").
+pub const SVDF: OpDef = validate_only(
+    OperationType::SVDF,
+    &[Signature::new(
+        V1_0,
+        FLOATS,
+        &[
+            arg("input", Ty::T),
+            arg("weights_feature", Ty::T),
+            arg("weights_time", Ty::T),
+            arg("bias", Ty::T),
+            arg("state_in", Ty::T),
+            arg("rank", Ty::Int),
+            arg("activation", Ty::Int),
+        ],
+        &[arg("state_out", Ty::T), arg("output", Ty::T)],
+    )],
+);
+
+const LSTM_TENSORS: &[Arg] = &[
+    arg("t", Ty::T),
+    arg("t", Ty::T),
+    arg("t", Ty::T),
+    arg("t", Ty::T),
+    arg("t", Ty::T),
+    arg("t", Ty::T),
+    arg("t", Ty::T),
+    arg("t", Ty::T),
+    arg("t", Ty::T),
+    arg("t", Ty::T),
+    arg("t", Ty::T),
+    arg("t", Ty::T),
+    arg("t", Ty::T),
+    arg("t", Ty::T),
+    arg("t", Ty::T),
+    arg("t", Ty::T),
+    arg("t", Ty::T),
+    arg("t", Ty::T),
+    arg("t", Ty::T),
+    arg("t", Ty::T),
+    arg("activation", Ty::Int),
+    arg("cell_clip", Ty::Scalar),
+    arg("proj_clip", Ty::Scalar),
+];
+
+/// LSTM ("Operations II").
+pub const LSTM: OpDef = validate_only(
+    OperationType::LSTM,
+    &[Signature::new(
+        V1_0,
+        FLOATS,
+        LSTM_TENSORS,
+        &[
+            arg("scratch", Ty::T),
+            arg("output_state", Ty::T),
+            arg("cell_state", Ty::T),
+            arg("output", Ty::T),
+        ],
+    )
+    .optional(&[&[
+        arg("input_layer_norm", Ty::T),
+        arg("forget_layer_norm", Ty::T),
+        arg("cell_layer_norm", Ty::T),
+        arg("output_layer_norm", Ty::T),
+    ]])],
+);

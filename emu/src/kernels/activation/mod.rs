@@ -1,0 +1,3 @@
+//! Activation kernels that work along an axis.
+
+pub mod softmax;

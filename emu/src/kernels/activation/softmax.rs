@@ -1,0 +1,102 @@
+//! NNAPI SOFTMAX: `exp(beta*(x-max))` normalised along `axis` (negative counts from the end).
+//! float32; float16 computes in float32.
+//!
+//! Parameter words: beta (f32, finite, > 0), axis (i32).
+
+use crate::kernels::kernel::{enc, same_dtype, Kernel, Words};
+use crate::kernels::layout::resolve_axis;
+use crate::kernels::{bad_shape, Result, Tensor};
+use crate::tensor::{widen_f16, DType, TensorType, View, ViewMut};
+
+/// Softmax along an axis.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Softmax {
+    /// The inverse temperature.
+    pub beta: f32,
+    /// The axis (negative counts from the end).
+    pub axis: i32,
+}
+
+impl Kernel for Softmax {
+    fn name(&self) -> &'static str {
+        "SOFTMAX"
+    }
+
+    fn decode(w: &mut Words<'_>) -> Result<Self> {
+        let beta = w.f32("beta")?;
+        if !(beta.is_finite() && beta > 0.0) {
+            return Err(w.err(format!("beta must be finite and > 0, got {beta}")));
+        }
+        Ok(Softmax {
+            beta,
+            axis: w.axis("axis")?,
+        })
+    }
+
+    fn encode(&self, w: &mut Vec<u32>) {
+        w.extend([self.beta.to_bits(), enc::i(self.axis)]);
+    }
+
+    fn output_shapes(&self, inputs: &[&TensorType]) -> Result<Vec<Vec<usize>>> {
+        same_dtype(self.name(), inputs, &[DType::F32, DType::F16])?;
+        let x = &inputs[0].shape;
+        if x.is_empty() {
+            return Err(bad_shape(self.name(), "input must have rank >= 1"));
+        }
+        resolve_axis(self.name(), self.axis, x.len())?;
+        Ok(vec![x.clone()])
+    }
+
+    fn run(&self, inputs: &[View<'_>], outputs: &mut [ViewMut<'_>]) -> Result<()> {
+        widen_f16(inputs, outputs, |ins, outs| {
+            let x = Tensor::f32(&ins[0])?;
+            let axis = resolve_axis(self.name(), self.axis, x.shape.len())?;
+            softmax_f32(self.beta, axis, x, outs[0].f32s_mut()?);
+            Ok(())
+        })
+    }
+}
+
+/// `out = exp(beta * (x - max)) / sum` along `axis`.
+pub(crate) fn softmax_f32(beta: f32, axis: usize, x: Tensor<'_>, out: &mut [f32]) {
+    let n = x.shape[axis];
+    let inner: usize = x.shape[axis + 1..].iter().product();
+    let outer: usize = x.shape[..axis].iter().product();
+    if n == 0 || inner == 0 {
+        return;
+    }
+    if inner == 1 {
+        for (xs, os) in x.data.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
+            let max = xs.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let mut sum = 0.0f32;
+            for (o, &v) in os.iter_mut().zip(xs) {
+                *o = ((v - max) * beta).exp();
+                sum += *o;
+            }
+            let inv = 1.0 / sum;
+            for o in os.iter_mut() {
+                *o *= inv;
+            }
+        }
+        return;
+    }
+    for o in 0..outer {
+        let base = o * n * inner;
+        for i in 0..inner {
+            let at = |k: usize| base + k * inner + i;
+            let max = (0..n)
+                .map(|k| x.data[at(k)])
+                .fold(f32::NEG_INFINITY, f32::max);
+            let mut sum = 0.0f32;
+            for k in 0..n {
+                let e = ((x.data[at(k)] - max) * beta).exp();
+                out[at(k)] = e;
+                sum += e;
+            }
+            let inv = 1.0 / sum;
+            for k in 0..n {
+                out[at(k)] *= inv;
+            }
+        }
+    }
+}

@@ -1,0 +1,122 @@
+//! NNAPI FULLY_CONNECTED: input (rank >= 2, flattened to `[numel/K, K]`), weights `[N,K]`,
+//! bias `[N]`; output `[B,N]`. float32 on the GEMM; float16 computes in float32.
+//!
+//! Parameter words: act.
+
+use crate::kernels::conv::check_conv_types;
+use crate::kernels::gemm::{fill_bias, gemm, Mat, MatMut};
+use crate::kernels::kernel::{Cost, Kernel, Words};
+use crate::kernels::{bad_shape, checked_product, Activation, Result, Tensor, TensorMut};
+use crate::tensor::{widen_f16, TensorType, View, ViewMut};
+
+/// A fully connected layer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FullyConnected {
+    /// Fused activation.
+    pub act: Activation,
+}
+
+impl Kernel for FullyConnected {
+    fn name(&self) -> &'static str {
+        "FULLY_CONNECTED"
+    }
+
+    fn decode(w: &mut Words<'_>) -> Result<Self> {
+        Ok(FullyConnected { act: w.act()? })
+    }
+
+    fn encode(&self, w: &mut Vec<u32>) {
+        w.push(self.act as u32);
+    }
+
+    fn input_count(&self) -> std::ops::RangeInclusive<usize> {
+        3..=3
+    }
+
+    fn output_shapes(&self, inputs: &[&TensorType]) -> Result<Vec<Vec<usize>>> {
+        let name = self.name();
+        check_conv_types(name, inputs[0], inputs[1], inputs[2])?;
+        let (x, wt, bias) = (&inputs[0].shape, &inputs[1].shape, &inputs[2].shape);
+        if x.len() < 2 {
+            return Err(bad_shape(name, format!("input rank {} < 2", x.len())));
+        }
+        let &[n, k] = wt.as_slice() else {
+            return Err(bad_shape(
+                name,
+                format!("weights must be [N,K], got {wt:?}"),
+            ));
+        };
+        if n == 0 || k == 0 {
+            return Err(bad_shape(
+                name,
+                format!("weights {wt:?} have a zero dimension"),
+            ));
+        }
+        if bias.as_slice() != [n] {
+            return Err(bad_shape(name, format!("bias {bias:?} must be [{n}]")));
+        }
+        let numel = checked_product(x)?;
+        if numel % k != 0 {
+            return Err(bad_shape(
+                name,
+                format!("input {x:?} has {numel} elements, not a multiple of K={k}"),
+            ));
+        }
+        Ok(vec![vec![numel / k, n]])
+    }
+
+    fn cost(&self, inputs: &[&TensorType], outputs: &[Vec<usize>]) -> Cost {
+        let out: u64 = outputs[0].iter().map(|&d| d as u64).product();
+        let k = inputs[1].shape.get(1).copied().unwrap_or(1) as u64;
+        Cost {
+            macs: out.saturating_mul(k),
+            elems: out,
+        }
+    }
+
+    fn run(&self, inputs: &[View<'_>], outputs: &mut [ViewMut<'_>]) -> Result<()> {
+        widen_f16(inputs, outputs, |ins, outs| {
+            let (x, w, b) = (
+                Tensor::f32(&ins[0])?,
+                Tensor::f32(&ins[1])?,
+                Tensor::f32(&ins[2])?,
+            );
+            fully_connected_f32(self.act, x, w, b, TensorMut::f32(&mut outs[0])?)
+        })
+    }
+}
+
+/// The float32 layer; shapes were validated by `output_shapes`.
+pub(crate) fn fully_connected_f32(
+    act: Activation,
+    x: Tensor<'_>,
+    w: Tensor<'_>,
+    bias: Tensor<'_>,
+    out: TensorMut<'_>,
+) -> Result<()> {
+    let (n, k) = (w.shape[0], w.shape[1]);
+    let m = x.data.len() / k;
+    fill_bias(out.data, bias.data);
+    gemm(
+        m,
+        k,
+        n,
+        Mat {
+            data: x.data,
+            rs: k,
+            cs: 1,
+        },
+        Mat {
+            data: w.data,
+            rs: 1,
+            cs: k,
+        },
+        1.0,
+        MatMut {
+            data: out.data,
+            rs: n,
+        },
+    )?;
+    act.apply_slice(out.data);
+    Ok(())
+}

@@ -1,0 +1,4 @@
+//! Element-wise kernels: broadcast binary arithmetic and unary functions.
+
+pub mod binary;
+pub mod unary;

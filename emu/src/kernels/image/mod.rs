@@ -1,0 +1,3 @@
+//! Image kernels: resizing.
+
+pub mod resize_bilinear;

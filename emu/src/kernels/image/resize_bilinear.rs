@@ -1,0 +1,169 @@
+//! NNAPI RESIZE_BILINEAR (TFLite's coordinates: align_corners, half_pixel_centers), NHWC or
+//! NCHW. float32; float16 computes in float32.
+//!
+//! Parameter words: out_h, out_w, align_corners, half_pixel_centers, nchw.
+
+use crate::kernels::kernel::{enc, same_dtype, Cost, Kernel, Words};
+use crate::kernels::layout::{image_dims, layout_shape, nhwc_dims, with_nhwc};
+use crate::kernels::{bad_shape, KernelError, Result, Tensor, TensorMut};
+use crate::tensor::{widen_f16, DType, TensorType, View, ViewMut};
+
+/// Bilinear resize to a fixed output size.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResizeBilinear {
+    /// Output height.
+    pub out_h: u32,
+    /// Output width.
+    pub out_w: u32,
+    /// Align the corner pixels of input and output.
+    pub align_corners: bool,
+    /// Sample at pixel centres.
+    pub half_pixel_centers: bool,
+    /// NCHW layout (else NHWC).
+    pub nchw: bool,
+}
+
+impl Kernel for ResizeBilinear {
+    fn name(&self) -> &'static str {
+        "RESIZE_BILINEAR"
+    }
+
+    fn decode(w: &mut Words<'_>) -> Result<Self> {
+        let out_h = w.nonzero("out_h")?;
+        let out_w = w.nonzero("out_w")?;
+        let align_corners = w.bool("align_corners")?;
+        let half_pixel_centers = w.bool("half_pixel_centers")?;
+        if align_corners && half_pixel_centers {
+            return Err(w.err("align_corners and half_pixel_centers are exclusive"));
+        }
+        Ok(ResizeBilinear {
+            out_h,
+            out_w,
+            align_corners,
+            half_pixel_centers,
+            nchw: w.bool("nchw")?,
+        })
+    }
+
+    fn encode(&self, w: &mut Vec<u32>) {
+        w.extend([
+            self.out_h,
+            self.out_w,
+            enc::b(self.align_corners),
+            enc::b(self.half_pixel_centers),
+            enc::b(self.nchw),
+        ]);
+    }
+
+    fn output_shapes(&self, inputs: &[&TensorType]) -> Result<Vec<Vec<usize>>> {
+        let name = self.name();
+        same_dtype(name, inputs, &[DType::F32, DType::F16])?;
+        let x = &inputs[0].shape;
+        let (n, h, w, c) = image_dims(name, x, self.nchw)?;
+        if h == 0 || w == 0 || c == 0 {
+            return Err(bad_shape(
+                name,
+                format!("input {x:?} has a zero spatial or channel size"),
+            ));
+        }
+        Ok(vec![layout_shape(
+            n,
+            self.out_h as usize,
+            self.out_w as usize,
+            c,
+            self.nchw,
+        )])
+    }
+
+    fn cost(&self, _inputs: &[&TensorType], outputs: &[Vec<usize>]) -> Cost {
+        let out: u64 = outputs[0].iter().map(|&d| d as u64).product();
+        Cost {
+            macs: 0,
+            elems: out.saturating_mul(4),
+        }
+    }
+
+    fn run(&self, inputs: &[View<'_>], outputs: &mut [ViewMut<'_>]) -> Result<()> {
+        widen_f16(inputs, outputs, |ins, outs| {
+            resize_bilinear_f32(
+                self.align_corners,
+                self.half_pixel_centers,
+                self.nchw,
+                Tensor::f32(&ins[0])?,
+                TensorMut::f32(&mut outs[0])?,
+            )
+        })
+    }
+}
+
+/// TFLite's interpolation coordinates: the source position and its clamped lower and upper
+/// neighbours.
+fn interp(dst: usize, scale: f32, half_pixel: bool, size: usize) -> (f32, usize, usize) {
+    let v = if half_pixel {
+        (dst as f32 + 0.5) * scale - 0.5
+    } else {
+        dst as f32 * scale
+    };
+    let last = size - 1;
+    let lo = v.floor();
+    let lo = if lo <= 0.0 {
+        0
+    } else {
+        (lo as usize).min(last)
+    };
+    let hi = v.ceil();
+    let hi = if hi <= 0.0 {
+        0
+    } else {
+        (hi as usize).min(last)
+    };
+    (v, lo, hi)
+}
+
+pub(crate) fn resize_scale(input: usize, output: usize, align_corners: bool) -> f32 {
+    if align_corners && output > 1 {
+        (input - 1) as f32 / (output - 1) as f32
+    } else {
+        input as f32 / output as f32
+    }
+}
+
+/// The float32 resize; shapes were validated by `output_shapes`.
+pub(crate) fn resize_bilinear_f32(
+    align_corners: bool,
+    half_pixel: bool,
+    nchw: bool,
+    x: Tensor<'_>,
+    out: TensorMut<'_>,
+) -> Result<()> {
+    let (n, h, w, c) = nhwc_dims(x.shape, nchw).ok_or(KernelError::TooLarge)?;
+    let (_, oh, ow, _) = nhwc_dims(out.shape, nchw).ok_or(KernelError::TooLarge)?;
+    let sy = resize_scale(h, oh, align_corners);
+    let sx = resize_scale(w, ow, align_corners);
+    let xs: Vec<(f32, usize, usize)> = (0..ow).map(|i| interp(i, sx, half_pixel, w)).collect();
+    with_nhwc(nchw, x, out, |src, dst| {
+        let mut pos = 0;
+        for b in 0..n {
+            let img = &src[b * h * w * c..(b + 1) * h * w * c];
+            for oy in 0..oh {
+                let (fy, y0, y1) = interp(oy, sy, half_pixel, h);
+                let dy = fy - y0 as f32;
+                for &(fx, x0, x1) in &xs {
+                    let dx = fx - x0 as f32;
+                    let p00 = &img[(y0 * w + x0) * c..][..c];
+                    let p01 = &img[(y0 * w + x1) * c..][..c];
+                    let p10 = &img[(y1 * w + x0) * c..][..c];
+                    let p11 = &img[(y1 * w + x1) * c..][..c];
+                    for ch in 0..c {
+                        dst[pos + ch] = p00[ch] * (1.0 - dy) * (1.0 - dx)
+                            + p10[ch] * dy * (1.0 - dx)
+                            + p01[ch] * (1.0 - dy) * dx
+                            + p11[ch] * dy * dx;
+                    }
+                    pos += c;
+                }
+            }
+        }
+        Ok(())
+    })
+}

@@ -1,0 +1,140 @@
+//! NNAPI PAD and PAD_V2: `(before, after)` per dimension, filled with `value`. Any element
+//! type: `value` is the real value for float tensors and the stored value (e.g. the zero
+//! point) for integer and quantised ones.
+//!
+//! Parameter words: pads (list of `(before, after)` pairs, length = input rank, as
+//! `2*rank` words after the count `rank`), value (f32).
+
+use crate::kernels::kernel::{Kernel, Words};
+use crate::kernels::layout::strides;
+use crate::kernels::movement::reshape::same_storage;
+use crate::kernels::{bad_shape, KernelError, Result, MAX_RANK};
+use crate::tensor::{DType, TensorType, View, ViewMut};
+
+/// Padding of every dimension with a constant.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pad {
+    /// `(before, after)` per dimension.
+    pub pads: Vec<(u32, u32)>,
+    /// The fill value.
+    pub value: f32,
+}
+
+/// The element bytes of `value` in `dtype`, or `None` if it is not representable.
+fn fill_bytes(dtype: DType, value: f32) -> Option<Vec<u8>> {
+    let int = |lo: i64, hi: i64| {
+        let v = value as i64;
+        (v as f32 == value && (lo..=hi).contains(&v)).then_some(v)
+    };
+    Some(match dtype {
+        DType::F32 => value.to_le_bytes().to_vec(),
+        DType::F16 => half::f16::from_f32(value).to_le_bytes().to_vec(),
+        DType::I32 => (int(i32::MIN.into(), i32::MAX.into())? as i32)
+            .to_le_bytes()
+            .to_vec(),
+        DType::U8 | DType::Bool8 => vec![int(0, 255)? as u8],
+        DType::I8 => vec![int(-128, 127)? as i8 as u8],
+        DType::I16 => (int(-32768, 32767)? as i16).to_le_bytes().to_vec(),
+        DType::U16 => (int(0, 65535)? as u16).to_le_bytes().to_vec(),
+    })
+}
+
+impl Kernel for Pad {
+    fn name(&self) -> &'static str {
+        "PAD"
+    }
+
+    fn decode(w: &mut Words<'_>) -> Result<Self> {
+        let n = w.len("rank", MAX_RANK)?;
+        if n == 0 {
+            return Err(w.err("rank must be at least 1"));
+        }
+        let mut pads = Vec::with_capacity(n);
+        for _ in 0..n {
+            pads.push((w.u32("pad before")?, w.u32("pad after")?));
+        }
+        Ok(Pad {
+            pads,
+            value: w.f32("value")?,
+        })
+    }
+
+    fn encode(&self, w: &mut Vec<u32>) {
+        w.push(self.pads.len() as u32);
+        for (before, after) in &self.pads {
+            w.extend([*before, *after]);
+        }
+        w.push(self.value.to_bits());
+    }
+
+    fn output_shapes(&self, inputs: &[&TensorType]) -> Result<Vec<Vec<usize>>> {
+        let x = &inputs[0];
+        if self.pads.len() != x.shape.len() || x.shape.is_empty() {
+            return Err(bad_shape(
+                self.name(),
+                format!(
+                    "{} paddings for an input of rank {}",
+                    self.pads.len(),
+                    x.shape.len()
+                ),
+            ));
+        }
+        if fill_bytes(x.dtype, self.value).is_none() {
+            return Err(bad_shape(
+                self.name(),
+                format!("pad value {} is not a {:?}", self.value, x.dtype),
+            ));
+        }
+        let shape = x
+            .shape
+            .iter()
+            .zip(&self.pads)
+            .map(|(&d, &(a, b))| {
+                d.checked_add(a as usize)
+                    .and_then(|v| v.checked_add(b as usize))
+                    .ok_or(KernelError::TooLarge)
+            })
+            .collect::<Result<_>>()?;
+        Ok(vec![shape])
+    }
+
+    fn check_outputs(&self, inputs: &[&TensorType], outputs: &[&TensorType]) -> Result<()> {
+        same_storage(self.name(), inputs[0], outputs[0])
+    }
+
+    fn run(&self, inputs: &[View<'_>], outputs: &mut [ViewMut<'_>]) -> Result<()> {
+        let x = inputs[0];
+        let out = &mut outputs[0];
+        let es = x.ty.dtype.size() as usize;
+        let fill = fill_bytes(x.ty.dtype, self.value)
+            .ok_or_else(|| bad_shape("PAD", "unrepresentable pad value"))?;
+        for chunk in out.bytes.chunks_exact_mut(es) {
+            chunk.copy_from_slice(&fill);
+        }
+        if x.bytes.is_empty() {
+            return Ok(());
+        }
+        let shape = x.shape();
+        let rank = shape.len();
+        let ostr = strides(&out.ty.shape);
+        let row = shape[rank - 1] * es;
+        let rows = x.bytes.len() / row;
+        let mut idx = vec![0usize; rank];
+        for r in 0..rows {
+            let mut off = self.pads[rank - 1].0 as usize;
+            for d in 0..rank - 1 {
+                off += (idx[d] + self.pads[d].0 as usize) * ostr[d];
+            }
+            let off = off * es;
+            out.bytes[off..off + row].copy_from_slice(&x.bytes[r * row..(r + 1) * row]);
+            for d in (0..rank - 1).rev() {
+                idx[d] += 1;
+                if idx[d] < shape[d] {
+                    break;
+                }
+                idx[d] = 0;
+            }
+        }
+        Ok(())
+    }
+}

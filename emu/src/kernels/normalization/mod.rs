@@ -1,0 +1,3 @@
+//! Normalisation kernels.
+
+pub mod l2;

@@ -1,0 +1,3 @@
+//! Pooling kernels.
+
+pub mod pool2d;

@@ -1,0 +1,215 @@
+//! NNAPI AVERAGE_POOL_2D, MAX_POOL_2D, L2_POOL_2D with explicit padding. AVERAGE and L2
+//! average over the in-bounds part of each window only; a window lying wholly in the
+//! padding gives 0, and MAX pooling of such a window gives `f32::MIN` (the initial value of
+//! the TFLite kernel), before the fused activation. float16 computes in float32.
+//!
+//! Parameter words: kind (Average 0, Max 1, L2 2), pad(4), stride_w, stride_h, filter_w,
+//! filter_h, act, nchw.
+
+use crate::kernels::kernel::{enc, same_dtype, Cost, Kernel, Words};
+use crate::kernels::layout::{conv_out_size, image_dims, layout_shape, nhwc_dims, with_nhwc};
+use crate::kernels::{bad_shape, Activation, KernelError, Padding, Result, Tensor, TensorMut};
+use crate::tensor::{widen_f16, DType, TensorType, View, ViewMut};
+
+/// Which pooling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PoolKind {
+    /// Mean of the window.
+    Average,
+    /// Maximum of the window.
+    Max,
+    /// Root mean square of the window.
+    L2,
+}
+
+const KINDS: [(PoolKind, &str); 3] = [
+    (PoolKind::Average, "AVERAGE_POOL_2D"),
+    (PoolKind::Max, "MAX_POOL_2D"),
+    (PoolKind::L2, "L2_POOL_2D"),
+];
+
+/// A 2-D pooling window.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Pool {
+    /// Which pooling.
+    pub kind: PoolKind,
+    /// Explicit padding.
+    pub pad: Padding,
+    /// Horizontal stride.
+    pub stride_w: u32,
+    /// Vertical stride.
+    pub stride_h: u32,
+    /// Window width.
+    pub filter_w: u32,
+    /// Window height.
+    pub filter_h: u32,
+    /// Fused activation.
+    pub act: Activation,
+    /// NCHW layout (else NHWC).
+    pub nchw: bool,
+}
+
+impl Pool {
+    fn index(&self) -> usize {
+        KINDS.iter().position(|(k, _)| *k == self.kind).unwrap_or(0)
+    }
+}
+
+impl Kernel for Pool {
+    fn name(&self) -> &'static str {
+        KINDS[self.index()].1
+    }
+
+    fn decode(w: &mut Words<'_>) -> Result<Self> {
+        let k = w.u32("kind")?;
+        let (kind, _) = *KINDS
+            .get(k as usize)
+            .ok_or_else(|| w.err(format!("bad pool kind {k}")))?;
+        Ok(Pool {
+            kind,
+            pad: w.padding()?,
+            stride_w: w.nonzero("stride_w")?,
+            stride_h: w.nonzero("stride_h")?,
+            filter_w: w.nonzero("filter_w")?,
+            filter_h: w.nonzero("filter_h")?,
+            act: w.act()?,
+            nchw: w.bool("nchw")?,
+        })
+    }
+
+    fn encode(&self, w: &mut Vec<u32>) {
+        w.push(self.index() as u32);
+        w.extend(enc::pad(&self.pad));
+        w.extend([
+            self.stride_w,
+            self.stride_h,
+            self.filter_w,
+            self.filter_h,
+            self.act as u32,
+            enc::b(self.nchw),
+        ]);
+    }
+
+    fn output_shapes(&self, inputs: &[&TensorType]) -> Result<Vec<Vec<usize>>> {
+        let name = self.name();
+        same_dtype(name, inputs, &[DType::F32, DType::F16])?;
+        let x = &inputs[0].shape;
+        let (n, h, w, c) = image_dims(name, x, self.nchw)?;
+        if h == 0 || w == 0 || c == 0 {
+            return Err(bad_shape(
+                name,
+                format!("input {x:?} has a zero spatial or channel size"),
+            ));
+        }
+        let oh = conv_out_size(
+            h,
+            self.pad.top,
+            self.pad.bottom,
+            self.filter_h as usize,
+            1,
+            self.stride_h,
+        )
+        .ok_or_else(|| bad_shape(name, "filter taller than the padded input"))?;
+        let ow = conv_out_size(
+            w,
+            self.pad.left,
+            self.pad.right,
+            self.filter_w as usize,
+            1,
+            self.stride_w,
+        )
+        .ok_or_else(|| bad_shape(name, "filter wider than the padded input"))?;
+        Ok(vec![layout_shape(n, oh, ow, c, self.nchw)])
+    }
+
+    fn cost(&self, _inputs: &[&TensorType], outputs: &[Vec<usize>]) -> Cost {
+        let out: u64 = outputs[0].iter().map(|&d| d as u64).product();
+        let win = u64::from(self.filter_w) * u64::from(self.filter_h);
+        Cost {
+            macs: 0,
+            elems: out.saturating_mul(win),
+        }
+    }
+
+    fn run(&self, inputs: &[View<'_>], outputs: &mut [ViewMut<'_>]) -> Result<()> {
+        widen_f16(inputs, outputs, |ins, outs| {
+            pool_f32(self, Tensor::f32(&ins[0])?, TensorMut::f32(&mut outs[0])?)
+        })
+    }
+}
+
+/// The in-bounds input range `[lo, hi)` of a window starting at padded position `start`.
+fn window(start: usize, len: usize, pad: usize, size: usize) -> (usize, usize) {
+    let lo = start.max(pad) - pad;
+    let hi = (start + len).min(pad + size).saturating_sub(pad);
+    (lo, hi.max(lo))
+}
+
+/// The float32 pooling; shapes were validated by `output_shapes`.
+pub(crate) fn pool_f32(p: &Pool, x: Tensor<'_>, out: TensorMut<'_>) -> Result<()> {
+    let Pool {
+        kind,
+        pad,
+        stride_w,
+        stride_h,
+        filter_w,
+        filter_h,
+        act,
+        nchw,
+    } = *p;
+    let (n, h, w, c) = nhwc_dims(x.shape, nchw).ok_or(KernelError::TooLarge)?;
+    let (_, oh, ow, _) = nhwc_dims(out.shape, nchw).ok_or(KernelError::TooLarge)?;
+    let (sh, sw) = (stride_h as usize, stride_w as usize);
+    let (fh, fw) = (filter_h as usize, filter_w as usize);
+    let (pt, pl) = (pad.top as usize, pad.left as usize);
+    with_nhwc(nchw, x, out, |src, dst| {
+        for b in 0..n {
+            for oy in 0..oh {
+                let (y0, y1) = window(oy * sh, fh, pt, h);
+                for ox in 0..ow {
+                    let (x0, x1) = window(ox * sw, fw, pl, w);
+                    let acc = &mut dst[((b * oh + oy) * ow + ox) * c..][..c];
+                    let init = if kind == PoolKind::Max { f32::MIN } else { 0.0 };
+                    acc.fill(init);
+                    for iy in y0..y1 {
+                        for ix in x0..x1 {
+                            let inp = &src[((b * h + iy) * w + ix) * c..][..c];
+                            match kind {
+                                PoolKind::Average => {
+                                    for (a, &v) in acc.iter_mut().zip(inp) {
+                                        *a += v;
+                                    }
+                                }
+                                PoolKind::L2 => {
+                                    for (a, &v) in acc.iter_mut().zip(inp) {
+                                        *a += v * v;
+                                    }
+                                }
+                                PoolKind::Max => {
+                                    for (a, &v) in acc.iter_mut().zip(inp) {
+                                        if v > *a {
+                                            *a = v;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    let count = (y1 - y0) * (x1 - x0);
+                    if count > 0 && kind != PoolKind::Max {
+                        let inv = 1.0 / count as f32;
+                        for a in acc.iter_mut() {
+                            *a = if kind == PoolKind::L2 {
+                                (*a * inv).sqrt()
+                            } else {
+                                *a * inv
+                            };
+                        }
+                    }
+                }
+            }
+        }
+        act.apply_slice(dst);
+        Ok(())
+    })
+}

@@ -1,0 +1,143 @@
+//! NNAPI MEAN over a set of axes, keeping the reduced dimensions as 1 or dropping them.
+//! Removing every dimension gives shape `[1]`, as NNAPI does. float32 (accumulated in f64);
+//! float16 computes in float32.
+//!
+//! Parameter words: axes (list, each < MAX_RANK, no repeats), keep_dims.
+
+use crate::kernels::kernel::{enc, same_dtype, Kernel, Words};
+use crate::kernels::{bad_shape, Result, Tensor, MAX_RANK};
+use crate::tensor::{widen_f16, DType, TensorType, View, ViewMut};
+
+/// Mean over axes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mean {
+    /// The reduced axes (non-negative).
+    pub axes: Vec<u32>,
+    /// Keep reduced dimensions as size 1.
+    pub keep_dims: bool,
+}
+
+/// The shape left after reducing `axes` of `shape` (NNAPI gives `[1]` for a full
+/// reduction without keep_dims).
+pub(crate) fn reduced_shape(
+    op: &'static str,
+    shape: &[usize],
+    axes: &[u32],
+    keep_dims: bool,
+) -> Result<Vec<usize>> {
+    if shape.is_empty() {
+        return Err(bad_shape(op, "input must have rank >= 1"));
+    }
+    let mut reduce = [false; MAX_RANK];
+    for &a in axes {
+        let a = a as usize;
+        match reduce.get_mut(a) {
+            Some(r) if a < shape.len() && !*r => *r = true,
+            _ => {
+                return Err(bad_shape(
+                    op,
+                    format!(
+                        "axes {axes:?} out of range for rank {} or repeated",
+                        shape.len()
+                    ),
+                ))
+            }
+        }
+    }
+    let mut out = Vec::with_capacity(shape.len());
+    for (i, &d) in shape.iter().enumerate() {
+        if !reduce[i] {
+            out.push(d);
+        } else if keep_dims {
+            out.push(1);
+        }
+    }
+    if out.is_empty() {
+        out.push(1);
+    }
+    Ok(out)
+}
+
+impl Kernel for Mean {
+    fn name(&self) -> &'static str {
+        "MEAN"
+    }
+
+    fn decode(w: &mut Words<'_>) -> Result<Self> {
+        Ok(Mean {
+            axes: w.axes("axes")?,
+            keep_dims: w.bool("keep_dims")?,
+        })
+    }
+
+    fn encode(&self, w: &mut Vec<u32>) {
+        enc::list(w, self.axes.iter().copied());
+        w.push(enc::b(self.keep_dims));
+    }
+
+    fn output_shapes(&self, inputs: &[&TensorType]) -> Result<Vec<Vec<usize>>> {
+        same_dtype(self.name(), inputs, &[DType::F32, DType::F16])?;
+        Ok(vec![reduced_shape(
+            self.name(),
+            &inputs[0].shape,
+            &self.axes,
+            self.keep_dims,
+        )?])
+    }
+
+    fn run(&self, inputs: &[View<'_>], outputs: &mut [ViewMut<'_>]) -> Result<()> {
+        widen_f16(inputs, outputs, |ins, outs| {
+            mean_f32(&self.axes, Tensor::f32(&ins[0])?, outs[0].f32s_mut()?)
+        })
+    }
+}
+
+/// The float32 mean; axes were validated by `output_shapes`.
+pub(crate) fn mean_f32(axes: &[u32], x: Tensor<'_>, out: &mut [f32]) -> Result<()> {
+    let rank = x.shape.len();
+    let mut reduce = [false; MAX_RANK];
+    for &a in axes {
+        match reduce.get_mut(a as usize) {
+            Some(r) if (a as usize) < rank => *r = true,
+            _ => return Err(bad_shape("MEAN", format!("axis {a} out of range"))),
+        }
+    }
+    // Output stride of each input dimension: 0 on reduced dims.
+    let mut ostride = vec![0usize; rank];
+    let mut s = 1usize;
+    for d in (0..rank).rev() {
+        if !reduce[d] {
+            ostride[d] = s;
+            s *= x.shape[d];
+        }
+    }
+    let count: usize = (0..rank)
+        .filter(|&d| reduce[d])
+        .map(|d| x.shape[d])
+        .product();
+    let mut acc = vec![0.0f64; out.len()];
+    if !x.data.is_empty() {
+        let last = rank - 1;
+        let (n_last, s_last) = (x.shape[last], ostride[last]);
+        let mut idx = vec![0usize; rank];
+        let mut pos = 0;
+        while pos < x.data.len() {
+            let base: usize = (0..last).map(|d| idx[d] * ostride[d]).sum();
+            for (j, &v) in x.data[pos..pos + n_last].iter().enumerate() {
+                acc[base + j * s_last] += f64::from(v);
+            }
+            pos += n_last;
+            for d in (0..last).rev() {
+                idx[d] += 1;
+                if idx[d] < x.shape[d] {
+                    break;
+                }
+                idx[d] = 0;
+            }
+        }
+    }
+    for (o, a) in out.iter_mut().zip(acc) {
+        *o = (a / count as f64) as f32;
+    }
+    Ok(())
+}

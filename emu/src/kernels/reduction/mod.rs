@@ -1,0 +1,3 @@
+//! Reduction kernels.
+
+pub mod mean;
