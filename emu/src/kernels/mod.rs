@@ -59,6 +59,7 @@ mod conv;
 mod elementwise;
 mod normalization;
 mod pool;
+pub(crate) mod qconv;
 pub(crate) mod quant;
 mod reduction;
 mod shape;
