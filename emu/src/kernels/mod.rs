@@ -34,6 +34,8 @@ pub(crate) mod layout;
 pub mod movement;
 pub mod normalization;
 pub mod pool;
+pub mod qconv;
+pub mod quant;
 pub mod reduction;
 
 mod gemm;
