@@ -4,7 +4,6 @@
 //! device program), [`hw`] (the kernel-driver layer over `vnpu-emu`), [`memory`] pools,
 //! [`device`] (the IDevice / IPreparedModel surface), [`execute`], and the
 //! [`conformance`] runner behind the `vnpu` CLI.
-pub mod corpus;
 pub mod hal;
 
 pub mod alloc;

@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 use vnpu_driver::compile::lower::SUPPORTED_OPERATIONS;
+use vnpu_driver::conformance::corpus::{open_corpus, parse_case, TestCase};
 use vnpu_driver::conformance::{default_corpus, lookup, run_case, CaseReport, Verdict};
-use vnpu_driver::corpus::{open_corpus, parse_case, TestCase};
 use vnpu_driver::device::{IDevice, VnpuDevice};
 use vnpu_driver::hal::OperationType;
 use vnpu_emu::regs;

@@ -1,17 +1,24 @@
 //! The conformance runner: each corpus case through the full driver path (validate,
 //! prepare, execute on the device) and compared with the corpus's tolerances
 //! (conformance/CRITERIA.md).
+//!
+//! [`corpus`] reads the corpus files into test cases; [`compare`] holds the tolerances.
+
+pub mod compare;
+pub mod corpus;
+
+pub use compare::{compare, decode, tolerance, OutputReport};
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::corpus::{find_case, CorpusError, TestCase};
 use crate::device::{ExecutionSlot, IDevice, PreparedModelSlot};
 use crate::hal::{
     ErrorStatus, ExecutionPreference, MeasureTiming, Memory, OperandType, OptionalTimePoint,
     OptionalTimeoutDuration, Priority, Timing,
 };
+use corpus::{find_case, CorpusError, TestCase};
 
 /// The outcome of one case.
 #[derive(Clone, Debug, PartialEq)]
@@ -20,18 +27,6 @@ pub enum Verdict {
     Fail(String),
     /// getSupportedOperations said false for one of its operations.
     Skip(String),
-}
-
-/// One output compared with its expectation.
-#[derive(Clone, Debug)]
-pub struct OutputReport {
-    pub operand: u32,
-    pub r#type: OperandType,
-    pub expected: Vec<f64>,
-    pub actual: Vec<f64>,
-    pub max_error: f64,
-    pub mismatches: usize,
-    pub ignored: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -255,134 +250,4 @@ fn read_bytes(pool: &Memory, offset: u64, len: usize) -> std::io::Result<Vec<u8>
         done += n;
     }
     Ok(buf)
-}
-
-/// Decodes little-endian elements of `ty` to f64.
-pub fn decode(ty: OperandType, b: &[u8]) -> Vec<f64> {
-    let w = ty.element_size().unwrap_or(1).max(1);
-    b.chunks_exact(w)
-        .map(|c| match ty {
-            OperandType::TENSOR_FLOAT32 | OperandType::FLOAT32 => {
-                f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64
-            }
-            OperandType::TENSOR_FLOAT16 | OperandType::FLOAT16 => {
-                crate::corpus::f16_bits_to_f32(u16::from_le_bytes([c[0], c[1]])) as f64
-            }
-            OperandType::TENSOR_INT32 | OperandType::INT32 => {
-                i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64
-            }
-            OperandType::UINT32 => u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64,
-            OperandType::TENSOR_QUANT8_ASYMM | OperandType::BOOL | OperandType::TENSOR_BOOL8 => {
-                c[0] as f64
-            }
-            OperandType::TENSOR_QUANT8_ASYMM_SIGNED | OperandType::TENSOR_QUANT8_SYMM => {
-                c[0] as i8 as f64
-            }
-            OperandType::TENSOR_QUANT16_ASYMM => u16::from_le_bytes([c[0], c[1]]) as f64,
-            OperandType::TENSOR_QUANT16_SYMM => i16::from_le_bytes([c[0], c[1]]) as f64,
-            _ => f64::NAN,
-        })
-        .collect()
-}
-
-/// (atol, rtol) of CRITERIA.md for an output of `ty`.
-pub fn tolerance(ty: OperandType, relaxed: bool) -> (f64, f64) {
-    const F16: f64 = 5.0 / 1024.0;
-    match ty {
-        OperandType::TENSOR_FLOAT32 if relaxed => (F16, F16),
-        OperandType::TENSOR_FLOAT32 => (1e-5, 5.0 * 2f64.powi(-23)),
-        OperandType::TENSOR_FLOAT16 => (F16, F16),
-        OperandType::TENSOR_BOOL8 => (0.0, 0.0),
-        _ => (1.0, 0.0),
-    }
-}
-
-/// Compares one output element-wise: |a - e| <= atol + rtol * |e|.
-pub fn compare(
-    operand: u32,
-    ty: OperandType,
-    expected: &[u8],
-    actual: &[u8],
-    relaxed: bool,
-    ignored: bool,
-) -> OutputReport {
-    let e = decode(ty, expected);
-    let a = decode(ty, actual);
-    let (atol, rtol) = tolerance(ty, relaxed);
-    let mut max_error = 0f64;
-    let mut mismatches = 0;
-    if !ignored {
-        for (x, y) in a.iter().zip(&e) {
-            let err = (x - y).abs();
-            max_error = max_error.max(if err.is_nan() { f64::INFINITY } else { err });
-            // A NaN error is out of tolerance.
-            let within = err
-                .partial_cmp(&(atol + rtol * y.abs()))
-                .is_some_and(|o| o.is_le());
-            mismatches += usize::from(!within);
-        }
-        mismatches += e.len().abs_diff(a.len());
-    }
-    OutputReport {
-        operand,
-        r#type: ty,
-        expected: e,
-        actual: a,
-        max_error,
-        mismatches,
-        ignored,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn float32_tolerance_is_5_ulp_plus_1e5() {
-        let (atol, rtol) = tolerance(OperandType::TENSOR_FLOAT32, false);
-        assert_eq!(atol, 1e-5);
-        assert!((rtol - 5.0 * 2f64.powi(-23)).abs() < 1e-15);
-    }
-
-    #[test]
-    fn compare_counts_mismatches() {
-        let f = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
-        let r = compare(
-            0,
-            OperandType::TENSOR_FLOAT32,
-            &f(&[1.0, 2.0]),
-            &f(&[1.0, 2.1]),
-            false,
-            false,
-        );
-        assert_eq!(r.mismatches, 1);
-        let r = compare(
-            0,
-            OperandType::TENSOR_FLOAT32,
-            &f(&[1.0, 2.0]),
-            &f(&[1.0, 2.0001]),
-            true,
-            false,
-        );
-        assert_eq!(r.mismatches, 0);
-        let r = compare(
-            0,
-            OperandType::TENSOR_FLOAT32,
-            &f(&[1.0]),
-            &f(&[f32::NAN]),
-            false,
-            false,
-        );
-        assert_eq!(r.mismatches, 1);
-        let r = compare(
-            0,
-            OperandType::TENSOR_FLOAT32,
-            &f(&[1.0]),
-            &f(&[9.0]),
-            false,
-            true,
-        );
-        assert_eq!(r.mismatches, 0, "ignored outputs are not compared");
-    }
 }
