@@ -23,7 +23,7 @@ pub fn decode(ty: OperandType, b: &[u8]) -> Vec<f64> {
                 f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64
             }
             OperandType::TENSOR_FLOAT16 | OperandType::FLOAT16 => {
-                crate::conformance::corpus::f16_bits_to_f32(u16::from_le_bytes([c[0], c[1]])) as f64
+                half::f16::from_le_bytes([c[0], c[1]]).to_f64()
             }
             OperandType::TENSOR_INT32 | OperandType::INT32 => {
                 i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64
