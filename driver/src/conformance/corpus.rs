@@ -590,45 +590,79 @@ impl TestCase {
 /// One line of a corpus file: its 1-based line number and the parsed case or its error.
 pub type CorpusEntry = (usize, Result<TestCase, CorpusError>);
 
-/// Lazy reader over a corpus file, yielding `(line_number, case)` for every non-blank line.
-pub struct CorpusReader {
+/// Lazy reader over the raw lines of a corpus file, yielding `(line_number, text)` for every
+/// non-blank line. A read error (a truncated or corrupt gzip stream) is yielded once and ends
+/// the iteration.
+pub struct CorpusLines {
     path: PathBuf,
     lines: std::io::Lines<BufReader<Box<dyn Read + Send>>>,
     line: usize,
+    failed: bool,
+}
+
+impl CorpusLines {
+    /// The file being read.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Iterator for CorpusLines {
+    type Item = (usize, Result<String, CorpusError>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed {
+            return None;
+        }
+        loop {
+            let next = self.lines.next()?;
+            self.line += 1;
+            match next {
+                Err(source) => {
+                    self.failed = true;
+                    let err = CorpusError::Io {
+                        path: self.path.clone(),
+                        source,
+                    };
+                    return Some((self.line, Err(at_line(&self.path, self.line, err))));
+                }
+                Ok(s) if s.trim().is_empty() => continue,
+                Ok(s) => return Some((self.line, Ok(s))),
+            }
+        }
+    }
+}
+
+fn at_line(path: &Path, line: usize, e: CorpusError) -> CorpusError {
+    CorpusError::Line {
+        path: path.to_path_buf(),
+        line,
+        source: Box::new(e),
+    }
+}
+
+/// Parses line `line` of corpus file `path` (its errors say where they come from).
+pub fn parse_line(path: &Path, line: usize, text: &str) -> Result<TestCase, CorpusError> {
+    parse_case(text).map_err(|e| at_line(path, line, e))
+}
+
+/// Lazy reader over a corpus file, yielding `(line_number, case)` for every non-blank line.
+pub struct CorpusReader {
+    lines: CorpusLines,
 }
 
 impl Iterator for CorpusReader {
     type Item = CorpusEntry;
 
     fn next(&mut self) -> Option<Self::Item> {
-        loop {
-            let next = self.lines.next()?;
-            self.line += 1;
-            let wrap = |e: CorpusError, path: &Path, line: usize| CorpusError::Line {
-                path: path.to_path_buf(),
-                line,
-                source: Box::new(e),
-            };
-            match next {
-                Err(e) => {
-                    let err = CorpusError::Io {
-                        path: self.path.clone(),
-                        source: e,
-                    };
-                    return Some((self.line, Err(wrap(err, &self.path, self.line))));
-                }
-                Ok(s) if s.trim().is_empty() => continue,
-                Ok(s) => {
-                    let r = parse_case(&s).map_err(|e| wrap(e, &self.path, self.line));
-                    return Some((self.line, r));
-                }
-            }
-        }
+        let (line, text) = self.lines.next()?;
+        let r = text.and_then(|t| parse_line(&self.lines.path, line, &t));
+        Some((line, r))
     }
 }
 
-/// Open a `.jsonl` or `.jsonl.gz` corpus file for lazy reading.
-pub fn open_corpus(path: &Path) -> Result<CorpusReader, CorpusError> {
+/// Open a `.jsonl` or `.jsonl.gz` corpus file for lazy reading of its raw lines.
+pub fn open_lines(path: &Path) -> Result<CorpusLines, CorpusError> {
     let io = |source| CorpusError::Io {
         path: path.to_path_buf(),
         source,
@@ -639,11 +673,29 @@ pub fn open_corpus(path: &Path) -> Result<CorpusReader, CorpusError> {
     } else {
         Box::new(file)
     };
-    Ok(CorpusReader {
+    Ok(CorpusLines {
         path: path.to_path_buf(),
         lines: BufReader::new(reader).lines(),
         line: 0,
+        failed: false,
     })
+}
+
+/// Open a `.jsonl` or `.jsonl.gz` corpus file for lazy reading.
+pub fn open_corpus(path: &Path) -> Result<CorpusReader, CorpusError> {
+    Ok(CorpusReader {
+        lines: open_lines(path)?,
+    })
+}
+
+/// The number of cases (non-blank lines) in corpus files, without parsing them; files that
+/// cannot be read count what could be read.
+pub fn count_cases(paths: &[PathBuf]) -> usize {
+    paths
+        .iter()
+        .filter_map(|p| open_lines(p).ok())
+        .map(Iterator::count)
+        .sum()
 }
 
 /// Read a whole `.jsonl` or `.jsonl.gz` corpus file: one `(line_number, case)` per
@@ -657,23 +709,13 @@ pub fn read_corpus(path: &Path) -> Result<Vec<CorpusEntry>, CorpusError> {
 pub fn find_case(paths: &[PathBuf], name: &str) -> Result<TestCase, CorpusError> {
     let needle = format!("\"name\":\"{name}\"");
     for path in paths {
-        let reader = open_corpus(path)?;
-        let CorpusReader { lines, .. } = reader;
-        for (i, line) in lines.enumerate() {
-            let line = line.map_err(|source| CorpusError::Io {
-                path: path.clone(),
-                source,
-            })?;
+        for (line, text) in open_lines(path)? {
+            let text = text?;
             // Cheap pre-filter before a full parse.
-            if !line.contains(&needle) && !line.contains(name) {
+            if !text.contains(&needle) && !text.contains(name) {
                 continue;
             }
-            let wrap = |e| CorpusError::Line {
-                path: path.clone(),
-                line: i + 1,
-                source: Box::new(e),
-            };
-            let case = parse_case(&line).map_err(wrap)?;
+            let case = parse_line(path, line, &text)?;
             if case.name == name {
                 return Ok(case);
             }
