@@ -2,12 +2,17 @@
 //! prepare, execute on the device) and compared with the corpus's tolerances
 //! (conformance/CRITERIA.md).
 //!
-//! [`corpus`] reads the corpus files into test cases; [`compare`] holds the tolerances.
+//! [`corpus`] reads the corpus files into test cases; [`compare`] holds the tolerances;
+//! [`suite`] runs whole files on worker threads; [`report`] is the JSON report and its
+//! tallies.
 
 pub mod compare;
 pub mod corpus;
+pub mod report;
+pub mod suite;
 
 pub use compare::{compare, decode, tolerance, OutputReport};
+pub use report::OperationUse;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
@@ -15,27 +20,42 @@ use std::sync::Arc;
 
 use crate::device::{ExecutionSlot, IDevice, PreparedModelSlot};
 use crate::hal::{
-    ErrorStatus, ExecutionPreference, MeasureTiming, Memory, OperandType, OptionalTimePoint,
-    OptionalTimeoutDuration, Priority, Timing,
+    ErrorStatus, ExecutionPreference, MeasureTiming, Memory, OperandType, OperationType,
+    OptionalTimePoint, OptionalTimeoutDuration, Priority, Timing,
 };
 use corpus::{find_case, CorpusError, TestCase};
 
 /// The outcome of one case.
+///
+/// A normal case passes when every output is within tolerance; it is skipped only when
+/// getSupportedOperations says false for one of its operations; any other error
+/// (getSupportedOperations failing, preparation, execution, a wrong output) fails it. A case
+/// with `expect_failure` passes when getSupportedOperations refuses an operation or
+/// preparation or execution fails, and fails when everything succeeds.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Verdict {
+    /// The case behaved as the corpus expects.
     Pass,
+    /// It did not; the reason.
     Fail(String),
-    /// getSupportedOperations said false for one of its operations.
+    /// getSupportedOperations said false for one of its operations (which, and why).
     Skip(String),
 }
 
+/// What running one case gave.
 #[derive(Clone, Debug)]
 pub struct CaseReport {
+    /// The case name, `<spec>/<variant>`.
     pub name: String,
     /// Operation names of the main subgraph, deduplicated, in first-use order.
     pub operations: Vec<String>,
+    /// Every operation of the main subgraph, in order, with the type of its input 0.
+    pub uses: Vec<OperationUse>,
+    /// The outcome.
     pub verdict: Verdict,
+    /// One per compared output (empty when the case did not get as far as executing).
     pub outputs: Vec<OutputReport>,
+    /// The execution's timing ([`Timing::NONE`] when it did not execute).
     pub timing: Timing,
 }
 
@@ -64,18 +84,35 @@ pub fn lookup(paths: &[PathBuf], name: &str) -> Result<TestCase, CorpusError> {
     }
 }
 
+fn operation_name(t: OperationType) -> String {
+    t.name_any().map_or_else(|| t.to_string(), str::to_string)
+}
+
 fn operation_names(case: &TestCase) -> Vec<String> {
     let mut names: Vec<String> = Vec::new();
     for op in &case.model.main.operations {
-        let n = op
-            .r#type
-            .name()
-            .map_or_else(|| format!("OP{}", op.r#type.0), str::to_string);
+        let n = operation_name(op.r#type);
         if !names.contains(&n) {
             names.push(n);
         }
     }
     names
+}
+
+/// Every operation of the main subgraph with the type of its input 0 (`-` when it has none).
+pub fn operation_uses(case: &TestCase) -> Vec<OperationUse> {
+    let main = &case.model.main;
+    main.operations
+        .iter()
+        .map(|op| OperationUse {
+            operation: operation_name(op.r#type),
+            input_type: op
+                .inputs
+                .first()
+                .and_then(|&i| main.operands.get(i as usize))
+                .map_or_else(|| "-".to_string(), |o| o.r#type.to_string()),
+        })
+        .collect()
 }
 
 /// Runs one case; a panic anywhere inside is caught and reported as a failure.
@@ -100,6 +137,7 @@ pub fn run_case(device: &dyn IDevice, case: &TestCase) -> CaseReport {
     CaseReport {
         name: case.name.clone(),
         operations,
+        uses: operation_uses(case),
         verdict,
         outputs,
         timing,
@@ -120,7 +158,14 @@ fn run_case_inner(device: &dyn IDevice, case: &TestCase) -> (Verdict, Vec<Output
         return expected_failure(format!("getSupportedOperations_1_3: {status}"));
     }
     if let Some(k) = supported.iter().position(|s| !s) {
-        let name = model.main.operations[k].r#type.name().unwrap_or("?");
+        if case.expect_failure {
+            return (Verdict::Pass, Vec::new(), Timing::NONE);
+        }
+        let name = model
+            .main
+            .operations
+            .get(k)
+            .map_or_else(|| "?".to_string(), |o| operation_name(o.r#type));
         return (
             Verdict::Skip(format!("{name} (operation {k}) is not supported")),
             Vec::new(),
