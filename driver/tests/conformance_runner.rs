@@ -219,6 +219,17 @@ fn cli_conformance_ends_with_the_count_line_and_writes_json() {
         .unwrap()
         .iter()
         .any(|o| o["operation"] == "SOFTMAX" && o["input_type"] == "TENSOR_FLOAT32")));
+
+    // The markdown table of docs/CONFORMANCE.md from that report.
+    let (code, md, err) = vnpu(&["conformance-table", report.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(md.starts_with("# Conformance"), "{md}");
+    assert!(md
+        .lines()
+        .any(|l| l.starts_with("| SOFTMAX | TENSOR_FLOAT32 | ")));
+    let (code, _, err) = vnpu(&["conformance-table", corpus.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(err.contains("not a conformance report"), "{err}");
 }
 
 #[test]

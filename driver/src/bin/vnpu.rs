@@ -11,8 +11,9 @@ use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use vnpu_driver::compile::lower::SUPPORTED_OPERATIONS;
 use vnpu_driver::conformance::corpus::{count_cases, parse_case, TestCase};
-use vnpu_driver::conformance::report::{summarize, write_report_file, Status};
+use vnpu_driver::conformance::report::{read_report_file, summarize, write_report_file, Status};
 use vnpu_driver::conformance::suite::{run_suite, SuiteOptions};
+use vnpu_driver::conformance::table;
 use vnpu_driver::conformance::{default_corpus, lookup, run_case, Verdict};
 use vnpu_driver::device::{IDevice, VnpuDevice};
 use vnpu_driver::hal::OperationType;
@@ -58,6 +59,12 @@ enum Command {
         #[arg(long)]
         json: Option<PathBuf>,
     },
+    /// Render the per-operation x operand-type markdown table (docs/CONFORMANCE.md) of
+    /// `conformance --json` reports on stdout.
+    ConformanceTable {
+        #[arg(required = true)]
+        reports: Vec<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -70,6 +77,9 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| "off".into()),
         )
         .init();
+    if let Command::ConformanceTable { reports } = &cli.command {
+        return conformance_table(reports);
+    }
     let device = match VnpuDevice::new() {
         Ok(d) => d,
         Err(e) => {
@@ -90,6 +100,7 @@ fn main() -> ExitCode {
             jobs,
             json,
         } => conformance(&device, &files, filter, jobs, json),
+        Command::ConformanceTable { reports } => conformance_table(&reports),
     }
 }
 
@@ -302,4 +313,19 @@ fn conformance(
         t.passed, t.failed, t.skipped
     );
     code
+}
+
+fn conformance_table(reports: &[PathBuf]) -> ExitCode {
+    let mut records = Vec::new();
+    for path in reports {
+        match read_report_file(path) {
+            Ok(r) => records.extend(r),
+            Err(e) => {
+                eprintln!("vnpu: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    print!("{}", table::markdown(&records));
+    ExitCode::SUCCESS
 }

@@ -4,12 +4,13 @@
 //!
 //! [`corpus`] reads the corpus files into test cases; [`compare`] holds the tolerances;
 //! [`suite`] runs whole files on worker threads; [`report`] is the JSON report and its
-//! tallies.
+//! tallies; [`table`] renders reports as the markdown table of docs/CONFORMANCE.md.
 
 pub mod compare;
 pub mod corpus;
 pub mod report;
 pub mod suite;
+pub mod table;
 
 pub use compare::{compare, decode, tolerance, OutputReport};
 pub use report::OperationUse;
