@@ -5,12 +5,19 @@ use crate::hal::OperandType;
 /// One output compared with its expectation.
 #[derive(Clone, Debug)]
 pub struct OutputReport {
+    /// The output's operand index in the main subgraph.
     pub operand: u32,
+    /// Its operand type (how its bytes were decoded).
     pub r#type: OperandType,
+    /// The expected values.
     pub expected: Vec<f64>,
+    /// The values the driver produced.
     pub actual: Vec<f64>,
+    /// The largest |actual - expected| (infinity for a NaN error).
     pub max_error: f64,
+    /// Values out of tolerance, plus the difference in counts.
     pub mismatches: usize,
+    /// The corpus marks this output as not compared.
     pub ignored: bool,
 }
 

@@ -2,7 +2,7 @@
 //! prepare, execute on the device) and compared with the corpus's tolerances
 //! (conformance/CRITERIA.md).
 //!
-//! [`corpus`] reads the corpus files into test cases; [`compare`] holds the tolerances;
+//! [`corpus`] reads the corpus files into test cases; [`compare`](mod@compare) holds the tolerances;
 //! [`suite`] runs whole files on worker threads; [`report`] is the JSON report and its
 //! tallies; [`table`] renders reports as the markdown table of docs/CONFORMANCE.md.
 
