@@ -21,7 +21,10 @@ fn corpus() -> Vec<PathBuf> {
 fn prepare(
     dev: &VnpuDevice,
     name: &str,
-) -> (Arc<dyn IPreparedModel>, vnpu_driver::corpus::TestCase) {
+) -> (
+    Arc<dyn IPreparedModel>,
+    vnpu_driver::conformance::corpus::TestCase,
+) {
     let case = lookup(&corpus(), name).expect("case");
     let slot = PreparedModelSlot::new();
     dev.prepare_model_1_3(

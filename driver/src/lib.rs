@@ -3,12 +3,12 @@
 //! Layers (see docs/ARCHITECTURE.md): [`hal`] types and validation, [`compile`] (model to
 //! device program), [`hw`] (the kernel-driver layer over `vnpu-emu`), [`memory`] pools,
 //! [`device`] (the IDevice / IPreparedModel surface), [`execute`], and the
-//! [`conformance`] runner behind the `vnpu` CLI.
-pub mod corpus;
+//! [`conformance`] runner behind the `vnpu` CLI (feature `cli`, on by default).
 pub mod hal;
 
 pub mod alloc;
 pub mod compile;
+#[cfg(feature = "cli")]
 pub mod conformance;
 pub mod device;
 pub mod hw;

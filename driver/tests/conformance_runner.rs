@@ -89,6 +89,45 @@ fn v1_0_core_cases_pass_and_the_rest_are_skipped() {
 }
 
 #[test]
+fn expected_failures_pass_when_refused_and_fail_when_everything_succeeds() {
+    let dev = device();
+    let all = cases("V1_0.jsonl.gz");
+    // Refused by getSupportedOperations: skipped normally, a pass when failure is expected.
+    let mut lstm = all
+        .iter()
+        .find(|c| c.name.starts_with("lstm/"))
+        .unwrap()
+        .clone();
+    assert!(matches!(
+        run_case(dev.as_ref(), &lstm).verdict,
+        Verdict::Skip(_)
+    ));
+    lstm.expect_failure = true;
+    assert_eq!(run_case(dev.as_ref(), &lstm).verdict, Verdict::Pass);
+    // A supported case that runs fine fails when failure was expected.
+    let mut conv = all
+        .iter()
+        .find(|c| c.name == "conv_float/conv_float")
+        .unwrap()
+        .clone();
+    assert_eq!(run_case(dev.as_ref(), &conv).verdict, Verdict::Pass);
+    conv.expect_failure = true;
+    assert!(matches!(
+        run_case(dev.as_ref(), &conv).verdict,
+        Verdict::Fail(_)
+    ));
+    // An invalid model: a failure with its reason normally, a pass when failure is expected.
+    conv.expect_failure = false;
+    conv.model.main.operations[0].inputs[0] = 999;
+    match run_case(dev.as_ref(), &conv).verdict {
+        Verdict::Fail(why) => assert!(why.contains("INVALID_ARGUMENT"), "{why}"),
+        v => panic!("{v:?}"),
+    }
+    conv.expect_failure = true;
+    assert_eq!(run_case(dev.as_ref(), &conv).verdict, Verdict::Pass);
+}
+
+#[test]
 fn unsupported_operations_are_reported_per_operation() {
     let case = cases("V1_0.jsonl.gz")
         .into_iter()
@@ -166,4 +205,51 @@ fn cli_conformance_ends_with_the_count_line_and_writes_json() {
     assert!(cases
         .iter()
         .all(|c| ["passed", "failed", "skipped"].contains(&c["status"].as_str().unwrap())));
+    // Every operation of the main subgraph with the type of its input 0.
+    assert!(cases.iter().all(|c| {
+        let ops = c["operations"].as_array().unwrap();
+        !ops.is_empty()
+            && ops.iter().all(|o| {
+                o["operation"].as_str().is_some_and(|s| !s.is_empty())
+                    && o["input_type"].as_str().is_some_and(|s| !s.is_empty())
+            })
+    }));
+    assert!(cases.iter().any(|c| c["operations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|o| o["operation"] == "SOFTMAX" && o["input_type"] == "TENSOR_FLOAT32")));
+
+    // The markdown table of docs/CONFORMANCE.md from that report.
+    let (code, md, err) = vnpu(&["conformance-table", report.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(md.starts_with("# Conformance"), "{md}");
+    assert!(md
+        .lines()
+        .any(|l| l.starts_with("| SOFTMAX | TENSOR_FLOAT32 | ")));
+    let (code, _, err) = vnpu(&["conformance-table", corpus.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(err.contains("not a conformance report"), "{err}");
+}
+
+#[test]
+fn cli_conformance_output_does_not_depend_on_jobs() {
+    let corpus = common::corpus_path("V1_0.jsonl.gz");
+    let run = |jobs: &str| {
+        let (code, out, err) = vnpu(&[
+            "conformance",
+            corpus.to_str().unwrap(),
+            "--filter",
+            "conv",
+            "--jobs",
+            jobs,
+        ]);
+        assert_eq!(code, 0, "{out}");
+        // Not a terminal: no progress bar, nothing on stderr.
+        assert_eq!(err, "");
+        out
+    };
+    let one = run("1");
+    assert!(one.contains("CONV_2D"));
+    assert_eq!(one, run("3"));
 }

@@ -25,7 +25,7 @@ fn faulty(plan: FaultPlan) -> Arc<VnpuDevice> {
 
 fn prepare_on(
     dev: &VnpuDevice,
-    case: &vnpu_driver::corpus::TestCase,
+    case: &vnpu_driver::conformance::corpus::TestCase,
 ) -> (ErrorStatus, Option<Arc<dyn IPreparedModel>>) {
     let slot = PreparedModelSlot::new();
     let ret = dev.prepare_model_1_3(

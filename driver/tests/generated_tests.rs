@@ -6,7 +6,7 @@ mod common;
 
 use common::{execute, prepare, supported_cases, Mode};
 use vnpu_driver::conformance::compare;
-use vnpu_driver::corpus::TestCase;
+use vnpu_driver::conformance::corpus::TestCase;
 use vnpu_driver::hal::{ErrorStatus, MeasureTiming, Memory, Timing};
 
 fn read(pool: &Memory, offset: u32, len: usize) -> Vec<u8> {

@@ -8,7 +8,7 @@ use std::os::fd::AsFd;
 use std::sync::Arc;
 
 use common::{execute, prepare, supported_cases, Mode};
-use vnpu_driver::corpus::TestCase;
+use vnpu_driver::conformance::corpus::TestCase;
 use vnpu_driver::hal::{
     ErrorStatus, MeasureTiming, Memory, NativeHandle, RequestMemoryPool, MEMORY_MMAP_FD,
 };

@@ -19,7 +19,7 @@ mod common;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use vnpu_driver::corpus::{self, TestCase};
+use vnpu_driver::conformance::corpus::{self, TestCase};
 use vnpu_driver::device::{IDevice, PreparedModelSlot};
 use vnpu_driver::hal::{
     validate_execution_preference, validate_model, validate_priority, DataLocation, ErrorStatus,

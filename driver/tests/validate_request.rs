@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use std::sync::{Arc, Mutex};
-use vnpu_driver::corpus::{self, TestCase};
+use vnpu_driver::conformance::corpus::{self, TestCase};
 
 use common::Mode;
 use vnpu_driver::device::IPreparedModel;

@@ -1,15 +1,19 @@
 //! `vnpu`: the command-line face of the driver. Every command is a thin layer over the
 //! library; the output formats here are a contract other tools script against.
 
-use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
-use vnpu_driver::conformance::{default_corpus, lookup, run_case, CaseReport, Verdict};
-use vnpu_driver::corpus::{open_corpus, parse_case, TestCase};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use vnpu_driver::conformance::corpus::{count_cases, parse_case, TestCase};
+use vnpu_driver::conformance::report::{read_report_file, summarize, write_report_file, Status};
+use vnpu_driver::conformance::suite::{run_suite, SuiteOptions};
+use vnpu_driver::conformance::table;
+use vnpu_driver::conformance::{default_corpus, lookup, run_case, Verdict};
 use vnpu_driver::device::{IDevice, VnpuDevice};
 use vnpu_driver::hal::OperationType;
 use vnpu_emu::regs;
@@ -46,9 +50,19 @@ enum Command {
         /// Only cases whose name contains this.
         #[arg(long)]
         filter: Option<String>,
+        /// Worker threads running cases against the one device (default: one per core).
+        /// The output does not depend on it.
+        #[arg(long)]
+        jobs: Option<NonZeroUsize>,
         /// Write a per-case JSON report here.
         #[arg(long)]
         json: Option<PathBuf>,
+    },
+    /// Render the per-operation x operand-type markdown table (docs/CONFORMANCE.md) of
+    /// `conformance --json` reports on stdout.
+    ConformanceTable {
+        #[arg(required = true)]
+        reports: Vec<PathBuf>,
     },
 }
 
@@ -62,6 +76,9 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| "off".into()),
         )
         .init();
+    if let Command::ConformanceTable { reports } = &cli.command {
+        return conformance_table(reports);
+    }
     let device = match VnpuDevice::new() {
         Ok(d) => d,
         Err(e) => {
@@ -79,8 +96,10 @@ fn main() -> ExitCode {
         Command::Conformance {
             files,
             filter,
+            jobs,
             json,
-        } => conformance(&device, &files, filter.as_deref(), json),
+        } => conformance(&device, &files, filter, jobs, json),
+        Command::ConformanceTable { reports } => conformance_table(&reports),
     }
 }
 
@@ -231,142 +250,86 @@ fn run(
     }
 }
 
-#[derive(Default)]
-struct Tally {
-    passed: usize,
-    failed: usize,
-    skipped: usize,
-}
-
-fn json_escape(s: &str) -> String {
-    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
-}
-
 fn conformance(
     device: &Arc<VnpuDevice>,
     files: &[PathBuf],
-    filter: Option<&str>,
+    filter: Option<String>,
+    jobs: Option<NonZeroUsize>,
     json: Option<PathBuf>,
 ) -> ExitCode {
-    let mut total = Tally::default();
-    let mut per_op: BTreeMap<String, Tally> = BTreeMap::new();
-    let mut records = Vec::new();
-    let mut failures = Vec::new();
-    let progress = std::io::stderr().is_terminal();
-    // Count first so the progress bar knows its end (cheap next to running the cases).
-    let count = if progress {
-        files
-            .iter()
-            .filter_map(|f| open_corpus(f).ok())
-            .map(|r| r.count())
-            .sum()
-    } else {
-        0
+    let mut options = SuiteOptions {
+        filter,
+        ..SuiteOptions::default()
     };
-    let mut seen = 0usize;
-    for file in files {
-        let reader = match open_corpus(file) {
-            Ok(r) => r,
-            Err(e) => {
-                eprintln!("vnpu: {e}");
-                total.failed += 1;
-                records.push(format!(
-                    "{{\"name\":{},\"status\":\"failed\",\"reason\":{}}}",
-                    json_escape(&file.display().to_string()),
-                    json_escape(&e.to_string())
-                ));
-                continue;
-            }
-        };
-        for (line, entry) in reader {
-            seen += 1;
-            if progress {
-                let width = 40;
-                let done = (seen * width).checked_div(count).unwrap_or(0);
-                eprint!(
-                    "\r[{}{}] {seen}/{count}",
-                    "#".repeat(done.min(width)),
-                    ".".repeat(width - done.min(width))
-                );
-            }
-            let report = match entry {
-                Ok(case) => {
-                    if filter.is_some_and(|f| !case.name.contains(f)) {
-                        continue;
-                    }
-                    run_case(device.as_ref(), &case)
-                }
-                Err(e) => CaseReport {
-                    name: format!("{}:{line}", file.display()),
-                    operations: Vec::new(),
-                    verdict: Verdict::Fail(format!("unreadable case: {e}")),
-                    outputs: Vec::new(),
-                    timing: vnpu_driver::hal::Timing::NONE,
-                },
-            };
-            let (status, reason) = match &report.verdict {
-                Verdict::Pass => ("passed", String::new()),
-                Verdict::Fail(r) => ("failed", r.clone()),
-                Verdict::Skip(r) => ("skipped", r.clone()),
-            };
-            for op in &report.operations {
-                let t = per_op.entry(op.clone()).or_default();
-                match status {
-                    "passed" => t.passed += 1,
-                    "failed" => t.failed += 1,
-                    _ => t.skipped += 1,
-                }
-            }
-            match status {
-                "passed" => total.passed += 1,
-                "failed" => {
-                    total.failed += 1;
-                    failures.push(format!("FAIL {}: {reason}", report.name));
-                }
-                _ => total.skipped += 1,
-            }
-            let ops: Vec<String> = report.operations.iter().map(|o| json_escape(o)).collect();
-            records.push(format!(
-                "{{\"name\":{},\"status\":\"{status}\",\"reason\":{},\"operations\":[{}]}}",
-                json_escape(&report.name),
-                json_escape(&reason),
-                ops.join(",")
-            ));
+    if let Some(jobs) = jobs {
+        options.jobs = jobs;
+    }
+    // A progress bar on stderr only when a person is watching (CI has no terminal).
+    let bar = if std::io::stderr().is_terminal() {
+        let bar = ProgressBar::with_draw_target(
+            Some(count_cases(files) as u64),
+            ProgressDrawTarget::stderr(),
+        );
+        if let Ok(style) =
+            ProgressStyle::with_template("[{bar:40}] {pos}/{len} cases, {elapsed} ({eta} left)")
+        {
+            bar.set_style(style.progress_chars("#>."));
         }
-    }
-    if progress {
-        eprintln!();
-    }
+        bar
+    } else {
+        ProgressBar::hidden()
+    };
+    let records = run_suite(device.as_ref(), files, &options, &mut || bar.inc(1));
+    bar.finish_and_clear();
+
+    let summary = summarize(&records);
     let mut out = std::io::stdout().lock();
-    for f in &failures {
-        let _ = writeln!(out, "{f}");
+    for r in records.iter().filter(|r| r.status == Status::Failed) {
+        let _ = writeln!(out, "FAIL {}: {}", r.name, r.reason);
     }
     let _ = writeln!(
         out,
         "{:<32} {:>8} {:>8} {:>8}",
         "operation", "passed", "failed", "skipped"
     );
-    for (op, t) in &per_op {
+    for (op, t) in &summary.per_operation {
         let _ = writeln!(
             out,
             "{op:<32} {:>8} {:>8} {:>8}",
             t.passed, t.failed, t.skipped
         );
     }
-    if let Some(path) = json {
-        let body = format!("[\n{}\n]\n", records.join(",\n"));
-        if let Err(e) = std::fs::write(&path, body) {
-            let _ = writeln!(out, "vnpu: cannot write {}: {e}", path.display());
-        }
-    }
-    let _ = writeln!(
-        out,
-        "{} passed, {} failed, {} skipped",
-        total.passed, total.failed, total.skipped
-    );
-    if total.failed == 0 {
+    let mut code = if summary.total.failed == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
+    };
+    if let Some(path) = json {
+        if let Err(e) = write_report_file(&path, &records) {
+            eprintln!("vnpu: cannot write the report: {e}");
+            code = ExitCode::from(2);
+        }
     }
+    let t = summary.total;
+    let _ = writeln!(
+        out,
+        "{} passed, {} failed, {} skipped",
+        t.passed, t.failed, t.skipped
+    );
+    code
+}
+
+fn conformance_table(reports: &[PathBuf]) -> ExitCode {
+    let mut records = Vec::new();
+    for path in reports {
+        match read_report_file(path) {
+            Ok(r) => records.extend(r),
+            Err(e) => {
+                eprintln!("vnpu: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    print!("{}", table::markdown(&records));
+    ExitCode::SUCCESS
 }

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
-use vnpu_driver::corpus::{open_corpus, TestCase};
+use vnpu_driver::conformance::corpus::{open_corpus, TestCase};
 use vnpu_driver::device::{
     ExecutionCallback, ExecutionSlot, IDevice, IPreparedModel, PreparedModelSlot, VnpuDevice,
 };

@@ -199,68 +199,6 @@ struct RawIo {
 // ---------------------------------------------------------------------------------------
 // Value encoding.
 
-/// IEEE 754 binary32 → binary16 bits, round to nearest even (overflow gives infinity, NaN
-/// stays NaN).
-pub fn f32_to_f16_bits(x: f32) -> u16 {
-    let bits = x.to_bits();
-    let sign = ((bits >> 16) & 0x8000) as u16;
-    let exp = ((bits >> 23) & 0xFF) as i32;
-    let man = bits & 0x007F_FFFF;
-    if exp == 0xFF {
-        // Inf or NaN (keep NaN quiet and non-zero).
-        return sign
-            | 0x7C00
-            | if man != 0 {
-                0x0200 | (man >> 13) as u16
-            } else {
-                0
-            };
-    }
-    let e = exp - 127 + 15;
-    if e >= 0x1F {
-        return sign | 0x7C00;
-    }
-    if e <= 0 {
-        // Subnormal half (or zero).
-        if e < -10 {
-            return sign;
-        }
-        let m = man | 0x0080_0000;
-        let shift = (14 - e) as u32; // 13 + (1 - e)
-        let half = m >> shift;
-        let rem = m & ((1u32 << shift) - 1);
-        let halfway = 1u32 << (shift - 1);
-        let round = rem > halfway || (rem == halfway && (half & 1) == 1);
-        return sign | (half + u32::from(round)) as u16;
-    }
-    let half = ((e as u32) << 10) | (man >> 13);
-    let rem = man & 0x1FFF;
-    let round = rem > 0x1000 || (rem == 0x1000 && (half & 1) == 1);
-    // A carry out of the mantissa correctly bumps the exponent (possibly to infinity).
-    sign | (half + u32::from(round)) as u16
-}
-
-/// IEEE 754 binary16 bits → f32 (exact).
-pub fn f16_bits_to_f32(h: u16) -> f32 {
-    let sign = u32::from(h & 0x8000) << 16;
-    let exp = u32::from((h >> 10) & 0x1F);
-    let man = u32::from(h & 0x3FF);
-    let bits = if exp == 0 {
-        if man == 0 {
-            sign
-        } else {
-            // Subnormal: value = man * 2^-24.
-            let v = man as f32 * (1.0 / 16_777_216.0);
-            return if sign != 0 { -v } else { v };
-        }
-    } else if exp == 0x1F {
-        sign | 0x7F80_0000 | (man << 13)
-    } else {
-        sign | ((exp + 127 - 15) << 23) | (man << 13)
-    };
-    f32::from_bits(bits)
-}
-
 fn value_f64(v: &Value) -> Result<f64, CorpusError> {
     match v {
         Value::Number(n) => n.as_f64().ok_or_else(|| invalid(format!("bad number {n}"))),
@@ -324,7 +262,9 @@ fn encode(t: OperandType, values: &[Value]) -> Result<Vec<u8>, CorpusError> {
                 if f.is_finite() && f.abs() > 65504.0 {
                     return Err(invalid(format!("{f} is out of range for float16")));
                 }
-                out.extend_from_slice(&f32_to_f16_bits(f as f32).to_le_bytes());
+                // Through f32, as the old hand-written conversion did: each step rounds to
+                // nearest even (half's f64 path truncates before rounding).
+                out.extend_from_slice(&half::f16::from_f32(f as f32).to_le_bytes());
             }
             OperandType::INT32 | OperandType::TENSOR_INT32 => {
                 let n = value_int(v, i32::MIN.into(), i32::MAX.into(), "int32")?;
@@ -650,45 +590,79 @@ impl TestCase {
 /// One line of a corpus file: its 1-based line number and the parsed case or its error.
 pub type CorpusEntry = (usize, Result<TestCase, CorpusError>);
 
-/// Lazy reader over a corpus file, yielding `(line_number, case)` for every non-blank line.
-pub struct CorpusReader {
+/// Lazy reader over the raw lines of a corpus file, yielding `(line_number, text)` for every
+/// non-blank line. A read error (a truncated or corrupt gzip stream) is yielded once and ends
+/// the iteration.
+pub struct CorpusLines {
     path: PathBuf,
     lines: std::io::Lines<BufReader<Box<dyn Read + Send>>>,
     line: usize,
+    failed: bool,
+}
+
+impl CorpusLines {
+    /// The file being read.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Iterator for CorpusLines {
+    type Item = (usize, Result<String, CorpusError>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed {
+            return None;
+        }
+        loop {
+            let next = self.lines.next()?;
+            self.line += 1;
+            match next {
+                Err(source) => {
+                    self.failed = true;
+                    let err = CorpusError::Io {
+                        path: self.path.clone(),
+                        source,
+                    };
+                    return Some((self.line, Err(at_line(&self.path, self.line, err))));
+                }
+                Ok(s) if s.trim().is_empty() => continue,
+                Ok(s) => return Some((self.line, Ok(s))),
+            }
+        }
+    }
+}
+
+fn at_line(path: &Path, line: usize, e: CorpusError) -> CorpusError {
+    CorpusError::Line {
+        path: path.to_path_buf(),
+        line,
+        source: Box::new(e),
+    }
+}
+
+/// Parses line `line` of corpus file `path` (its errors say where they come from).
+pub fn parse_line(path: &Path, line: usize, text: &str) -> Result<TestCase, CorpusError> {
+    parse_case(text).map_err(|e| at_line(path, line, e))
+}
+
+/// Lazy reader over a corpus file, yielding `(line_number, case)` for every non-blank line.
+pub struct CorpusReader {
+    lines: CorpusLines,
 }
 
 impl Iterator for CorpusReader {
     type Item = CorpusEntry;
 
     fn next(&mut self) -> Option<Self::Item> {
-        loop {
-            let next = self.lines.next()?;
-            self.line += 1;
-            let wrap = |e: CorpusError, path: &Path, line: usize| CorpusError::Line {
-                path: path.to_path_buf(),
-                line,
-                source: Box::new(e),
-            };
-            match next {
-                Err(e) => {
-                    let err = CorpusError::Io {
-                        path: self.path.clone(),
-                        source: e,
-                    };
-                    return Some((self.line, Err(wrap(err, &self.path, self.line))));
-                }
-                Ok(s) if s.trim().is_empty() => continue,
-                Ok(s) => {
-                    let r = parse_case(&s).map_err(|e| wrap(e, &self.path, self.line));
-                    return Some((self.line, r));
-                }
-            }
-        }
+        let (line, text) = self.lines.next()?;
+        let r = text.and_then(|t| parse_line(&self.lines.path, line, &t));
+        Some((line, r))
     }
 }
 
-/// Open a `.jsonl` or `.jsonl.gz` corpus file for lazy reading.
-pub fn open_corpus(path: &Path) -> Result<CorpusReader, CorpusError> {
+/// Open a `.jsonl` or `.jsonl.gz` corpus file for lazy reading of its raw lines.
+pub fn open_lines(path: &Path) -> Result<CorpusLines, CorpusError> {
     let io = |source| CorpusError::Io {
         path: path.to_path_buf(),
         source,
@@ -699,11 +673,29 @@ pub fn open_corpus(path: &Path) -> Result<CorpusReader, CorpusError> {
     } else {
         Box::new(file)
     };
-    Ok(CorpusReader {
+    Ok(CorpusLines {
         path: path.to_path_buf(),
         lines: BufReader::new(reader).lines(),
         line: 0,
+        failed: false,
     })
+}
+
+/// Open a `.jsonl` or `.jsonl.gz` corpus file for lazy reading.
+pub fn open_corpus(path: &Path) -> Result<CorpusReader, CorpusError> {
+    Ok(CorpusReader {
+        lines: open_lines(path)?,
+    })
+}
+
+/// The number of cases (non-blank lines) in corpus files, without parsing them; files that
+/// cannot be read count what could be read.
+pub fn count_cases(paths: &[PathBuf]) -> usize {
+    paths
+        .iter()
+        .filter_map(|p| open_lines(p).ok())
+        .map(Iterator::count)
+        .sum()
 }
 
 /// Read a whole `.jsonl` or `.jsonl.gz` corpus file: one `(line_number, case)` per
@@ -717,23 +709,13 @@ pub fn read_corpus(path: &Path) -> Result<Vec<CorpusEntry>, CorpusError> {
 pub fn find_case(paths: &[PathBuf], name: &str) -> Result<TestCase, CorpusError> {
     let needle = format!("\"name\":\"{name}\"");
     for path in paths {
-        let reader = open_corpus(path)?;
-        let CorpusReader { lines, .. } = reader;
-        for (i, line) in lines.enumerate() {
-            let line = line.map_err(|source| CorpusError::Io {
-                path: path.clone(),
-                source,
-            })?;
+        for (line, text) in open_lines(path)? {
+            let text = text?;
             // Cheap pre-filter before a full parse.
-            if !line.contains(&needle) && !line.contains(name) {
+            if !text.contains(&needle) && !text.contains(name) {
                 continue;
             }
-            let wrap = |e| CorpusError::Line {
-                path: path.clone(),
-                line: i + 1,
-                source: Box::new(e),
-            };
-            let case = parse_case(&line).map_err(wrap)?;
+            let case = parse_line(path, line, &text)?;
             if case.name == name {
                 return Ok(case);
             }
@@ -800,30 +782,6 @@ mod tests {
             &ADD.replace("\"dimensions\":[2]", "\"dimensions\":[-2]"),
         ] {
             assert!(parse_case(bad).is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn f16_conversion() {
-        for (f, h) in [
-            (0.0f32, 0u16),
-            (-0.0, 0x8000),
-            (1.0, 0x3C00),
-            (-2.0, 0xC000),
-            (65504.0, 0x7BFF),
-            (65520.0, 0x7C00),
-            (5.960_464_5e-8, 0x0001),
-            (6.097_555e-5, 0x03FF),
-            (6.103_515_6e-5, 0x0400),
-            (0.1, 0x2E66),
-            (f32::INFINITY, 0x7C00),
-        ] {
-            assert_eq!(f32_to_f16_bits(f), h, "{f}");
-        }
-        assert!(f16_bits_to_f32(f32_to_f16_bits(f32::NAN)).is_nan());
-        for h in 0..=0x7BFFu16 {
-            assert_eq!(f32_to_f16_bits(f16_bits_to_f32(h)), h);
-            assert_eq!(f32_to_f16_bits(-f16_bits_to_f32(h)), h | 0x8000);
         }
     }
 }
