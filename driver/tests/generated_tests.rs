@@ -75,6 +75,16 @@ fn generated_test_v1_1() {
     generated_test("V1_1.jsonl.gz");
 }
 
+#[test]
+fn generated_test_v1_2() {
+    generated_test("V1_2.jsonl.gz");
+}
+
+#[test]
+fn generated_test_v1_3() {
+    generated_test("V1_3.jsonl.gz");
+}
+
 /// Output dimensions zeroed in the model: the driver returns the real shapes; with
 /// output 0 one byte short, OUTPUT_INSUFFICIENT_SIZE and `isSufficient` false for it only.
 #[test]
