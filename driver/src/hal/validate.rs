@@ -26,19 +26,49 @@ use std::collections::HashSet;
 use super::types::*;
 use crate::ops::check_operation_signature;
 
+/// What part of a HAL value failed validation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ValidationKind {
+    /// An execution preference, priority or measure-timing value.
+    Parameter,
+    /// A memory pool (handle shape, protection, size).
+    Memory,
+    /// An operand (type, rank, scale, zero point, lifetime, location, extra parameters).
+    Operand,
+    /// An operation (type, operand indexes, data flow, consumers).
+    Operation,
+    /// An operation's operands fit none of its signatures (see `crate::ops`).
+    Signature,
+    /// A subgraph's input or output index list.
+    IoIndexes,
+    /// SUBGRAPH references (cycles).
+    SubgraphReference,
+    /// Extension names and prefixes.
+    Extension,
+    /// A request's arguments or pools.
+    Request,
+}
+
 /// A HAL value failed validation. The HAL code is always INVALID_ARGUMENT.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct ValidationError {
+    kind: ValidationKind,
     message: String,
 }
 
 impl ValidationError {
-    /// A validation error with a human-readable message.
-    pub fn new(message: impl Into<String>) -> Self {
+    /// A validation error of `kind` with a human-readable message.
+    pub fn new(kind: ValidationKind, message: impl Into<String>) -> Self {
         Self {
+            kind,
             message: message.into(),
         }
+    }
+
+    /// What failed.
+    pub fn kind(&self) -> ValidationKind {
+        self.kind
     }
 
     /// The message.
@@ -53,15 +83,15 @@ impl ValidationError {
 }
 
 macro_rules! bail {
-    ($($arg:tt)*) => {
-        return Err(ValidationError::new(format!($($arg)*)))
+    ($kind:ident, $($arg:tt)*) => {
+        return Err(ValidationError::new(ValidationKind::$kind, format!($($arg)*)))
     };
 }
 
 /// Validate an execution preference.
 pub fn validate_execution_preference(p: ExecutionPreference) -> Result<(), ValidationError> {
     if p.name().is_none() {
-        bail!("invalid execution preference {}", p.0);
+        bail!(Parameter, "invalid execution preference {}", p.0);
     }
     Ok(())
 }
@@ -69,7 +99,7 @@ pub fn validate_execution_preference(p: ExecutionPreference) -> Result<(), Valid
 /// Validate a priority.
 pub fn validate_priority(p: Priority) -> Result<(), ValidationError> {
     if p.name().is_none() {
-        bail!("invalid priority {}", p.0);
+        bail!(Parameter, "invalid priority {}", p.0);
     }
     Ok(())
 }
@@ -77,7 +107,7 @@ pub fn validate_priority(p: Priority) -> Result<(), ValidationError> {
 /// Validate a measure-timing flag.
 pub fn validate_measure_timing(m: MeasureTiming) -> Result<(), ValidationError> {
     if m.name().is_none() {
-        bail!("invalid measure timing {}", m.0);
+        bail!(Parameter, "invalid measure timing {}", m.0);
     }
     Ok(())
 }
@@ -89,16 +119,22 @@ pub fn validate_memory(memory: &Memory) -> Result<(), ValidationError> {
     match memory.name.as_str() {
         MEMORY_ASHMEM => {
             if fds != 1 || ints != 0 {
-                bail!("ashmem memory must have 1 fd and 0 ints, has {fds} and {ints}");
+                bail!(
+                    Memory,
+                    "ashmem memory must have 1 fd and 0 ints, has {fds} and {ints}"
+                );
             }
         }
         MEMORY_MMAP_FD => {
             if fds != 1 || ints != 3 {
-                bail!("mmap_fd memory must have 1 fd and 3 ints, has {fds} and {ints}");
+                bail!(
+                    Memory,
+                    "mmap_fd memory must have 1 fd and 3 ints, has {fds} and {ints}"
+                );
             }
             let prot = memory.handle.ints[0];
             if prot & !(libc::PROT_READ | libc::PROT_WRITE) != 0 {
-                bail!("mmap_fd memory has invalid protection {prot:#x}");
+                bail!(Memory, "mmap_fd memory has invalid protection {prot:#x}");
             }
             let offset = (u64::from(memory.handle.ints[2] as u32) << 32)
                 | u64::from(memory.handle.ints[1] as u32);
@@ -107,6 +143,7 @@ pub fn validate_memory(memory: &Memory) -> Result<(), ValidationError> {
                 .is_none_or(|end| end > i64::MAX as u64)
             {
                 bail!(
+                    Memory,
                     "mmap_fd memory offset {offset} + size {} overflows",
                     memory.size
                 );
@@ -114,24 +151,25 @@ pub fn validate_memory(memory: &Memory) -> Result<(), ValidationError> {
         }
         MEMORY_HARDWARE_BUFFER_BLOB => {
             if fds == 0 {
-                bail!("hardware_buffer_blob memory has no fd");
+                bail!(Memory, "hardware_buffer_blob memory has no fd");
             }
             if memory.size == 0 {
-                bail!("hardware_buffer_blob memory has size 0");
+                bail!(Memory, "hardware_buffer_blob memory has size 0");
             }
         }
         MEMORY_HARDWARE_BUFFER => {
             if fds == 0 {
-                bail!("hardware_buffer memory has no fd");
+                bail!(Memory, "hardware_buffer memory has no fd");
             }
             if memory.size != 0 {
                 bail!(
+                    Memory,
                     "hardware_buffer memory must have size 0, has {}",
                     memory.size
                 );
             }
         }
-        other => bail!("unsupported memory type {other:?}"),
+        other => bail!(Memory, "unsupported memory type {other:?}"),
     }
     Ok(())
 }
@@ -182,7 +220,7 @@ impl ModelCtx<'_> {
         let t = o.r#type;
         let w = format!("{where_} operand {i}");
         if !self.operand_type_known(t) {
-            bail!("{w}: invalid operand type {}", t.0);
+            bail!(Operand, "{w}: invalid operand type {}", t.0);
         }
         let extension = t.is_extension();
         let constant = matches!(
@@ -191,17 +229,17 @@ impl ModelCtx<'_> {
         );
         // Rank.
         if t.is_scalar() && !o.dimensions.is_empty() {
-            bail!("{w}: scalar {t} has rank {}", o.dimensions.len());
+            bail!(Operand, "{w}: scalar {t} has rank {}", o.dimensions.len());
         }
         if t.is_tensor() && constant && o.dimensions.is_empty() {
-            bail!("{w}: constant tensor has rank 0");
+            bail!(Operand, "{w}: constant tensor has rank 0");
         }
         // Scale.
         let s = o.scale;
         match t {
             T::TENSOR_INT32 => {
                 if s.is_nan() || s < 0.0 {
-                    bail!("{w}: TENSOR_INT32 scale {s} is negative");
+                    bail!(Operand, "{w}: TENSOR_INT32 scale {s} is negative");
                 }
             }
             T::TENSOR_QUANT8_ASYMM
@@ -210,13 +248,13 @@ impl ModelCtx<'_> {
             | T::TENSOR_QUANT16_ASYMM
             | T::TENSOR_QUANT16_SYMM => {
                 if !is_positive_finite(s) {
-                    bail!("{w}: {t} scale {s} is not positive");
+                    bail!(Operand, "{w}: {t} scale {s} is not positive");
                 }
             }
             T::OEM | T::TENSOR_OEM_BYTE => {}
             _ => {
                 if s != 0.0 {
-                    bail!("{w}: {t} scale {s} is not 0");
+                    bail!(Operand, "{w}: {t} scale {s} is not 0");
                 }
             }
         }
@@ -230,48 +268,62 @@ impl ModelCtx<'_> {
             _ => z == 0,
         };
         if !z_ok {
-            bail!("{w}: {t} zero point {z} is out of range");
+            bail!(Operand, "{w}: {t} zero point {z} is out of range");
         }
         // Extra params.
         match (&o.extra_params, t) {
             (ExtraParams::ChannelQuant(p), T::TENSOR_QUANT8_SYMM_PER_CHANNEL) => {
                 let Some(&n) = o.dimensions.get(p.channel_dim as usize) else {
                     bail!(
+                        Operand,
                         "{w}: channel_dim {} out of range for rank {}",
                         p.channel_dim,
                         o.dimensions.len()
                     );
                 };
                 if n == 0 {
-                    bail!("{w}: channel dimension {} is unknown", p.channel_dim);
+                    bail!(
+                        Operand,
+                        "{w}: channel dimension {} is unknown",
+                        p.channel_dim
+                    );
                 }
                 if p.scales.len() != n as usize {
                     bail!(
+                        Operand,
                         "{w}: {} per-channel scales for {n} channels",
                         p.scales.len()
                     );
                 }
                 if let Some(bad) = p.scales.iter().find(|&&s| !is_positive_finite(s)) {
-                    bail!("{w}: per-channel scale {bad} is not positive");
+                    bail!(Operand, "{w}: per-channel scale {bad} is not positive");
                 }
             }
             (_, T::TENSOR_QUANT8_SYMM_PER_CHANNEL) => {
-                bail!("{w}: TENSOR_QUANT8_SYMM_PER_CHANNEL without channel quantization parameters")
+                bail!(
+                    Operand,
+                    "{w}: TENSOR_QUANT8_SYMM_PER_CHANNEL without channel quantization parameters"
+                )
             }
             (ExtraParams::None, _) => {}
             (ExtraParams::Extension(_), _) if extension => {}
-            (_, _) => bail!("{w}: {t} has unexpected extra parameters"),
+            (_, _) => bail!(Operand, "{w}: {t} has unexpected extra parameters"),
         }
         // Lifetime and location.
         let loc = o.location;
         match o.lifetime {
             OperandLifeTime::CONSTANT_COPY => {
                 if loc.pool_index != 0 {
-                    bail!("{w}: CONSTANT_COPY with pool index {}", loc.pool_index);
+                    bail!(
+                        Operand,
+                        "{w}: CONSTANT_COPY with pool index {}",
+                        loc.pool_index
+                    );
                 }
                 let end = u64::from(loc.offset) + u64::from(loc.length);
                 if end > self.model.operand_values.len() as u64 {
                     bail!(
+                        Operand,
                         "{w}: CONSTANT_COPY [{}, {end}) outside operand values of {} bytes",
                         loc.offset,
                         self.model.operand_values.len()
@@ -281,6 +333,7 @@ impl ModelCtx<'_> {
             OperandLifeTime::CONSTANT_REFERENCE => {
                 let Some(pool) = self.model.pools.get(loc.pool_index as usize) else {
                     bail!(
+                        Operand,
                         "{w}: CONSTANT_REFERENCE pool index {} out of range",
                         loc.pool_index
                     );
@@ -288,6 +341,7 @@ impl ModelCtx<'_> {
                 let end = u64::from(loc.offset) + u64::from(loc.length);
                 if end > pool.size {
                     bail!(
+                        Operand,
                         "{w}: CONSTANT_REFERENCE [{}, {end}) outside pool of {} bytes",
                         loc.offset,
                         pool.size
@@ -299,28 +353,33 @@ impl ModelCtx<'_> {
             | OperandLifeTime::SUBGRAPH_OUTPUT
             | OperandLifeTime::NO_VALUE => {
                 if loc != DataLocation::default() {
-                    bail!("{w}: {} operand has a non-zero location", o.lifetime);
+                    bail!(
+                        Operand,
+                        "{w}: {} operand has a non-zero location",
+                        o.lifetime
+                    );
                 }
             }
             OperandLifeTime::SUBGRAPH => {
                 if loc.pool_index != 0 || loc.length != 0 {
-                    bail!("{w}: SUBGRAPH operand with a pool index or length");
+                    bail!(Operand, "{w}: SUBGRAPH operand with a pool index or length");
                 }
                 if loc.offset as usize >= self.model.referenced.len() {
-                    bail!("{w}: SUBGRAPH index {} out of range", loc.offset);
+                    bail!(Operand, "{w}: SUBGRAPH index {} out of range", loc.offset);
                 }
             }
-            other => bail!("{w}: invalid lifetime {}", other.0),
+            other => bail!(Operand, "{w}: invalid lifetime {}", other.0),
         }
         if (t == T::SUBGRAPH) != (o.lifetime == OperandLifeTime::SUBGRAPH) {
-            bail!("{w}: type {t} with lifetime {}", o.lifetime);
+            bail!(Operand, "{w}: type {t} with lifetime {}", o.lifetime);
         }
         if constant && !extension && t != T::OEM && t != T::TENSOR_OEM_BYTE {
             let Some(size) = operand_size(t, &o.dimensions) else {
-                bail!("{w}: size of {t} {:?} overflows", o.dimensions);
+                bail!(Operand, "{w}: size of {t} {:?} overflows", o.dimensions);
             };
             if size != u64::from(loc.length) {
                 bail!(
+                    Operand,
                     "{w}: constant length {} does not match its size {size}",
                     loc.length
                 );
@@ -339,11 +398,14 @@ impl ModelCtx<'_> {
         for (k, op) in s.operations.iter().enumerate() {
             let w = format!("{where_} operation {k}");
             if !self.operation_type_known(op.r#type) {
-                bail!("{w}: invalid operation type {}", op.r#type.0);
+                bail!(Operation, "{w}: invalid operation type {}", op.r#type.0);
             }
             for &i in op.inputs.iter().chain(&op.outputs) {
                 if i as usize >= n {
-                    bail!("{w}: operand index {i} out of range ({n} operands)");
+                    bail!(
+                        Operation,
+                        "{w}: operand index {i} out of range ({n} operands)"
+                    );
                 }
             }
             let ins: Vec<&Operand> = op.inputs.iter().map(|&i| &s.operands[i as usize]).collect();
@@ -352,8 +414,9 @@ impl ModelCtx<'_> {
                 .iter()
                 .map(|&i| &s.operands[i as usize])
                 .collect();
-            check_operation_signature(op.r#type, &ins, &outs)
-                .map_err(|e| ValidationError::new(format!("{w}: {e}")))?;
+            check_operation_signature(op.r#type, &ins, &outs).map_err(|e| {
+                ValidationError::new(ValidationKind::Signature, format!("{w}: {e}"))
+            })?;
             for &i in &op.inputs {
                 let i = i as usize;
                 let lt = s.operands[i].lifetime;
@@ -363,7 +426,7 @@ impl ModelCtx<'_> {
                         OperandLifeTime::TEMPORARY_VARIABLE | OperandLifeTime::SUBGRAPH_OUTPUT
                     )
                 {
-                    bail!("{w}: reads operand {i} before it is written");
+                    bail!(Operation, "{w}: reads operand {i} before it is written");
                 }
                 consumers[i] += 1;
             }
@@ -374,10 +437,10 @@ impl ModelCtx<'_> {
                     lt,
                     OperandLifeTime::TEMPORARY_VARIABLE | OperandLifeTime::SUBGRAPH_OUTPUT
                 ) {
-                    bail!("{w}: writes operand {i} whose lifetime is {lt}");
+                    bail!(Operation, "{w}: writes operand {i} whose lifetime is {lt}");
                 }
                 if written[i] {
-                    bail!("{w}: operand {i} is written more than once");
+                    bail!(Operation, "{w}: operand {i} is written more than once");
                 }
                 written[i] = true;
             }
@@ -389,10 +452,14 @@ impl ModelCtx<'_> {
                     OperandLifeTime::TEMPORARY_VARIABLE | OperandLifeTime::SUBGRAPH_OUTPUT
                 )
             {
-                bail!("{where_} operand {i} ({}) is never written", o.lifetime);
+                bail!(
+                    Operation,
+                    "{where_} operand {i} ({}) is never written",
+                    o.lifetime
+                );
             }
             if u64::from(o.number_of_consumers) != consumers[i] {
-                bail!(
+                bail!(Operation,
                     "{where_} operand {i} has number_of_consumers {}, but {} operation inputs read it",
                     o.number_of_consumers,
                     consumers[i]
@@ -433,21 +500,28 @@ fn io_indexes(
     let mut seen = HashSet::new();
     for &i in indexes {
         let Some(o) = s.operands.get(i as usize) else {
-            bail!("{where_} {what} index {i} out of range");
+            bail!(IoIndexes, "{where_} {what} index {i} out of range");
         };
         if o.lifetime != lifetime {
             bail!(
+                IoIndexes,
                 "{where_} {what} operand {i} has lifetime {} instead of {lifetime}",
                 o.lifetime
             );
         }
         if !seen.insert(i) {
-            bail!("{where_} {what} operand {i} is listed more than once");
+            bail!(
+                IoIndexes,
+                "{where_} {what} operand {i} is listed more than once"
+            );
         }
     }
     for (i, o) in s.operands.iter().enumerate() {
         if o.lifetime == lifetime && !seen.contains(&(i as u32)) {
-            bail!("{where_} operand {i} has lifetime {lifetime} but is not a subgraph {what}");
+            bail!(
+                IoIndexes,
+                "{where_} operand {i} has lifetime {lifetime} but is not a subgraph {what}"
+            );
         }
     }
     Ok(())
@@ -487,6 +561,7 @@ fn check_no_reference_cycles(model: &Model) -> Result<(), ValidationError> {
                         stack.push((r, e));
                     }
                     1 => bail!(
+                        SubgraphReference,
                         "subgraph {} refers back to subgraph {r} (reference cycle)",
                         *g
                     ),
@@ -508,17 +583,23 @@ pub fn validate_model(model: &Model) -> Result<(), ValidationError> {
     let mut names = HashSet::new();
     for e in &model.extension_name_to_prefix {
         if e.name.is_empty() {
-            bail!("extension with an empty name");
+            bail!(Extension, "extension with an empty name");
         }
         if !names.insert(e.name.as_str()) {
-            bail!("extension {:?} is listed more than once", e.name);
+            bail!(Extension, "extension {:?} is listed more than once", e.name);
         }
         if !prefixes.insert(e.prefix) {
-            bail!("extension prefix {} is used more than once", e.prefix);
+            bail!(
+                Extension,
+                "extension prefix {} is used more than once",
+                e.prefix
+            );
         }
     }
     for (i, pool) in model.pools.iter().enumerate() {
-        validate_memory(pool).map_err(|e| ValidationError::new(format!("model pool {i}: {e}")))?;
+        validate_memory(pool).map_err(|e| {
+            ValidationError::new(ValidationKind::Memory, format!("model pool {i}: {e}"))
+        })?;
     }
     let ctx = ModelCtx { model, prefixes };
     ctx.subgraph(&model.main, "main")?;
@@ -549,6 +630,7 @@ fn request_arguments(
 ) -> Result<(), ValidationError> {
     if args.len() != indexes.len() {
         bail!(
+            Request,
             "request has {} {what}s, the model has {}",
             args.len(),
             indexes.len()
@@ -556,17 +638,24 @@ fn request_arguments(
     }
     for (i, (arg, &index)) in args.iter().zip(indexes).enumerate() {
         let Some(operand) = operands.get(index as usize) else {
-            bail!("model {what} {i} refers to operand {index}, out of range");
+            bail!(
+                Request,
+                "model {what} {i} refers to operand {index}, out of range"
+            );
         };
         let loc = arg.location;
         if arg.has_no_value {
             if loc != DataLocation::default() || !arg.dimensions.is_empty() {
-                bail!("request {what} {i} has no value but a location or dimensions");
+                bail!(
+                    Request,
+                    "request {what} {i} has no value but a location or dimensions"
+                );
             }
             continue;
         }
         let Some(&size) = pool_sizes.get(loc.pool_index as usize) else {
             bail!(
+                Request,
                 "request {what} {i}: pool index {} out of range",
                 loc.pool_index
             );
@@ -575,13 +664,14 @@ fn request_arguments(
             // A driver-managed buffer (token): the whole buffer is the argument.
             None => {
                 if loc.offset != 0 || loc.length != 0 {
-                    bail!("request {what} {i}: a device memory argument must have offset 0 and length 0");
+                    bail!(Request, "request {what} {i}: a device memory argument must have offset 0 and length 0");
                 }
             }
             Some(size) => {
                 let end = u64::from(loc.offset) + u64::from(loc.length);
                 if end > size {
                     bail!(
+                        Request,
                         "request {what} {i}: [{}, {end}) is outside its pool of {size} bytes",
                         loc.offset
                     );
@@ -592,13 +682,14 @@ fn request_arguments(
         if !dims.is_empty() {
             if !operand.dimensions.is_empty() && dims.len() != operand.dimensions.len() {
                 bail!(
+                    Request,
                     "request {what} {i} has rank {}, the model operand has rank {}",
                     dims.len(),
                     operand.dimensions.len()
                 );
             }
             if operand.r#type.is_scalar() {
-                bail!("request {what} {i} gives dimensions for a scalar");
+                bail!(Request, "request {what} {i} gives dimensions for a scalar");
             }
             for (d, (&r, &m)) in dims
                 .iter()
@@ -606,16 +697,22 @@ fn request_arguments(
                 .enumerate()
             {
                 if m != 0 && r != m {
-                    bail!("request {what} {i} dimension {d} is {r}, the model says {m}");
+                    bail!(
+                        Request,
+                        "request {what} {i} dimension {d} is {r}, the model says {m}"
+                    );
                 }
                 if r == 0 && !allow_unspecified {
-                    bail!("request {what} {i} dimension {d} is unspecified");
+                    bail!(Request, "request {what} {i} dimension {d} is unspecified");
                 }
             }
         } else if !allow_unspecified
             && has_unspecified_dimensions(operand.r#type, &operand.dimensions)
         {
-            bail!("request {what} {i} leaves the model's unspecified dimensions unspecified");
+            bail!(
+                Request,
+                "request {what} {i} leaves the model's unspecified dimensions unspecified"
+            );
         }
     }
     Ok(())
@@ -632,11 +729,12 @@ pub fn validate_request(
     for (i, pool) in request.pools.iter().enumerate() {
         match pool {
             RequestMemoryPool::HidlMemory(m) => {
-                validate_memory(m)
-                    .map_err(|e| ValidationError::new(format!("request pool {i}: {e}")))?;
+                validate_memory(m).map_err(|e| {
+                    ValidationError::new(ValidationKind::Memory, format!("request pool {i}: {e}"))
+                })?;
                 pool_sizes.push(Some(m.size));
             }
-            RequestMemoryPool::Token(0) => bail!("request pool {i}: token 0 is invalid"),
+            RequestMemoryPool::Token(0) => bail!(Request, "request pool {i}: token 0 is invalid"),
             RequestMemoryPool::Token(_) => pool_sizes.push(None),
         }
     }
@@ -891,5 +989,30 @@ mod tests {
         assert!(validate_execution_preference(ExecutionPreference(3)).is_err());
         assert!(validate_priority(Priority(3)).is_err());
         validate_priority(Priority::HIGH).unwrap();
+    }
+
+    #[test]
+    fn errors_say_what_failed() {
+        let kind = |m: &Model| validate_model(m).unwrap_err().kind();
+        let mut m = add_model();
+        m.main.operands[2].dimensions = vec![1];
+        assert_eq!(kind(&m), ValidationKind::Operand);
+        let mut m = add_model();
+        m.main.operations[0].inputs.pop();
+        assert_eq!(kind(&m), ValidationKind::Signature);
+        let mut m = add_model();
+        m.main.input_indexes.push(0);
+        assert_eq!(kind(&m), ValidationKind::IoIndexes);
+        let m = add_model();
+        let mut r = request(&m);
+        r.inputs.pop();
+        assert_eq!(
+            validate_request(&r, &m, true).unwrap_err().kind(),
+            ValidationKind::Request
+        );
+        assert_eq!(
+            validate_priority(Priority(3)).unwrap_err().kind(),
+            ValidationKind::Parameter
+        );
     }
 }
