@@ -3,7 +3,7 @@
 
 use vnpu_emu::kernels::{Conv2d, DepthwiseConv2d, FullyConnected, Padding};
 
-use super::types::{FLOATS, FLOAT_QUANT8};
+use super::types::FLOAT_QUANT8;
 use super::{arg, channel_dim, Arg, Args, HalVersion::*, OpDef, Signature, Ty};
 use crate::compile::{CompileError, Lowered};
 use crate::hal::{Operand, OperationType};
@@ -247,7 +247,7 @@ pub const CONV_2D: OpDef = OpDef {
     op: OperationType::CONV_2D,
     signatures: CONV_SIGS,
     check: Some(|ins, _| filter_axis(ins, 0)),
-    runs: FLOATS,
+    runs: FLOAT_QUANT8,
     lower: Some(lower_conv),
 };
 
@@ -256,7 +256,7 @@ pub const DEPTHWISE_CONV_2D: OpDef = OpDef {
     op: OperationType::DEPTHWISE_CONV_2D,
     signatures: DEPTHWISE_SIGS,
     check: Some(|ins, _| filter_axis(ins, 3)),
-    runs: FLOATS,
+    runs: FLOAT_QUANT8,
     lower: Some(lower_depthwise),
 };
 
@@ -275,7 +275,7 @@ pub const FULLY_CONNECTED: OpDef = OpDef {
         OUT,
     )],
     check: None,
-    runs: FLOATS,
+    runs: FLOAT_QUANT8,
     lower: Some(|a| {
         a.kernel(
             FullyConnected {
