@@ -3,6 +3,8 @@
 pub mod conv2d;
 pub mod depthwise;
 pub mod fully_connected;
+pub mod grouped;
+pub mod transpose;
 
 use crate::kernels::qconv::{
     per_channel_multipliers, per_tensor_multiplier, PerChannel, QuantParams,
