@@ -100,6 +100,25 @@ fn filter_axis(ins: &[&Operand], want: u32) -> Result<(), String> {
     }
 }
 
+/// Known ranks must be 4 for the input and the filter (as NNAPI's CONV_2D validation
+/// requires), and a depthwise filter's first dimension, when known, must be 1.
+fn check_ranks(ins: &[&Operand], depthwise: bool) -> Result<(), String> {
+    for (k, what) in [(0, "input"), (1, "filter")] {
+        let rank = ins.get(k).map_or(0, |o| o.dimensions.len());
+        if rank != 0 && rank != 4 {
+            return Err(format!("{what} must have rank 4, has rank {rank}"));
+        }
+    }
+    if depthwise {
+        if let Some(&d0) = ins.get(1).and_then(|o| o.dimensions.first()) {
+            if d0 != 1 && d0 != 0 {
+                return Err(format!("depthwise filter dimension 0 must be 1, is {d0}"));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// NNAPI's implicit padding (1 SAME, 2 VALID): (before, after) for one spatial dimension.
 pub fn implicit_padding(
     scheme: i32,
@@ -248,7 +267,10 @@ fn lower_depthwise(a: &Args<'_>) -> Result<Lowered, CompileError> {
 pub const CONV_2D: OpDef = OpDef {
     op: OperationType::CONV_2D,
     signatures: CONV_SIGS,
-    check: Some(|ins, _| filter_axis(ins, 0)),
+    check: Some(|ins, _| {
+        check_ranks(ins, false)?;
+        filter_axis(ins, 0)
+    }),
     runs: FLOAT_QUANT8,
     lower: Some(lower_conv),
 };
@@ -257,7 +279,10 @@ pub const CONV_2D: OpDef = OpDef {
 pub const DEPTHWISE_CONV_2D: OpDef = OpDef {
     op: OperationType::DEPTHWISE_CONV_2D,
     signatures: DEPTHWISE_SIGS,
-    check: Some(|ins, _| filter_axis(ins, 3)),
+    check: Some(|ins, _| {
+        check_ranks(ins, true)?;
+        filter_axis(ins, 3)
+    }),
     runs: FLOAT_QUANT8,
     lower: Some(lower_depthwise),
 };
