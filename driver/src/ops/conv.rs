@@ -1,12 +1,14 @@
 //! CONV_2D, DEPTHWISE_CONV_2D (implicit or explicit padding, optional layout and
 //! dilation) and FULLY_CONNECTED.
 
-use vnpu_emu::kernels::{Conv2d, DepthwiseConv2d, FullyConnected, Padding};
+use vnpu_emu::kernels::{
+    Conv2d, DepthwiseConv2d, FullyConnected, GroupedConv2d, Padding, TransposeConv2d,
+};
 
-use super::types::{FLOATS, FLOAT_QUANT8};
+use super::types::FLOAT_QUANT8;
 use super::{arg, channel_dim, Arg, Args, HalVersion::*, OpDef, Signature, Ty};
 use crate::compile::{CompileError, Lowered};
-use crate::hal::{Operand, OperationType};
+use crate::hal::{Operand, OperandType, OperationType};
 
 const OUT: &[Arg] = &[arg("output", Ty::T)];
 const LAYOUT_DILATION: &[&[Arg]] = &[
@@ -96,6 +98,25 @@ fn filter_axis(ins: &[&Operand], want: u32) -> Result<(), String> {
         )),
         _ => Ok(()),
     }
+}
+
+/// Known ranks must be 4 for the input and the filter (as NNAPI's CONV_2D validation
+/// requires), and a depthwise filter's first dimension, when known, must be 1.
+fn check_ranks(ins: &[&Operand], depthwise: bool) -> Result<(), String> {
+    for (k, what) in [(0, "input"), (1, "filter")] {
+        let rank = ins.get(k).map_or(0, |o| o.dimensions.len());
+        if rank != 0 && rank != 4 {
+            return Err(format!("{what} must have rank 4, has rank {rank}"));
+        }
+    }
+    if depthwise {
+        if let Some(&d0) = ins.get(1).and_then(|o| o.dimensions.first()) {
+            if d0 != 1 && d0 != 0 {
+                return Err(format!("depthwise filter dimension 0 must be 1, is {d0}"));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// NNAPI's implicit padding (1 SAME, 2 VALID): (before, after) for one spatial dimension.
@@ -246,8 +267,11 @@ fn lower_depthwise(a: &Args<'_>) -> Result<Lowered, CompileError> {
 pub const CONV_2D: OpDef = OpDef {
     op: OperationType::CONV_2D,
     signatures: CONV_SIGS,
-    check: Some(|ins, _| filter_axis(ins, 0)),
-    runs: FLOATS,
+    check: Some(|ins, _| {
+        check_ranks(ins, false)?;
+        filter_axis(ins, 0)
+    }),
+    runs: FLOAT_QUANT8,
     lower: Some(lower_conv),
 };
 
@@ -255,8 +279,11 @@ pub const CONV_2D: OpDef = OpDef {
 pub const DEPTHWISE_CONV_2D: OpDef = OpDef {
     op: OperationType::DEPTHWISE_CONV_2D,
     signatures: DEPTHWISE_SIGS,
-    check: Some(|ins, _| filter_axis(ins, 3)),
-    runs: FLOATS,
+    check: Some(|ins, _| {
+        check_ranks(ins, true)?;
+        filter_axis(ins, 3)
+    }),
+    runs: FLOAT_QUANT8,
     lower: Some(lower_depthwise),
 };
 
@@ -275,7 +302,7 @@ pub const FULLY_CONNECTED: OpDef = OpDef {
         OUT,
     )],
     check: None,
-    runs: FLOATS,
+    runs: FLOAT_QUANT8,
     lower: Some(|a| {
         a.kernel(
             FullyConnected {
@@ -284,4 +311,188 @@ pub const FULLY_CONNECTED: OpDef = OpDef {
             &["input", "weights", "bias"],
         )
     }),
+};
+
+const GROUPED_SIGS: &[Signature] = &[
+    Signature::new(
+        V1_2,
+        FLOAT_QUANT8,
+        &[
+            arg("input", Ty::T),
+            arg("filter", Ty::Filter),
+            arg("bias", Ty::Bias),
+            arg("pad_left", Ty::Int),
+            arg("pad_right", Ty::Int),
+            arg("pad_top", Ty::Int),
+            arg("pad_bottom", Ty::Int),
+            arg("stride_w", Ty::Int),
+            arg("stride_h", Ty::Int),
+            arg("groups", Ty::Int),
+            arg("activation", Ty::Int),
+            arg("layout", Ty::Bool),
+        ],
+        OUT,
+    ),
+    Signature::new(
+        V1_2,
+        FLOAT_QUANT8,
+        &[
+            arg("input", Ty::T),
+            arg("filter", Ty::Filter),
+            arg("bias", Ty::Bias),
+            arg("padding_scheme", Ty::Int),
+            arg("stride_w", Ty::Int),
+            arg("stride_h", Ty::Int),
+            arg("groups", Ty::Int),
+            arg("activation", Ty::Int),
+            arg("layout", Ty::Bool),
+        ],
+        OUT,
+    ),
+];
+
+fn lower_grouped(a: &Args<'_>) -> Result<Lowered, CompileError> {
+    let nchw = a.flag("layout")?;
+    let (kh, kw) = filter_hw(a)?;
+    let w = window(a, nchw, (kw, kh), (1, 1))?;
+    a.kernel(
+        GroupedConv2d {
+            pad: w.pad,
+            stride_w: w.stride_w,
+            stride_h: w.stride_h,
+            groups: a.positive("groups")?,
+            act: a.act("activation")?,
+            nchw,
+        },
+        &["input", "filter", "bias"],
+    )
+}
+
+/// GROUPED_CONV_2D.
+pub const GROUPED_CONV_2D: OpDef = OpDef {
+    op: OperationType::GROUPED_CONV_2D,
+    signatures: GROUPED_SIGS,
+    check: Some(|ins, _| filter_axis(ins, 0)),
+    runs: FLOAT_QUANT8,
+    lower: Some(lower_grouped),
+};
+
+const TRANSPOSE_SIGS: &[Signature] = &[
+    Signature::new(
+        V1_2,
+        FLOAT_QUANT8,
+        &[
+            arg("input", Ty::T),
+            arg("filter", Ty::Filter),
+            arg("bias", Ty::Bias),
+            arg("pad_left", Ty::Int),
+            arg("pad_right", Ty::Int),
+            arg("pad_top", Ty::Int),
+            arg("pad_bottom", Ty::Int),
+            arg("stride_w", Ty::Int),
+            arg("stride_h", Ty::Int),
+            arg("activation", Ty::Int),
+            arg("layout", Ty::Bool),
+        ],
+        OUT,
+    ),
+    Signature::new(
+        V1_2,
+        FLOAT_QUANT8,
+        &[
+            arg("input", Ty::T),
+            arg("filter", Ty::Filter),
+            arg("bias", Ty::Bias),
+            arg("output_shape", Ty::Is(OperandType::TENSOR_INT32)),
+            arg("padding_scheme", Ty::Int),
+            arg("stride_w", Ty::Int),
+            arg("stride_h", Ty::Int),
+            arg("activation", Ty::Int),
+            arg("layout", Ty::Bool),
+        ],
+        OUT,
+    ),
+];
+
+/// NNAPI's output size of a transposed convolution: `in * stride + filter - stride - pads`.
+fn transpose_out(input: usize, filter: u32, stride: u32, head: i64, tail: i64) -> Option<u32> {
+    let v = i64::try_from(input).ok()? * i64::from(stride) + i64::from(filter)
+        - i64::from(stride)
+        - head
+        - tail;
+    u32::try_from(v).ok().filter(|&v| v > 0)
+}
+
+/// NNAPI's implicit padding of a transposed convolution over an output of size `out`:
+/// (head, tail); the tail may be negative (it only fits the last stride tightly).
+fn transpose_padding(scheme: i32, out: i64, stride: u32, filter: u32) -> Option<(i64, i64)> {
+    match scheme {
+        1 => {
+            let s = i64::from(stride);
+            let out_size = (out + s - 1) / s;
+            let tmp = (out_size - 1) * s + i64::from(filter);
+            let head = if tmp > out { (tmp - out) / 2 } else { 0 };
+            Some((head, tmp - out - head))
+        }
+        2 => Some((0, 0)),
+        _ => None,
+    }
+}
+
+fn lower_transpose(a: &Args<'_>) -> Result<Lowered, CompileError> {
+    let nchw = a.flag("layout")?;
+    let (kh, kw) = filter_hw(a)?;
+    let (h, w) = spatial(a, a.shape("input")?, nchw)?;
+    let stride_w = a.positive("stride_w")?;
+    let stride_h = a.positive("stride_h")?;
+    let ((left, right), (top, bottom)) = if a.has("padding_scheme") {
+        let scheme = a.i32("padding_scheme")?;
+        let shape = a.ints("output_shape")?;
+        let &[_, d1, d2, d3] = shape.as_slice() else {
+            return Err(a.invalid(format!("output shape {shape:?} must have 4 entries")));
+        };
+        let (oh, ow) = if nchw { (d2, d3) } else { (d1, d2) };
+        let bad = || a.invalid(format!("padding scheme {scheme}"));
+        (
+            transpose_padding(scheme, i64::from(ow), stride_w, kw).ok_or_else(bad)?,
+            transpose_padding(scheme, i64::from(oh), stride_h, kh).ok_or_else(bad)?,
+        )
+    } else {
+        (
+            (
+                i64::from(a.non_negative("pad_left")?),
+                i64::from(a.non_negative("pad_right")?),
+            ),
+            (
+                i64::from(a.non_negative("pad_top")?),
+                i64::from(a.non_negative("pad_bottom")?),
+            ),
+        )
+    };
+    let bad_size = || a.invalid("transposed convolution has an empty or too large output");
+    let out_w = transpose_out(w, kw, stride_w, left, right).ok_or_else(bad_size)?;
+    let out_h = transpose_out(h, kh, stride_h, top, bottom).ok_or_else(bad_size)?;
+    let pad = |v: i64| u32::try_from(v).map_err(|_| a.invalid("negative padding"));
+    a.kernel(
+        TransposeConv2d {
+            pad_left: pad(left)?,
+            pad_top: pad(top)?,
+            out_h,
+            out_w,
+            stride_w,
+            stride_h,
+            act: a.act("activation")?,
+            nchw,
+        },
+        &["input", "filter", "bias"],
+    )
+}
+
+/// TRANSPOSE_CONV_2D.
+pub const TRANSPOSE_CONV_2D: OpDef = OpDef {
+    op: OperationType::TRANSPOSE_CONV_2D,
+    signatures: TRANSPOSE_SIGS,
+    check: Some(|ins, _| filter_axis(ins, 0)),
+    runs: FLOAT_QUANT8,
+    lower: Some(lower_transpose),
 };

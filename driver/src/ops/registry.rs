@@ -21,6 +21,8 @@ pub static REGISTRY: &[&OpDef] = &[
     &conv::CONV_2D,
     &conv::DEPTHWISE_CONV_2D,
     &conv::FULLY_CONNECTED,
+    &conv::GROUPED_CONV_2D,
+    &conv::TRANSPOSE_CONV_2D,
     &pool::AVERAGE_POOL_2D,
     &pool::MAX_POOL_2D,
     &pool::L2_POOL_2D,

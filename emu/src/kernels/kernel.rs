@@ -45,16 +45,7 @@ pub trait Kernel: Clone + Debug + PartialEq + Sized {
     /// Validates the outputs' element types and quantisation against the inputs. The
     /// default accepts outputs of the first input's type.
     fn check_outputs(&self, inputs: &[&TensorType], outputs: &[&TensorType]) -> Result<()> {
-        let want = inputs.first().map(|t| t.dtype);
-        for o in outputs {
-            if Some(o.dtype) != want {
-                return Err(KernelError::DType {
-                    expected: want.unwrap_or(o.dtype),
-                    got: o.dtype,
-                });
-            }
-        }
-        Ok(())
+        default_check(inputs, outputs)
     }
 
     /// The work of the kernel (default: every element read and written once).
@@ -262,4 +253,18 @@ pub mod enc {
         w.push(u32::try_from(items.len()).unwrap_or(u32::MAX));
         w.extend(items);
     }
+}
+
+/// The default [`Kernel::check_outputs`]: every output has the first input's type.
+pub fn default_check(inputs: &[&TensorType], outputs: &[&TensorType]) -> Result<()> {
+    let want = inputs.first().map(|t| t.dtype);
+    for o in outputs {
+        if Some(o.dtype) != want {
+            return Err(KernelError::DType {
+                expected: want.unwrap_or(o.dtype),
+                got: o.dtype,
+            });
+        }
+    }
+    Ok(())
 }

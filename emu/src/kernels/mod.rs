@@ -49,7 +49,10 @@ use std::ops::RangeInclusive;
 pub use kernel::{Cost, Kernel, Words};
 
 pub use activation::softmax::Softmax;
-pub use conv::{conv2d::Conv2d, depthwise::DepthwiseConv2d, fully_connected::FullyConnected};
+pub use conv::{
+    conv2d::Conv2d, depthwise::DepthwiseConv2d, fully_connected::FullyConnected,
+    grouped::GroupedConv2d, transpose::TransposeConv2d,
+};
 pub use elementwise::binary::{Binary, BinaryKind};
 pub use elementwise::unary::{Unary, UnaryKind};
 pub use image::resize_bilinear::ResizeBilinear;
@@ -132,6 +135,8 @@ registry! {
     14 => Pad(movement::pad::Pad),
     15 => Transpose(movement::transpose::Transpose),
     16 => Mean(reduction::mean::Mean),
+    20 => TransposeConv2d(conv::transpose::TransposeConv2d),
+    21 => GroupedConv2d(conv::grouped::GroupedConv2d),
 }
 
 /// The object-safe face of [`Kernel`], implemented for every kernel.

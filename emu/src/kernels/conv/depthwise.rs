@@ -4,9 +4,12 @@
 //! Parameter words: pad(4), stride_w, stride_h, dilation_w, dilation_h, depth_multiplier,
 //! act, nchw. Inputs: input, filter `[1,KH,KW,C*M]`, bias `[C*M]`.
 
-use crate::kernels::conv::check_conv_types;
+use crate::kernels::conv::{check_conv_types, qerr, quant_dispatch, QStage};
+use crate::kernels::kernel::default_check;
 use crate::kernels::kernel::{enc, Cost, Kernel, Words};
 use crate::kernels::layout::{image_dims, layout_shape, nhwc_dims, window_out, with_nhwc};
+use crate::kernels::qconv::{self, ConvGeometry, DepthwiseConv2dParams};
+use crate::kernels::quant::QuantElem;
 use crate::kernels::{bad_shape, Activation, KernelError, Padding, Result, Tensor, TensorMut};
 use crate::tensor::{widen_f16, TensorType, View, ViewMut};
 
@@ -121,14 +124,82 @@ impl Kernel for DepthwiseConv2d {
         }
     }
 
+    fn check_outputs(&self, inputs: &[&TensorType], outputs: &[&TensorType]) -> Result<()> {
+        if inputs[0].dtype.is_float() {
+            return default_check(inputs, outputs);
+        }
+        let oc = inputs[1].shape.get(3).copied().unwrap_or(0);
+        QStage::new(
+            self.name(),
+            self.act,
+            [inputs[0], inputs[1], inputs[2], outputs[0]],
+            oc,
+            3,
+        )
+        .map(|_| ())
+    }
+
     fn run(&self, inputs: &[View<'_>], outputs: &mut [ViewMut<'_>]) -> Result<()> {
-        widen_f16(inputs, outputs, |ins, outs| {
-            let (x, f, b) = (
-                Tensor::f32(&ins[0])?,
-                Tensor::f32(&ins[1])?,
-                Tensor::f32(&ins[2])?,
-            );
-            depthwise_f32(self, x, f, b, TensorMut::f32(&mut outs[0])?)
+        quant_dispatch!(
+            inputs,
+            outputs,
+            |x, f, bias, out, ty| self.run_quant(inputs, ty, x, f, bias, out),
+            widen_f16(inputs, outputs, |ins, outs| {
+                let (x, f, b) = (
+                    Tensor::f32(&ins[0])?,
+                    Tensor::f32(&ins[1])?,
+                    Tensor::f32(&ins[2])?,
+                );
+                depthwise_f32(self, x, f, b, TensorMut::f32(&mut outs[0])?)
+            })
+        )
+    }
+}
+
+impl DepthwiseConv2d {
+    /// The quantised depthwise convolution on the integer core (NNAPI reference rounding).
+    fn run_quant<T: QuantElem + Default, F: QuantElem>(
+        &self,
+        inputs: &[View<'_>],
+        out_ty: &TensorType,
+        x: Tensor<'_, T>,
+        f: &[F],
+        bias: &[i32],
+        out: TensorMut<'_, T>,
+    ) -> Result<()> {
+        let name = self.name();
+        let fs = inputs[1].shape();
+        let (n, h, w, c) = nhwc_dims(x.shape, self.nchw).ok_or(KernelError::TooLarge)?;
+        let (_, oh, ow, oc) = nhwc_dims(out.shape, self.nchw).ok_or(KernelError::TooLarge)?;
+        let stage = QStage::new(
+            name,
+            self.act,
+            [inputs[0].ty, inputs[1].ty, inputs[2].ty, out_ty],
+            oc,
+            3,
+        )?;
+        let p = DepthwiseConv2dParams {
+            geometry: ConvGeometry {
+                batches: n,
+                in_h: h,
+                in_w: w,
+                in_c: c,
+                out_h: oh,
+                out_w: ow,
+                filter_h: fs[1],
+                filter_w: fs[2],
+                stride_h: self.stride_h as usize,
+                stride_w: self.stride_w as usize,
+                dilation_h: self.dilation_h as usize,
+                dilation_w: self.dilation_w as usize,
+                pad_top: self.pad.top as usize,
+                pad_left: self.pad.left as usize,
+            },
+            depth_multiplier: self.depth_multiplier as usize,
+            quant: stage.params(),
+        };
+        with_nhwc(self.nchw, x, out, |src, dst| {
+            qconv::depthwise_conv2d(&p, src, f, bias, dst).map_err(qerr(name))
         })
     }
 }

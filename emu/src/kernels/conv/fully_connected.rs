@@ -3,9 +3,12 @@
 //!
 //! Parameter words: act.
 
-use crate::kernels::conv::check_conv_types;
+use crate::kernels::conv::{check_conv_types, qerr, quant_dispatch, QStage};
 use crate::kernels::gemm::{fill_bias, gemm, Mat, MatMut};
+use crate::kernels::kernel::default_check;
 use crate::kernels::kernel::{Cost, Kernel, Words};
+use crate::kernels::qconv::{self, FullyConnectedParams};
+use crate::kernels::quant::QuantElem;
 use crate::kernels::{bad_shape, checked_product, Activation, Result, Tensor, TensorMut};
 use crate::tensor::{widen_f16, TensorType, View, ViewMut};
 
@@ -74,15 +77,66 @@ impl Kernel for FullyConnected {
         }
     }
 
+    fn check_outputs(&self, inputs: &[&TensorType], outputs: &[&TensorType]) -> Result<()> {
+        if inputs[0].dtype.is_float() {
+            return default_check(inputs, outputs);
+        }
+        let n = inputs[1].shape.first().copied().unwrap_or(0);
+        QStage::new(
+            self.name(),
+            self.act,
+            [inputs[0], inputs[1], inputs[2], outputs[0]],
+            n,
+            0,
+        )
+        .map(|_| ())
+    }
+
     fn run(&self, inputs: &[View<'_>], outputs: &mut [ViewMut<'_>]) -> Result<()> {
-        widen_f16(inputs, outputs, |ins, outs| {
-            let (x, w, b) = (
-                Tensor::f32(&ins[0])?,
-                Tensor::f32(&ins[1])?,
-                Tensor::f32(&ins[2])?,
-            );
-            fully_connected_f32(self.act, x, w, b, TensorMut::f32(&mut outs[0])?)
-        })
+        quant_dispatch!(
+            inputs,
+            outputs,
+            |x, f, bias, out, ty| self.run_quant(inputs, ty, x, f, bias, out),
+            widen_f16(inputs, outputs, |ins, outs| {
+                let (x, w, b) = (
+                    Tensor::f32(&ins[0])?,
+                    Tensor::f32(&ins[1])?,
+                    Tensor::f32(&ins[2])?,
+                );
+                fully_connected_f32(self.act, x, w, b, TensorMut::f32(&mut outs[0])?)
+            })
+        )
+    }
+}
+
+impl FullyConnected {
+    /// The quantised layer on the integer core (NNAPI reference rounding).
+    fn run_quant<T: QuantElem, F: QuantElem>(
+        &self,
+        inputs: &[View<'_>],
+        out_ty: &TensorType,
+        x: Tensor<'_, T>,
+        w: &[F],
+        bias: &[i32],
+        out: TensorMut<'_, T>,
+    ) -> Result<()> {
+        let name = self.name();
+        let ws = inputs[1].shape();
+        let (n, k) = (ws[0], ws[1]);
+        let stage = QStage::new(
+            name,
+            self.act,
+            [inputs[0].ty, inputs[1].ty, inputs[2].ty, out_ty],
+            n,
+            0,
+        )?;
+        let p = FullyConnectedParams {
+            batches: x.data.len() / k,
+            input_size: k,
+            output_size: n,
+            quant: stage.params(),
+        };
+        qconv::fully_connected(&p, x.data, w, bias, out.data).map_err(qerr(name))
     }
 }
 

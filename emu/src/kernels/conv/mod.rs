@@ -3,8 +3,14 @@
 pub mod conv2d;
 pub mod depthwise;
 pub mod fully_connected;
+pub mod grouped;
+pub mod transpose;
 
-use crate::kernels::{bad_shape, KernelError, Result};
+use crate::kernels::qconv::{
+    per_channel_multipliers, per_tensor_multiplier, PerChannel, QuantParams,
+};
+use crate::kernels::quant::{quantized_activation_range, QuantError};
+use crate::kernels::{bad_shape, Activation, KernelError, Result};
 use crate::tensor::{DType, TensorType};
 
 /// Checks the element types of a (input, filter, bias) triple: float32 or float16
@@ -39,3 +45,171 @@ pub(crate) fn check_conv_types(
     }
     Ok(())
 }
+
+/// The output stage of a quantised convolution, derived from the tensors' quantisation:
+/// zero points, one or per-channel output multipliers and shifts (NNAPI's
+/// `QuantizeMultiplier` of `input_scale * filter_scale / output_scale`) and the clamp range
+/// of the fused activation.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct QStage {
+    in_zp: i32,
+    filter_zp: i32,
+    out_zp: i32,
+    multipliers: Vec<i32>,
+    shifts: Vec<i32>,
+    per_channel: bool,
+    act_min: i32,
+    act_max: i32,
+}
+
+/// A quantisation-helper error as a kernel error of `op`.
+pub(crate) fn qerr(op: &'static str) -> impl Fn(QuantError) -> KernelError {
+    move |e| bad_shape(op, e.to_string())
+}
+
+impl QStage {
+    /// Validates the quantisation of input `x`, filter `f` (per-channel along `axis` with
+    /// `channels` entries, or per-tensor), bias `b` and output `out`, and derives the stage.
+    pub(crate) fn new(
+        op: &'static str,
+        act: Activation,
+        [x, f, b, out]: [&TensorType; 4],
+        channels: usize,
+        axis: u32,
+    ) -> Result<QStage> {
+        if out.dtype != x.dtype {
+            return Err(KernelError::DType {
+                expected: x.dtype,
+                got: out.dtype,
+            });
+        }
+        let (qmin, qmax) = x
+            .dtype
+            .int_range()
+            .ok_or(KernelError::UnsupportedDType { op, dtype: x.dtype })?;
+        for (what, t) in [("input", x), ("filter", f), ("output", out)] {
+            if !(t.quant.scale.is_finite() && t.quant.scale > 0.0) && t.quant.per_channel.is_none()
+            {
+                return Err(bad_shape(op, format!("{what} scale must be positive")));
+            }
+        }
+        let (multipliers, shifts, per_channel, filter_zp) = match &f.quant.per_channel {
+            Some(pc) => {
+                if pc.axis != axis || pc.scales.len() != channels {
+                    return Err(bad_shape(
+                        op,
+                        format!("per-channel filter must have {channels} scales along axis {axis}"),
+                    ));
+                }
+                let (m, s) = per_channel_multipliers(x.quant.scale, &pc.scales, out.quant.scale)
+                    .map_err(qerr(op))?;
+                (m, s, true, 0)
+            }
+            None => {
+                let (m, s) = per_tensor_multiplier(
+                    x.quant.scale,
+                    f.quant.scale,
+                    b.quant.scale,
+                    out.quant.scale,
+                )
+                .map_err(qerr(op))?;
+                (vec![m], vec![s], false, f.quant.zero_point)
+            }
+        };
+        let (act_min, act_max) = quantized_activation_range(
+            act as u32,
+            out.quant.scale,
+            out.quant.zero_point,
+            qmin,
+            qmax,
+        );
+        Ok(QStage {
+            in_zp: x.quant.zero_point,
+            filter_zp,
+            out_zp: out.quant.zero_point,
+            multipliers,
+            shifts,
+            per_channel,
+            act_min,
+            act_max,
+        })
+    }
+
+    /// The stage as the integer cores take it.
+    pub(crate) fn params(&self) -> QuantParams<'_> {
+        fn pick(each: bool, v: &[i32]) -> PerChannel<'_> {
+            match v {
+                [one] if !each => PerChannel::Uniform(*one),
+                _ => PerChannel::Each(v),
+            }
+        }
+        QuantParams {
+            input_zero_point: self.in_zp,
+            filter_zero_point: PerChannel::Uniform(self.filter_zp),
+            output_zero_point: self.out_zp,
+            output_multiplier: pick(self.per_channel, &self.multipliers),
+            output_shift: pick(self.per_channel, &self.shifts),
+            act_min: self.act_min,
+            act_max: self.act_max,
+        }
+    }
+}
+
+/// Runs `$body` with `x`, `f`, `out` bound to typed [`Tensor`](crate::kernels::Tensor)s /
+/// slices for each quantised (input, filter) pair, `bias` to the int32 bias, `ty` to the
+/// output's type; `$float` for
+/// float tensors.
+macro_rules! quant_dispatch {
+    ($ins:expr, $outs:expr, |$x:ident, $f:ident, $bias:ident, $out:ident, $ty:ident| $body:expr, $float:expr) => {{
+        use $crate::kernels::{Tensor, TensorMut};
+        use $crate::tensor::DType;
+        let ins = $ins;
+        let outs = &mut *$outs;
+        match (ins[0].ty.dtype, ins[1].ty.dtype) {
+            (DType::U8, DType::U8) => {
+                let $ty = outs[0].ty;
+                let $x = Tensor {
+                    shape: ins[0].shape(),
+                    data: ins[0].u8s()?,
+                };
+                let $f = ins[1].u8s()?;
+                let $bias = ins[2].i32s()?;
+                let $out = TensorMut {
+                    shape: &$ty.shape,
+                    data: outs[0].u8s_mut()?,
+                };
+                $body
+            }
+            (DType::U8, DType::I8) => {
+                let $ty = outs[0].ty;
+                let $x = Tensor {
+                    shape: ins[0].shape(),
+                    data: ins[0].u8s()?,
+                };
+                let $f = ins[1].i8s()?;
+                let $bias = ins[2].i32s()?;
+                let $out = TensorMut {
+                    shape: &$ty.shape,
+                    data: outs[0].u8s_mut()?,
+                };
+                $body
+            }
+            (DType::I8, DType::I8) => {
+                let $ty = outs[0].ty;
+                let $x = Tensor {
+                    shape: ins[0].shape(),
+                    data: ins[0].i8s()?,
+                };
+                let $f = ins[1].i8s()?;
+                let $bias = ins[2].i32s()?;
+                let $out = TensorMut {
+                    shape: &$ty.shape,
+                    data: outs[0].i8s_mut()?,
+                };
+                $body
+            }
+            _ => $float,
+        }
+    }};
+}
+pub(crate) use quant_dispatch;

@@ -1,0 +1,299 @@
+//! NNAPI TRANSPOSE_CONV_2D: every input pixel scatters `input * filter` into a
+//! `KH x KW` output window at `(y * stride_h - pad_top, x * stride_w - pad_left)`; taps
+//! outside the output are dropped. float32 directly; float16 computes in float32; quantised
+//! inputs accumulate `(x - in_zp) * (w - w_zp)` in wrapping int32 and requantise with the
+//! conv multipliers (per-tensor or per-channel), as the NNAPI reference does.
+//!
+//! Parameter words: pad_left, pad_top, out_h, out_w, stride_w, stride_h, act, nchw.
+//! Inputs: input, filter `[O,KH,KW,C]`, bias `[O]`; output `[N,out_h,out_w,O]` in the input's
+//! layout. The driver derives the output size (and the padding of the implicit form).
+
+use crate::kernels::conv::{check_conv_types, qerr, quant_dispatch, QStage};
+use crate::kernels::kernel::{default_check, enc, Cost, Kernel, Words};
+use crate::kernels::layout::{image_dims, layout_shape, nhwc_dims, with_nhwc};
+use crate::kernels::qconv::PerChannel;
+use crate::kernels::quant::{multiply_by_quantized_multiplier, QuantElem};
+use crate::kernels::{bad_shape, Activation, KernelError, Result, Tensor, TensorMut};
+use crate::tensor::{widen_f16, TensorType, View, ViewMut};
+
+/// A transposed 2-D convolution.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TransposeConv2d {
+    /// Columns cut from the left of the full output.
+    pub pad_left: u32,
+    /// Rows cut from the top of the full output.
+    pub pad_top: u32,
+    /// Output height.
+    pub out_h: u32,
+    /// Output width.
+    pub out_w: u32,
+    /// Horizontal stride.
+    pub stride_w: u32,
+    /// Vertical stride.
+    pub stride_h: u32,
+    /// Fused activation.
+    pub act: Activation,
+    /// NCHW layout (else NHWC).
+    pub nchw: bool,
+}
+
+/// The geometry shared by the float and integer loops (NHWC).
+struct Geo {
+    n: usize,
+    h: usize,
+    w: usize,
+    c: usize,
+    oh: usize,
+    ow: usize,
+    o: usize,
+    kh: usize,
+    kw: usize,
+}
+
+impl TransposeConv2d {
+    /// Calls `f(out_index, filter_row_offset, in_pixel_offset)` for every contributing
+    /// (output channel, tap, input pixel); sizes were validated by `output_shapes`.
+    fn for_each_tap(&self, g: &Geo, mut f: impl FnMut(usize, usize, usize)) {
+        let (sh, sw) = (self.stride_h as usize, self.stride_w as usize);
+        let (pt, pl) = (self.pad_top as usize, self.pad_left as usize);
+        for b in 0..g.n {
+            for y in 0..g.h {
+                for x in 0..g.w {
+                    let src = ((b * g.h + y) * g.w + x) * g.c;
+                    for i in 0..g.kh {
+                        let py = y * sh + i;
+                        if py < pt || py - pt >= g.oh {
+                            continue;
+                        }
+                        for j in 0..g.kw {
+                            let px = x * sw + j;
+                            if px < pl || px - pl >= g.ow {
+                                continue;
+                            }
+                            let dst = ((b * g.oh + py - pt) * g.ow + px - pl) * g.o;
+                            for k in 0..g.o {
+                                f(dst + k, ((k * g.kh + i) * g.kw + j) * g.c, src);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn geo(&self, x: &[usize], f: &[usize], out: &[usize]) -> Result<Geo> {
+        let (n, h, w, c) = nhwc_dims(x, self.nchw).ok_or(KernelError::TooLarge)?;
+        let (_, oh, ow, o) = nhwc_dims(out, self.nchw).ok_or(KernelError::TooLarge)?;
+        Ok(Geo {
+            n,
+            h,
+            w,
+            c,
+            oh,
+            ow,
+            o,
+            kh: f[1],
+            kw: f[2],
+        })
+    }
+
+    fn run_f32(
+        &self,
+        x: Tensor<'_>,
+        f: Tensor<'_>,
+        bias: Tensor<'_>,
+        out: TensorMut<'_>,
+    ) -> Result<()> {
+        let g = self.geo(x.shape, f.shape, out.shape)?;
+        with_nhwc(self.nchw, x, out, |src, dst| {
+            dst.fill(0.0);
+            self.for_each_tap(&g, |d, fo, so| {
+                let acc: f32 = src[so..so + g.c]
+                    .iter()
+                    .zip(&f.data[fo..fo + g.c])
+                    .map(|(a, b)| a * b)
+                    .sum();
+                dst[d] += acc;
+            });
+            if g.o > 0 {
+                for px in dst.chunks_exact_mut(g.o) {
+                    for (v, b) in px.iter_mut().zip(bias.data) {
+                        *v += b;
+                    }
+                }
+            }
+            self.act.apply_slice(dst);
+            Ok(())
+        })
+    }
+
+    fn run_quant<T: QuantElem + Default, F: QuantElem>(
+        &self,
+        inputs: &[View<'_>],
+        out_ty: &TensorType,
+        x: Tensor<'_, T>,
+        f: &[F],
+        bias: &[i32],
+        out: TensorMut<'_, T>,
+    ) -> Result<()> {
+        let name = self.name();
+        let g = self.geo(x.shape, inputs[1].shape(), out.shape)?;
+        let stage = QStage::new(
+            name,
+            self.act,
+            [inputs[0].ty, inputs[1].ty, inputs[2].ty, out_ty],
+            g.o,
+            0,
+        )?;
+        let q = stage.params();
+        let in_zp = q.input_zero_point;
+        let PerChannel::Uniform(w_zp) = q.filter_zero_point else {
+            return Err(qerr(name)(
+                crate::kernels::quant::QuantError::InvalidParams("filter zero point"),
+            ));
+        };
+        let pick = |v: PerChannel<'_>, k: usize| match v {
+            PerChannel::Uniform(m) => m,
+            PerChannel::Each(s) => s.get(k).copied().unwrap_or(0),
+        };
+        with_nhwc(self.nchw, x, out, |src, dst| {
+            let mut acc = vec![0i32; dst.len()];
+            self.for_each_tap(&g, |d, fo, so| {
+                let s = src[so..so + g.c]
+                    .iter()
+                    .zip(&f[fo..fo + g.c])
+                    .fold(0i32, |s, (a, b)| {
+                        s.wrapping_add((a.to_i32() - in_zp).wrapping_mul(b.to_i32() - w_zp))
+                    });
+                acc[d] = acc[d].wrapping_add(s);
+            });
+            if g.o > 0 {
+                for (po, pa) in dst.chunks_exact_mut(g.o).zip(acc.chunks_exact(g.o)) {
+                    for (k, (v, &a)) in po.iter_mut().zip(pa).enumerate() {
+                        let r = multiply_by_quantized_multiplier(
+                            a.wrapping_add(bias[k]),
+                            pick(q.output_multiplier, k),
+                            pick(q.output_shift, k),
+                        )
+                        .saturating_add(q.output_zero_point)
+                        .clamp(q.act_min, q.act_max);
+                        *v = T::saturate_from_i32(r);
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+}
+
+impl Kernel for TransposeConv2d {
+    fn name(&self) -> &'static str {
+        "TRANSPOSE_CONV_2D"
+    }
+
+    fn decode(w: &mut Words<'_>) -> Result<Self> {
+        Ok(TransposeConv2d {
+            pad_left: w.u32("pad_left")?,
+            pad_top: w.u32("pad_top")?,
+            out_h: w.nonzero("out_h")?,
+            out_w: w.nonzero("out_w")?,
+            stride_w: w.nonzero("stride_w")?,
+            stride_h: w.nonzero("stride_h")?,
+            act: w.act()?,
+            nchw: w.bool("nchw")?,
+        })
+    }
+
+    fn encode(&self, w: &mut Vec<u32>) {
+        w.extend([
+            self.pad_left,
+            self.pad_top,
+            self.out_h,
+            self.out_w,
+            self.stride_w,
+            self.stride_h,
+            self.act as u32,
+            enc::b(self.nchw),
+        ]);
+    }
+
+    fn input_count(&self) -> std::ops::RangeInclusive<usize> {
+        3..=3
+    }
+
+    fn output_shapes(&self, inputs: &[&TensorType]) -> Result<Vec<Vec<usize>>> {
+        let name = self.name();
+        check_conv_types(name, inputs[0], inputs[1], inputs[2])?;
+        let (x, f, bias) = (&inputs[0].shape, &inputs[1].shape, &inputs[2].shape);
+        let (n, h, w, c) = image_dims(name, x, self.nchw)?;
+        let &[o, kh, kw, fi] = f.as_slice() else {
+            return Err(bad_shape(name, format!("filter {f:?} must have rank 4")));
+        };
+        if fi != c {
+            return Err(bad_shape(
+                name,
+                format!("filter {f:?} has {fi} input channels, input has {c}"),
+            ));
+        }
+        if bias.as_slice() != [o] {
+            return Err(bad_shape(name, format!("bias {bias:?} must be [{o}]")));
+        }
+        // Every index the loops form must fit: y * stride + kh stays small.
+        let reach = |len: usize, s: u32, k: usize| {
+            len.checked_mul(s as usize)
+                .and_then(|v| v.checked_add(k))
+                .is_some_and(|v| v < (1 << 40))
+        };
+        if !reach(h, self.stride_h, kh) || !reach(w, self.stride_w, kw) {
+            return Err(KernelError::TooLarge);
+        }
+        Ok(vec![layout_shape(
+            n,
+            self.out_h as usize,
+            self.out_w as usize,
+            o,
+            self.nchw,
+        )])
+    }
+
+    fn check_outputs(&self, inputs: &[&TensorType], outputs: &[&TensorType]) -> Result<()> {
+        if inputs[0].dtype.is_float() {
+            return default_check(inputs, outputs);
+        }
+        let o = inputs[1].shape.first().copied().unwrap_or(0);
+        QStage::new(
+            self.name(),
+            self.act,
+            [inputs[0], inputs[1], inputs[2], outputs[0]],
+            o,
+            0,
+        )
+        .map(|_| ())
+    }
+
+    fn cost(&self, inputs: &[&TensorType], outputs: &[Vec<usize>]) -> Cost {
+        let inp: u64 = inputs[0].shape.iter().map(|&d| d as u64).product();
+        let k: u64 = inputs[1].shape[..3].iter().map(|&d| d as u64).product();
+        let out: u64 = outputs[0].iter().map(|&d| d as u64).product();
+        Cost {
+            macs: inp.saturating_mul(k),
+            elems: out,
+        }
+    }
+
+    fn run(&self, inputs: &[View<'_>], outputs: &mut [ViewMut<'_>]) -> Result<()> {
+        quant_dispatch!(
+            inputs,
+            outputs,
+            |x, f, bias, out, ty| self.run_quant(inputs, ty, x, f, bias, out),
+            widen_f16(inputs, outputs, |ins, outs| {
+                let (x, f, b) = (
+                    Tensor::f32(&ins[0])?,
+                    Tensor::f32(&ins[1])?,
+                    Tensor::f32(&ins[2])?,
+                );
+                self.run_f32(x, f, b, TensorMut::f32(&mut outs[0])?)
+            })
+        )
+    }
+}
