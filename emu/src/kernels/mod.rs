@@ -51,6 +51,8 @@ pub use kernel::{Cost, Kernel, Words};
 pub use activation::softmax::Softmax;
 pub use conv::{conv2d::Conv2d, depthwise::DepthwiseConv2d, fully_connected::FullyConnected};
 pub use elementwise::binary::{Binary, BinaryKind};
+pub use elementwise::compare::{Compare, CompareKind};
+pub use elementwise::convert::{Convert, ConvertKind};
 pub use elementwise::unary::{Unary, UnaryKind};
 pub use image::resize_bilinear::ResizeBilinear;
 pub use movement::{
@@ -132,6 +134,8 @@ registry! {
     14 => Pad(movement::pad::Pad),
     15 => Transpose(movement::transpose::Transpose),
     16 => Mean(reduction::mean::Mean),
+    30 => Compare(elementwise::compare::Compare),
+    31 => Convert(elementwise::convert::Convert),
 }
 
 /// The object-safe face of [`Kernel`], implemented for every kernel.
