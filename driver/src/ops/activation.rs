@@ -23,7 +23,11 @@ macro_rules! unary_def {
             op: OperationType::$op,
             signatures: $sigs,
             check: None,
-            runs: FLOATS,
+            runs: if matches!(UnaryKind::$kind, UnaryKind::Floor) {
+                FLOATS
+            } else {
+                FLOAT_QUANT8
+            },
             lower: Some(|a| unary(UnaryKind::$kind, a)),
         };
     )*};

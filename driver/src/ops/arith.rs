@@ -22,8 +22,17 @@ const DIV_SIG: &[Signature] = &[Signature::new(
     OUT,
 )];
 
-/// The types the device runs arithmetic on today.
-const RUNS: &[T] = &[T::TENSOR_FLOAT32, T::TENSOR_FLOAT16, T::TENSOR_INT32];
+/// The types the device runs ADD, SUB and MUL on.
+const RUNS: &[T] = &[
+    T::TENSOR_FLOAT32,
+    T::TENSOR_FLOAT16,
+    T::TENSOR_INT32,
+    T::TENSOR_QUANT8_ASYMM,
+    T::TENSOR_QUANT8_ASYMM_SIGNED,
+];
+
+/// The types the device runs DIV on.
+const DIV_RUNS: &[T] = &[T::TENSOR_FLOAT32, T::TENSOR_FLOAT16, T::TENSOR_INT32];
 
 fn lower(kind: BinaryKind, a: &Args<'_>) -> Result<Lowered, CompileError> {
     a.kernel(
@@ -67,6 +76,6 @@ pub const DIV: OpDef = OpDef {
     op: OperationType::DIV,
     signatures: DIV_SIG,
     check: None,
-    runs: RUNS,
+    runs: DIV_RUNS,
     lower: Some(|a| lower(BinaryKind::Div, a)),
 };

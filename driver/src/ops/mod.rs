@@ -16,6 +16,8 @@ mod registry;
 
 pub mod activation;
 pub mod arith;
+pub mod cast;
+pub mod comparison;
 pub mod conv;
 pub mod image;
 pub mod movement;

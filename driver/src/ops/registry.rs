@@ -1,7 +1,8 @@
 //! The one list of operation definitions.
 
 use super::{
-    activation, arith, conv, image, movement, normalization, pool, reduction, unsupported, OpDef,
+    activation, arith, cast, comparison, conv, image, movement, normalization, pool, reduction,
+    unsupported, OpDef,
 };
 use crate::hal::OperationType;
 
@@ -37,7 +38,15 @@ pub static REGISTRY: &[&OpDef] = &[
     &normalization::LOCAL_RESPONSE_NORMALIZATION,
     &image::RESIZE_BILINEAR,
     &reduction::MEAN,
-    &unsupported::DEQUANTIZE,
+    &cast::CAST,
+    &cast::QUANTIZE,
+    &cast::DEQUANTIZE,
+    &comparison::EQUAL,
+    &comparison::NOT_EQUAL,
+    &comparison::LESS,
+    &comparison::LESS_EQUAL,
+    &comparison::GREATER,
+    &comparison::GREATER_EQUAL,
     &unsupported::BATCH_TO_SPACE_ND,
     &unsupported::SPACE_TO_BATCH_ND,
     &unsupported::STRIDED_SLICE,

@@ -17,22 +17,6 @@ const fn validate_only(op: OperationType, signatures: &'static [Signature]) -> O
     }
 }
 
-/// DEQUANTIZE.
-pub const DEQUANTIZE: OpDef = validate_only(
-    OperationType::DEQUANTIZE,
-    &[Signature::new(
-        V1_0,
-        &[
-            T::TENSOR_QUANT8_ASYMM,
-            T::TENSOR_QUANT8_ASYMM_SIGNED,
-            T::TENSOR_QUANT8_SYMM,
-            T::TENSOR_QUANT8_SYMM_PER_CHANNEL,
-        ],
-        &[arg("input", Ty::T)],
-        &[arg("output", Ty::OneOf(FLOATS))],
-    )],
-);
-
 /// BATCH_TO_SPACE_ND.
 pub const BATCH_TO_SPACE_ND: OpDef = validate_only(
     OperationType::BATCH_TO_SPACE_ND,

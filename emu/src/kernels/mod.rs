@@ -54,6 +54,8 @@ pub use conv::{
     grouped::GroupedConv2d, transpose::TransposeConv2d,
 };
 pub use elementwise::binary::{Binary, BinaryKind};
+pub use elementwise::compare::{Compare, CompareKind};
+pub use elementwise::convert::{Convert, ConvertKind};
 pub use elementwise::unary::{Unary, UnaryKind};
 pub use image::resize_bilinear::ResizeBilinear;
 pub use movement::{
@@ -137,6 +139,8 @@ registry! {
     16 => Mean(reduction::mean::Mean),
     20 => TransposeConv2d(conv::transpose::TransposeConv2d),
     21 => GroupedConv2d(conv::grouped::GroupedConv2d),
+    30 => Compare(elementwise::compare::Compare),
+    31 => Convert(elementwise::convert::Convert),
 }
 
 /// The object-safe face of [`Kernel`], implemented for every kernel.

@@ -2,10 +2,20 @@
 //! float32 (IEEE division), float16 (computed in float32), int32 (wrapping add/sub/mul;
 //! DIV rounds toward negative infinity and gives 0 for a zero divisor; no activation).
 //!
+//! Quantised (uint8 / int8) ADD, SUB and MUL follow the NNAPI reference's integer paths:
+//! add/sub scale both inputs (shifted left by 20) by multipliers relative to twice the
+//! larger input scale, sum, and rescale to the output; mul multiplies the offset-corrected
+//! values and rescales by `s1 * s2 / s_out`. DIV has no quantised form.
+//!
 //! Parameter words: kind (Add 0, Sub 1, Mul 2, Div 3), act. Inputs: a, b. Output: one.
 
 use crate::kernels::kernel::{same_dtype, Kernel, Words};
 use crate::kernels::layout::{broadcast_shape, for_each_broadcast};
+use crate::kernels::quant::{
+    multiply_by_quantized_multiplier, multiply_by_quantized_multiplier_smaller_than_one_exp,
+    quantize_multiplier, quantize_multiplier_smaller_than_one_exp, quantized_activation_range,
+    QuantElem,
+};
 use crate::kernels::{Activation, KernelError, Result};
 use crate::tensor::{widen_f16, DType, TensorType, View, ViewMut};
 
@@ -36,6 +46,123 @@ pub struct Binary {
     pub kind: BinaryKind,
     /// Fused activation.
     pub act: Activation,
+}
+
+/// Fixed-point parameters of a quantised ADD/SUB/MUL.
+#[derive(Debug, Clone, Copy)]
+struct QuantParams {
+    kind: BinaryKind,
+    off1: i32,
+    off2: i32,
+    out_off: i32,
+    m1: (i32, i32),
+    m2: (i32, i32),
+    out: (i32, i32),
+    lo: i32,
+    hi: i32,
+}
+
+/// The reference's left shift of add/sub inputs.
+const LEFT_SHIFT: i32 = 20;
+
+impl Binary {
+    /// The reference's fixed-point parameters from the quantisation of a, b and the output.
+    fn quant_params(&self, ts: &[&TensorType; 3]) -> Result<QuantParams> {
+        let bad = |reason: String| KernelError::InvalidShape {
+            op: self.name(),
+            reason,
+        };
+        let (s1, s2, so) = (ts[0].quant.scale, ts[1].quant.scale, ts[2].quant.scale);
+        if !(s1 > 0.0 && s2 > 0.0 && so > 0.0) {
+            return Err(bad("quantised scales must be > 0".into()));
+        }
+        let (qmin, qmax) = if ts[2].dtype == DType::U8 {
+            (0, 255)
+        } else {
+            (-128, 127)
+        };
+        let (lo, hi) =
+            quantized_activation_range(self.act as u32, so, ts[2].quant.zero_point, qmin, qmax);
+        let mut p = QuantParams {
+            kind: self.kind,
+            off1: -ts[0].quant.zero_point,
+            off2: -ts[1].quant.zero_point,
+            out_off: ts[2].quant.zero_point,
+            m1: (0, 0),
+            m2: (0, 0),
+            out: (0, 0),
+            lo,
+            hi,
+        };
+        let err = |e: crate::kernels::quant::QuantError| bad(e.to_string());
+        match self.kind {
+            BinaryKind::Add | BinaryKind::Sub => {
+                let twice_max = 2.0 * f64::from(s1.max(s2));
+                p.m1 = quantize_multiplier_smaller_than_one_exp(f64::from(s1) / twice_max)
+                    .map_err(err)?;
+                p.m2 = quantize_multiplier_smaller_than_one_exp(f64::from(s2) / twice_max)
+                    .map_err(err)?;
+                if self.kind == BinaryKind::Sub {
+                    p.m2.0 = -p.m2.0;
+                }
+                let real_out = twice_max / (f64::from(1u32 << LEFT_SHIFT) * f64::from(so));
+                p.out = quantize_multiplier_smaller_than_one_exp(real_out).map_err(err)?;
+            }
+            BinaryKind::Mul => {
+                // The reference computes the product of the scales in float.
+                let real = f64::from(s1 * s2) / f64::from(so);
+                if !(real.is_finite() && real > 0.0) {
+                    return Err(bad(format!("bad output multiplier {real}")));
+                }
+                p.out = quantize_multiplier(real);
+            }
+            BinaryKind::Div => return Err(bad("DIV has no quantised form".into())),
+        }
+        Ok(p)
+    }
+}
+
+/// One quantised element of ADD/SUB/MUL, as the reference's integer path.
+#[inline]
+fn quant_elem(p: &QuantParams, x: i32, y: i32) -> i32 {
+    let v1 = p.off1 + x;
+    let v2 = p.off2 + y;
+    let raw = match p.kind {
+        BinaryKind::Mul => p.out_off + multiply_by_quantized_multiplier(v1 * v2, p.out.0, p.out.1),
+        _ => {
+            let s1 = multiply_by_quantized_multiplier_smaller_than_one_exp(
+                v1 << LEFT_SHIFT,
+                p.m1.0,
+                p.m1.1,
+            );
+            let s2 = multiply_by_quantized_multiplier_smaller_than_one_exp(
+                v2 << LEFT_SHIFT,
+                p.m2.0,
+                p.m2.1,
+            );
+            p.out_off
+                + multiply_by_quantized_multiplier_smaller_than_one_exp(
+                    s1.saturating_add(s2),
+                    p.out.0,
+                    p.out.1,
+                )
+        }
+    };
+    raw.clamp(p.lo, p.hi)
+}
+
+fn run_quant<T: QuantElem>(
+    p: &QuantParams,
+    x: &[T],
+    y: &[T],
+    o: &mut [T],
+    sa: &[usize],
+    sb: &[usize],
+    so: &[usize],
+) {
+    for_each_broadcast(sa, sb, so, |i, ia, ib| {
+        o[i] = T::saturate_from_i32(quant_elem(p, x[ia].to_i32(), y[ib].to_i32()));
+    });
 }
 
 /// Integer division rounding toward negative infinity; 0 for a zero divisor (NNAPI leaves
@@ -83,7 +210,13 @@ impl Kernel for Binary {
     }
 
     fn output_shapes(&self, inputs: &[&TensorType]) -> Result<Vec<Vec<usize>>> {
-        let dt = same_dtype(self.name(), inputs, &[DType::F32, DType::F16, DType::I32])?;
+        let quant_ok = self.kind != BinaryKind::Div;
+        let allowed: &[DType] = if quant_ok {
+            &[DType::F32, DType::F16, DType::I32, DType::U8, DType::I8]
+        } else {
+            &[DType::F32, DType::F16, DType::I32]
+        };
+        let dt = same_dtype(self.name(), inputs, allowed)?;
         if dt == DType::I32 && self.act != Activation::None {
             return Err(KernelError::InvalidShape {
                 op: self.name(),
@@ -97,9 +230,39 @@ impl Kernel for Binary {
         )?])
     }
 
+    fn check_outputs(&self, inputs: &[&TensorType], outputs: &[&TensorType]) -> Result<()> {
+        let want = inputs[0].dtype;
+        for o in outputs {
+            if o.dtype != want {
+                return Err(KernelError::DType {
+                    expected: want,
+                    got: o.dtype,
+                });
+            }
+        }
+        if matches!(want, DType::U8 | DType::I8) {
+            let ts = [inputs[0], inputs[1], outputs[0]];
+            self.quant_params(&ts)?;
+        }
+        Ok(())
+    }
+
     fn run(&self, inputs: &[View<'_>], outputs: &mut [ViewMut<'_>]) -> Result<()> {
         let (a, b) = (inputs[0], inputs[1]);
         let out_shape = outputs[0].ty.shape.clone();
+        if matches!(a.ty.dtype, DType::U8 | DType::I8) {
+            let p = self.quant_params(&[a.ty, b.ty, outputs[0].ty])?;
+            if a.ty.dtype == DType::U8 {
+                let (x, y) = (a.u8s()?, b.u8s()?);
+                let o = outputs[0].u8s_mut()?;
+                run_quant(&p, x, y, o, a.shape(), b.shape(), &out_shape);
+            } else {
+                let (x, y) = (a.i8s()?, b.i8s()?);
+                let o = outputs[0].i8s_mut()?;
+                run_quant(&p, x, y, o, a.shape(), b.shape(), &out_shape);
+            }
+            return Ok(());
+        }
         if a.ty.dtype == DType::I32 {
             let (x, y) = (a.i32s()?, b.i32s()?);
             let o = outputs[0].i32s_mut()?;
@@ -131,5 +294,92 @@ impl Kernel for Binary {
             act.apply_slice(o);
             Ok(())
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tensor::Staged;
+    use proptest::prelude::*;
+
+    /// Runs `k` on uint8 tensors of the given types and data.
+    fn run_u8(k: &Binary, tys: [&TensorType; 3], a: &[u8], b: &[u8]) -> Vec<u8> {
+        let stage = |d: &[u8]| {
+            let mut s = Staged::zeroed(d.len());
+            s.bytes_mut().copy_from_slice(d);
+            s
+        };
+        let (sa, sb) = (stage(a), stage(b));
+        let mut so = Staged::zeroed(tys[2].numel());
+        k.check_outputs(&tys[..2], &tys[2..]).unwrap();
+        let ins = [
+            View {
+                ty: tys[0],
+                bytes: sa.bytes(),
+            },
+            View {
+                ty: tys[1],
+                bytes: sb.bytes(),
+            },
+        ];
+        let mut outs = [ViewMut {
+            ty: tys[2],
+            bytes: so.bytes_mut(),
+        }];
+        k.run(&ins, &mut outs).unwrap();
+        so.bytes().to_vec()
+    }
+
+    proptest! {
+        #[test]
+        fn quant_matches_float_reference(
+            kind in 0usize..3,
+            act in 0u32..4,
+            s1 in 0.01f32..1.0, s2 in 0.01f32..1.0, so in 0.05f32..2.0,
+            z1 in 0i32..256, z2 in 0i32..256, zo in 0i32..256,
+            data in proptest::collection::vec((0u8..=255, 0u8..=255), 1..16),
+            bcast in any::<bool>(),
+        ) {
+            let kind = KINDS[kind];
+            // The reference requires s1 * s2 < so for MUL.
+            prop_assume!(kind != BinaryKind::Mul || f64::from(s1 * s2) < f64::from(so));
+            let act = [Activation::None, Activation::Relu, Activation::Relu1, Activation::Relu6]
+                [act as usize];
+            let n = data.len();
+            let a: Vec<u8> = data.iter().map(|p| p.0).collect();
+            let b: Vec<u8> = if bcast { vec![data[0].1] } else { data.iter().map(|p| p.1).collect() };
+            let ta = TensorType::quantized(DType::U8, &[n], s1, z1);
+            let tb = TensorType::quantized(DType::U8, &[b.len()], s2, z2);
+            let to = TensorType::quantized(DType::U8, &[n], so, zo);
+            let k = Binary { kind, act };
+            let got = run_u8(&k, [&ta, &tb, &to], &a, &b);
+            let (lo, hi) = quantized_activation_range(act as u32, so, zo, 0, 255);
+            for i in 0..n {
+                let x = f64::from(s1) * f64::from(i32::from(a[i]) - z1);
+                let bi = if bcast { 0 } else { i };
+                let y = f64::from(s2) * f64::from(i32::from(b[bi]) - z2);
+                let r = match kind {
+                    BinaryKind::Add => x + y,
+                    BinaryKind::Sub => x - y,
+                    _ => x * y,
+                };
+                let want = ((r / f64::from(so)).round() as i64 + i64::from(zo))
+                    .clamp(i64::from(lo), i64::from(hi));
+                prop_assert!((i64::from(got[i]) - want).abs() <= 1,
+                    "{:?} element {}: got {}, want {}", kind, i, got[i], want);
+            }
+        }
+    }
+
+    #[test]
+    fn add_quant8_example() {
+        // NNAPI add_quant8-like: scale 2 zp 0 in, scale 2 zp 0 out.
+        let t = TensorType::quantized(DType::U8, &[2], 2.0, 0);
+        let k = Binary {
+            kind: BinaryKind::Add,
+            act: Activation::None,
+        };
+        assert_eq!(run_u8(&k, [&t, &t, &t], &[1, 2], &[3, 4]), vec![4, 6]);
     }
 }

@@ -1,4 +1,6 @@
 //! Element-wise kernels: broadcast binary arithmetic and unary functions.
 
 pub mod binary;
+pub mod compare;
+pub mod convert;
 pub mod unary;

@@ -1,9 +1,18 @@
-//! NNAPI RELU, RELU1, RELU6, LOGISTIC, TANH, FLOOR on float32 and float16.
+//! NNAPI RELU, RELU1, RELU6, LOGISTIC, TANH, FLOOR on float32 and float16; RELU, RELU1,
+//! RELU6, LOGISTIC and TANH also on uint8 / int8.
+//!
+//! Quantised RELU* clamp the stored values to the activation range of the input's
+//! quantisation (as the NNAPI reference: no requantisation, the output keeps the input's
+//! parameters). Quantised LOGISTIC / TANH require the HAL's fixed output quantisation
+//! (logistic 1/256 with zero point 0 (u8) / -128 (i8), tanh 1/128 with 128 / 0); they
+//! evaluate the function on the dequantised input in f64 and round to nearest, which is
+//! within 1 of the reference's gemmlowp fixed-point evaluation.
 //!
 //! Parameter words: kind (Relu 0, Relu1 1, Relu6 2, Logistic 3, Tanh 4, Floor 5).
 
 use crate::kernels::kernel::{same_dtype, Kernel, Words};
-use crate::kernels::{clamp_nan, Result};
+use crate::kernels::quant::{quantized_activation_range, QuantElem};
+use crate::kernels::{clamp_nan, KernelError, Result};
 use crate::tensor::{widen_f16, DType, TensorType, View, ViewMut};
 
 /// Which function.
@@ -60,6 +69,50 @@ pub(crate) fn unary_f32(kind: UnaryKind, x: &[f32], out: &mut [f32]) {
     }
 }
 
+impl Unary {
+    /// The quantised forms (see the module documentation).
+    fn run_quant<T: QuantElem>(
+        &self,
+        it: &TensorType,
+        ot: &TensorType,
+        x: &[T],
+        out: &mut [T],
+    ) -> Result<()> {
+        let (s, zp) = (it.quant.scale, it.quant.zero_point);
+        let act = match self.kind {
+            UnaryKind::Relu => Some(1),
+            UnaryKind::Relu1 => Some(2),
+            UnaryKind::Relu6 => Some(3),
+            _ => None,
+        };
+        if let Some(act) = act {
+            let (lo, hi) = quantized_activation_range(act, s, zp, T::MIN, T::MAX);
+            for (o, &v) in out.iter_mut().zip(x) {
+                *o = T::saturate_from_i32(v.to_i32().clamp(lo, hi.max(lo)));
+            }
+            return Ok(());
+        }
+        let f: fn(f64) -> f64 = match self.kind {
+            UnaryKind::Logistic => |v| 1.0 / (1.0 + (-v).exp()),
+            UnaryKind::Tanh => f64::tanh,
+            _ => {
+                return Err(KernelError::UnsupportedDType {
+                    op: self.name(),
+                    dtype: it.dtype,
+                })
+            }
+        };
+        let (os, ozp) = (f64::from(ot.quant.scale), ot.quant.zero_point);
+        for (o, &v) in out.iter_mut().zip(x) {
+            let real = f64::from(s) * f64::from(v.to_i32() - zp);
+            // |f| <= 1 and the scale is at least 1/256, so the cast cannot overflow.
+            let q = (f(real) / os).round() as i32;
+            *o = T::saturate_from_i32(q.saturating_add(ozp));
+        }
+        Ok(())
+    }
+}
+
 impl Kernel for Unary {
     fn name(&self) -> &'static str {
         KINDS[self.index()].1
@@ -78,14 +131,112 @@ impl Kernel for Unary {
     }
 
     fn output_shapes(&self, inputs: &[&TensorType]) -> Result<Vec<Vec<usize>>> {
-        same_dtype(self.name(), inputs, &[DType::F32, DType::F16])?;
+        let allowed: &[DType] = if self.kind == UnaryKind::Floor {
+            &[DType::F32, DType::F16]
+        } else {
+            &[DType::F32, DType::F16, DType::U8, DType::I8]
+        };
+        same_dtype(self.name(), inputs, allowed)?;
         Ok(vec![inputs[0].shape.clone()])
     }
 
+    fn check_outputs(&self, inputs: &[&TensorType], outputs: &[&TensorType]) -> Result<()> {
+        let dt = inputs[0].dtype;
+        for o in outputs {
+            if o.dtype != dt {
+                return Err(KernelError::DType {
+                    expected: dt,
+                    got: o.dtype,
+                });
+            }
+            let fixed = match (self.kind, dt) {
+                (UnaryKind::Logistic, DType::U8) => Some((1.0 / 256.0, 0)),
+                (UnaryKind::Logistic, DType::I8) => Some((1.0 / 256.0, -128)),
+                (UnaryKind::Tanh, DType::U8) => Some((1.0 / 128.0, 128)),
+                (UnaryKind::Tanh, DType::I8) => Some((1.0 / 128.0, 0)),
+                _ => None,
+            };
+            if let Some((scale, zp)) = fixed {
+                if o.quant.scale != scale || o.quant.zero_point != zp {
+                    return Err(KernelError::InvalidShape {
+                        op: self.name(),
+                        reason: format!(
+                            "output quantisation must be scale {scale} zero point {zp}"
+                        ),
+                    });
+                }
+            }
+        }
+        if matches!(dt, DType::U8 | DType::I8)
+            && !(inputs[0].quant.scale > 0.0 && inputs[0].quant.scale.is_finite())
+        {
+            return Err(KernelError::InvalidShape {
+                op: self.name(),
+                reason: "input scale must be > 0".into(),
+            });
+        }
+        Ok(())
+    }
+
     fn run(&self, inputs: &[View<'_>], outputs: &mut [ViewMut<'_>]) -> Result<()> {
+        match inputs[0].ty.dtype {
+            DType::U8 => {
+                let (it, ot) = (inputs[0].ty, outputs[0].ty);
+                let x = inputs[0].u8s()?;
+                return self.run_quant(it, ot, x, outputs[0].u8s_mut()?);
+            }
+            DType::I8 => {
+                let (it, ot) = (inputs[0].ty, outputs[0].ty);
+                let x = inputs[0].i8s()?;
+                return self.run_quant(it, ot, x, outputs[0].i8s_mut()?);
+            }
+            _ => {}
+        }
         widen_f16(inputs, outputs, |ins, outs| {
             unary_f32(self.kind, ins[0].f32s()?, outs[0].f32s_mut()?);
             Ok(())
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn quant_relu_logistic_tanh(
+            kind in 0usize..5,
+            s in 0.01f32..0.5,
+            zp in 0i32..256,
+            x in proptest::collection::vec(0u8..=255, 1..32),
+        ) {
+            let kind = KINDS[kind].0;
+            let k = Unary { kind };
+            let it = TensorType::quantized(DType::U8, &[x.len()], s, zp);
+            let ot = match kind {
+                UnaryKind::Logistic => TensorType::quantized(DType::U8, &[x.len()], 1.0 / 256.0, 0),
+                UnaryKind::Tanh => TensorType::quantized(DType::U8, &[x.len()], 1.0 / 128.0, 128),
+                _ => it.clone(),
+            };
+            k.check_outputs(&[&it], &[&ot]).unwrap();
+            let mut out = vec![0u8; x.len()];
+            k.run_quant(&it, &ot, &x, &mut out).unwrap();
+            for (i, (&v, &o)) in x.iter().zip(&out).enumerate() {
+                let real = f64::from(s) * f64::from(i32::from(v) - zp);
+                let f = match kind {
+                    UnaryKind::Relu => real.max(0.0),
+                    UnaryKind::Relu1 => real.clamp(-1.0, 1.0),
+                    UnaryKind::Relu6 => real.clamp(0.0, 6.0),
+                    UnaryKind::Logistic => 1.0 / (1.0 + (-real).exp()),
+                    _ => real.tanh(),
+                };
+                let want = ((f / f64::from(ot.quant.scale)).round() as i64
+                    + i64::from(ot.quant.zero_point))
+                    .clamp(0, 255);
+                prop_assert!((i64::from(o) - want).abs() <= 1, "{:?} {}: {} vs {}", kind, i, o, want);
+            }
+        }
     }
 }
