@@ -22,6 +22,7 @@ pub mod movement;
 pub mod normalization;
 pub mod pool;
 pub mod reduction;
+pub mod resize_nearest;
 pub mod unsupported;
 
 pub use args::Args;

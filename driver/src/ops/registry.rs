@@ -1,7 +1,8 @@
 //! The one list of operation definitions.
 
 use super::{
-    activation, arith, conv, image, movement, normalization, pool, reduction, unsupported, OpDef,
+    activation, arith, conv, image, movement, normalization, pool, reduction, resize_nearest,
+    unsupported, OpDef,
 };
 use crate::hal::OperationType;
 
@@ -34,6 +35,7 @@ pub static REGISTRY: &[&OpDef] = &[
     &normalization::L2_NORMALIZATION,
     &normalization::LOCAL_RESPONSE_NORMALIZATION,
     &image::RESIZE_BILINEAR,
+    &resize_nearest::RESIZE_NEAREST_NEIGHBOR,
     &reduction::MEAN,
     &unsupported::DEQUANTIZE,
     &unsupported::BATCH_TO_SPACE_ND,

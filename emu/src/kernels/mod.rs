@@ -52,7 +52,7 @@ pub use activation::softmax::Softmax;
 pub use conv::{conv2d::Conv2d, depthwise::DepthwiseConv2d, fully_connected::FullyConnected};
 pub use elementwise::binary::{Binary, BinaryKind};
 pub use elementwise::unary::{Unary, UnaryKind};
-pub use image::resize_bilinear::ResizeBilinear;
+pub use image::{resize_bilinear::ResizeBilinear, resize_nearest::ResizeNearest};
 pub use movement::{
     concat::Concatenation, depth_space::DepthToSpace, depth_space::SpaceToDepth, pad::Pad,
     reshape::Reshape, transpose::Transpose,
@@ -132,6 +132,7 @@ registry! {
     14 => Pad(movement::pad::Pad),
     15 => Transpose(movement::transpose::Transpose),
     16 => Mean(reduction::mean::Mean),
+    60 => ResizeNearest(image::resize_nearest::ResizeNearest),
 }
 
 /// The object-safe face of [`Kernel`], implemented for every kernel.
