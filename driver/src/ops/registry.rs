@@ -1,8 +1,8 @@
 //! The one list of operation definitions.
 
 use super::{
-    activation, arith, conv, image, movement, normalization, pool, reduction, resize_nearest,
-    unsupported, OpDef,
+    activation, arith, conv, image, movement, normalization, pool, reduce, reduction,
+    resize_nearest, unsupported, OpDef,
 };
 use crate::hal::OperationType;
 
@@ -37,6 +37,12 @@ pub static REGISTRY: &[&OpDef] = &[
     &image::RESIZE_BILINEAR,
     &resize_nearest::RESIZE_NEAREST_NEIGHBOR,
     &reduction::MEAN,
+    &reduce::REDUCE_SUM,
+    &reduce::REDUCE_PROD,
+    &reduce::REDUCE_MAX,
+    &reduce::REDUCE_MIN,
+    &reduce::REDUCE_ANY,
+    &reduce::REDUCE_ALL,
     &unsupported::DEQUANTIZE,
     &unsupported::BATCH_TO_SPACE_ND,
     &unsupported::SPACE_TO_BATCH_ND,

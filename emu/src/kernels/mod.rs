@@ -59,7 +59,10 @@ pub use movement::{
 };
 pub use normalization::l2::L2Normalization;
 pub use pool::pool2d::{Pool, PoolKind};
-pub use reduction::mean::Mean;
+pub use reduction::{
+    mean::Mean,
+    reduce::{Reduce, ReduceKind},
+};
 
 use crate::tensor::{DType, Staged, TensorType, View, ViewMut};
 
@@ -133,6 +136,7 @@ registry! {
     15 => Transpose(movement::transpose::Transpose),
     16 => Mean(reduction::mean::Mean),
     60 => ResizeNearest(image::resize_nearest::ResizeNearest),
+    61 => Reduce(reduction::reduce::Reduce),
 }
 
 /// The object-safe face of [`Kernel`], implemented for every kernel.
