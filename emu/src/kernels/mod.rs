@@ -57,7 +57,7 @@ pub use movement::{
     concat::Concatenation, depth_space::DepthToSpace, depth_space::SpaceToDepth, pad::Pad,
     reshape::Reshape, transpose::Transpose,
 };
-pub use normalization::l2::L2Normalization;
+pub use normalization::{l2::L2Normalization, lrn::LocalResponseNorm};
 pub use pool::pool2d::{Pool, PoolKind};
 pub use reduction::{
     mean::Mean,
@@ -137,6 +137,7 @@ registry! {
     16 => Mean(reduction::mean::Mean),
     60 => ResizeNearest(image::resize_nearest::ResizeNearest),
     61 => Reduce(reduction::reduce::Reduce),
+    62 => LocalResponseNorm(normalization::lrn::LocalResponseNorm),
 }
 
 /// The object-safe face of [`Kernel`], implemented for every kernel.
