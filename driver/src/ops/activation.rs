@@ -59,7 +59,7 @@ pub const SOFTMAX: OpDef = OpDef {
     )
     .optional(&[&[arg("axis", Ty::Int)]])],
     check: None,
-    runs: FLOATS,
+    runs: FLOAT_QUANT8,
     lower: Some(|a| {
         a.kernel(
             Softmax {

@@ -25,7 +25,8 @@ pub fn output_size(a: &Args<'_>, nchw: bool) -> Result<(u32, u32), CompileError>
     }
     let (h, w) = spatial(a, a.shape("input")?, nchw)?;
     let scaled = |n: usize, s: f32| -> Result<u32, CompileError> {
-        let v = (n as f64 * f64::from(s)).floor();
+        // The reference computes the size in float32.
+        let v = f64::from((n as f32 * s).floor());
         if !(1.0..=65536.0).contains(&v) {
             return Err(a.invalid(format!("resize scale {s}")));
         }

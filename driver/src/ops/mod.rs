@@ -23,7 +23,9 @@ pub mod image;
 pub mod movement;
 pub mod normalization;
 pub mod pool;
+pub mod reduce;
 pub mod reduction;
+pub mod resize_nearest;
 pub mod unsupported;
 
 pub use args::Args;

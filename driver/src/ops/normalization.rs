@@ -1,6 +1,6 @@
 //! L2_NORMALIZATION and LOCAL_RESPONSE_NORMALIZATION.
 
-use vnpu_emu::kernels::L2Normalization;
+use vnpu_emu::kernels::{L2Normalization, LocalResponseNorm};
 
 use super::types::{FLOATS, FLOAT_QUANT8};
 use super::{arg, Arg, HalVersion::*, OpDef, Signature, Ty};
@@ -42,6 +42,18 @@ pub const LOCAL_RESPONSE_NORMALIZATION: OpDef = OpDef {
     )
     .optional(AXIS)],
     check: None,
-    runs: &[],
-    lower: None,
+    runs: FLOATS,
+    lower: Some(|a| {
+        let radius = a.non_negative("radius")?;
+        a.kernel(
+            LocalResponseNorm {
+                radius,
+                bias: a.f32("bias")?,
+                alpha: a.f32("alpha")?,
+                beta: a.f32("beta")?,
+                axis: a.opt_i32("axis")?.unwrap_or(-1),
+            },
+            &["input"],
+        )
+    }),
 };

@@ -69,7 +69,7 @@ pub const AVERAGE_POOL_2D: OpDef = OpDef {
     op: OperationType::AVERAGE_POOL_2D,
     signatures: &QUANT_SIGS,
     check: None,
-    runs: FLOATS,
+    runs: FLOAT_QUANT8,
     lower: Some(|a| lower(PoolKind::Average, a)),
 };
 
@@ -78,7 +78,7 @@ pub const MAX_POOL_2D: OpDef = OpDef {
     op: OperationType::MAX_POOL_2D,
     signatures: &QUANT_SIGS,
     check: None,
-    runs: FLOATS,
+    runs: FLOAT_QUANT8,
     lower: Some(|a| lower(PoolKind::Max, a)),
 };
 

@@ -3,6 +3,8 @@
 use super::{
     activation, arith, cast, comparison, conv, image, movement, normalization, pool, reduction,
     unsupported, OpDef,
+    activation, arith, conv, image, movement, normalization, pool, reduce, reduction,
+    resize_nearest, unsupported, OpDef,
 };
 use crate::hal::OperationType;
 
@@ -37,6 +39,7 @@ pub static REGISTRY: &[&OpDef] = &[
     &normalization::L2_NORMALIZATION,
     &normalization::LOCAL_RESPONSE_NORMALIZATION,
     &image::RESIZE_BILINEAR,
+    &resize_nearest::RESIZE_NEAREST_NEIGHBOR,
     &reduction::MEAN,
     &cast::CAST,
     &cast::QUANTIZE,
@@ -47,6 +50,13 @@ pub static REGISTRY: &[&OpDef] = &[
     &comparison::LESS_EQUAL,
     &comparison::GREATER,
     &comparison::GREATER_EQUAL,
+    &reduce::REDUCE_SUM,
+    &reduce::REDUCE_PROD,
+    &reduce::REDUCE_MAX,
+    &reduce::REDUCE_MIN,
+    &reduce::REDUCE_ANY,
+    &reduce::REDUCE_ALL,
+    &unsupported::DEQUANTIZE,
     &unsupported::BATCH_TO_SPACE_ND,
     &unsupported::SPACE_TO_BATCH_ND,
     &unsupported::STRIDED_SLICE,

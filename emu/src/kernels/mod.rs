@@ -57,14 +57,17 @@ pub use elementwise::binary::{Binary, BinaryKind};
 pub use elementwise::compare::{Compare, CompareKind};
 pub use elementwise::convert::{Convert, ConvertKind};
 pub use elementwise::unary::{Unary, UnaryKind};
-pub use image::resize_bilinear::ResizeBilinear;
+pub use image::{resize_bilinear::ResizeBilinear, resize_nearest::ResizeNearest};
 pub use movement::{
     concat::Concatenation, depth_space::DepthToSpace, depth_space::SpaceToDepth, pad::Pad,
     reshape::Reshape, transpose::Transpose,
 };
-pub use normalization::l2::L2Normalization;
+pub use normalization::{l2::L2Normalization, lrn::LocalResponseNorm};
 pub use pool::pool2d::{Pool, PoolKind};
-pub use reduction::mean::Mean;
+pub use reduction::{
+    mean::Mean,
+    reduce::{Reduce, ReduceKind},
+};
 
 use crate::tensor::{DType, Staged, TensorType, View, ViewMut};
 
@@ -141,6 +144,9 @@ registry! {
     21 => GroupedConv2d(conv::grouped::GroupedConv2d),
     30 => Compare(elementwise::compare::Compare),
     31 => Convert(elementwise::convert::Convert),
+    60 => ResizeNearest(image::resize_nearest::ResizeNearest),
+    61 => Reduce(reduction::reduce::Reduce),
+    62 => LocalResponseNorm(normalization::lrn::LocalResponseNorm),
 }
 
 /// The object-safe face of [`Kernel`], implemented for every kernel.

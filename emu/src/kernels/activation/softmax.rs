@@ -1,10 +1,14 @@
 //! NNAPI SOFTMAX: `exp(beta*(x-max))` normalised along `axis` (negative counts from the end).
-//! float32; float16 computes in float32.
+//! float32; float16 computes in float32. Quantised u8/i8 (output scale 1/256, zero point 0
+//! / -128): the NNAPI reference uses gemmlowp's fixed-point exp; this kernel computes the
+//! same probabilities in f64 from the stored integer differences and rounds them to the
+//! output grid, which agrees within ±1 (the corpus tolerance).
 //!
 //! Parameter words: beta (f32, finite, > 0), axis (i32).
 
 use crate::kernels::kernel::{enc, same_dtype, Kernel, Words};
 use crate::kernels::layout::resolve_axis;
+use crate::kernels::quant::QuantElem;
 use crate::kernels::{bad_shape, Result, Tensor};
 use crate::tensor::{widen_f16, DType, TensorType, View, ViewMut};
 
@@ -38,7 +42,11 @@ impl Kernel for Softmax {
     }
 
     fn output_shapes(&self, inputs: &[&TensorType]) -> Result<Vec<Vec<usize>>> {
-        same_dtype(self.name(), inputs, &[DType::F32, DType::F16])?;
+        same_dtype(
+            self.name(),
+            inputs,
+            &[DType::F32, DType::F16, DType::U8, DType::I8],
+        )?;
         let x = &inputs[0].shape;
         if x.is_empty() {
             return Err(bad_shape(self.name(), "input must have rank >= 1"));
@@ -48,6 +56,23 @@ impl Kernel for Softmax {
     }
 
     fn run(&self, inputs: &[View<'_>], outputs: &mut [ViewMut<'_>]) -> Result<()> {
+        let x = inputs[0];
+        let axis = resolve_axis(self.name(), self.axis, x.shape().len())?;
+        let coef = f64::from(self.beta) * f64::from(x.ty.quant.scale);
+        let (oscale, ozp) = (outputs[0].ty.quant.scale, outputs[0].ty.quant.zero_point);
+        match x.ty.dtype {
+            DType::U8 => {
+                let xs: Vec<i32> = x.u8s()?.iter().map(|&v| i32::from(v)).collect();
+                let o = outputs[0].u8s_mut()?;
+                return softmax_q(coef, axis, x.shape(), &xs, oscale, ozp, o);
+            }
+            DType::I8 => {
+                let xs: Vec<i32> = x.i8s()?.iter().map(|&v| i32::from(v)).collect();
+                let o = outputs[0].i8s_mut()?;
+                return softmax_q(coef, axis, x.shape(), &xs, oscale, ozp, o);
+            }
+            _ => {}
+        }
         widen_f16(inputs, outputs, |ins, outs| {
             let x = Tensor::f32(&ins[0])?;
             let axis = resolve_axis(self.name(), self.axis, x.shape.len())?;
@@ -55,6 +80,43 @@ impl Kernel for Softmax {
             Ok(())
         })
     }
+}
+
+/// Quantised softmax of stored integers `xs` (`coef` = beta * input scale) along `axis`.
+fn softmax_q<T: QuantElem>(
+    coef: f64,
+    axis: usize,
+    shape: &[usize],
+    xs: &[i32],
+    oscale: f32,
+    ozp: i32,
+    out: &mut [T],
+) -> Result<()> {
+    let n = shape[axis];
+    let inner: usize = shape[axis + 1..].iter().product();
+    let outer: usize = shape[..axis].iter().product();
+    if n == 0 || inner == 0 || oscale.is_nan() || oscale <= 0.0 {
+        return Ok(());
+    }
+    let inv_scale = 1.0 / f64::from(oscale);
+    let mut e = vec![0f64; n];
+    for o in 0..outer {
+        let base = o * n * inner;
+        for i in 0..inner {
+            let at = |k: usize| base + k * inner + i;
+            let max = (0..n).map(|k| xs[at(k)]).max().unwrap_or(0);
+            let mut sum = 0.0;
+            for (k, ek) in e.iter_mut().enumerate() {
+                *ek = (coef * f64::from(xs[at(k)] - max)).exp();
+                sum += *ek;
+            }
+            for (k, &ek) in e.iter().enumerate() {
+                let q = (ek / sum * inv_scale).round() as i32;
+                out[at(k)] = T::saturate_from_i32(q.saturating_add(ozp));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `out = exp(beta * (x - max)) / sum` along `axis`.

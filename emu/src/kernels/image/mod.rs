@@ -1,3 +1,4 @@
 //! Image kernels: resizing.
 
 pub mod resize_bilinear;
+pub mod resize_nearest;

@@ -1,3 +1,4 @@
 //! Normalisation kernels.
 
 pub mod l2;
+pub mod lrn;

@@ -2,12 +2,17 @@
 //! average over the in-bounds part of each window only; a window lying wholly in the
 //! padding gives 0, and MAX pooling of such a window gives `f32::MIN` (the initial value of
 //! the TFLite kernel), before the fused activation. float16 computes in float32.
+//! Quantised (u8, i8; AVERAGE and MAX only) pools the stored integers as the NNAPI
+//! reference does: the average rounds half away from zero in integer division, the output
+//! has the input's scale and zero point, and the activation clamps to the output's
+//! quantised activation range.
 //!
 //! Parameter words: kind (Average 0, Max 1, L2 2), pad(4), stride_w, stride_h, filter_w,
 //! filter_h, act, nchw.
 
 use crate::kernels::kernel::{enc, same_dtype, Cost, Kernel, Words};
 use crate::kernels::layout::{conv_out_size, image_dims, layout_shape, nhwc_dims, with_nhwc};
+use crate::kernels::quant::{quantized_activation_range, QuantElem};
 use crate::kernels::{bad_shape, Activation, KernelError, Padding, Result, Tensor, TensorMut};
 use crate::tensor::{widen_f16, DType, TensorType, View, ViewMut};
 
@@ -92,7 +97,17 @@ impl Kernel for Pool {
 
     fn output_shapes(&self, inputs: &[&TensorType]) -> Result<Vec<Vec<usize>>> {
         let name = self.name();
-        same_dtype(name, inputs, &[DType::F32, DType::F16])?;
+        let dt = same_dtype(
+            name,
+            inputs,
+            &[DType::F32, DType::F16, DType::U8, DType::I8],
+        )?;
+        if matches!(dt, DType::U8 | DType::I8) && self.kind == PoolKind::L2 {
+            return Err(KernelError::UnsupportedDType {
+                op: name,
+                dtype: dt,
+            });
+        }
         let x = &inputs[0].shape;
         let (n, h, w, c) = image_dims(name, x, self.nchw)?;
         if h == 0 || w == 0 || c == 0 {
@@ -132,10 +147,101 @@ impl Kernel for Pool {
     }
 
     fn run(&self, inputs: &[View<'_>], outputs: &mut [ViewMut<'_>]) -> Result<()> {
-        widen_f16(inputs, outputs, |ins, outs| {
-            pool_f32(self, Tensor::f32(&ins[0])?, TensorMut::f32(&mut outs[0])?)
-        })
+        let (x, out) = (inputs[0], &mut outputs[0]);
+        let q = out.ty.quant.clone();
+        let oshape = out.ty.shape.clone();
+        match x.ty.dtype {
+            DType::U8 => pool_q(
+                self,
+                Tensor {
+                    shape: x.shape(),
+                    data: x.u8s()?,
+                },
+                TensorMut {
+                    shape: &oshape,
+                    data: out.u8s_mut()?,
+                },
+                q.scale,
+                q.zero_point,
+            ),
+            DType::I8 => pool_q(
+                self,
+                Tensor {
+                    shape: x.shape(),
+                    data: x.i8s()?,
+                },
+                TensorMut {
+                    shape: &oshape,
+                    data: out.i8s_mut()?,
+                },
+                q.scale,
+                q.zero_point,
+            ),
+            _ => widen_f16(inputs, outputs, |ins, outs| {
+                pool_f32(self, Tensor::f32(&ins[0])?, TensorMut::f32(&mut outs[0])?)
+            }),
+        }
     }
+}
+
+/// The quantised pooling (AVERAGE, MAX) on stored integers; shapes were validated.
+fn pool_q<T: QuantElem + Default>(
+    p: &Pool,
+    x: Tensor<'_, T>,
+    out: TensorMut<'_, T>,
+    scale: f32,
+    zero_point: i32,
+) -> Result<()> {
+    let (n, h, w, c) = nhwc_dims(x.shape, p.nchw).ok_or(KernelError::TooLarge)?;
+    let (_, oh, ow, _) = nhwc_dims(out.shape, p.nchw).ok_or(KernelError::TooLarge)?;
+    let (sh, sw) = (p.stride_h as usize, p.stride_w as usize);
+    let (fh, fw) = (p.filter_h as usize, p.filter_w as usize);
+    let (pt, pl) = (p.pad.top as usize, p.pad.left as usize);
+    let (lo, hi) = quantized_activation_range(p.act as u32, scale, zero_point, T::MIN, T::MAX);
+    let mut acc = vec![0i32; c];
+    with_nhwc(p.nchw, x, out, |src, dst| {
+        for b in 0..n {
+            for oy in 0..oh {
+                let (y0, y1) = window(oy * sh, fh, pt, h);
+                for ox in 0..ow {
+                    let (x0, x1) = window(ox * sw, fw, pl, w);
+                    let max = p.kind == PoolKind::Max;
+                    acc.fill(if max { T::MIN } else { 0 });
+                    for iy in y0..y1 {
+                        for ix in x0..x1 {
+                            let inp = &src[((b * h + iy) * w + ix) * c..][..c];
+                            for (a, &v) in acc.iter_mut().zip(inp) {
+                                let v = v.to_i32();
+                                if max {
+                                    *a = (*a).max(v);
+                                } else {
+                                    // At most 2^31 / 256 window elements: no overflow.
+                                    *a = a.saturating_add(v);
+                                }
+                            }
+                        }
+                    }
+                    let count = ((y1 - y0) * (x1 - x0)) as i64;
+                    let o = &mut dst[((b * oh + oy) * ow + ox) * c..][..c];
+                    for (d, &a) in o.iter_mut().zip(&acc) {
+                        let v = if max || count == 0 {
+                            a
+                        } else {
+                            let a = i64::from(a);
+                            let r = if a > 0 {
+                                (a + count / 2) / count
+                            } else {
+                                (a - count / 2) / count
+                            };
+                            r as i32
+                        };
+                        *d = T::saturate_from_i32(v.clamp(lo, hi.max(lo)));
+                    }
+                }
+            }
+        }
+        Ok(())
+    })
 }
 
 /// The in-bounds input range `[lo, hi)` of a window starting at padded position `start`.

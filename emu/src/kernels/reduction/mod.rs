@@ -1,3 +1,4 @@
 //! Reduction kernels.
 
 pub mod mean;
+pub mod reduce;
