@@ -1,12 +1,15 @@
 //! Operations that only move elements: RESHAPE, SQUEEZE, CONCATENATION, DEPTH_TO_SPACE,
 //! SPACE_TO_DEPTH, PAD, TRANSPOSE. The device runs them on every element type.
 
-use vnpu_emu::kernels::{Concatenation, DepthToSpace, Pad, Reshape, SpaceToDepth, Transpose};
+use vnpu_emu::kernels::{
+    BatchToSpace, ChannelShuffle, Concatenation, DepthToSpace, Gather, Pad, Reshape, SliceDim,
+    SpaceToBatch, SpaceToDepth, StridedSlice, Transpose,
+};
 
-use super::types::FLOAT_QUANT8;
+use super::types::{FLOAT_QUANT8, FLOAT_QUANT8_INT32};
 use super::{arg, Arg, Args, HalVersion::*, OpDef, Signature, Ty};
 use crate::compile::{CompileError, Lowered};
-use crate::hal::{Operand, OperationType};
+use crate::hal::{Operand, OperandType, OperationType};
 
 const OUT: &[Arg] = &[arg("output", Ty::T)];
 
@@ -245,4 +248,240 @@ pub const TRANSPOSE: OpDef = OpDef {
     check: None,
     runs: FLOAT_QUANT8,
     lower: Some(lower_transpose),
+};
+
+/// `[height, width]` of a block_shape argument (both at least 1).
+fn block_shape(a: &Args<'_>) -> Result<[u32; 2], CompileError> {
+    let b = a.ints("block_shape")?;
+    match b[..] {
+        [h, w] if h >= 1 && w >= 1 => Ok([h as u32, w as u32]),
+        _ => Err(a.invalid(format!("block_shape {b:?}"))),
+    }
+}
+
+fn lower_space_to_batch(a: &Args<'_>) -> Result<Lowered, CompileError> {
+    let block = block_shape(a)?;
+    let p = a.ints("paddings")?;
+    let pads: Vec<u32> = p
+        .iter()
+        .map(|&v| u32::try_from(v).map_err(|_| a.invalid(format!("negative padding {v}"))))
+        .collect::<Result<_, _>>()?;
+    let pads: [u32; 4] = pads
+        .try_into()
+        .map_err(|_| a.invalid(format!("paddings {p:?} must be 2x2")))?;
+    let nchw = a.flag("layout")?;
+    // The padding holds real 0: the zero point of a quantised tensor.
+    let zero_point = a.operands.operand(a.input("input")?)?.zero_point;
+    a.kernel(
+        SpaceToBatch {
+            block,
+            pads,
+            nchw,
+            value: zero_point as f32,
+        },
+        &["input"],
+    )
+}
+
+fn lower_batch_to_space(a: &Args<'_>) -> Result<Lowered, CompileError> {
+    let block = block_shape(a)?;
+    let nchw = a.flag("layout")?;
+    a.kernel(BatchToSpace { block, nchw }, &["input"])
+}
+
+/// An index clamped into a dimension as the NNAPI reference does for STRIDED_SLICE.
+fn clamped_index(index: i32, dim: i32, positive_stride: bool) -> i32 {
+    let rem = |v: i32| (dim + v % dim) % dim;
+    if positive_stride {
+        if index >= dim {
+            dim
+        } else {
+            rem(index.clamp(-dim, dim))
+        }
+    } else if index < -dim {
+        -1
+    } else {
+        rem(index.min(dim - 1))
+    }
+}
+
+fn lower_strided_slice(a: &Args<'_>) -> Result<Lowered, CompileError> {
+    let shape = a.shape("input")?.to_vec();
+    let rank = shape.len();
+    let (begin, end, strides) = (a.ints("begin")?, a.ints("end")?, a.ints("strides")?);
+    if begin.len() != rank || end.len() != rank || strides.len() != rank {
+        return Err(a.invalid(format!(
+            "begin/end/strides of lengths {}/{}/{} for rank {rank}",
+            begin.len(),
+            end.len(),
+            strides.len()
+        )));
+    }
+    let (bm, em, sm) = (
+        a.i32("begin_mask")?,
+        a.i32("end_mask")?,
+        a.i32("shrink_axis_mask")?,
+    );
+    let mut dims = Vec::with_capacity(rank);
+    let mut out = Vec::new();
+    for i in 0..rank {
+        let dim = i32::try_from(shape[i]).map_err(|_| a.invalid("dimension too large"))?;
+        let stride = strides[i];
+        if stride == 0 {
+            return Err(a.invalid(format!("stride 0 in dimension {i}")));
+        }
+        let pos = stride > 0;
+        let bit = 1 << i;
+        let b = if bm & bit != 0 {
+            if pos {
+                0
+            } else {
+                dim - 1
+            }
+        } else if dim == 0 {
+            0
+        } else {
+            clamped_index(begin[i], dim, pos)
+        };
+        let e = if em & bit != 0 {
+            if pos {
+                dim
+            } else {
+                -1
+            }
+        } else if dim == 0 {
+            0
+        } else {
+            clamped_index(end[i], dim, pos)
+        };
+        let span = i64::from(e) - i64::from(b);
+        let s = i64::from(stride);
+        let count = if (span > 0) == (s > 0) && span != 0 {
+            (span + s - s.signum()) / s
+        } else {
+            0
+        };
+        let count = u32::try_from(count).map_err(|_| a.invalid("slice too large"))?;
+        if sm & bit != 0 {
+            if stride < 0 || count != 1 {
+                return Err(a.invalid(format!("shrinking dimension {i} of {count} elements")));
+            }
+        } else {
+            out.push(count);
+        }
+        dims.push(SliceDim {
+            begin: b,
+            stride,
+            count,
+        });
+    }
+    if out.is_empty() {
+        out.push(1);
+    }
+    a.kernel(StridedSlice { dims, shape: out }, &["input"])
+}
+
+fn lower_gather(a: &Args<'_>) -> Result<Lowered, CompileError> {
+    let rank = a.shape("input")?.len();
+    let axis = a.axis(a.i32("axis")?, rank)?;
+    a.kernel(Gather { axis }, &["input", "indices"])
+}
+
+fn lower_channel_shuffle(a: &Args<'_>) -> Result<Lowered, CompileError> {
+    let rank = a.shape("input")?.len();
+    let groups = a.positive("num_groups")?;
+    let axis = a.axis(a.i32("axis")?, rank)?;
+    a.kernel(ChannelShuffle { groups, axis }, &["input"])
+}
+
+/// BATCH_TO_SPACE_ND.
+pub const BATCH_TO_SPACE_ND: OpDef = OpDef {
+    op: OperationType::BATCH_TO_SPACE_ND,
+    signatures: &[Signature::new(
+        V1_1,
+        FLOAT_QUANT8,
+        &[arg("input", Ty::T), arg("block_shape", Ty::Ints)],
+        OUT,
+    )
+    .optional(&[&[arg("layout", Ty::Bool)]])],
+    check: None,
+    runs: FLOAT_QUANT8,
+    lower: Some(lower_batch_to_space),
+};
+
+/// SPACE_TO_BATCH_ND.
+pub const SPACE_TO_BATCH_ND: OpDef = OpDef {
+    op: OperationType::SPACE_TO_BATCH_ND,
+    signatures: &[Signature::new(
+        V1_1,
+        FLOAT_QUANT8,
+        &[
+            arg("input", Ty::T),
+            arg("block_shape", Ty::Ints),
+            arg("paddings", Ty::Ints),
+        ],
+        OUT,
+    )
+    .optional(&[&[arg("layout", Ty::Bool)]])],
+    check: None,
+    runs: FLOAT_QUANT8,
+    lower: Some(lower_space_to_batch),
+};
+
+/// STRIDED_SLICE.
+pub const STRIDED_SLICE: OpDef = OpDef {
+    op: OperationType::STRIDED_SLICE,
+    signatures: &[Signature::new(
+        V1_1,
+        FLOAT_QUANT8,
+        &[
+            arg("input", Ty::T),
+            arg("begin", Ty::Ints),
+            arg("end", Ty::Ints),
+            arg("strides", Ty::Ints),
+            arg("begin_mask", Ty::Int),
+            arg("end_mask", Ty::Int),
+            arg("shrink_axis_mask", Ty::Int),
+        ],
+        OUT,
+    )],
+    check: None,
+    runs: FLOAT_QUANT8,
+    lower: Some(lower_strided_slice),
+};
+
+/// GATHER: the indices are data (a device tensor), not compile-time values.
+pub const GATHER: OpDef = OpDef {
+    op: OperationType::GATHER,
+    signatures: &[Signature::new(
+        V1_2,
+        FLOAT_QUANT8_INT32,
+        &[
+            arg("input", Ty::T),
+            arg("axis", Ty::Int),
+            arg("indices", Ty::Is(OperandType::TENSOR_INT32)),
+        ],
+        OUT,
+    )],
+    check: None,
+    runs: FLOAT_QUANT8_INT32,
+    lower: Some(lower_gather),
+};
+
+/// CHANNEL_SHUFFLE.
+pub const CHANNEL_SHUFFLE: OpDef = OpDef {
+    op: OperationType::CHANNEL_SHUFFLE,
+    signatures: &[Signature::new(
+        V1_2,
+        FLOAT_QUANT8,
+        &[
+            arg("input", Ty::T),
+            arg("num_groups", Ty::Int),
+            arg("axis", Ty::Int),
+        ],
+        OUT,
+    )],
+    check: None,
+    runs: FLOAT_QUANT8,
+    lower: Some(lower_channel_shuffle),
 };

@@ -1,7 +1,7 @@
 //! Operations the device does not run yet, defined here by their signatures only so that
 //! model validation checks them. Each moves to its family's file when it gains a lowering.
 
-use super::types::{FLOATS, FLOAT_QUANT8};
+use super::types::FLOATS;
 use super::{arg, Arg, HalVersion::*, OpDef, Signature, Ty};
 use crate::hal::{OperandType as T, OperationType};
 
@@ -30,53 +30,6 @@ pub const DEQUANTIZE: OpDef = validate_only(
         ],
         &[arg("input", Ty::T)],
         &[arg("output", Ty::OneOf(FLOATS))],
-    )],
-);
-
-/// BATCH_TO_SPACE_ND.
-pub const BATCH_TO_SPACE_ND: OpDef = validate_only(
-    OperationType::BATCH_TO_SPACE_ND,
-    &[Signature::new(
-        V1_1,
-        FLOAT_QUANT8,
-        &[arg("input", Ty::T), arg("block_shape", Ty::Ints)],
-        OUT,
-    )
-    .optional(&[&[arg("layout", Ty::Bool)]])],
-);
-
-/// SPACE_TO_BATCH_ND.
-pub const SPACE_TO_BATCH_ND: OpDef = validate_only(
-    OperationType::SPACE_TO_BATCH_ND,
-    &[Signature::new(
-        V1_1,
-        FLOAT_QUANT8,
-        &[
-            arg("input", Ty::T),
-            arg("block_shape", Ty::Ints),
-            arg("paddings", Ty::Ints),
-        ],
-        OUT,
-    )
-    .optional(&[&[arg("layout", Ty::Bool)]])],
-);
-
-/// STRIDED_SLICE.
-pub const STRIDED_SLICE: OpDef = validate_only(
-    OperationType::STRIDED_SLICE,
-    &[Signature::new(
-        V1_1,
-        FLOAT_QUANT8,
-        &[
-            arg("input", Ty::T),
-            arg("begin", Ty::Ints),
-            arg("end", Ty::Ints),
-            arg("strides", Ty::Ints),
-            arg("begin_mask", Ty::Int),
-            arg("end_mask", Ty::Int),
-            arg("shrink_axis_mask", Ty::Int),
-        ],
-        OUT,
     )],
 );
 

@@ -54,8 +54,10 @@ pub use elementwise::binary::{Binary, BinaryKind};
 pub use elementwise::unary::{Unary, UnaryKind};
 pub use image::resize_bilinear::ResizeBilinear;
 pub use movement::{
-    concat::Concatenation, depth_space::DepthToSpace, depth_space::SpaceToDepth, pad::Pad,
-    reshape::Reshape, transpose::Transpose,
+    channel_shuffle::ChannelShuffle, concat::Concatenation, depth_space::DepthToSpace,
+    depth_space::SpaceToDepth, gather::Gather, pad::Pad, reshape::Reshape,
+    space_batch::BatchToSpace, space_batch::SpaceToBatch, strided_slice::SliceDim,
+    strided_slice::StridedSlice, transpose::Transpose,
 };
 pub use normalization::l2::L2Normalization;
 pub use pool::pool2d::{Pool, PoolKind};
@@ -132,6 +134,11 @@ registry! {
     14 => Pad(movement::pad::Pad),
     15 => Transpose(movement::transpose::Transpose),
     16 => Mean(reduction::mean::Mean),
+    80 => SpaceToBatch(movement::space_batch::SpaceToBatch),
+    81 => BatchToSpace(movement::space_batch::BatchToSpace),
+    82 => StridedSlice(movement::strided_slice::StridedSlice),
+    83 => Gather(movement::gather::Gather),
+    84 => ChannelShuffle(movement::channel_shuffle::ChannelShuffle),
 }
 
 /// The object-safe face of [`Kernel`], implemented for every kernel.
