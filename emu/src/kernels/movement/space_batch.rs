@@ -238,15 +238,11 @@ mod tests {
                 nchw,
                 value: 0.0,
             };
-            let (shape, mid) = run_bytes(&s2b, &[1, 4, 4, 1], &data);
-            assert_eq!(
-                shape,
-                if nchw {
-                    vec![4, 4, 2, 2]
-                } else {
-                    vec![4, 2, 2, 1]
-                }
-            );
+            let ishape: &[usize] = if nchw { &[1, 1, 4, 4] } else { &[1, 4, 4, 1] };
+            let (shape, mid) = run_bytes(&s2b, ishape, &data);
+            let want = if nchw { [4, 1, 2, 2] } else { [4, 2, 2, 1] };
+            assert_eq!(shape, want);
+            assert_eq!(&mid[..4], &[1, 3, 9, 11]);
             let b2s = BatchToSpace {
                 block: [2, 2],
                 nchw,
