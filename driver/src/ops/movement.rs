@@ -6,12 +6,19 @@ use vnpu_emu::kernels::{
     SpaceToBatch, SpaceToDepth, StridedSlice, Transpose,
 };
 
-use super::types::{FLOAT_QUANT8, FLOAT_QUANT8_INT32};
+use super::is_quant8;
+use super::types::{FLOATS, FLOAT_QUANT8, FLOAT_QUANT8_INT32};
 use super::{arg, Arg, Args, HalVersion::*, OpDef, Signature, Ty};
 use crate::compile::{CompileError, Lowered};
 use crate::hal::{Operand, OperandType, OperationType};
 
 const OUT: &[Arg] = &[arg("output", Ty::T)];
+
+/// Both 8-bit asymmetric quantised types.
+const QUANT8: &[OperandType] = &[
+    OperandType::TENSOR_QUANT8_ASYMM,
+    OperandType::TENSOR_QUANT8_ASYMM_SIGNED,
+];
 
 /// RESHAPE's target: at most one -1, resolved from the element count.
 pub fn resolve_reshape(want: &[i32], numel: usize) -> Option<Vec<usize>> {
@@ -484,4 +491,125 @@ pub const CHANNEL_SHUFFLE: OpDef = OpDef {
     check: None,
     runs: FLOAT_QUANT8,
     lower: Some(lower_channel_shuffle),
+};
+
+fn lower_slice(a: &Args<'_>) -> Result<Lowered, CompileError> {
+    let shape = a.shape("input")?.to_vec();
+    let (begin, size) = (a.ints("begin")?, a.ints("size")?);
+    if begin.len() != shape.len() || size.len() != shape.len() {
+        return Err(a.invalid(format!(
+            "begin/size of lengths {}/{} for rank {}",
+            begin.len(),
+            size.len(),
+            shape.len()
+        )));
+    }
+    let mut dims = Vec::with_capacity(shape.len());
+    for ((&d, &b), &s) in shape.iter().zip(&begin).zip(&size) {
+        let d = i64::try_from(d).map_err(|_| a.invalid("dimension too large"))?;
+        let (b64, s64) = (i64::from(b), i64::from(s));
+        let count = if s == -1 { d - b64 } else { s64 };
+        if b64 < 0 || count < 0 || b64 + count > d {
+            return Err(a.invalid(format!("slice begin {b} size {s} of a dimension {d}")));
+        }
+        dims.push(SliceDim {
+            begin: b,
+            stride: 1,
+            count: count as u32,
+        });
+    }
+    let out = dims.iter().map(|d| d.count).collect();
+    a.kernel(StridedSlice { dims, shape: out }, &["input"])
+}
+
+fn lower_pad_v2(a: &Args<'_>) -> Result<Lowered, CompileError> {
+    let rank = a.shape("input")?.len();
+    let p = a.ints("paddings")?;
+    if p.len() != rank * 2 {
+        return Err(a.invalid(format!("paddings has {} values for rank {rank}", p.len())));
+    }
+    let pads = p
+        .chunks_exact(2)
+        .map(|c| match (u32::try_from(c[0]), u32::try_from(c[1])) {
+            (Ok(x), Ok(y)) => Ok((x, y)),
+            _ => Err(a.invalid(format!("negative padding {c:?}"))),
+        })
+        .collect::<Result<_, _>>()?;
+    // Float tensors pad with the real value; quantised ones with the stored INT32 value.
+    let value = if is_quant8(a.main) {
+        a.i32("pad_value")? as f32
+    } else {
+        a.f32("pad_value")?
+    };
+    a.kernel(Pad { pads, value }, &["input"])
+}
+
+fn lower_expand_dims(a: &Args<'_>) -> Result<Lowered, CompileError> {
+    let mut shape = a.shape("input")?.to_vec();
+    let axis = a.axis(a.i32("axis")?, shape.len() + 1)?;
+    shape.insert(axis as usize, 1);
+    a.kernel(Reshape { shape }, &["input"])
+}
+
+/// SLICE.
+pub const SLICE: OpDef = OpDef {
+    op: OperationType::SLICE,
+    signatures: &[Signature::new(
+        V1_2,
+        FLOAT_QUANT8_INT32,
+        &[
+            arg("input", Ty::T),
+            arg("begin", Ty::Ints),
+            arg("size", Ty::Ints),
+        ],
+        OUT,
+    )],
+    check: None,
+    runs: FLOAT_QUANT8_INT32,
+    lower: Some(lower_slice),
+};
+
+/// PAD_V2: the pad value is a float scalar for float tensors, an INT32 stored value for
+/// quantised ones.
+pub const PAD_V2: OpDef = OpDef {
+    op: OperationType::PAD_V2,
+    signatures: &[
+        Signature::new(
+            V1_2,
+            FLOATS,
+            &[
+                arg("input", Ty::T),
+                arg("paddings", Ty::Ints),
+                arg("pad_value", Ty::Scalar),
+            ],
+            OUT,
+        ),
+        Signature::new(
+            V1_2,
+            QUANT8,
+            &[
+                arg("input", Ty::T),
+                arg("paddings", Ty::Ints),
+                arg("pad_value", Ty::Int),
+            ],
+            OUT,
+        ),
+    ],
+    check: None,
+    runs: FLOAT_QUANT8,
+    lower: Some(lower_pad_v2),
+};
+
+/// EXPAND_DIMS.
+pub const EXPAND_DIMS: OpDef = OpDef {
+    op: OperationType::EXPAND_DIMS,
+    signatures: &[Signature::new(
+        V1_2,
+        FLOAT_QUANT8_INT32,
+        &[arg("input", Ty::T), arg("axis", Ty::Int)],
+        OUT,
+    )],
+    check: None,
+    runs: FLOAT_QUANT8_INT32,
+    lower: Some(lower_expand_dims),
 };
