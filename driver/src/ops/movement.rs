@@ -3,7 +3,7 @@
 
 use vnpu_emu::kernels::{
     BatchToSpace, ChannelShuffle, Concatenation, DepthToSpace, Gather, Pad, Reshape, SliceDim,
-    SpaceToBatch, SpaceToDepth, StridedSlice, Transpose,
+    SpaceToBatch, SpaceToDepth, Split, StridedSlice, Tile, Transpose,
 };
 
 use super::is_quant8;
@@ -612,4 +612,68 @@ pub const EXPAND_DIMS: OpDef = OpDef {
     check: None,
     runs: FLOAT_QUANT8_INT32,
     lower: Some(lower_expand_dims),
+};
+
+fn lower_tile(a: &Args<'_>) -> Result<Lowered, CompileError> {
+    let m = a.ints("multiples")?;
+    let multiples = m
+        .iter()
+        .map(|&v| {
+            u32::try_from(v)
+                .ok()
+                .filter(|&v| v > 0)
+                .ok_or_else(|| a.invalid(format!("multiple {v}")))
+        })
+        .collect::<Result<_, _>>()?;
+    a.kernel(Tile { multiples }, &["input"])
+}
+
+fn lower_split(a: &Args<'_>) -> Result<Lowered, CompileError> {
+    let rank = a.shape("input")?.len();
+    let axis = a.axis(a.i32("axis")?, rank)?;
+    let count = a.positive("num_splits")?;
+    if count as usize != a.outputs().len() {
+        return Err(a.invalid(format!(
+            "num_splits {count} for {} outputs",
+            a.outputs().len()
+        )));
+    }
+    Ok(Lowered {
+        op: Split { axis, count }.into(),
+        inputs: vec![a.input("input")?],
+        outputs: a.outputs().to_vec(),
+    })
+}
+
+/// TILE.
+pub const TILE: OpDef = OpDef {
+    op: OperationType::TILE,
+    signatures: &[Signature::new(
+        V1_2,
+        FLOAT_QUANT8_INT32,
+        &[arg("input", Ty::T), arg("multiples", Ty::Ints)],
+        OUT,
+    )],
+    check: None,
+    runs: FLOAT_QUANT8_INT32,
+    lower: Some(lower_tile),
+};
+
+/// SPLIT: one output per part.
+pub const SPLIT: OpDef = OpDef {
+    op: OperationType::SPLIT,
+    signatures: &[Signature::new(
+        V1_2,
+        FLOAT_QUANT8_INT32,
+        &[
+            arg("input", Ty::T),
+            arg("axis", Ty::Int),
+            arg("num_splits", Ty::Int),
+        ],
+        OUT,
+    )
+    .variadic_outputs()],
+    check: None,
+    runs: FLOAT_QUANT8_INT32,
+    lower: Some(lower_split),
 };

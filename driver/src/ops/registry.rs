@@ -39,6 +39,8 @@ pub static REGISTRY: &[&OpDef] = &[
     &movement::SLICE,
     &movement::PAD_V2,
     &movement::EXPAND_DIMS,
+    &movement::TILE,
+    &movement::SPLIT,
     &normalization::L2_NORMALIZATION,
     &normalization::LOCAL_RESPONSE_NORMALIZATION,
     &image::RESIZE_BILINEAR,

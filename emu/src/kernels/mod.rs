@@ -56,8 +56,8 @@ pub use image::resize_bilinear::ResizeBilinear;
 pub use movement::{
     channel_shuffle::ChannelShuffle, concat::Concatenation, depth_space::DepthToSpace,
     depth_space::SpaceToDepth, gather::Gather, pad::Pad, reshape::Reshape,
-    space_batch::BatchToSpace, space_batch::SpaceToBatch, strided_slice::SliceDim,
-    strided_slice::StridedSlice, transpose::Transpose,
+    space_batch::BatchToSpace, space_batch::SpaceToBatch, split::Split, strided_slice::SliceDim,
+    strided_slice::StridedSlice, tile::Tile, transpose::Transpose,
 };
 pub use normalization::l2::L2Normalization;
 pub use pool::pool2d::{Pool, PoolKind};
@@ -139,6 +139,8 @@ registry! {
     82 => StridedSlice(movement::strided_slice::StridedSlice),
     83 => Gather(movement::gather::Gather),
     84 => ChannelShuffle(movement::channel_shuffle::ChannelShuffle),
+    85 => Tile(movement::tile::Tile),
+    86 => Split(movement::split::Split),
 }
 
 /// The object-safe face of [`Kernel`], implemented for every kernel.

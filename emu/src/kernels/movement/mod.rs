@@ -1,6 +1,6 @@
 //! Kernels that only move elements (any element type): RESHAPE, CONCATENATION,
 //! DEPTH_TO_SPACE, SPACE_TO_DEPTH, PAD, TRANSPOSE, SPACE_TO_BATCH_ND, BATCH_TO_SPACE_ND,
-//! STRIDED_SLICE (and SLICE), GATHER, CHANNEL_SHUFFLE.
+//! STRIDED_SLICE (and SLICE), GATHER, CHANNEL_SHUFFLE, TILE, SPLIT.
 
 pub mod channel_shuffle;
 pub mod concat;
@@ -9,7 +9,9 @@ pub mod gather;
 pub mod pad;
 pub mod reshape;
 pub mod space_batch;
+pub mod split;
 pub mod strided_slice;
+pub mod tile;
 pub mod transpose;
 
 use crate::kernels::{KernelError, Result};
