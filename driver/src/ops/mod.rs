@@ -144,6 +144,8 @@ pub struct Signature {
     pub outputs: &'static [Arg],
     /// Input 0 repeats (variadic tensor list).
     pub repeat_first: bool,
+    /// The single output form repeats: one or more outputs, each of that form (SPLIT).
+    pub repeat_outputs: bool,
 }
 
 impl Signature {
@@ -162,6 +164,7 @@ impl Signature {
             optional: &[],
             outputs,
             repeat_first: false,
+            repeat_outputs: false,
         }
     }
 
@@ -174,6 +177,12 @@ impl Signature {
     /// The same form with another main input.
     pub const fn main(mut self, index: usize) -> Signature {
         self.main = index;
+        self
+    }
+
+    /// The same form with one or more outputs, each like the first.
+    pub const fn variadic_outputs(mut self) -> Signature {
+        self.repeat_outputs = true;
         self
     }
 
@@ -206,12 +215,27 @@ impl Signature {
             }
             args.extend_from_slice(group);
         }
-        if args.len() != ins.len() || outs.len() != self.outputs.len() {
+        let out_count_ok = if self.repeat_outputs {
+            !outs.is_empty()
+        } else {
+            outs.len() == self.outputs.len()
+        };
+        if args.len() != ins.len() || !out_count_ok {
             return None;
         }
         let fits = |a: &Arg, t: &OperandType| a.ty.accepts(*t, main);
+        let out_arg = |k: usize| {
+            if self.repeat_outputs {
+                self.outputs.first()
+            } else {
+                self.outputs.get(k)
+            }
+        };
         (args.iter().zip(ins).all(|(a, t)| fits(a, t))
-            && self.outputs.iter().zip(outs).all(|(a, t)| fits(a, t)))
+            && outs
+                .iter()
+                .enumerate()
+                .all(|(k, t)| out_arg(k).is_some_and(|a| fits(a, t))))
         .then_some(args)
     }
 }

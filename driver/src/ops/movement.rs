@@ -1,14 +1,24 @@
 //! Operations that only move elements: RESHAPE, SQUEEZE, CONCATENATION, DEPTH_TO_SPACE,
 //! SPACE_TO_DEPTH, PAD, TRANSPOSE. The device runs them on every element type.
 
-use vnpu_emu::kernels::{Concatenation, DepthToSpace, Pad, Reshape, SpaceToDepth, Transpose};
+use vnpu_emu::kernels::{
+    BatchToSpace, ChannelShuffle, Concatenation, DepthToSpace, Gather, Pad, Reshape, SliceDim,
+    SpaceToBatch, SpaceToDepth, Split, StridedSlice, Tile, Transpose,
+};
 
-use super::types::FLOAT_QUANT8;
+use super::is_quant8;
+use super::types::{FLOATS, FLOAT_QUANT8, FLOAT_QUANT8_INT32};
 use super::{arg, Arg, Args, HalVersion::*, OpDef, Signature, Ty};
 use crate::compile::{CompileError, Lowered};
-use crate::hal::{Operand, OperationType};
+use crate::hal::{Operand, OperandType, OperationType};
 
 const OUT: &[Arg] = &[arg("output", Ty::T)];
+
+/// Both 8-bit asymmetric quantised types.
+const QUANT8: &[OperandType] = &[
+    OperandType::TENSOR_QUANT8_ASYMM,
+    OperandType::TENSOR_QUANT8_ASYMM_SIGNED,
+];
 
 /// RESHAPE's target: at most one -1, resolved from the element count.
 pub fn resolve_reshape(want: &[i32], numel: usize) -> Option<Vec<usize>> {
@@ -245,4 +255,425 @@ pub const TRANSPOSE: OpDef = OpDef {
     check: None,
     runs: FLOAT_QUANT8,
     lower: Some(lower_transpose),
+};
+
+/// `[height, width]` of a block_shape argument (both at least 1).
+fn block_shape(a: &Args<'_>) -> Result<[u32; 2], CompileError> {
+    let b = a.ints("block_shape")?;
+    match b[..] {
+        [h, w] if h >= 1 && w >= 1 => Ok([h as u32, w as u32]),
+        _ => Err(a.invalid(format!("block_shape {b:?}"))),
+    }
+}
+
+fn lower_space_to_batch(a: &Args<'_>) -> Result<Lowered, CompileError> {
+    let block = block_shape(a)?;
+    let p = a.ints("paddings")?;
+    let pads: Vec<u32> = p
+        .iter()
+        .map(|&v| u32::try_from(v).map_err(|_| a.invalid(format!("negative padding {v}"))))
+        .collect::<Result<_, _>>()?;
+    let pads: [u32; 4] = pads
+        .try_into()
+        .map_err(|_| a.invalid(format!("paddings {p:?} must be 2x2")))?;
+    let nchw = a.flag("layout")?;
+    // The padding holds real 0: the zero point of a quantised tensor.
+    let zero_point = a.operands.operand(a.input("input")?)?.zero_point;
+    a.kernel(
+        SpaceToBatch {
+            block,
+            pads,
+            nchw,
+            value: zero_point as f32,
+        },
+        &["input"],
+    )
+}
+
+fn lower_batch_to_space(a: &Args<'_>) -> Result<Lowered, CompileError> {
+    let block = block_shape(a)?;
+    let nchw = a.flag("layout")?;
+    a.kernel(BatchToSpace { block, nchw }, &["input"])
+}
+
+/// An index clamped into a dimension as the NNAPI reference does for STRIDED_SLICE.
+fn clamped_index(index: i32, dim: i32, positive_stride: bool) -> i32 {
+    let rem = |v: i32| (dim + v % dim) % dim;
+    if positive_stride {
+        if index >= dim {
+            dim
+        } else {
+            rem(index.clamp(-dim, dim))
+        }
+    } else if index < -dim {
+        -1
+    } else {
+        rem(index.min(dim - 1))
+    }
+}
+
+fn lower_strided_slice(a: &Args<'_>) -> Result<Lowered, CompileError> {
+    let shape = a.shape("input")?.to_vec();
+    let rank = shape.len();
+    let (begin, end, strides) = (a.ints("begin")?, a.ints("end")?, a.ints("strides")?);
+    if begin.len() != rank || end.len() != rank || strides.len() != rank {
+        return Err(a.invalid(format!(
+            "begin/end/strides of lengths {}/{}/{} for rank {rank}",
+            begin.len(),
+            end.len(),
+            strides.len()
+        )));
+    }
+    let (bm, em, sm) = (
+        a.i32("begin_mask")?,
+        a.i32("end_mask")?,
+        a.i32("shrink_axis_mask")?,
+    );
+    let mut dims = Vec::with_capacity(rank);
+    let mut out = Vec::new();
+    for i in 0..rank {
+        let dim = i32::try_from(shape[i]).map_err(|_| a.invalid("dimension too large"))?;
+        let stride = strides[i];
+        if stride == 0 {
+            return Err(a.invalid(format!("stride 0 in dimension {i}")));
+        }
+        let pos = stride > 0;
+        let bit = 1 << i;
+        let b = if bm & bit != 0 {
+            if pos {
+                0
+            } else {
+                dim - 1
+            }
+        } else if dim == 0 {
+            0
+        } else {
+            clamped_index(begin[i], dim, pos)
+        };
+        let e = if em & bit != 0 {
+            if pos {
+                dim
+            } else {
+                -1
+            }
+        } else if dim == 0 {
+            0
+        } else {
+            clamped_index(end[i], dim, pos)
+        };
+        let span = i64::from(e) - i64::from(b);
+        let s = i64::from(stride);
+        let count = if (span > 0) == (s > 0) && span != 0 {
+            (span + s - s.signum()) / s
+        } else {
+            0
+        };
+        let count = u32::try_from(count).map_err(|_| a.invalid("slice too large"))?;
+        if sm & bit != 0 {
+            if stride < 0 || count != 1 {
+                return Err(a.invalid(format!("shrinking dimension {i} of {count} elements")));
+            }
+        } else {
+            out.push(count);
+        }
+        dims.push(SliceDim {
+            begin: b,
+            stride,
+            count,
+        });
+    }
+    if out.is_empty() {
+        out.push(1);
+    }
+    a.kernel(StridedSlice { dims, shape: out }, &["input"])
+}
+
+fn lower_gather(a: &Args<'_>) -> Result<Lowered, CompileError> {
+    let rank = a.shape("input")?.len();
+    let axis = a.axis(a.i32("axis")?, rank)?;
+    a.kernel(Gather { axis }, &["input", "indices"])
+}
+
+fn lower_channel_shuffle(a: &Args<'_>) -> Result<Lowered, CompileError> {
+    let rank = a.shape("input")?.len();
+    let groups = a.positive("num_groups")?;
+    let axis = a.axis(a.i32("axis")?, rank)?;
+    a.kernel(ChannelShuffle { groups, axis }, &["input"])
+}
+
+/// BATCH_TO_SPACE_ND.
+pub const BATCH_TO_SPACE_ND: OpDef = OpDef {
+    op: OperationType::BATCH_TO_SPACE_ND,
+    signatures: &[Signature::new(
+        V1_1,
+        FLOAT_QUANT8,
+        &[arg("input", Ty::T), arg("block_shape", Ty::Ints)],
+        OUT,
+    )
+    .optional(&[&[arg("layout", Ty::Bool)]])],
+    check: None,
+    runs: FLOAT_QUANT8,
+    lower: Some(lower_batch_to_space),
+};
+
+/// SPACE_TO_BATCH_ND.
+pub const SPACE_TO_BATCH_ND: OpDef = OpDef {
+    op: OperationType::SPACE_TO_BATCH_ND,
+    signatures: &[Signature::new(
+        V1_1,
+        FLOAT_QUANT8,
+        &[
+            arg("input", Ty::T),
+            arg("block_shape", Ty::Ints),
+            arg("paddings", Ty::Ints),
+        ],
+        OUT,
+    )
+    .optional(&[&[arg("layout", Ty::Bool)]])],
+    check: None,
+    runs: FLOAT_QUANT8,
+    lower: Some(lower_space_to_batch),
+};
+
+/// STRIDED_SLICE.
+pub const STRIDED_SLICE: OpDef = OpDef {
+    op: OperationType::STRIDED_SLICE,
+    signatures: &[Signature::new(
+        V1_1,
+        FLOAT_QUANT8,
+        &[
+            arg("input", Ty::T),
+            arg("begin", Ty::Ints),
+            arg("end", Ty::Ints),
+            arg("strides", Ty::Ints),
+            arg("begin_mask", Ty::Int),
+            arg("end_mask", Ty::Int),
+            arg("shrink_axis_mask", Ty::Int),
+        ],
+        OUT,
+    )],
+    check: None,
+    runs: FLOAT_QUANT8,
+    lower: Some(lower_strided_slice),
+};
+
+/// GATHER: the indices are data (a device tensor), not compile-time values.
+pub const GATHER: OpDef = OpDef {
+    op: OperationType::GATHER,
+    signatures: &[Signature::new(
+        V1_2,
+        FLOAT_QUANT8_INT32,
+        &[
+            arg("input", Ty::T),
+            arg("axis", Ty::Int),
+            arg("indices", Ty::Is(OperandType::TENSOR_INT32)),
+        ],
+        OUT,
+    )],
+    check: None,
+    runs: FLOAT_QUANT8_INT32,
+    lower: Some(lower_gather),
+};
+
+/// CHANNEL_SHUFFLE.
+pub const CHANNEL_SHUFFLE: OpDef = OpDef {
+    op: OperationType::CHANNEL_SHUFFLE,
+    signatures: &[Signature::new(
+        V1_2,
+        FLOAT_QUANT8,
+        &[
+            arg("input", Ty::T),
+            arg("num_groups", Ty::Int),
+            arg("axis", Ty::Int),
+        ],
+        OUT,
+    )],
+    check: None,
+    runs: FLOAT_QUANT8,
+    lower: Some(lower_channel_shuffle),
+};
+
+fn lower_slice(a: &Args<'_>) -> Result<Lowered, CompileError> {
+    let shape = a.shape("input")?.to_vec();
+    let (begin, size) = (a.ints("begin")?, a.ints("size")?);
+    if begin.len() != shape.len() || size.len() != shape.len() {
+        return Err(a.invalid(format!(
+            "begin/size of lengths {}/{} for rank {}",
+            begin.len(),
+            size.len(),
+            shape.len()
+        )));
+    }
+    let mut dims = Vec::with_capacity(shape.len());
+    for ((&d, &b), &s) in shape.iter().zip(&begin).zip(&size) {
+        let d = i64::try_from(d).map_err(|_| a.invalid("dimension too large"))?;
+        let (b64, s64) = (i64::from(b), i64::from(s));
+        let count = if s == -1 { d - b64 } else { s64 };
+        if b64 < 0 || count < 0 || b64 + count > d {
+            return Err(a.invalid(format!("slice begin {b} size {s} of a dimension {d}")));
+        }
+        dims.push(SliceDim {
+            begin: b,
+            stride: 1,
+            count: count as u32,
+        });
+    }
+    let out = dims.iter().map(|d| d.count).collect();
+    a.kernel(StridedSlice { dims, shape: out }, &["input"])
+}
+
+fn lower_pad_v2(a: &Args<'_>) -> Result<Lowered, CompileError> {
+    let rank = a.shape("input")?.len();
+    let p = a.ints("paddings")?;
+    if p.len() != rank * 2 {
+        return Err(a.invalid(format!("paddings has {} values for rank {rank}", p.len())));
+    }
+    let pads = p
+        .chunks_exact(2)
+        .map(|c| match (u32::try_from(c[0]), u32::try_from(c[1])) {
+            (Ok(x), Ok(y)) => Ok((x, y)),
+            _ => Err(a.invalid(format!("negative padding {c:?}"))),
+        })
+        .collect::<Result<_, _>>()?;
+    // Float tensors pad with the real value; quantised ones with the stored INT32 value.
+    let value = if is_quant8(a.main) {
+        a.i32("pad_value")? as f32
+    } else {
+        a.f32("pad_value")?
+    };
+    a.kernel(Pad { pads, value }, &["input"])
+}
+
+fn lower_expand_dims(a: &Args<'_>) -> Result<Lowered, CompileError> {
+    let mut shape = a.shape("input")?.to_vec();
+    let axis = a.axis(a.i32("axis")?, shape.len() + 1)?;
+    shape.insert(axis as usize, 1);
+    a.kernel(Reshape { shape }, &["input"])
+}
+
+/// SLICE.
+pub const SLICE: OpDef = OpDef {
+    op: OperationType::SLICE,
+    signatures: &[Signature::new(
+        V1_2,
+        FLOAT_QUANT8_INT32,
+        &[
+            arg("input", Ty::T),
+            arg("begin", Ty::Ints),
+            arg("size", Ty::Ints),
+        ],
+        OUT,
+    )],
+    check: None,
+    runs: FLOAT_QUANT8_INT32,
+    lower: Some(lower_slice),
+};
+
+/// PAD_V2: the pad value is a float scalar for float tensors, an INT32 stored value for
+/// quantised ones.
+pub const PAD_V2: OpDef = OpDef {
+    op: OperationType::PAD_V2,
+    signatures: &[
+        Signature::new(
+            V1_2,
+            FLOATS,
+            &[
+                arg("input", Ty::T),
+                arg("paddings", Ty::Ints),
+                arg("pad_value", Ty::Scalar),
+            ],
+            OUT,
+        ),
+        Signature::new(
+            V1_2,
+            QUANT8,
+            &[
+                arg("input", Ty::T),
+                arg("paddings", Ty::Ints),
+                arg("pad_value", Ty::Int),
+            ],
+            OUT,
+        ),
+    ],
+    check: None,
+    runs: FLOAT_QUANT8,
+    lower: Some(lower_pad_v2),
+};
+
+/// EXPAND_DIMS.
+pub const EXPAND_DIMS: OpDef = OpDef {
+    op: OperationType::EXPAND_DIMS,
+    signatures: &[Signature::new(
+        V1_2,
+        FLOAT_QUANT8_INT32,
+        &[arg("input", Ty::T), arg("axis", Ty::Int)],
+        OUT,
+    )],
+    check: None,
+    runs: FLOAT_QUANT8_INT32,
+    lower: Some(lower_expand_dims),
+};
+
+fn lower_tile(a: &Args<'_>) -> Result<Lowered, CompileError> {
+    let m = a.ints("multiples")?;
+    let multiples = m
+        .iter()
+        .map(|&v| {
+            u32::try_from(v)
+                .ok()
+                .filter(|&v| v > 0)
+                .ok_or_else(|| a.invalid(format!("multiple {v}")))
+        })
+        .collect::<Result<_, _>>()?;
+    a.kernel(Tile { multiples }, &["input"])
+}
+
+fn lower_split(a: &Args<'_>) -> Result<Lowered, CompileError> {
+    let rank = a.shape("input")?.len();
+    let axis = a.axis(a.i32("axis")?, rank)?;
+    let count = a.positive("num_splits")?;
+    if count as usize != a.outputs().len() {
+        return Err(a.invalid(format!(
+            "num_splits {count} for {} outputs",
+            a.outputs().len()
+        )));
+    }
+    Ok(Lowered {
+        op: Split { axis, count }.into(),
+        inputs: vec![a.input("input")?],
+        outputs: a.outputs().to_vec(),
+    })
+}
+
+/// TILE.
+pub const TILE: OpDef = OpDef {
+    op: OperationType::TILE,
+    signatures: &[Signature::new(
+        V1_2,
+        FLOAT_QUANT8_INT32,
+        &[arg("input", Ty::T), arg("multiples", Ty::Ints)],
+        OUT,
+    )],
+    check: None,
+    runs: FLOAT_QUANT8_INT32,
+    lower: Some(lower_tile),
+};
+
+/// SPLIT: one output per part.
+pub const SPLIT: OpDef = OpDef {
+    op: OperationType::SPLIT,
+    signatures: &[Signature::new(
+        V1_2,
+        FLOAT_QUANT8_INT32,
+        &[
+            arg("input", Ty::T),
+            arg("axis", Ty::Int),
+            arg("num_splits", Ty::Int),
+        ],
+        OUT,
+    )
+    .variadic_outputs()],
+    check: None,
+    runs: FLOAT_QUANT8_INT32,
+    lower: Some(lower_split),
 };

@@ -1,7 +1,7 @@
 //! Operations the device does not run yet, defined here by their signatures only so that
 //! model validation checks them. Each moves to its family's file when it gains a lowering.
 
-use super::types::{FLOATS, FLOAT_QUANT8};
+use super::types::FLOATS;
 use super::{arg, Arg, HalVersion::*, OpDef, Signature, Ty};
 use crate::hal::{OperandType as T, OperationType};
 
@@ -61,6 +61,19 @@ pub const STRIDED_SLICE: OpDef = validate_only(
             arg("shrink_axis_mask", Ty::Int),
         ],
         OUT,
+/// DEQUANTIZE.
+pub const DEQUANTIZE: OpDef = validate_only(
+    OperationType::DEQUANTIZE,
+    &[Signature::new(
+        V1_0,
+        &[
+            T::TENSOR_QUANT8_ASYMM,
+            T::TENSOR_QUANT8_ASYMM_SIGNED,
+            T::TENSOR_QUANT8_SYMM,
+            T::TENSOR_QUANT8_SYMM_PER_CHANNEL,
+        ],
+        &[arg("input", Ty::T)],
+        &[arg("output", Ty::OneOf(FLOATS))],
     )],
 );
 

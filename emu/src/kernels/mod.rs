@@ -59,8 +59,10 @@ pub use elementwise::convert::{Convert, ConvertKind};
 pub use elementwise::unary::{Unary, UnaryKind};
 pub use image::{resize_bilinear::ResizeBilinear, resize_nearest::ResizeNearest};
 pub use movement::{
-    concat::Concatenation, depth_space::DepthToSpace, depth_space::SpaceToDepth, pad::Pad,
-    reshape::Reshape, transpose::Transpose,
+    channel_shuffle::ChannelShuffle, concat::Concatenation, depth_space::DepthToSpace,
+    depth_space::SpaceToDepth, gather::Gather, pad::Pad, reshape::Reshape,
+    space_batch::BatchToSpace, space_batch::SpaceToBatch, split::Split, strided_slice::SliceDim,
+    strided_slice::StridedSlice, tile::Tile, transpose::Transpose,
 };
 pub use normalization::{l2::L2Normalization, lrn::LocalResponseNorm};
 pub use pool::pool2d::{Pool, PoolKind};
@@ -147,6 +149,13 @@ registry! {
     60 => ResizeNearest(image::resize_nearest::ResizeNearest),
     61 => Reduce(reduction::reduce::Reduce),
     62 => LocalResponseNorm(normalization::lrn::LocalResponseNorm),
+    80 => SpaceToBatch(movement::space_batch::SpaceToBatch),
+    81 => BatchToSpace(movement::space_batch::BatchToSpace),
+    82 => StridedSlice(movement::strided_slice::StridedSlice),
+    83 => Gather(movement::gather::Gather),
+    84 => ChannelShuffle(movement::channel_shuffle::ChannelShuffle),
+    85 => Tile(movement::tile::Tile),
+    86 => Split(movement::split::Split),
 }
 
 /// The object-safe face of [`Kernel`], implemented for every kernel.

@@ -21,7 +21,7 @@ pub struct Pad {
 }
 
 /// The element bytes of `value` in `dtype`, or `None` if it is not representable.
-fn fill_bytes(dtype: DType, value: f32) -> Option<Vec<u8>> {
+pub(crate) fn fill_bytes(dtype: DType, value: f32) -> Option<Vec<u8>> {
     let int = |lo: i64, hi: i64| {
         let v = value as i64;
         (v as f32 == value && (lo..=hi).contains(&v)).then_some(v)
