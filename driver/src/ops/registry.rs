@@ -1,10 +1,8 @@
 //! The one list of operation definitions.
 
 use super::{
-    activation, arith, cast, comparison, conv, image, movement, normalization, pool, reduction,
-    unsupported, OpDef,
-    activation, arith, conv, image, movement, normalization, pool, reduce, reduction,
-    resize_nearest, unsupported, OpDef,
+    activation, arith, cast, comparison, conv, image, movement, normalization, pool, reduce,
+    reduction, resize_nearest, unsupported, OpDef,
 };
 use crate::hal::OperationType;
 
@@ -66,7 +64,6 @@ pub static REGISTRY: &[&OpDef] = &[
     &reduce::REDUCE_MIN,
     &reduce::REDUCE_ANY,
     &reduce::REDUCE_ALL,
-    &unsupported::DEQUANTIZE,
     &unsupported::EMBEDDING_LOOKUP,
     &unsupported::HASHTABLE_LOOKUP,
     &unsupported::LSH_PROJECTION,

@@ -17,66 +17,6 @@ const fn validate_only(op: OperationType, signatures: &'static [Signature]) -> O
     }
 }
 
-/// BATCH_TO_SPACE_ND.
-pub const BATCH_TO_SPACE_ND: OpDef = validate_only(
-    OperationType::BATCH_TO_SPACE_ND,
-    &[Signature::new(
-        V1_1,
-        FLOAT_QUANT8,
-        &[arg("input", Ty::T), arg("block_shape", Ty::Ints)],
-        OUT,
-    )
-    .optional(&[&[arg("layout", Ty::Bool)]])],
-);
-
-/// SPACE_TO_BATCH_ND.
-pub const SPACE_TO_BATCH_ND: OpDef = validate_only(
-    OperationType::SPACE_TO_BATCH_ND,
-    &[Signature::new(
-        V1_1,
-        FLOAT_QUANT8,
-        &[
-            arg("input", Ty::T),
-            arg("block_shape", Ty::Ints),
-            arg("paddings", Ty::Ints),
-        ],
-        OUT,
-    )
-    .optional(&[&[arg("layout", Ty::Bool)]])],
-);
-
-/// STRIDED_SLICE.
-pub const STRIDED_SLICE: OpDef = validate_only(
-    OperationType::STRIDED_SLICE,
-    &[Signature::new(
-        V1_1,
-        FLOAT_QUANT8,
-        &[
-            arg("input", Ty::T),
-            arg("begin", Ty::Ints),
-            arg("end", Ty::Ints),
-            arg("strides", Ty::Ints),
-            arg("begin_mask", Ty::Int),
-            arg("end_mask", Ty::Int),
-            arg("shrink_axis_mask", Ty::Int),
-        ],
-        OUT,
-/// DEQUANTIZE.
-pub const DEQUANTIZE: OpDef = validate_only(
-    OperationType::DEQUANTIZE,
-    &[Signature::new(
-        V1_0,
-        &[
-            T::TENSOR_QUANT8_ASYMM,
-            T::TENSOR_QUANT8_ASYMM_SIGNED,
-            T::TENSOR_QUANT8_SYMM,
-            T::TENSOR_QUANT8_SYMM_PER_CHANNEL,
-        ],
-        &[arg("input", Ty::T)],
-        &[arg("output", Ty::OneOf(FLOATS))],
-    )],
-);
-
 /// EMBEDDING_LOOKUP ("Operations II").
 pub const EMBEDDING_LOOKUP: OpDef = validate_only(
     OperationType::EMBEDDING_LOOKUP,
