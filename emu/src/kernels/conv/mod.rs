@@ -213,3 +213,89 @@ macro_rules! quant_dispatch {
     }};
 }
 pub(crate) use quant_dispatch;
+
+/// Helpers of the convolution tests: running a kernel on typed tensors.
+#[cfg(test)]
+pub(crate) mod testutil {
+    use crate::kernels::{KernelOp, Result};
+    use crate::tensor::{Staged, TensorType, View, ViewMut};
+
+    /// Runs `op` on typed inputs given as raw bytes; the output has type `out` with the
+    /// shape `output_shapes` returns. Returns the output's bytes.
+    pub(crate) fn run_typed(
+        op: &KernelOp,
+        ins: &[(TensorType, Vec<u8>)],
+        mut out: TensorType,
+    ) -> Result<Vec<u8>> {
+        let tys: Vec<&TensorType> = ins.iter().map(|(t, _)| t).collect();
+        let shapes = op.output_shapes(&tys)?;
+        out.shape = shapes[0].clone();
+        let bufs: Vec<Staged> = ins
+            .iter()
+            .map(|(_, b)| {
+                let mut s = Staged::zeroed(b.len());
+                s.bytes_mut().copy_from_slice(b);
+                s
+            })
+            .collect();
+        let mut ob = Staged::zeroed(out.numel() * out.dtype.size() as usize);
+        let views: Vec<View<'_>> = ins
+            .iter()
+            .zip(&bufs)
+            .map(|((ty, _), b)| View {
+                ty,
+                bytes: b.bytes(),
+            })
+            .collect();
+        let mut outs = [ViewMut {
+            ty: &out,
+            bytes: ob.bytes_mut(),
+        }];
+        crate::kernels::execute(op, &views, &mut outs)?;
+        Ok(ob.bytes().to_vec())
+    }
+
+    /// A deterministic pseudo-random integer in `[lo, hi]` for index `i` and `seed`.
+    pub(crate) fn pick(i: usize, seed: u32, lo: i32, hi: i32) -> i32 {
+        let h = (i as u32)
+            .wrapping_mul(2654435761)
+            .wrapping_add(seed)
+            .rotate_left(13)
+            .wrapping_mul(0x9e37_79b9);
+        lo + ((h >> 8) % ((hi - lo + 1) as u32)) as i32
+    }
+}
+
+/// Shared reference arithmetic of the convolution tests (f64, NHWC).
+#[cfg(test)]
+pub(crate) mod testref {
+    use crate::kernels::Activation;
+
+    /// The activation in the real domain.
+    pub(crate) fn act(a: Activation, v: f64) -> f64 {
+        match a {
+            Activation::None => v,
+            Activation::Relu => v.max(0.0),
+            Activation::Relu1 => v.clamp(-1.0, 1.0),
+            Activation::Relu6 => v.clamp(0.0, 6.0),
+        }
+    }
+
+    /// NHWC `[n,h,w,c]` to NCHW.
+    pub(crate) fn to_nchw<T: Copy>(v: &[T], [n, h, w, c]: [usize; 4]) -> Vec<T> {
+        let mut out = Vec::with_capacity(v.len());
+        for b in 0..n {
+            for ch in 0..c {
+                for p in 0..h * w {
+                    out.push(v[(b * h * w + p) * c + ch]);
+                }
+            }
+        }
+        out
+    }
+
+    /// Quantises `v` with (scale, zp) into `[lo, hi]`.
+    pub(crate) fn quantize(v: f64, scale: f64, zp: i32, lo: i32, hi: i32) -> i32 {
+        ((v / scale).round() as i64 + i64::from(zp)).clamp(i64::from(lo), i64::from(hi)) as i32
+    }
+}
