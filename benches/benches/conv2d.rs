@@ -1,6 +1,9 @@
-//! CONV_2D (float32) throughput of the emulated device's compute kernels on MobileNet v1
-//! layers, plus the whole MobileNet v1 224 convolution stack (conv, depthwise, pointwise,
-//! average pool, fully connected). Throughput is reported in multiply-accumulates ("elements").
+//! CONV_2D throughput of the emulated device's compute kernels on MobileNet v1 layers:
+//! `conv2d/f32/<layer>` (float32 kernel), `conv2d/q8/<layer>` (quant8 asymm kernel, integer
+//! core) and `conv2d/sgemm/<layer>` (`matrixmultiply::sgemm` alone on the layer's GEMM shape,
+//! M = output pixels, K = kh*kw*cin, N = cout: the float GEMM's ceiling), plus the whole
+//! MobileNet v1 224 convolution stack (conv, depthwise, pointwise, average pool, fully
+//! connected). Throughput is reported in multiply-accumulates ("elements").
 
 use std::hint::black_box;
 
@@ -28,24 +31,45 @@ fn pseudo(n: usize, seed: u32) -> Vec<f32> {
         .collect()
 }
 
+/// A staged copy of `bytes`.
+fn staged(bytes: &[u8]) -> Staged {
+    let mut b = Staged::zeroed(bytes.len());
+    b.bytes_mut().copy_from_slice(bytes);
+    b
+}
+
 impl Layer {
     fn new(op: KernelOp, inputs: Vec<(Vec<usize>, Vec<f32>)>, macs_per_out: u64) -> Layer {
-        let inputs: Vec<(TensorType, Staged)> = inputs
+        let inputs: Vec<(TensorType, Vec<u8>)> = inputs
             .into_iter()
             .map(|(s, d)| {
-                let mut b = Staged::zeroed(d.len() * 4);
-                b.bytes_mut().copy_from_slice(bytemuck::cast_slice(&d));
-                (TensorType::new(DType::F32, &s), b)
+                (
+                    TensorType::new(DType::F32, &s),
+                    bytemuck::cast_slice(&d).to_vec(),
+                )
             })
             .collect();
+        Layer::typed(op, inputs, TensorType::new(DType::F32, &[]), macs_per_out)
+    }
+
+    /// A layer over typed inputs; `out` gives the output's type and quantisation (its shape
+    /// comes from the kernel).
+    fn typed(
+        op: KernelOp,
+        inputs: Vec<(TensorType, Vec<u8>)>,
+        mut out: TensorType,
+        macs_per_out: u64,
+    ) -> Layer {
+        let inputs: Vec<(TensorType, Staged)> =
+            inputs.into_iter().map(|(t, d)| (t, staged(&d))).collect();
         let tys: Vec<&TensorType> = inputs.iter().map(|(t, _)| t).collect();
-        let out_shape = op.output_shapes(&tys).expect("valid layer").remove(0);
-        let n: usize = out_shape.iter().product();
+        out.shape = op.output_shapes(&tys).expect("valid layer").remove(0);
+        let n = out.numel();
         Layer {
             op,
             inputs,
-            out: Staged::zeroed(n * 4),
-            out_ty: TensorType::new(DType::F32, &out_shape),
+            out: Staged::zeroed(n * out.dtype.size() as usize),
+            out_ty: out,
             macs: n as u64 * macs_per_out,
         }
     }
@@ -71,9 +95,15 @@ impl Layer {
     }
 }
 
-fn conv(input: [usize; 4], out_c: usize, k: usize, stride: u32, pad: Padding) -> Layer {
-    let c = input[3];
-    let op = KernelOp::from(Conv2d {
+/// Pseudo-random quant8 values.
+fn pseudo_u8(n: usize, seed: u32) -> Vec<u8> {
+    (0..n)
+        .map(|i| ((i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) >> 16) as u8)
+        .collect()
+}
+
+fn conv_op(stride: u32, pad: Padding) -> KernelOp {
+    KernelOp::from(Conv2d {
         pad,
         stride_w: stride,
         stride_h: stride,
@@ -81,9 +111,95 @@ fn conv(input: [usize; 4], out_c: usize, k: usize, stride: u32, pad: Padding) ->
         dilation_h: 1,
         act: Activation::Relu6,
         nchw: false,
-    });
+    })
+}
+
+/// The quant8 asymm version of [`conv`]: uint8 input, filter and output, int32 bias.
+fn conv_q8(input: [usize; 4], out_c: usize, k: usize, stride: u32, pad: Padding) -> Layer {
+    let c = input[3];
+    let (in_scale, f_scale) = (1.0 / 128.0, 1.0 / 256.0);
+    let bias: Vec<i32> = (0..out_c as i32).map(|i| (i * 37) % 1000 - 500).collect();
+    Layer::typed(
+        conv_op(stride, pad),
+        vec![
+            (
+                TensorType::quantized(DType::U8, &input, in_scale, 128),
+                pseudo_u8(input.iter().product(), 1),
+            ),
+            (
+                TensorType::quantized(DType::U8, &[out_c, k, k, c], f_scale, 127),
+                pseudo_u8(out_c * k * k * c, 2),
+            ),
+            (
+                TensorType::quantized(DType::I32, &[out_c], in_scale * f_scale, 0),
+                bytemuck::cast_slice(&bias).to_vec(),
+            ),
+        ],
+        TensorType::quantized(DType::U8, &[], 6.0 / 255.0, 0),
+        (k * k * c) as u64,
+    )
+}
+
+/// `matrixmultiply::sgemm` alone on a convolution's GEMM shape.
+struct Sgemm {
+    m: usize,
+    k: usize,
+    n: usize,
+    a: Vec<f32>,
+    b: Vec<f32>,
+    c: Vec<f32>,
+}
+
+impl Sgemm {
+    /// The GEMM of a `k x k` convolution of `input` to `out_c` channels at `stride`
+    /// (SAME output size).
+    fn for_conv(input: [usize; 4], out_c: usize, k: usize, stride: usize) -> Sgemm {
+        let (oh, ow) = (input[1].div_ceil(stride), input[2].div_ceil(stride));
+        let (m, kk, n) = (input[0] * oh * ow, k * k * input[3], out_c);
+        Sgemm {
+            m,
+            k: kk,
+            n,
+            a: pseudo(m * kk, 11),
+            b: pseudo(kk * n, 12),
+            c: vec![0.0; m * n],
+        }
+    }
+
+    fn macs(&self) -> u64 {
+        (self.m * self.k * self.n) as u64
+    }
+
+    fn run(&mut self) {
+        let (m, k, n) = (self.m, self.k, self.n);
+        assert!(self.a.len() >= m * k && self.b.len() >= k * n && self.c.len() >= m * n);
+        // SAFETY: row-major A (m x k), B (k x n) and C (m x n) with the strides given; the
+        // lengths were checked above.
+        unsafe {
+            matrixmultiply::sgemm(
+                m,
+                k,
+                n,
+                1.0,
+                self.a.as_ptr(),
+                k as isize,
+                1,
+                self.b.as_ptr(),
+                n as isize,
+                1,
+                0.0,
+                self.c.as_mut_ptr(),
+                n as isize,
+                1,
+            );
+        }
+    }
+}
+
+fn conv(input: [usize; 4], out_c: usize, k: usize, stride: u32, pad: Padding) -> Layer {
+    let c = input[3];
     Layer::new(
-        op,
+        conv_op(stride, pad),
         vec![
             (input.to_vec(), pseudo(input.iter().product(), 1)),
             (vec![out_c, k, k, c], pseudo(out_c * k * k * c, 2)),
@@ -182,35 +298,61 @@ fn mobilenet() -> Vec<Layer> {
     layers
 }
 
+/// A benchmarked convolution: name, input, out channels, kernel size, stride, padding.
+type ConvLayer = (&'static str, [usize; 4], usize, usize, u32, Padding);
+
 fn bench_layers(c: &mut Criterion) {
     let mut group = c.benchmark_group("conv2d");
-    let cases = [
+    let layers: [ConvLayer; 4] = [
+        ("3x3s2_224x224x3_to_32", [1, 224, 224, 3], 32, 3, 2, same(2)),
         (
             "1x1_112x112x32_to_64",
-            conv([1, 112, 112, 32], 64, 1, 1, Padding::default()),
+            [1, 112, 112, 32],
+            64,
+            1,
+            1,
+            Padding::default(),
         ),
+        ("3x3s1_56x56x64_to_64", [1, 56, 56, 64], 64, 3, 1, same(1)),
         (
-            "3x3s2_224x224x3_to_32",
-            conv([1, 224, 224, 3], 32, 3, 2, same(2)),
-        ),
-        (
-            "3x3s1_56x56x64_to_64",
-            conv([1, 56, 56, 64], 64, 3, 1, same(1)),
-        ),
-        (
-            "depthwise3x3_112x112x32",
-            depthwise([1, 112, 112, 32], 1, same(1)),
+            "1x1_14x14x512_to_512",
+            [1, 14, 14, 512],
+            512,
+            1,
+            1,
+            Padding::default(),
         ),
     ];
-    for (name, mut layer) in cases {
-        group.throughput(Throughput::Elements(layer.macs));
-        group.bench_function(name, |b| {
+    for (name, input, out_c, k, stride, pad) in layers {
+        for (kind, mut layer) in [
+            ("f32", conv(input, out_c, k, stride, pad)),
+            ("q8", conv_q8(input, out_c, k, stride, pad)),
+        ] {
+            group.throughput(Throughput::Elements(layer.macs));
+            group.bench_function(format!("{kind}/{name}"), |b| {
+                b.iter(|| {
+                    layer.run();
+                    black_box(&layer.out);
+                })
+            });
+        }
+        let mut gemm = Sgemm::for_conv(input, out_c, k, stride as usize);
+        group.throughput(Throughput::Elements(gemm.macs()));
+        group.bench_function(format!("sgemm/{name}"), |b| {
             b.iter(|| {
-                layer.run();
-                black_box(&layer.out);
+                gemm.run();
+                black_box(&gemm.c);
             })
         });
     }
+    let mut dw = depthwise([1, 112, 112, 32], 1, same(1));
+    group.throughput(Throughput::Elements(dw.macs));
+    group.bench_function("depthwise_f32/3x3_112x112x32", |b| {
+        b.iter(|| {
+            dw.run();
+            black_box(&dw.out);
+        })
+    });
     group.finish();
 
     let mut net = mobilenet();

@@ -26,9 +26,6 @@
 //! are free to reorder and factor it and stay bit-identical with the reference (whose
 //! overflow, undefined in C++, wraps in practice).
 
-// The engine's quantised ops are not wired in yet; these are their cores.
-#![allow(dead_code)]
-
 use super::quant::{
     get_quantized_convolution_multiplier, multiply_by_quantized_multiplier, quantize_multiplier,
     QuantElem, QuantError,

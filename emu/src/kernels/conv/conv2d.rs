@@ -1,6 +1,7 @@
 //! NNAPI CONV_2D with explicit padding, strides, dilation, fused activation, NHWC or NCHW.
 //! float32 runs on the GEMM (1x1 stride-1 convolutions directly, others through tiled
-//! im2col); float16 computes in float32.
+//! im2col); float16 computes in float32; quantised tensors run on the integer core
+//! [`qconv::conv2d`](crate::kernels::qconv::conv2d).
 //!
 //! Parameter words: pad(4), stride_w, stride_h, dilation_w, dilation_h, act, nchw.
 //! Inputs: input, filter `[O,KH,KW,I]`, bias `[O]`; output in the input's layout.

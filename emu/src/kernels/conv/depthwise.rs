@@ -1,5 +1,6 @@
 //! NNAPI DEPTHWISE_CONV_2D: output channel `c*M+m` reads input channel `c`.
-//! float32 direct; float16 computes in float32.
+//! float32 direct; float16 computes in float32; quantised tensors run on the integer core
+//! [`qconv::depthwise_conv2d`](crate::kernels::qconv::depthwise_conv2d).
 //!
 //! Parameter words: pad(4), stride_w, stride_h, dilation_w, dilation_h, depth_multiplier,
 //! act, nchw. Inputs: input, filter `[1,KH,KW,C*M]`, bias `[C*M]`.

@@ -1,5 +1,6 @@
 //! NNAPI FULLY_CONNECTED: input (rank >= 2, flattened to `[numel/K, K]`), weights `[N,K]`,
-//! bias `[N]`; output `[B,N]`. float32 on the GEMM; float16 computes in float32.
+//! bias `[N]`; output `[B,N]`. float32 on the GEMM; float16 computes in float32; quantised
+//! tensors run on the integer core [`qconv::fully_connected`](crate::kernels::qconv::fully_connected).
 //!
 //! Parameter words: act.
 

@@ -291,3 +291,172 @@ impl Kernel for GroupedConv2d {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::conv::testref::{act, quantize, to_nchw};
+    use crate::kernels::conv::testutil::{pick, run_typed};
+    use crate::kernels::KernelOp;
+    use crate::tensor::{DType, PerChannel, Quant};
+    use proptest::prelude::*;
+
+    /// Plain grouped convolution over NHWC f64 data: `(output shape, output)`.
+    fn reference(
+        t: &GroupedConv2d,
+        [n, h, w, c]: [usize; 4],
+        x: &[f64],
+        [o, kh, kw]: [usize; 3],
+        f: &[f64],
+        bias: &[f64],
+    ) -> ([usize; 4], Vec<f64>) {
+        let g = t.groups as usize;
+        let (cg, og) = (c / g, o / g);
+        let p = &t.pad;
+        let oh = (h + (p.top + p.bottom) as usize - kh) / t.stride_h as usize + 1;
+        let ow = (w + (p.left + p.right) as usize - kw) / t.stride_w as usize + 1;
+        let mut out = Vec::new();
+        for b in 0..n {
+            for oy in 0..oh {
+                for ox in 0..ow {
+                    for k in 0..o {
+                        let grp = k / og;
+                        let mut s = bias[k];
+                        for i in 0..kh {
+                            for j in 0..kw {
+                                let iy = (oy * t.stride_h as usize + i) as i64 - p.top as i64;
+                                let ix = (ox * t.stride_w as usize + j) as i64 - p.left as i64;
+                                if iy < 0 || ix < 0 || iy >= h as i64 || ix >= w as i64 {
+                                    continue;
+                                }
+                                for d in 0..cg {
+                                    s += x[((b * h + iy as usize) * w + ix as usize) * c
+                                        + grp * cg
+                                        + d]
+                                        * f[((k * kh + i) * kw + j) * cg + d];
+                                }
+                            }
+                        }
+                        out.push(act(t.act, s));
+                    }
+                }
+            }
+        }
+        ([n, oh, ow, o], out)
+    }
+
+    fn arb() -> impl Strategy<Value = (GroupedConv2d, [usize; 4], [usize; 3], u32)> {
+        (
+            (
+                0usize..3,
+                1usize..6,
+                1usize..6,
+                1usize..3,
+                1usize..3,
+                1u32..4,
+            ),
+            (1usize..3, 1usize..3),
+            (0u32..2, 0u32..2, 1u32..3, 1u32..3),
+            (0u32..4, any::<bool>(), any::<u32>()),
+        )
+            .prop_map(
+                |((n, h, w, cg, og, g), (kh, kw), (pw, ph, sw, sh), (a, nchw, seed))| {
+                    let t = GroupedConv2d {
+                        pad: Padding {
+                            left: pw,
+                            right: pw,
+                            top: ph,
+                            bottom: ph,
+                        },
+                        stride_w: sw,
+                        stride_h: sh,
+                        groups: g,
+                        act: [
+                            Activation::None,
+                            Activation::Relu,
+                            Activation::Relu1,
+                            Activation::Relu6,
+                        ][a as usize],
+                        nchw,
+                    };
+                    let g = g as usize;
+                    let kh = kh.min(h + 2 * ph as usize);
+                    let kw = kw.min(w + 2 * pw as usize);
+                    (t, [n, h, w, cg * g], [og * g, kh, kw], seed)
+                },
+            )
+    }
+
+    fn layout(t: &GroupedConv2d, [n, h, w, c]: [usize; 4]) -> Vec<usize> {
+        if t.nchw {
+            vec![n, c, h, w]
+        } else {
+            vec![n, h, w, c]
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn float_matches_reference((t, xs, [o, kh, kw], seed) in arb()) {
+            let [n, h, w, c] = xs;
+            let cg = c / t.groups as usize;
+            let x: Vec<f32> = (0..n * h * w * c).map(|i| pick(i, seed, -8, 8) as f32 * 0.25).collect();
+            let f: Vec<f32> = (0..o * kh * kw * cg).map(|i| pick(i + 999, seed, -8, 8) as f32 * 0.25).collect();
+            let bias: Vec<f32> = (0..o).map(|i| pick(i + 77, seed, -4, 4) as f32 * 0.5).collect();
+            let xin = if t.nchw { to_nchw(&x, xs) } else { x.clone() };
+            let ins = vec![
+                (TensorType::new(DType::F32, &layout(&t, xs)), bytemuck::cast_slice(&xin).to_vec()),
+                (TensorType::new(DType::F32, &[o, kh, kw, cg]), bytemuck::cast_slice(&f).to_vec()),
+                (TensorType::new(DType::F32, &[o]), bytemuck::cast_slice(&bias).to_vec()),
+            ];
+            let op = KernelOp::from(t.clone());
+            let got = run_typed(&op, &ins, TensorType::new(DType::F32, &[])).unwrap();
+            let got: Vec<f32> = got.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+            let f64s = |v: &[f32]| v.iter().map(|&a| f64::from(a)).collect::<Vec<_>>();
+            let (os, want) = reference(&t, xs, &f64s(&x), [o, kh, kw], &f64s(&f), &f64s(&bias));
+            let want = if t.nchw { to_nchw(&want, os) } else { want };
+            prop_assert_eq!(got.len(), want.len());
+            for (g, w) in got.iter().zip(&want) {
+                prop_assert!((f64::from(*g) - w).abs() <= 1e-4 * (1.0 + w.abs()), "{} vs {}", g, w);
+            }
+        }
+
+        #[test]
+        fn quant_within_one_of_real((t, xs, [o, kh, kw], seed) in arb(), per_channel in any::<bool>()) {
+            let [n, h, w, c] = xs;
+            let cg = c / t.groups as usize;
+            let (in_s, in_zp, out_s, out_zp) = (0.5f32, 130, 1.5f32, 120);
+            let x: Vec<u8> = (0..n * h * w * c).map(|i| pick(i, seed, 0, 255) as u8).collect();
+            let fscales: Vec<f32> = (0..o).map(|k| if per_channel { 0.01 * (k + 1) as f32 } else { 0.02 }).collect();
+            let (fty, fbytes, fr): (TensorType, Vec<u8>, Vec<f64>) = if per_channel {
+                let f: Vec<i8> = (0..o * kh * kw * cg).map(|i| pick(i + 999, seed, -127, 127) as i8).collect();
+                let mut ty = TensorType::quantized(DType::I8, &[o, kh, kw, cg], 0.0, 0);
+                ty.quant = Quant { scale: 0.0, zero_point: 0, per_channel: Some(PerChannel { axis: 0, scales: fscales.clone() }) };
+                let fr = f.iter().enumerate().map(|(i, &q)| f64::from(fscales[i / (kh * kw * cg)]) * f64::from(q)).collect();
+                (ty, bytemuck::cast_slice(&f).to_vec(), fr)
+            } else {
+                let f: Vec<u8> = (0..o * kh * kw * cg).map(|i| pick(i + 999, seed, 0, 255) as u8).collect();
+                let fr = f.iter().map(|&q| 0.02 * f64::from(i32::from(q) - 128)).collect();
+                (TensorType::quantized(DType::U8, &[o, kh, kw, cg], 0.02, 128), f, fr)
+            };
+            let bias: Vec<i32> = (0..o).map(|i| pick(i + 77, seed, -500, 500)).collect();
+            let xin = if t.nchw { to_nchw(&x, xs) } else { x.clone() };
+            let ins = vec![
+                (TensorType::quantized(DType::U8, &layout(&t, xs), in_s, in_zp), xin),
+                (fty, fbytes),
+                (TensorType::quantized(DType::I32, &[o], if per_channel { 0.0 } else { in_s * 0.02 }, 0), bytemuck::cast_slice(&bias).to_vec()),
+            ];
+            let op = KernelOp::from(t.clone());
+            let got = run_typed(&op, &ins, TensorType::quantized(DType::U8, &[], out_s, out_zp)).unwrap();
+            let xr: Vec<f64> = x.iter().map(|&q| f64::from(in_s) * f64::from(i32::from(q) - in_zp)).collect();
+            let br: Vec<f64> = bias.iter().enumerate().map(|(k, &q)| f64::from(q) * f64::from(in_s) * f64::from(fscales[k])).collect();
+            let (os, want) = reference(&t, xs, &xr, [o, kh, kw], &fr, &br);
+            let want: Vec<i32> = want.iter().map(|&v| quantize(v, f64::from(out_s), out_zp, 0, 255)).collect();
+            let want = if t.nchw { to_nchw(&want, os) } else { want };
+            prop_assert_eq!(got.len(), want.len());
+            for (g, w) in got.iter().zip(&want) {
+                prop_assert!((i32::from(*g) - w).abs() <= 1, "{} vs {}", g, w);
+            }
+        }
+    }
+}

@@ -1,4 +1,7 @@
-//! The convolution family: CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNECTED.
+//! The convolution family: CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNECTED, GROUPED_CONV_2D,
+//! TRANSPOSE_CONV_2D. Quantised tensors (uint8 / int8, per-tensor or int8 per-channel
+//! filters, int32 bias) run on the integer cores of [`crate::kernels::qconv`] with the output
+//! stage ([`QStage`]) derived from the tensors' quantisation.
 
 pub mod conv2d;
 pub mod depthwise;
@@ -213,3 +216,352 @@ macro_rules! quant_dispatch {
     }};
 }
 pub(crate) use quant_dispatch;
+
+/// Helpers of the convolution tests: running a kernel on typed tensors.
+#[cfg(test)]
+pub(crate) mod testutil {
+    use crate::kernels::{KernelOp, Result};
+    use crate::tensor::{Staged, TensorType, View, ViewMut};
+
+    /// Runs `op` on typed inputs given as raw bytes; the output has type `out` with the
+    /// shape `output_shapes` returns. Returns the output's bytes.
+    pub(crate) fn run_typed(
+        op: &KernelOp,
+        ins: &[(TensorType, Vec<u8>)],
+        mut out: TensorType,
+    ) -> Result<Vec<u8>> {
+        let tys: Vec<&TensorType> = ins.iter().map(|(t, _)| t).collect();
+        let shapes = op.output_shapes(&tys)?;
+        out.shape = shapes[0].clone();
+        let bufs: Vec<Staged> = ins
+            .iter()
+            .map(|(_, b)| {
+                let mut s = Staged::zeroed(b.len());
+                s.bytes_mut().copy_from_slice(b);
+                s
+            })
+            .collect();
+        let mut ob = Staged::zeroed(out.numel() * out.dtype.size() as usize);
+        let views: Vec<View<'_>> = ins
+            .iter()
+            .zip(&bufs)
+            .map(|((ty, _), b)| View {
+                ty,
+                bytes: b.bytes(),
+            })
+            .collect();
+        let mut outs = [ViewMut {
+            ty: &out,
+            bytes: ob.bytes_mut(),
+        }];
+        crate::kernels::execute(op, &views, &mut outs)?;
+        Ok(ob.bytes().to_vec())
+    }
+
+    /// A deterministic pseudo-random integer in `[lo, hi]` for index `i` and `seed`.
+    pub(crate) fn pick(i: usize, seed: u32, lo: i32, hi: i32) -> i32 {
+        let h = (i as u32)
+            .wrapping_mul(2654435761)
+            .wrapping_add(seed)
+            .rotate_left(13)
+            .wrapping_mul(0x9e37_79b9);
+        lo + ((h >> 8) % ((hi - lo + 1) as u32)) as i32
+    }
+}
+
+/// Shared reference arithmetic of the convolution tests (f64, NHWC).
+#[cfg(test)]
+pub(crate) mod testref {
+    use crate::kernels::Activation;
+
+    /// The activation in the real domain.
+    pub(crate) fn act(a: Activation, v: f64) -> f64 {
+        match a {
+            Activation::None => v,
+            Activation::Relu => v.max(0.0),
+            Activation::Relu1 => v.clamp(-1.0, 1.0),
+            Activation::Relu6 => v.clamp(0.0, 6.0),
+        }
+    }
+
+    /// NHWC `[n,h,w,c]` to NCHW.
+    pub(crate) fn to_nchw<T: Copy>(v: &[T], [n, h, w, c]: [usize; 4]) -> Vec<T> {
+        let mut out = Vec::with_capacity(v.len());
+        for b in 0..n {
+            for ch in 0..c {
+                for p in 0..h * w {
+                    out.push(v[(b * h * w + p) * c + ch]);
+                }
+            }
+        }
+        out
+    }
+
+    /// Quantises `v` with (scale, zp) into `[lo, hi]`.
+    pub(crate) fn quantize(v: f64, scale: f64, zp: i32, lo: i32, hi: i32) -> i32 {
+        ((v / scale).round() as i64 + i64::from(zp)).clamp(i64::from(lo), i64::from(hi)) as i32
+    }
+}
+
+/// The quantised CONV_2D, DEPTHWISE_CONV_2D and FULLY_CONNECTED kernels (wiring of the
+/// integer cores: quantisation from the tensor types, NCHW) against a dequantise -> f64 ->
+/// requantise reference, within 1.
+#[cfg(test)]
+mod quant_tests {
+    use super::testref::{act, quantize, to_nchw};
+    use super::testutil::{pick, run_typed};
+    use crate::kernels::{Activation, Conv2d, DepthwiseConv2d, FullyConnected, KernelOp, Padding};
+    use crate::tensor::{DType, PerChannel, Quant, TensorType};
+    use proptest::prelude::*;
+
+    /// A quantised operand: its type, bytes and real values.
+    struct Q {
+        ty: TensorType,
+        bytes: Vec<u8>,
+        real: Vec<f64>,
+    }
+
+    /// An activation-like tensor of `dtype` (U8 or I8).
+    fn act_tensor(dtype: DType, shape: &[usize], seed: u32) -> Q {
+        let n: usize = shape.iter().product();
+        let (scale, zp) = (0.25f32, if dtype == DType::U8 { 131 } else { -5 });
+        let (lo, hi) = dtype.int_range().unwrap();
+        let q: Vec<i32> = (0..n).map(|i| pick(i, seed, lo, hi)).collect();
+        Q {
+            ty: TensorType::quantized(dtype, shape, scale, zp),
+            bytes: q.iter().map(|&v| v as u8).collect(),
+            real: q
+                .iter()
+                .map(|&v| f64::from(scale) * f64::from(v - zp))
+                .collect(),
+        }
+    }
+
+    /// A filter of `dtype` with `o` output channels along `axis`, per-channel when asked
+    /// (int8 symmetric), plus the scale of each output channel.
+    fn filter(
+        dtype: DType,
+        shape: &[usize],
+        axis: usize,
+        per_channel: bool,
+        seed: u32,
+    ) -> (Q, Vec<f32>) {
+        let n: usize = shape.iter().product();
+        let o = shape[axis];
+        let inner: usize = shape[axis + 1..].iter().product();
+        let scales: Vec<f32> = (0..o)
+            .map(|k| {
+                if per_channel {
+                    0.005 * (k + 1) as f32
+                } else {
+                    0.01
+                }
+            })
+            .collect();
+        let zp = if per_channel || dtype == DType::I8 {
+            0
+        } else {
+            128
+        };
+        let (lo, hi) = if per_channel {
+            (-127, 127)
+        } else {
+            dtype.int_range().unwrap()
+        };
+        let q: Vec<i32> = (0..n).map(|i| pick(i + 5000, seed, lo, hi)).collect();
+        let mut ty = TensorType::quantized(dtype, shape, 0.01, zp);
+        if per_channel {
+            ty.quant = Quant {
+                scale: 0.0,
+                zero_point: 0,
+                per_channel: Some(PerChannel {
+                    axis: axis as u32,
+                    scales: scales.clone(),
+                }),
+            };
+        }
+        let real = q
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| f64::from(scales[(i / inner) % o]) * f64::from(v - zp))
+            .collect();
+        (
+            Q {
+                ty,
+                bytes: q.iter().map(|&v| v as u8).collect(),
+                real,
+            },
+            scales,
+        )
+    }
+
+    fn bias(o: usize, in_scale: f32, scales: &[f32], per_channel: bool, seed: u32) -> Q {
+        let q: Vec<i32> = (0..o).map(|i| pick(i + 9000, seed, -300, 300)).collect();
+        Q {
+            ty: TensorType::quantized(
+                DType::I32,
+                &[o],
+                if per_channel { 0.0 } else { in_scale * 0.01 },
+                0,
+            ),
+            bytes: bytemuck::cast_slice(&q).to_vec(),
+            real: q
+                .iter()
+                .enumerate()
+                .map(|(k, &v)| f64::from(v) * f64::from(in_scale) * f64::from(scales[k]))
+                .collect(),
+        }
+    }
+
+    fn check(dtype: DType, got: &[u8], want: &[f64], a: Activation) -> Result<(), TestCaseError> {
+        let (lo, hi) = dtype.int_range().unwrap();
+        let (scale, zp) = (0.5, if dtype == DType::U8 { 100 } else { 3 });
+        prop_assert_eq!(got.len(), want.len());
+        for (&g, &w) in got.iter().zip(want) {
+            let g = if dtype == DType::U8 {
+                i32::from(g)
+            } else {
+                i32::from(g as i8)
+            };
+            let w = quantize(act(a, w), scale, zp, lo, hi);
+            prop_assert!((g - w).abs() <= 1, "got {} want {}", g, w);
+        }
+        Ok(())
+    }
+
+    fn out_ty(dtype: DType) -> TensorType {
+        TensorType::quantized(dtype, &[], 0.5, if dtype == DType::U8 { 100 } else { 3 })
+    }
+
+    fn arb_case() -> impl Strategy<Value = (DType, DType, bool)> {
+        prop_oneof![
+            Just((DType::U8, DType::U8, false)),
+            Just((DType::U8, DType::I8, true)),
+            Just((DType::I8, DType::I8, false)),
+            Just((DType::I8, DType::I8, true)),
+        ]
+    }
+
+    fn arb_act() -> impl Strategy<Value = Activation> {
+        prop_oneof![
+            Just(Activation::None),
+            Just(Activation::Relu),
+            Just(Activation::Relu1),
+            Just(Activation::Relu6)
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn conv2d_within_one(
+            (xd, fd, pc) in arb_case(),
+            (n, h, w, c, o, k) in (0usize..3, 1usize..6, 1usize..6, 1usize..4, 1usize..4, 1usize..4),
+            (pad, stride, dil) in (0u32..2, 1u32..3, 1u32..3),
+            a in arb_act(),
+            nchw in any::<bool>(),
+            seed in any::<u32>(),
+        ) {
+            prop_assume!(h + 2 * pad as usize > (k - 1) * dil as usize && w + 2 * pad as usize > (k - 1) * dil as usize);
+            let x = act_tensor(xd, &[n, h, w, c], seed);
+            let (f, scales) = filter(fd, &[o, k, k, c], 0, pc, seed);
+            let b = bias(o, 0.25, &scales, pc, seed);
+            let op = Conv2d {
+                pad: Padding { left: pad, right: pad, top: pad, bottom: pad },
+                stride_w: stride, stride_h: stride, dilation_w: dil, dilation_h: dil, act: a, nchw,
+            };
+            // Plain reference.
+            let (p, s, d) = (pad as i64, stride as usize, dil as usize);
+            let oh = (h + 2 * pad as usize - (k - 1) * d - 1) / s + 1;
+            let ow = (w + 2 * pad as usize - (k - 1) * d - 1) / s + 1;
+            let mut want = Vec::new();
+            for bi in 0..n { for oy in 0..oh { for ox in 0..ow { for oc in 0..o {
+                let mut acc = b.real[oc];
+                for i in 0..k { for j in 0..k {
+                    let iy = (oy * s + i * d) as i64 - p;
+                    let ix = (ox * s + j * d) as i64 - p;
+                    if iy < 0 || ix < 0 || iy >= h as i64 || ix >= w as i64 { continue; }
+                    for ci in 0..c {
+                        acc += x.real[((bi * h + iy as usize) * w + ix as usize) * c + ci]
+                            * f.real[((oc * k + i) * k + j) * c + ci];
+                    }
+                }}
+                want.push(acc);
+            }}}}
+            let (xt, xb, want) = if nchw {
+                let mut t = x.ty.clone();
+                t.shape = vec![n, c, h, w];
+                (t, to_nchw(&x.bytes, [n, h, w, c]), to_nchw(&want, [n, oh, ow, o]))
+            } else {
+                (x.ty.clone(), x.bytes.clone(), want)
+            };
+            let got = run_typed(&KernelOp::from(op), &[(xt, xb), (f.ty, f.bytes), (b.ty, b.bytes)], out_ty(xd)).unwrap();
+            check(xd, &got, &want, a)?;
+        }
+
+        #[test]
+        fn depthwise_within_one(
+            (xd, fd, pc) in arb_case(),
+            (n, h, w, c, m, k) in (0usize..3, 1usize..6, 1usize..6, 1usize..4, 1usize..3, 1usize..4),
+            (pad, stride) in (0u32..2, 1u32..3),
+            a in arb_act(),
+            nchw in any::<bool>(),
+            seed in any::<u32>(),
+        ) {
+            prop_assume!(h + 2 * pad as usize >= k && w + 2 * pad as usize >= k);
+            let oc_n = c * m;
+            let x = act_tensor(xd, &[n, h, w, c], seed);
+            let (f, scales) = filter(fd, &[1, k, k, oc_n], 3, pc, seed);
+            let b = bias(oc_n, 0.25, &scales, pc, seed);
+            let op = DepthwiseConv2d {
+                pad: Padding { left: pad, right: pad, top: pad, bottom: pad },
+                stride_w: stride, stride_h: stride, dilation_w: 1, dilation_h: 1,
+                depth_multiplier: m as u32, act: a, nchw,
+            };
+            let (p, s) = (pad as i64, stride as usize);
+            let oh = (h + 2 * pad as usize - k) / s + 1;
+            let ow = (w + 2 * pad as usize - k) / s + 1;
+            let mut want = Vec::new();
+            for bi in 0..n { for oy in 0..oh { for ox in 0..ow { for oc in 0..oc_n {
+                let mut acc = b.real[oc];
+                for i in 0..k { for j in 0..k {
+                    let iy = (oy * s + i) as i64 - p;
+                    let ix = (ox * s + j) as i64 - p;
+                    if iy < 0 || ix < 0 || iy >= h as i64 || ix >= w as i64 { continue; }
+                    acc += x.real[((bi * h + iy as usize) * w + ix as usize) * c + oc / m]
+                        * f.real[(i * k + j) * oc_n + oc];
+                }}
+                want.push(acc);
+            }}}}
+            let (xt, xb, want) = if nchw {
+                let mut t = x.ty.clone();
+                t.shape = vec![n, c, h, w];
+                (t, to_nchw(&x.bytes, [n, h, w, c]), to_nchw(&want, [n, oh, ow, oc_n]))
+            } else {
+                (x.ty.clone(), x.bytes.clone(), want)
+            };
+            let got = run_typed(&KernelOp::from(op), &[(xt, xb), (f.ty, f.bytes), (b.ty, b.bytes)], out_ty(xd)).unwrap();
+            check(xd, &got, &want, a)?;
+        }
+
+        #[test]
+        fn fully_connected_within_one(
+            xd in prop_oneof![Just(DType::U8), Just(DType::I8)],
+            (batches, kk, units) in (0usize..4, 1usize..20, 1usize..6),
+            a in arb_act(),
+            seed in any::<u32>(),
+        ) {
+            let x = act_tensor(xd, &[batches, kk], seed);
+            let (f, scales) = filter(xd, &[units, kk], 0, false, seed);
+            let b = bias(units, 0.25, &scales, false, seed);
+            let mut want = Vec::new();
+            for bi in 0..batches { for u in 0..units {
+                let mut acc = b.real[u];
+                for i in 0..kk { acc += x.real[bi * kk + i] * f.real[u * kk + i]; }
+                want.push(acc);
+            }}
+            let op = FullyConnected { act: a };
+            let got = run_typed(&KernelOp::from(op), &[(x.ty, x.bytes), (f.ty, f.bytes), (b.ty, b.bytes)], out_ty(xd)).unwrap();
+            check(xd, &got, &want, a)?;
+        }
+    }
+}

@@ -297,3 +297,153 @@ impl Kernel for TransposeConv2d {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::conv::testref::{act, quantize, to_nchw};
+    use crate::kernels::conv::testutil::{pick, run_typed};
+    use crate::kernels::KernelOp;
+    use crate::tensor::{DType, PerChannel, Quant};
+    use proptest::prelude::*;
+
+    /// Plain scatter reference over NHWC f64 data; returns the NHWC output.
+    #[allow(clippy::too_many_arguments)]
+    fn reference(
+        t: &TransposeConv2d,
+        [n, h, w, c]: [usize; 4],
+        x: &[f64],
+        [o, kh, kw]: [usize; 3],
+        f: &[f64],
+        bias: &[f64],
+    ) -> Vec<f64> {
+        let (oh, ow) = (t.out_h as i64, t.out_w as i64);
+        let mut out = vec![0.0; n * (oh * ow) as usize * o];
+        for b in 0..n {
+            for y in 0..h {
+                for xx in 0..w {
+                    for i in 0..kh {
+                        for j in 0..kw {
+                            let py = (y * t.stride_h as usize + i) as i64 - t.pad_top as i64;
+                            let px = (xx * t.stride_w as usize + j) as i64 - t.pad_left as i64;
+                            if py < 0 || py >= oh || px < 0 || px >= ow {
+                                continue;
+                            }
+                            for k in 0..o {
+                                for d in 0..c {
+                                    let di = ((b as i64 * oh + py) * ow + px) as usize * o + k;
+                                    out[di] += x[((b * h + y) * w + xx) * c + d]
+                                        * f[((k * kh + i) * kw + j) * c + d];
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        for (i, v) in out.iter_mut().enumerate() {
+            *v = act(t.act, *v + bias[i % o]);
+        }
+        out
+    }
+
+    fn arb() -> impl Strategy<Value = (TransposeConv2d, [usize; 4], [usize; 3], u32)> {
+        (
+            (0usize..3, 1usize..5, 1usize..5, 1usize..4),
+            (1usize..4, 1usize..4, 1usize..4),
+            (0u32..3, 0u32..3, 1u32..4, 1u32..4),
+            (0u32..4, any::<bool>(), any::<u32>()),
+        )
+            .prop_map(
+                |((n, h, w, c), (o, kh, kw), (pl, pt, sw, sh), (a, nchw, seed))| {
+                    let full_h = (h - 1) * sh as usize + kh;
+                    let full_w = (w - 1) * sw as usize + kw;
+                    let t = TransposeConv2d {
+                        pad_left: pl,
+                        pad_top: pt,
+                        out_h: (full_h as u32).saturating_sub(pt).max(1),
+                        out_w: (full_w as u32).saturating_sub(pl).max(1),
+                        stride_w: sw,
+                        stride_h: sh,
+                        act: [
+                            Activation::None,
+                            Activation::Relu,
+                            Activation::Relu1,
+                            Activation::Relu6,
+                        ][a as usize],
+                        nchw,
+                    };
+                    (t, [n, h, w, c], [o, kh, kw], seed)
+                },
+            )
+    }
+
+    fn layout(t: &TransposeConv2d, [n, h, w, c]: [usize; 4]) -> Vec<usize> {
+        if t.nchw {
+            vec![n, c, h, w]
+        } else {
+            vec![n, h, w, c]
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn float_matches_reference((t, xs, [o, kh, kw], seed) in arb()) {
+            let [n, h, w, c] = xs;
+            let x: Vec<f32> = (0..n * h * w * c).map(|i| pick(i, seed, -8, 8) as f32 * 0.25).collect();
+            let f: Vec<f32> = (0..o * kh * kw * c).map(|i| pick(i + 999, seed, -8, 8) as f32 * 0.25).collect();
+            let bias: Vec<f32> = (0..o).map(|i| pick(i + 77, seed, -4, 4) as f32 * 0.5).collect();
+            let xin = if t.nchw { to_nchw(&x, xs) } else { x.clone() };
+            let ins = vec![
+                (TensorType::new(DType::F32, &layout(&t, xs)), bytemuck::cast_slice(&xin).to_vec()),
+                (TensorType::new(DType::F32, &[o, kh, kw, c]), bytemuck::cast_slice(&f).to_vec()),
+                (TensorType::new(DType::F32, &[o]), bytemuck::cast_slice(&bias).to_vec()),
+            ];
+            let op = KernelOp::from(t.clone());
+            let got = run_typed(&op, &ins, TensorType::new(DType::F32, &[])).unwrap();
+            let got: Vec<f32> = got.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+            let f64s = |v: &[f32]| v.iter().map(|&a| f64::from(a)).collect::<Vec<_>>();
+            let want = reference(&t, xs, &f64s(&x), [o, kh, kw], &f64s(&f), &f64s(&bias));
+            let os = [n, t.out_h as usize, t.out_w as usize, o];
+            let want = if t.nchw { to_nchw(&want, os) } else { want };
+            prop_assert_eq!(got.len(), want.len());
+            for (g, w) in got.iter().zip(&want) {
+                prop_assert!((f64::from(*g) - w).abs() <= 1e-4 * (1.0 + w.abs()), "{} vs {}", g, w);
+            }
+        }
+
+        #[test]
+        fn quant_within_one_of_real((t, xs, [o, kh, kw], seed) in arb(), per_channel in any::<bool>()) {
+            let [n, h, w, c] = xs;
+            let (in_s, in_zp, out_s, out_zp) = (0.5f32, -3, 1.5f32, 7);
+            let x: Vec<i8> = (0..n * h * w * c).map(|i| pick(i, seed, -128, 127) as i8).collect();
+            let f: Vec<i8> = (0..o * kh * kw * c).map(|i| pick(i + 999, seed, -127, 127) as i8).collect();
+            let bias: Vec<i32> = (0..o).map(|i| pick(i + 77, seed, -500, 500)).collect();
+            let fscales: Vec<f32> = (0..o).map(|k| if per_channel { 0.01 * (k + 1) as f32 } else { 0.02 }).collect();
+            let mut fty = TensorType::quantized(DType::I8, &[o, kh, kw, c], 0.02, 0);
+            if per_channel {
+                fty.quant = Quant { scale: 0.0, zero_point: 0, per_channel: Some(PerChannel { axis: 0, scales: fscales.clone() }) };
+            }
+            let xin = if t.nchw { to_nchw(&x, xs) } else { x.clone() };
+            let ins = vec![
+                (TensorType::quantized(DType::I8, &layout(&t, xs), in_s, in_zp), bytemuck::cast_slice(&xin).to_vec()),
+                (fty, bytemuck::cast_slice(&f).to_vec()),
+                (TensorType::quantized(DType::I32, &[o], if per_channel { 0.0 } else { in_s * 0.02 }, 0), bytemuck::cast_slice(&bias).to_vec()),
+            ];
+            let op = KernelOp::from(t.clone());
+            let got = run_typed(&op, &ins, TensorType::quantized(DType::I8, &[], out_s, out_zp)).unwrap();
+            let got: Vec<i8> = bytemuck::cast_slice(&got).to_vec();
+            let xr: Vec<f64> = x.iter().map(|&q| f64::from(in_s) * f64::from(i32::from(q) - in_zp)).collect();
+            let fr: Vec<f64> = f.iter().enumerate().map(|(i, &q)| f64::from(fscales[i / (kh * kw * c)]) * f64::from(q)).collect();
+            let br: Vec<f64> = bias.iter().enumerate().map(|(k, &q)| f64::from(q) * f64::from(in_s) * f64::from(fscales[k])).collect();
+            let want = reference(&t, xs, &xr, [o, kh, kw], &fr, &br);
+            let os = [n, t.out_h as usize, t.out_w as usize, o];
+            let want: Vec<i32> = want.iter().map(|&v| quantize(v, f64::from(out_s), out_zp, -128, 127)).collect();
+            let want = if t.nchw { to_nchw(&want, os) } else { want };
+            prop_assert_eq!(got.len(), want.len());
+            for (g, w) in got.iter().zip(&want) {
+                prop_assert!((i32::from(*g) - w).abs() <= 1, "{} vs {}", g, w);
+            }
+        }
+    }
+}
