@@ -1,8 +1,8 @@
 //! The one list of operation definitions.
 
 use super::{
-    activation, arith, cast, comparison, conv, image, movement, normalization, pool, reduction,
-    unsupported, OpDef,
+    activation, arith, cast, comparison, conv, image, math, movement, normalization, pool,
+    reduction, unsupported, OpDef,
 };
 use crate::hal::OperationType;
 
@@ -39,6 +39,10 @@ pub static REGISTRY: &[&OpDef] = &[
     &cast::CAST,
     &cast::QUANTIZE,
     &cast::DEQUANTIZE,
+    &math::MAXIMUM,
+    &math::MINIMUM,
+    &math::POW,
+    &math::PRELU,
     &comparison::EQUAL,
     &comparison::NOT_EQUAL,
     &comparison::LESS,

@@ -3,4 +3,5 @@
 pub mod binary;
 pub mod compare;
 pub mod convert;
+pub mod minmax;
 pub mod unary;
