@@ -53,6 +53,7 @@ pub use conv::{conv2d::Conv2d, depthwise::DepthwiseConv2d, fully_connected::Full
 pub use elementwise::binary::{Binary, BinaryKind};
 pub use elementwise::compare::{Compare, CompareKind};
 pub use elementwise::convert::{Convert, ConvertKind};
+pub use elementwise::math::{Math, MathKind};
 pub use elementwise::minmax::{MinMax, MinMaxKind};
 pub use elementwise::unary::{Unary, UnaryKind};
 pub use image::resize_bilinear::ResizeBilinear;
@@ -138,6 +139,7 @@ registry! {
     30 => Compare(elementwise::compare::Compare),
     31 => Convert(elementwise::convert::Convert),
     32 => MinMax(elementwise::minmax::MinMax),
+    33 => Math(elementwise::math::Math),
 }
 
 /// The object-safe face of [`Kernel`], implemented for every kernel.

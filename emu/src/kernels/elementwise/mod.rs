@@ -3,5 +3,6 @@
 pub mod binary;
 pub mod compare;
 pub mod convert;
+pub mod math;
 pub mod minmax;
 pub mod unary;
