@@ -1,7 +1,7 @@
 //! The one list of operation definitions.
 
 use super::{
-    activation, arith, cast, comparison, conv, image, math, movement, normalization, pool,
+    activation, arith, cast, comparison, conv, image, logical, math, movement, normalization, pool,
     reduction, unsupported, OpDef,
 };
 use crate::hal::OperationType;
@@ -39,6 +39,10 @@ pub static REGISTRY: &[&OpDef] = &[
     &cast::CAST,
     &cast::QUANTIZE,
     &cast::DEQUANTIZE,
+    &logical::LOGICAL_AND,
+    &logical::LOGICAL_OR,
+    &logical::LOGICAL_NOT,
+    &logical::SELECT,
     &math::ABS,
     &math::EXP,
     &math::LOG,

@@ -53,6 +53,7 @@ pub use conv::{conv2d::Conv2d, depthwise::DepthwiseConv2d, fully_connected::Full
 pub use elementwise::binary::{Binary, BinaryKind};
 pub use elementwise::compare::{Compare, CompareKind};
 pub use elementwise::convert::{Convert, ConvertKind};
+pub use elementwise::logical::{Logical, LogicalKind};
 pub use elementwise::math::{Math, MathKind};
 pub use elementwise::minmax::{MinMax, MinMaxKind};
 pub use elementwise::unary::{Unary, UnaryKind};
@@ -140,6 +141,7 @@ registry! {
     31 => Convert(elementwise::convert::Convert),
     32 => MinMax(elementwise::minmax::MinMax),
     33 => Math(elementwise::math::Math),
+    34 => Logical(elementwise::logical::Logical),
 }
 
 /// The object-safe face of [`Kernel`], implemented for every kernel.

@@ -50,7 +50,7 @@ impl MinMax {
 
 /// The reference's `requantize`: the real value (computed in float32) divided by the new
 /// scale plus the new zero point, in double, clamped and rounded half away from zero.
-fn requantize<T: QuantElem>(v: T, from: &Quant, to: &Quant) -> i32 {
+pub(crate) fn requantize<T: QuantElem>(v: T, from: &Quant, to: &Quant) -> i32 {
     let real = f64::from((v.to_i32() - from.zero_point) as f32 * from.scale);
     let r = real / f64::from(to.scale) + f64::from(to.zero_point);
     if r < f64::from(T::MIN) {
