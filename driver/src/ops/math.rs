@@ -110,8 +110,8 @@ math_def! {
     SIN, Sin, FLOATS, FLOATS;
     /// SQRT.
     SQRT, Sqrt, FLOATS, FLOATS;
-    /// HARD_SWISH (1.3; quant8 defined but not run: no integer path here yet).
-    HARD_SWISH, HardSwish, FLOAT_QUANT8, FLOATS;
+    /// HARD_SWISH (1.3).
+    HARD_SWISH, HardSwish, FLOAT_QUANT8, FLOAT_QUANT8;
 }
 
 /// ELU (1.3): input and a float alpha scalar of the input's precision.

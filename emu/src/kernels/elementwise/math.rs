@@ -3,14 +3,15 @@
 //! float32, and float16 computed in float32 as the reference does. ABS and NEG also take
 //! int32 (wrapping). RSQRT also takes uint8 / int8: the reference itself dequantises in
 //! float32, applies `1 / sqrt`, and quantises with `zero_point + round(y / scale)`, which
-//! this does too. ELU: `max(0, x) + min(0, alpha * (exp(x) - 1))`. HARD_SWISH (float only
-//! here): `x * relu6(x + 3) / 6`.
+//! this does too. ELU: `max(0, x) + min(0, alpha * (exp(x) - 1))`. HARD_SWISH:
+//! `x * relu6(x + 3) / 6`; on uint8 / int8 with the reference's 16-bit fixed-point path
+//! (TFLite's reference HardSwish).
 //!
 //! Parameter words: kind (Abs 0, Exp 1, Log 2, Neg 3, Rsqrt 4, Sin 5, Sqrt 6, Elu 7,
 //! HardSwish 8), alpha (f32 bits; ELU only, 0 otherwise).
 
 use crate::kernels::kernel::{same_dtype, Kernel, Words};
-use crate::kernels::quant::QuantElem;
+use crate::kernels::quant::{quantize_multiplier, rounding_divide_by_pot, QuantElem};
 use crate::kernels::{KernelError, Result};
 use crate::tensor::{widen_f16, DType, TensorType, View, ViewMut};
 
@@ -78,6 +79,10 @@ impl Math {
     }
 
     fn run_quant<T: QuantElem>(&self, it: &TensorType, ot: &TensorType, x: &[T], o: &mut [T]) {
+        if self.kind == MathKind::HardSwish {
+            hard_swish_quant(it, ot, x, o);
+            return;
+        }
         let (s, zp) = (it.quant.scale, it.quant.zero_point);
         let (os, ozp) = (ot.quant.scale, ot.quant.zero_point as f32);
         for (d, &v) in o.iter_mut().zip(x) {
@@ -86,6 +91,70 @@ impl Math {
             // In range (NaN casts to 0).
             *d = T::saturate_from_i32(q as i32);
         }
+    }
+}
+
+/// gemmlowp's 16-bit `SaturatingRoundingDoublingHighMul`.
+fn srdhm16(a: i16, b: i16) -> i16 {
+    if a == i16::MIN && b == i16::MIN {
+        return i16::MAX;
+    }
+    let ab = i32::from(a) * i32::from(b);
+    let nudge = if ab >= 0 { 1 << 14 } else { 1 - (1 << 14) };
+    ((ab + nudge) / (1 << 15)) as i16
+}
+
+/// TFLite's 16-bit `SaturatingDoublingHighMul` (truncating).
+fn sdhm16(a: i16, b: i16) -> i16 {
+    if a == i16::MIN && b == i16::MIN {
+        return i16::MAX;
+    }
+    ((i32::from(a) * i32::from(b)) / (1 << 15)) as i16
+}
+
+/// `v * 2^shift` saturated to i16 (`shift` in 0..=15).
+fn sat_shl16(v: i16, shift: i32) -> i16 {
+    let s = shift.clamp(0, 15) as u32;
+    (i32::from(v) << s).clamp(i32::from(i16::MIN), i32::from(i16::MAX)) as i16
+}
+
+/// TFLite's `DownScaleInt32ToInt16Multiplier`.
+fn downscale16(m: i32) -> i16 {
+    const ROUND: i32 = 1 << 15;
+    if m >= i32::MAX - ROUND {
+        return i16::MAX;
+    }
+    ((m + ROUND) >> 16) as i16
+}
+
+/// The reference's quantised HARD_SWISH (parameters computed in f32 as it does).
+fn hard_swish_quant<T: QuantElem>(it: &TensorType, ot: &TensorType, x: &[T], o: &mut [T]) {
+    let hires_input_scale = (1.0f32 / 128.0) * it.quant.scale;
+    let reluish_scale = 3.0f32 / 32768.0;
+    let (om, oe) = quantize_multiplier(f64::from(hires_input_scale / ot.quant.scale));
+    let (rm, re) = quantize_multiplier(f64::from(hires_input_scale / reluish_scale));
+    let (om16, rm16) = (downscale16(om), downscale16(rm));
+    let (izp, ozp) = (it.quant.zero_point, ot.quant.zero_point);
+    for (d, &v) in o.iter_mut().zip(x) {
+        // |v - zp| <= 255, so both products fit i16.
+        let input = (v.to_i32() - izp) as i16;
+        let hires = input.wrapping_mul(1 << 7);
+        let preshift_out = srdhm16(hires, om16);
+        let mut reluish = hires;
+        if re > 0 {
+            reluish = sat_shl16(reluish, re - 1);
+        }
+        reluish = srdhm16(reluish, rm16);
+        if re > 0 {
+            reluish = sat_shl16(reluish, 1);
+        }
+        if re < 0 {
+            reluish = rounding_divide_by_pot(i32::from(reluish), -re) as i16;
+        }
+        let reluish = ((i32::from(reluish) + (1 << 15)) >> 1) as i16;
+        let pre = sdhm16(reluish, preshift_out);
+        let out = rounding_divide_by_pot(i32::from(pre), -oe) + ozp;
+        *d = T::saturate_from_i32(out);
     }
 }
 
@@ -110,7 +179,9 @@ impl Kernel for Math {
     fn output_shapes(&self, inputs: &[&TensorType]) -> Result<Vec<Vec<usize>>> {
         let allowed: &[DType] = match self.kind {
             MathKind::Abs | MathKind::Neg => &[DType::F32, DType::F16, DType::I32],
-            MathKind::Rsqrt => &[DType::F32, DType::F16, DType::U8, DType::I8],
+            MathKind::Rsqrt | MathKind::HardSwish => {
+                &[DType::F32, DType::F16, DType::U8, DType::I8]
+            }
             _ => &[DType::F32, DType::F16],
         };
         let dt = same_dtype(self.name(), inputs, allowed)?;
@@ -198,5 +269,20 @@ mod tests {
         assert_eq!(m(MathKind::HardSwish, 0.0).f(-4.0), 0.0);
         assert!((m(MathKind::Elu, 1.0).f(-1.0) - ((-1f32).exp() - 1.0)).abs() < 1e-7);
         assert_eq!(m(MathKind::Elu, 1.0).f(2.0), 2.0);
+    }
+
+    #[test]
+    fn hard_swish_quant_near_float() {
+        let it = TensorType::quantized(DType::U8, &[256], 0.05, 128);
+        let ot = TensorType::quantized(DType::U8, &[256], 0.03, 40);
+        let x: Vec<u8> = (0..=255).collect();
+        let mut o = vec![0u8; 256];
+        hard_swish_quant(&it, &ot, &x, &mut o);
+        for (&v, &q) in x.iter().zip(&o) {
+            let r = 0.05 * (f64::from(v) - 128.0);
+            let y = r * (r + 3.0).clamp(0.0, 6.0) / 6.0;
+            let want = ((y / 0.03).round() + 40.0).clamp(0.0, 255.0);
+            assert!((f64::from(q) - want).abs() <= 1.0, "{v}: {q} vs {want}");
+        }
     }
 }
