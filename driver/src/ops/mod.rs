@@ -20,6 +20,8 @@ pub mod cast;
 pub mod comparison;
 pub mod conv;
 pub mod image;
+pub mod logical;
+pub mod math;
 pub mod movement;
 pub mod normalization;
 pub mod pool;

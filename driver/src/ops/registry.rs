@@ -1,8 +1,8 @@
 //! The one list of operation definitions.
 
 use super::{
-    activation, arith, cast, comparison, conv, image, movement, normalization, pool, reduce,
-    reduction, resize_nearest, unsupported, OpDef,
+    activation, arith, cast, comparison, conv, image, logical, math, movement, normalization, pool,
+    reduce, reduction, resize_nearest, unsupported, OpDef,
 };
 use crate::hal::OperationType;
 
@@ -52,6 +52,23 @@ pub static REGISTRY: &[&OpDef] = &[
     &cast::CAST,
     &cast::QUANTIZE,
     &cast::DEQUANTIZE,
+    &logical::LOGICAL_AND,
+    &logical::LOGICAL_OR,
+    &logical::LOGICAL_NOT,
+    &logical::SELECT,
+    &math::ABS,
+    &math::EXP,
+    &math::LOG,
+    &math::NEG,
+    &math::RSQRT,
+    &math::SIN,
+    &math::SQRT,
+    &math::HARD_SWISH,
+    &math::ELU,
+    &math::MAXIMUM,
+    &math::MINIMUM,
+    &math::POW,
+    &math::PRELU,
     &comparison::EQUAL,
     &comparison::NOT_EQUAL,
     &comparison::LESS,

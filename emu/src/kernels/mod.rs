@@ -56,6 +56,9 @@ pub use conv::{
 pub use elementwise::binary::{Binary, BinaryKind};
 pub use elementwise::compare::{Compare, CompareKind};
 pub use elementwise::convert::{Convert, ConvertKind};
+pub use elementwise::logical::{Logical, LogicalKind};
+pub use elementwise::math::{Math, MathKind};
+pub use elementwise::minmax::{MinMax, MinMaxKind};
 pub use elementwise::unary::{Unary, UnaryKind};
 pub use image::{resize_bilinear::ResizeBilinear, resize_nearest::ResizeNearest};
 pub use movement::{
@@ -156,6 +159,9 @@ registry! {
     84 => ChannelShuffle(movement::channel_shuffle::ChannelShuffle),
     85 => Tile(movement::tile::Tile),
     86 => Split(movement::split::Split),
+    32 => MinMax(elementwise::minmax::MinMax),
+    33 => Math(elementwise::math::Math),
+    34 => Logical(elementwise::logical::Logical),
 }
 
 /// The object-safe face of [`Kernel`], implemented for every kernel.

@@ -229,3 +229,72 @@ impl Kernel for Convert {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tensor::{PerChannel, Staged};
+
+    fn run(kind: ConvertKind, it: &TensorType, ot: &TensorType, data: &[u8]) -> Vec<u8> {
+        let k = Convert { kind };
+        k.output_shapes(&[it]).unwrap();
+        k.check_outputs(&[it], &[ot]).unwrap();
+        let mut si = Staged::zeroed(data.len());
+        si.bytes_mut().copy_from_slice(data);
+        let mut so = Staged::zeroed(ot.numel() * ot.dtype.size() as usize);
+        let ins = [View {
+            ty: it,
+            bytes: si.bytes(),
+        }];
+        let mut outs = [ViewMut {
+            ty: ot,
+            bytes: so.bytes_mut(),
+        }];
+        k.run(&ins, &mut outs).unwrap();
+        so.bytes().to_vec()
+    }
+
+    fn f32_bytes(v: &[f32]) -> Vec<u8> {
+        v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn cast_float_to_u8_and_i32() {
+        let it = TensorType::new(DType::F32, &[4]);
+        let data = f32_bytes(&[-3.5, 2.7, 300.0, 255.9]);
+        let to_u8 = TensorType::quantized(DType::U8, &[4], 1.0, 0);
+        assert_eq!(
+            run(ConvertKind::Cast, &it, &to_u8, &data),
+            vec![0, 2, 255, 255]
+        );
+        let to_i32 = TensorType::new(DType::I32, &[4]);
+        let got = run(ConvertKind::Cast, &it, &to_i32, &data);
+        let got: Vec<i32> = got
+            .chunks(4)
+            .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(got, vec![-3, 2, 300, 255]);
+    }
+
+    #[test]
+    fn quantize_and_dequantize_per_channel() {
+        let it = TensorType::new(DType::F32, &[3]);
+        let ot = TensorType::quantized(DType::U8, &[3], 0.5, 10);
+        let data = f32_bytes(&[-100.0, 1.25, 1.0]);
+        // round(2.5) = 3 (half away from zero).
+        assert_eq!(run(ConvertKind::Quantize, &it, &ot, &data), vec![0, 13, 12]);
+
+        let mut it = TensorType::quantized(DType::I8, &[2, 2], 0.0, 0);
+        it.quant.per_channel = Some(PerChannel {
+            axis: 1,
+            scales: vec![1.0, 0.5],
+        });
+        let ot = TensorType::new(DType::F32, &[2, 2]);
+        let got = run(ConvertKind::Dequantize, &it, &ot, &[2, 2, 0xFE, 4]);
+        let got: Vec<f32> = got
+            .chunks(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(got, vec![2.0, 1.0, -2.0, 2.0]);
+    }
+}

@@ -3,4 +3,7 @@
 pub mod binary;
 pub mod compare;
 pub mod convert;
+pub mod logical;
+pub mod math;
+pub mod minmax;
 pub mod unary;

@@ -1,0 +1,199 @@
+//! NNAPI LOGICAL_AND, LOGICAL_OR (bool8, broadcast), LOGICAL_NOT (bool8) and SELECT
+//! (`cond ? a : b` element-wise, all of one shape; float32, float16, int32 copied, uint8 /
+//! int8 requantised to the output's quantisation as the reference does).
+//!
+//! Parameter words: kind (And 0, Or 1, Not 2, Select 3).
+
+use super::minmax::requantize;
+use crate::kernels::kernel::{same_dtype, Kernel, Words};
+use crate::kernels::layout::{broadcast_shape, for_each_broadcast};
+use crate::kernels::quant::QuantElem;
+use crate::kernels::{KernelError, Result};
+use crate::tensor::{DType, TensorType, View, ViewMut};
+
+/// Which operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LogicalKind {
+    /// a && b
+    And,
+    /// a || b
+    Or,
+    /// !a
+    Not,
+    /// cond ? a : b
+    Select,
+}
+
+const KINDS: [(LogicalKind, &str); 4] = [
+    (LogicalKind::And, "LOGICAL_AND"),
+    (LogicalKind::Or, "LOGICAL_OR"),
+    (LogicalKind::Not, "LOGICAL_NOT"),
+    (LogicalKind::Select, "SELECT"),
+];
+
+/// One logical operation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Logical {
+    /// The operation.
+    pub kind: LogicalKind,
+}
+
+impl Logical {
+    fn index(&self) -> usize {
+        KINDS.iter().position(|(k, _)| *k == self.kind).unwrap_or(0)
+    }
+}
+
+fn select_quant<T: QuantElem>(c: &[u8], a: &[T], b: &[T], o: &mut [T], tys: [&TensorType; 3]) {
+    for (i, d) in o.iter_mut().enumerate() {
+        let v = if c[i] != 0 {
+            requantize(a[i], &tys[0].quant, &tys[2].quant)
+        } else {
+            requantize(b[i], &tys[1].quant, &tys[2].quant)
+        };
+        *d = T::saturate_from_i32(v);
+    }
+}
+
+impl Kernel for Logical {
+    fn name(&self) -> &'static str {
+        KINDS[self.index()].1
+    }
+
+    fn decode(w: &mut Words<'_>) -> Result<Self> {
+        let k = w.u32("kind")?;
+        let (kind, _) = *KINDS
+            .get(k as usize)
+            .ok_or_else(|| w.err(format!("bad logical kind {k}")))?;
+        Ok(Logical { kind })
+    }
+
+    fn encode(&self, w: &mut Vec<u32>) {
+        w.push(self.index() as u32);
+    }
+
+    fn input_count(&self) -> std::ops::RangeInclusive<usize> {
+        match self.kind {
+            LogicalKind::And | LogicalKind::Or => 2..=2,
+            LogicalKind::Not => 1..=1,
+            LogicalKind::Select => 3..=3,
+        }
+    }
+
+    fn output_shapes(&self, inputs: &[&TensorType]) -> Result<Vec<Vec<usize>>> {
+        match self.kind {
+            LogicalKind::And | LogicalKind::Or => {
+                same_dtype(self.name(), inputs, &[DType::Bool8])?;
+                Ok(vec![broadcast_shape(
+                    self.name(),
+                    &inputs[0].shape,
+                    &inputs[1].shape,
+                )?])
+            }
+            LogicalKind::Not => {
+                same_dtype(self.name(), inputs, &[DType::Bool8])?;
+                Ok(vec![inputs[0].shape.clone()])
+            }
+            LogicalKind::Select => {
+                same_dtype(self.name(), &inputs[..1], &[DType::Bool8])?;
+                let dt = same_dtype(
+                    self.name(),
+                    &inputs[1..],
+                    &[DType::F32, DType::F16, DType::I32, DType::U8, DType::I8],
+                )?;
+                if inputs[1].shape != inputs[0].shape || inputs[2].shape != inputs[0].shape {
+                    return Err(KernelError::InvalidShape {
+                        op: self.name(),
+                        reason: "condition and inputs must have one shape".into(),
+                    });
+                }
+                if matches!(dt, DType::U8 | DType::I8)
+                    && inputs[1..]
+                        .iter()
+                        .any(|t| !(t.quant.scale > 0.0 && t.quant.scale.is_finite()))
+                {
+                    return Err(KernelError::InvalidShape {
+                        op: self.name(),
+                        reason: "quantised scales must be > 0".into(),
+                    });
+                }
+                Ok(vec![inputs[0].shape.clone()])
+            }
+        }
+    }
+
+    fn check_outputs(&self, inputs: &[&TensorType], outputs: &[&TensorType]) -> Result<()> {
+        let want = if self.kind == LogicalKind::Select {
+            inputs[1].dtype
+        } else {
+            DType::Bool8
+        };
+        for o in outputs {
+            if o.dtype != want {
+                return Err(KernelError::DType {
+                    expected: want,
+                    got: o.dtype,
+                });
+            }
+            if matches!(want, DType::U8 | DType::I8)
+                && !(o.quant.scale > 0.0 && o.quant.scale.is_finite())
+            {
+                return Err(KernelError::InvalidShape {
+                    op: self.name(),
+                    reason: "output scale must be > 0".into(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn run(&self, inputs: &[View<'_>], outputs: &mut [ViewMut<'_>]) -> Result<()> {
+        match self.kind {
+            LogicalKind::And | LogicalKind::Or => {
+                let (a, b) = (inputs[0], inputs[1]);
+                let (x, y) = (a.bools()?, b.bools()?);
+                let out_shape = outputs[0].ty.shape.clone();
+                let o = outputs[0].bools_mut()?;
+                let and = self.kind == LogicalKind::And;
+                for_each_broadcast(a.shape(), b.shape(), &out_shape, |i, ia, ib| {
+                    let (p, q) = (x[ia] != 0, y[ib] != 0);
+                    o[i] = u8::from(if and { p && q } else { p || q });
+                });
+            }
+            LogicalKind::Not => {
+                let x = inputs[0].bools()?;
+                for (d, &v) in outputs[0].bools_mut()?.iter_mut().zip(x) {
+                    *d = u8::from(v == 0);
+                }
+            }
+            LogicalKind::Select => {
+                let c = inputs[0].bools()?;
+                let (a, b) = (inputs[1], inputs[2]);
+                let ot = outputs[0].ty;
+                match a.ty.dtype {
+                    DType::U8 => {
+                        let o = outputs[0].u8s_mut()?;
+                        select_quant(c, a.u8s()?, b.u8s()?, o, [a.ty, b.ty, ot]);
+                    }
+                    DType::I8 => {
+                        let o = outputs[0].i8s_mut()?;
+                        select_quant(c, a.i8s()?, b.i8s()?, o, [a.ty, b.ty, ot]);
+                    }
+                    _ => {
+                        // float32, float16, int32: copy the chosen element's bytes.
+                        let sz = a.ty.dtype.size() as usize;
+                        let o = &mut *outputs[0].bytes;
+                        for (i, &cv) in c.iter().enumerate() {
+                            let src = if cv != 0 { a.bytes } else { b.bytes };
+                            let r = i * sz..(i + 1) * sz;
+                            if let (Some(d), Some(s)) = (o.get_mut(r.clone()), src.get(r)) {
+                                d.copy_from_slice(s);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
