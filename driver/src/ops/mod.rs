@@ -15,6 +15,7 @@ mod args;
 mod registry;
 
 pub mod activation;
+pub mod argminmax;
 pub mod arith;
 pub mod conv;
 pub mod image;

@@ -1,7 +1,7 @@
 //! The one list of operation definitions.
 
 use super::{
-    activation, arith, conv, image, movement, normalization, pool, reduce, reduction,
+    activation, argminmax, arith, conv, image, movement, normalization, pool, reduce, reduction,
     resize_nearest, unsupported, OpDef,
 };
 use crate::hal::OperationType;
@@ -43,6 +43,8 @@ pub static REGISTRY: &[&OpDef] = &[
     &reduce::REDUCE_MIN,
     &reduce::REDUCE_ANY,
     &reduce::REDUCE_ALL,
+    &argminmax::ARGMAX,
+    &argminmax::ARGMIN,
     &unsupported::DEQUANTIZE,
     &unsupported::BATCH_TO_SPACE_ND,
     &unsupported::SPACE_TO_BATCH_ND,

@@ -29,6 +29,7 @@ pub mod activation;
 pub mod conv;
 pub mod elementwise;
 pub mod image;
+pub mod index;
 pub mod kernel;
 pub(crate) mod layout;
 pub mod movement;
@@ -53,6 +54,7 @@ pub use conv::{conv2d::Conv2d, depthwise::DepthwiseConv2d, fully_connected::Full
 pub use elementwise::binary::{Binary, BinaryKind};
 pub use elementwise::unary::{Unary, UnaryKind};
 pub use image::{resize_bilinear::ResizeBilinear, resize_nearest::ResizeNearest};
+pub use index::argminmax::ArgMinMax;
 pub use movement::{
     concat::Concatenation, depth_space::DepthToSpace, depth_space::SpaceToDepth, pad::Pad,
     reshape::Reshape, transpose::Transpose,
@@ -138,6 +140,7 @@ registry! {
     60 => ResizeNearest(image::resize_nearest::ResizeNearest),
     61 => Reduce(reduction::reduce::Reduce),
     62 => LocalResponseNorm(normalization::lrn::LocalResponseNorm),
+    63 => ArgMinMax(index::argminmax::ArgMinMax),
 }
 
 /// The object-safe face of [`Kernel`], implemented for every kernel.

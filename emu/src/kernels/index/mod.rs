@@ -1,0 +1,3 @@
+//! Index kernels: arg-min/max, top-k.
+
+pub mod argminmax;
