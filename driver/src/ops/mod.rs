@@ -25,6 +25,7 @@ pub mod pool;
 pub mod reduce;
 pub mod reduction;
 pub mod resize_nearest;
+pub mod topk;
 pub mod unsupported;
 
 pub use args::Args;

@@ -2,7 +2,7 @@
 
 use super::{
     activation, argminmax, arith, conv, image, movement, normalization, pool, reduce, reduction,
-    resize_nearest, unsupported, OpDef,
+    resize_nearest, topk, unsupported, OpDef,
 };
 use crate::hal::OperationType;
 
@@ -45,6 +45,7 @@ pub static REGISTRY: &[&OpDef] = &[
     &reduce::REDUCE_ALL,
     &argminmax::ARGMAX,
     &argminmax::ARGMIN,
+    &topk::TOPK_V2,
     &unsupported::DEQUANTIZE,
     &unsupported::BATCH_TO_SPACE_ND,
     &unsupported::SPACE_TO_BATCH_ND,

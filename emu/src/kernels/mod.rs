@@ -54,7 +54,7 @@ pub use conv::{conv2d::Conv2d, depthwise::DepthwiseConv2d, fully_connected::Full
 pub use elementwise::binary::{Binary, BinaryKind};
 pub use elementwise::unary::{Unary, UnaryKind};
 pub use image::{resize_bilinear::ResizeBilinear, resize_nearest::ResizeNearest};
-pub use index::argminmax::ArgMinMax;
+pub use index::{argminmax::ArgMinMax, topk::TopK};
 pub use movement::{
     concat::Concatenation, depth_space::DepthToSpace, depth_space::SpaceToDepth, pad::Pad,
     reshape::Reshape, transpose::Transpose,
@@ -141,6 +141,7 @@ registry! {
     61 => Reduce(reduction::reduce::Reduce),
     62 => LocalResponseNorm(normalization::lrn::LocalResponseNorm),
     63 => ArgMinMax(index::argminmax::ArgMinMax),
+    64 => TopK(index::topk::TopK),
 }
 
 /// The object-safe face of [`Kernel`], implemented for every kernel.
