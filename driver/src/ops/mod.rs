@@ -19,6 +19,8 @@ pub mod argminmax;
 pub mod arith;
 pub mod conv;
 pub mod image;
+pub mod instance_norm;
+pub mod log_softmax;
 pub mod movement;
 pub mod normalization;
 pub mod pool;

@@ -1,8 +1,8 @@
 //! The one list of operation definitions.
 
 use super::{
-    activation, argminmax, arith, conv, image, movement, normalization, pool, reduce, reduction,
-    resize_nearest, topk, unsupported, OpDef,
+    activation, argminmax, arith, conv, image, instance_norm, log_softmax, movement, normalization,
+    pool, reduce, reduction, resize_nearest, topk, unsupported, OpDef,
 };
 use crate::hal::OperationType;
 
@@ -46,6 +46,8 @@ pub static REGISTRY: &[&OpDef] = &[
     &argminmax::ARGMAX,
     &argminmax::ARGMIN,
     &topk::TOPK_V2,
+    &instance_norm::INSTANCE_NORMALIZATION,
+    &log_softmax::LOG_SOFTMAX,
     &unsupported::DEQUANTIZE,
     &unsupported::BATCH_TO_SPACE_ND,
     &unsupported::SPACE_TO_BATCH_ND,

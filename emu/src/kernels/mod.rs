@@ -49,7 +49,7 @@ use std::ops::RangeInclusive;
 
 pub use kernel::{Cost, Kernel, Words};
 
-pub use activation::softmax::Softmax;
+pub use activation::{log_softmax::LogSoftmax, softmax::Softmax};
 pub use conv::{conv2d::Conv2d, depthwise::DepthwiseConv2d, fully_connected::FullyConnected};
 pub use elementwise::binary::{Binary, BinaryKind};
 pub use elementwise::unary::{Unary, UnaryKind};
@@ -59,7 +59,7 @@ pub use movement::{
     concat::Concatenation, depth_space::DepthToSpace, depth_space::SpaceToDepth, pad::Pad,
     reshape::Reshape, transpose::Transpose,
 };
-pub use normalization::{l2::L2Normalization, lrn::LocalResponseNorm};
+pub use normalization::{instance::InstanceNorm, l2::L2Normalization, lrn::LocalResponseNorm};
 pub use pool::pool2d::{Pool, PoolKind};
 pub use reduction::{
     mean::Mean,
@@ -142,6 +142,8 @@ registry! {
     62 => LocalResponseNorm(normalization::lrn::LocalResponseNorm),
     63 => ArgMinMax(index::argminmax::ArgMinMax),
     64 => TopK(index::topk::TopK),
+    65 => InstanceNorm(normalization::instance::InstanceNorm),
+    66 => LogSoftmax(activation::log_softmax::LogSoftmax),
 }
 
 /// The object-safe face of [`Kernel`], implemented for every kernel.
