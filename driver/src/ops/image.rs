@@ -4,7 +4,7 @@
 use vnpu_emu::kernels::ResizeBilinear;
 
 use super::conv::spatial;
-use super::types::{FLOATS, FLOAT_QUANT8};
+use super::types::FLOAT_QUANT8;
 use super::{arg, Arg, Args, HalVersion::*, OpDef, Signature, Ty};
 use crate::compile::CompileError;
 use crate::hal::OperationType;
@@ -64,7 +64,7 @@ pub const RESIZE_BILINEAR: OpDef = OpDef {
     op: OperationType::RESIZE_BILINEAR,
     signatures: &SIGS,
     check: None,
-    runs: FLOATS,
+    runs: FLOAT_QUANT8,
     lower: Some(|a| {
         let nchw = a.flag("layout")?;
         let (out_w, out_h) = output_size(a, nchw)?;

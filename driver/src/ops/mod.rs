@@ -15,11 +15,14 @@ mod args;
 mod registry;
 
 pub mod activation;
+pub mod argminmax;
 pub mod arith;
 pub mod cast;
 pub mod comparison;
 pub mod conv;
 pub mod image;
+pub mod instance_norm;
+pub mod log_softmax;
 pub mod logical;
 pub mod math;
 pub mod movement;
@@ -28,6 +31,7 @@ pub mod pool;
 pub mod reduce;
 pub mod reduction;
 pub mod resize_nearest;
+pub mod topk;
 pub mod unsupported;
 
 pub use args::Args;

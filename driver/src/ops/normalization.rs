@@ -14,7 +14,7 @@ pub const L2_NORMALIZATION: OpDef = OpDef {
     op: OperationType::L2_NORMALIZATION,
     signatures: &[Signature::new(V1_0, FLOAT_QUANT8, &[arg("input", Ty::T)], OUT).optional(AXIS)],
     check: None,
-    runs: FLOATS,
+    runs: FLOAT_QUANT8,
     lower: Some(|a| {
         a.kernel(
             L2Normalization {

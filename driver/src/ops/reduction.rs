@@ -2,7 +2,7 @@
 
 use vnpu_emu::kernels::Mean;
 
-use super::types::{FLOATS, FLOAT_QUANT8};
+use super::types::FLOAT_QUANT8;
 use super::{arg, HalVersion::*, OpDef, Signature, Ty};
 use crate::hal::OperationType;
 
@@ -20,7 +20,7 @@ pub const MEAN: OpDef = OpDef {
         &[arg("output", Ty::T)],
     )],
     check: None,
-    runs: FLOATS,
+    runs: FLOAT_QUANT8,
     lower: Some(|a| {
         let rank = a.shape("input")?.len();
         let mut axes: Vec<u32> = a

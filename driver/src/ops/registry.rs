@@ -1,8 +1,9 @@
 //! The one list of operation definitions.
 
 use super::{
-    activation, arith, cast, comparison, conv, image, logical, math, movement, normalization, pool,
-    reduce, reduction, resize_nearest, unsupported, OpDef,
+    activation, argminmax, arith, cast, comparison, conv, image, instance_norm, log_softmax,
+    logical, math, movement, normalization, pool, reduce, reduction, resize_nearest, topk,
+    unsupported, OpDef,
 };
 use crate::hal::OperationType;
 
@@ -81,6 +82,11 @@ pub static REGISTRY: &[&OpDef] = &[
     &reduce::REDUCE_MIN,
     &reduce::REDUCE_ANY,
     &reduce::REDUCE_ALL,
+    &argminmax::ARGMAX,
+    &argminmax::ARGMIN,
+    &topk::TOPK_V2,
+    &instance_norm::INSTANCE_NORMALIZATION,
+    &log_softmax::LOG_SOFTMAX,
     &unsupported::EMBEDDING_LOOKUP,
     &unsupported::HASHTABLE_LOOKUP,
     &unsupported::LSH_PROJECTION,

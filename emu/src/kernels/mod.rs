@@ -29,6 +29,7 @@ pub mod activation;
 pub mod conv;
 pub mod elementwise;
 pub mod image;
+pub mod index;
 pub mod kernel;
 pub(crate) mod layout;
 pub mod movement;
@@ -48,7 +49,7 @@ use std::ops::RangeInclusive;
 
 pub use kernel::{Cost, Kernel, Words};
 
-pub use activation::softmax::Softmax;
+pub use activation::{log_softmax::LogSoftmax, softmax::Softmax};
 pub use conv::{
     conv2d::Conv2d, depthwise::DepthwiseConv2d, fully_connected::FullyConnected,
     grouped::GroupedConv2d, transpose::TransposeConv2d,
@@ -61,13 +62,14 @@ pub use elementwise::math::{Math, MathKind};
 pub use elementwise::minmax::{MinMax, MinMaxKind};
 pub use elementwise::unary::{Unary, UnaryKind};
 pub use image::{resize_bilinear::ResizeBilinear, resize_nearest::ResizeNearest};
+pub use index::{argminmax::ArgMinMax, topk::TopK};
 pub use movement::{
     channel_shuffle::ChannelShuffle, concat::Concatenation, depth_space::DepthToSpace,
     depth_space::SpaceToDepth, gather::Gather, pad::Pad, reshape::Reshape,
     space_batch::BatchToSpace, space_batch::SpaceToBatch, split::Split, strided_slice::SliceDim,
     strided_slice::StridedSlice, tile::Tile, transpose::Transpose,
 };
-pub use normalization::{l2::L2Normalization, lrn::LocalResponseNorm};
+pub use normalization::{instance::InstanceNorm, l2::L2Normalization, lrn::LocalResponseNorm};
 pub use pool::pool2d::{Pool, PoolKind};
 pub use reduction::{
     mean::Mean,
@@ -162,6 +164,10 @@ registry! {
     32 => MinMax(elementwise::minmax::MinMax),
     33 => Math(elementwise::math::Math),
     34 => Logical(elementwise::logical::Logical),
+    63 => ArgMinMax(index::argminmax::ArgMinMax),
+    64 => TopK(index::topk::TopK),
+    65 => InstanceNorm(normalization::instance::InstanceNorm),
+    66 => LogSoftmax(activation::log_softmax::LogSoftmax),
 }
 
 /// The object-safe face of [`Kernel`], implemented for every kernel.

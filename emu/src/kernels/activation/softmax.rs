@@ -162,3 +162,26 @@ pub(crate) fn softmax_f32(beta: f32, axis: usize, x: Tensor<'_>, out: &mut [f32]
         }
     }
 }
+
+#[cfg(test)]
+mod quant_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The u8 kernel against dequantise -> f64 softmax -> requantise, within 1.
+        #[test]
+        fn u8_within_one_of_f64(xs in proptest::collection::vec(0u8..=255, 6), scale in 0.01f32..0.5) {
+            let q: Vec<i32> = xs.iter().map(|&v| i32::from(v)).collect();
+            let mut out = vec![0u8; 6];
+            softmax_q(f64::from(scale), 0, &[6], &q, 1.0 / 256.0, 0, &mut out).unwrap();
+            let real: Vec<f64> = xs.iter().map(|&v| f64::from(scale) * (f64::from(v) - 128.0)).collect();
+            let m = real.iter().cloned().fold(f64::MIN, f64::max);
+            let s: f64 = real.iter().map(|r| (r - m).exp()).sum();
+            for (o, r) in out.iter().zip(&real) {
+                let want = ((r - m).exp() / s * 256.0).round().min(255.0);
+                prop_assert!((f64::from(*o) - want).abs() <= 1.0);
+            }
+        }
+    }
+}

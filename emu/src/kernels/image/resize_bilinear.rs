@@ -1,5 +1,8 @@
 //! NNAPI RESIZE_BILINEAR (TFLite's coordinates: align_corners, half_pixel_centers), NHWC or
-//! NCHW. float32; float16 computes in float32.
+//! NCHW. float32; float16 computes in float32. Quantised u8/i8: the NNAPI reference
+//! (TFLite's templated ResizeBilinear) interpolates the stored integers in float and casts
+//! the result back (truncating); this kernel does the same, and the output keeps the input's
+//! scale and zero point.
 //!
 //! Parameter words: out_h, out_w, align_corners, half_pixel_centers, nchw.
 
@@ -57,7 +60,11 @@ impl Kernel for ResizeBilinear {
 
     fn output_shapes(&self, inputs: &[&TensorType]) -> Result<Vec<Vec<usize>>> {
         let name = self.name();
-        same_dtype(name, inputs, &[DType::F32, DType::F16])?;
+        same_dtype(
+            name,
+            inputs,
+            &[DType::F32, DType::F16, DType::U8, DType::I8],
+        )?;
         let x = &inputs[0].shape;
         let (n, h, w, c) = image_dims(name, x, self.nchw)?;
         if h == 0 || w == 0 || c == 0 {
@@ -84,6 +91,43 @@ impl Kernel for ResizeBilinear {
     }
 
     fn run(&self, inputs: &[View<'_>], outputs: &mut [ViewMut<'_>]) -> Result<()> {
+        let x = inputs[0];
+        let xf: Vec<f32> = match x.ty.dtype {
+            DType::U8 => x.u8s()?.iter().map(|&v| f32::from(v)).collect(),
+            DType::I8 => x.i8s()?.iter().map(|&v| f32::from(v)).collect(),
+            _ => Vec::new(),
+        };
+        if matches!(x.ty.dtype, DType::U8 | DType::I8) {
+            let oshape = outputs[0].ty.shape.clone();
+            let mut of = vec![0f32; outputs[0].bytes.len()];
+            resize_bilinear_f32(
+                self.align_corners,
+                self.half_pixel_centers,
+                self.nchw,
+                Tensor {
+                    shape: x.shape(),
+                    data: &xf,
+                },
+                TensorMut {
+                    shape: &oshape,
+                    data: &mut of,
+                },
+            )?;
+            // `as` truncates toward zero (and saturates), as the C++ static_cast.
+            match x.ty.dtype {
+                DType::U8 => {
+                    for (o, &v) in outputs[0].u8s_mut()?.iter_mut().zip(&of) {
+                        *o = v as u8;
+                    }
+                }
+                _ => {
+                    for (o, &v) in outputs[0].i8s_mut()?.iter_mut().zip(&of) {
+                        *o = v as i8;
+                    }
+                }
+            }
+            return Ok(());
+        }
         widen_f16(inputs, outputs, |ins, outs| {
             resize_bilinear_f32(
                 self.align_corners,

@@ -1,4 +1,5 @@
 //! Normalisation kernels.
 
+pub mod instance;
 pub mod l2;
 pub mod lrn;

@@ -319,3 +319,43 @@ pub(crate) fn pool_f32(p: &Pool, x: Tensor<'_>, out: TensorMut<'_>) -> Result<()
         Ok(())
     })
 }
+
+#[cfg(test)]
+mod quant_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// u8 average pooling against the f64 mean of the stored values, within 1.
+        #[test]
+        fn u8_average_within_one(xs in proptest::collection::vec(0u8..=255, 16), f in 1u32..4) {
+            let p = Pool {
+                kind: PoolKind::Average,
+                pad: Padding { left: 0, right: 0, top: 0, bottom: 0 },
+                stride_w: 1,
+                stride_h: 1,
+                filter_w: f,
+                filter_h: f,
+                act: Activation::None,
+                nchw: false,
+            };
+            let o = 4 - f as usize + 1;
+            let shape = [1usize, 4, 4, 1];
+            let oshape = [1usize, o, o, 1];
+            let mut out = vec![0u8; o * o];
+            pool_q(&p, Tensor { shape: &shape, data: &xs }, TensorMut { shape: &oshape, data: &mut out }, 0.5, 0).unwrap();
+            for oy in 0..o {
+                for ox in 0..o {
+                    let mut s = 0.0f64;
+                    for y in oy..oy + f as usize {
+                        for x in ox..ox + f as usize {
+                            s += f64::from(xs[y * 4 + x]);
+                        }
+                    }
+                    let want = s / f64::from(f * f);
+                    prop_assert!((f64::from(out[oy * o + ox]) - want).abs() <= 1.0);
+                }
+            }
+        }
+    }
+}

@@ -1,10 +1,13 @@
 //! NNAPI MEAN over a set of axes, keeping the reduced dimensions as 1 or dropping them.
 //! Removing every dimension gives shape `[1]`, as NNAPI does. float32 (accumulated in f64);
-//! float16 computes in float32.
+//! float16 computes in float32. Quantised u8/i8: as the NNAPI reference (TFLite's generic
+//! Mean on the stored type), the stored integers are summed and divided by the count with
+//! truncating integer division; the output keeps the input's scale and zero point.
 //!
 //! Parameter words: axes (list, each < MAX_RANK, no repeats), keep_dims.
 
 use crate::kernels::kernel::{enc, same_dtype, Kernel, Words};
+use crate::kernels::quant::QuantElem;
 use crate::kernels::{bad_shape, Result, Tensor, MAX_RANK};
 use crate::tensor::{widen_f16, DType, TensorType, View, ViewMut};
 
@@ -76,7 +79,11 @@ impl Kernel for Mean {
     }
 
     fn output_shapes(&self, inputs: &[&TensorType]) -> Result<Vec<Vec<usize>>> {
-        same_dtype(self.name(), inputs, &[DType::F32, DType::F16])?;
+        same_dtype(
+            self.name(),
+            inputs,
+            &[DType::F32, DType::F16, DType::U8, DType::I8],
+        )?;
         Ok(vec![reduced_shape(
             self.name(),
             &inputs[0].shape,
@@ -86,6 +93,47 @@ impl Kernel for Mean {
     }
 
     fn run(&self, inputs: &[View<'_>], outputs: &mut [ViewMut<'_>]) -> Result<()> {
+        let x = inputs[0];
+        if matches!(x.ty.dtype, DType::U8 | DType::I8) {
+            let xf: Vec<f32> = match x.ty.dtype {
+                DType::U8 => x.u8s()?.iter().map(|&v| f32::from(v)).collect(),
+                _ => x.i8s()?.iter().map(|&v| f32::from(v)).collect(),
+            };
+            let count: usize = self
+                .axes
+                .iter()
+                .filter_map(|&a| x.shape().get(a as usize))
+                .product();
+            let mut mean = vec![0f32; outputs[0].ty.shape.iter().product()];
+            mean_f32(
+                &self.axes,
+                Tensor {
+                    shape: x.shape(),
+                    data: &xf,
+                },
+                &mut mean,
+            )?;
+            // Recover the integer sums from the means (exact for small counts; for huge
+            // sums the f32 mean can be one step off, within the ±1 tolerance) and divide
+            // with truncation, as the reference's integer division.
+            let div = |m: f32| -> i32 {
+                let sum = (f64::from(m) * count as f64).round() as i64;
+                (sum / (count.max(1) as i64)) as i32
+            };
+            match x.ty.dtype {
+                DType::U8 => {
+                    for (o, &m) in outputs[0].u8s_mut()?.iter_mut().zip(&mean) {
+                        *o = u8::saturate_from_i32(div(m));
+                    }
+                }
+                _ => {
+                    for (o, &m) in outputs[0].i8s_mut()?.iter_mut().zip(&mean) {
+                        *o = i8::saturate_from_i32(div(m));
+                    }
+                }
+            }
+            return Ok(());
+        }
         widen_f16(inputs, outputs, |ins, outs| {
             mean_f32(&self.axes, Tensor::f32(&ins[0])?, outs[0].f32s_mut()?)
         })

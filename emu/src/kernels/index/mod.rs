@@ -1,0 +1,4 @@
+//! Index kernels: arg-min/max, top-k.
+
+pub mod argminmax;
+pub mod topk;
