@@ -55,7 +55,7 @@ pub use elementwise::unary::{Unary, UnaryKind};
 pub use image::resize_bilinear::ResizeBilinear;
 pub use movement::{
     channel_shuffle::ChannelShuffle, concat::Concatenation, depth_space::DepthToSpace,
-    depth_space::SpaceToDepth, gather::Gather, pad::Pad, reshape::Reshape,
+    depth_space::SpaceToDepth, fill::Fill, fill::Rank, gather::Gather, pad::Pad, reshape::Reshape,
     space_batch::BatchToSpace, space_batch::SpaceToBatch, split::Split, strided_slice::SliceDim,
     strided_slice::StridedSlice, tile::Tile, transpose::Transpose,
 };
@@ -141,6 +141,8 @@ registry! {
     84 => ChannelShuffle(movement::channel_shuffle::ChannelShuffle),
     85 => Tile(movement::tile::Tile),
     86 => Split(movement::split::Split),
+    87 => Fill(movement::fill::Fill),
+    88 => Rank(movement::fill::Rank),
 }
 
 /// The object-safe face of [`Kernel`], implemented for every kernel.
