@@ -16,6 +16,9 @@ pub mod strided_slice;
 pub mod tile;
 pub mod transpose;
 
+#[cfg(test)]
+mod tests;
+
 use crate::kernels::{KernelError, Result};
 
 /// Writes every output element `i` (of `es` bytes) from input element `src(i)`, or from
