@@ -1,5 +1,10 @@
-//! Operations that only move elements: RESHAPE, SQUEEZE, CONCATENATION, DEPTH_TO_SPACE,
-//! SPACE_TO_DEPTH, PAD, TRANSPOSE. The device runs them on every element type.
+//! Operations that only move elements: RESHAPE, SQUEEZE, EXPAND_DIMS, CONCATENATION,
+//! DEPTH_TO_SPACE, SPACE_TO_DEPTH, SPACE_TO_BATCH_ND, BATCH_TO_SPACE_ND, PAD, PAD_V2,
+//! TRANSPOSE, STRIDED_SLICE, SLICE, GATHER, SPLIT, TILE, CHANNEL_SHUFFLE, plus FILL and RANK
+//! (outputs independent of element values). The device kernels are element-type generic;
+//! each definition lists the operand types the HAL allows for it. Shapes, paddings,
+//! begin/end and the like (`Ty::Ints`) are read by the compiler (from constants, or from
+//! model inputs at execution); GATHER's indices and a computed FILL value are device data.
 
 use vnpu_emu::kernels::{
     BatchToSpace, ChannelShuffle, Concatenation, DepthToSpace, Fill, Gather, Pad, Rank, Reshape,
