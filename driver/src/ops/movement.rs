@@ -1,9 +1,14 @@
-//! Operations that only move elements: RESHAPE, SQUEEZE, CONCATENATION, DEPTH_TO_SPACE,
-//! SPACE_TO_DEPTH, PAD, TRANSPOSE. The device runs them on every element type.
+//! Operations that only move elements: RESHAPE, SQUEEZE, EXPAND_DIMS, CONCATENATION,
+//! DEPTH_TO_SPACE, SPACE_TO_DEPTH, SPACE_TO_BATCH_ND, BATCH_TO_SPACE_ND, PAD, PAD_V2,
+//! TRANSPOSE, STRIDED_SLICE, SLICE, GATHER, SPLIT, TILE, CHANNEL_SHUFFLE, plus FILL and RANK
+//! (outputs independent of element values). The device kernels are element-type generic;
+//! each definition lists the operand types the HAL allows for it. Shapes, paddings,
+//! begin/end and the like (`Ty::Ints`) are read by the compiler (from constants, or from
+//! model inputs at execution); GATHER's indices and a computed FILL value are device data.
 
 use vnpu_emu::kernels::{
-    BatchToSpace, ChannelShuffle, Concatenation, DepthToSpace, Gather, Pad, Reshape, SliceDim,
-    SpaceToBatch, SpaceToDepth, Split, StridedSlice, Tile, Transpose,
+    BatchToSpace, ChannelShuffle, Concatenation, DepthToSpace, Fill, Gather, Pad, Rank, Reshape,
+    SliceDim, SpaceToBatch, SpaceToDepth, Split, StridedSlice, Tile, Transpose,
 };
 
 use super::is_quant8;
@@ -676,4 +681,110 @@ pub const SPLIT: OpDef = OpDef {
     check: None,
     runs: FLOAT_QUANT8_INT32,
     lower: Some(lower_split),
+};
+
+/// FILL's value scalar type for each output type.
+fn fill_value_type(out: OperandType) -> Option<OperandType> {
+    match out {
+        OperandType::TENSOR_FLOAT32 => Some(OperandType::FLOAT32),
+        OperandType::TENSOR_FLOAT16 => Some(OperandType::FLOAT16),
+        OperandType::TENSOR_INT32 => Some(OperandType::INT32),
+        _ => None,
+    }
+}
+
+/// FILL's value has the scalar type of its output's element type.
+fn check_fill(ins: &[&Operand], outs: &[&Operand]) -> Result<(), String> {
+    match (ins.get(1), outs.first()) {
+        (Some(v), Some(o)) if fill_value_type(o.r#type) == Some(v.r#type) => Ok(()),
+        (Some(v), Some(o)) => Err(format!("value {} for an output {}", v.r#type, o.r#type)),
+        _ => Err("missing operands".into()),
+    }
+}
+
+fn lower_fill(a: &Args<'_>) -> Result<Lowered, CompileError> {
+    let dims = a.ints("dims")?;
+    let shape = dims
+        .iter()
+        .map(|&d| u32::try_from(d).map_err(|_| a.invalid(format!("dimension {d}"))))
+        .collect::<Result<_, _>>()?;
+    // A known value (constant) is a kernel parameter; otherwise the value is device data
+    // computed by another operation (e.g. RANK).
+    let id = a.input("value")?;
+    let known = if a.operands.operand(id)?.r#type == OperandType::INT32 {
+        a.i32("value")
+            .ok()
+            .map(|v| u32::from_ne_bytes(v.to_ne_bytes()))
+    } else {
+        a.f32("value").ok().map(f32::to_bits)
+    };
+    match known {
+        Some(v) => Ok(Lowered {
+            op: Fill {
+                shape,
+                value: Some(v),
+            }
+            .into(),
+            inputs: Vec::new(),
+            outputs: vec![a.output(0)?],
+        }),
+        None => a.kernel(Fill { shape, value: None }, &["value"]),
+    }
+}
+
+fn lower_rank(a: &Args<'_>) -> Result<Lowered, CompileError> {
+    a.kernel(Rank, &["input"])
+}
+
+/// FILL: the main type is the dims tensor; the output type follows the value's.
+pub const FILL: OpDef = OpDef {
+    op: OperationType::FILL,
+    signatures: &[Signature::new(
+        V1_3,
+        &[OperandType::TENSOR_INT32],
+        &[arg("dims", Ty::Ints), arg("value", Ty::OneOf(FILL_VALUES))],
+        &[arg("output", Ty::OneOf(FILL_OUTPUTS))],
+    )],
+    check: Some(check_fill),
+    runs: &[OperandType::TENSOR_INT32],
+    lower: Some(lower_fill),
+};
+
+const FILL_VALUES: &[OperandType] = &[
+    OperandType::FLOAT32,
+    OperandType::FLOAT16,
+    OperandType::INT32,
+];
+const FILL_OUTPUTS: &[OperandType] = &[
+    OperandType::TENSOR_FLOAT32,
+    OperandType::TENSOR_FLOAT16,
+    OperandType::TENSOR_INT32,
+];
+
+/// Every tensor type RANK accepts.
+const RANK_INPUTS: &[OperandType] = &[
+    OperandType::TENSOR_FLOAT16,
+    OperandType::TENSOR_FLOAT32,
+    OperandType::TENSOR_INT32,
+    OperandType::TENSOR_QUANT8_ASYMM,
+    OperandType::TENSOR_QUANT16_SYMM,
+    OperandType::TENSOR_BOOL8,
+    OperandType::TENSOR_QUANT8_SYMM_PER_CHANNEL,
+    OperandType::TENSOR_QUANT16_ASYMM,
+    OperandType::TENSOR_QUANT8_SYMM,
+    OperandType::TENSOR_QUANT8_ASYMM_SIGNED,
+];
+
+/// RANK: an INT32 scalar output.
+pub const RANK: OpDef = OpDef {
+    op: OperationType::RANK,
+    signatures: &[Signature::new(
+        V1_3,
+        RANK_INPUTS,
+        &[arg("input", Ty::T)],
+        &[arg("output", Ty::Is(OperandType::INT32))],
+    )],
+    check: None,
+    runs: RANK_INPUTS,
+    lower: Some(lower_rank),
 };

@@ -45,6 +45,8 @@ pub static REGISTRY: &[&OpDef] = &[
     &movement::EXPAND_DIMS,
     &movement::TILE,
     &movement::SPLIT,
+    &movement::FILL,
+    &movement::RANK,
     &normalization::L2_NORMALIZATION,
     &normalization::LOCAL_RESPONSE_NORMALIZATION,
     &image::RESIZE_BILINEAR,

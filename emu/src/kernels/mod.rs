@@ -65,7 +65,7 @@ pub use image::{resize_bilinear::ResizeBilinear, resize_nearest::ResizeNearest};
 pub use index::{argminmax::ArgMinMax, topk::TopK};
 pub use movement::{
     channel_shuffle::ChannelShuffle, concat::Concatenation, depth_space::DepthToSpace,
-    depth_space::SpaceToDepth, gather::Gather, pad::Pad, reshape::Reshape,
+    depth_space::SpaceToDepth, fill::Fill, fill::Rank, gather::Gather, pad::Pad, reshape::Reshape,
     space_batch::BatchToSpace, space_batch::SpaceToBatch, split::Split, strided_slice::SliceDim,
     strided_slice::StridedSlice, tile::Tile, transpose::Transpose,
 };
@@ -168,6 +168,8 @@ registry! {
     64 => TopK(index::topk::TopK),
     65 => InstanceNorm(normalization::instance::InstanceNorm),
     66 => LogSoftmax(activation::log_softmax::LogSoftmax),
+    87 => Fill(movement::fill::Fill),
+    88 => Rank(movement::fill::Rank),
 }
 
 /// The object-safe face of [`Kernel`], implemented for every kernel.

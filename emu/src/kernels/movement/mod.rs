@@ -1,10 +1,12 @@
 //! Kernels that only move elements (any element type): RESHAPE, CONCATENATION,
 //! DEPTH_TO_SPACE, SPACE_TO_DEPTH, PAD, TRANSPOSE, SPACE_TO_BATCH_ND, BATCH_TO_SPACE_ND,
-//! STRIDED_SLICE (and SLICE), GATHER, CHANNEL_SHUFFLE, TILE, SPLIT.
+//! STRIDED_SLICE (and SLICE), GATHER, CHANNEL_SHUFFLE, TILE, SPLIT, FILL,
+//! RANK.
 
 pub mod channel_shuffle;
 pub mod concat;
 pub mod depth_space;
+pub mod fill;
 pub mod gather;
 pub mod pad;
 pub mod reshape;
@@ -13,6 +15,9 @@ pub mod split;
 pub mod strided_slice;
 pub mod tile;
 pub mod transpose;
+
+#[cfg(test)]
+mod tests;
 
 use crate::kernels::{KernelError, Result};
 
