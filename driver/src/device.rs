@@ -230,18 +230,17 @@ impl IDevice for VnpuDevice {
             exec_time: f32::MAX,
             power_usage: f32::MAX,
         };
-        let supported = [
-            OperandType::FLOAT32,
-            OperandType::INT32,
-            OperandType::TENSOR_FLOAT32,
-            OperandType::TENSOR_INT32,
-        ];
+        // Every type the device stores (scalars are folded into kernels; UINT32 is used by
+        // no operation the device runs).
+        let supported = |ty: OperandType| {
+            ty != OperandType::UINT32 && crate::compile::device_dtype(ty).is_some()
+        };
         let mut operand_performance: Vec<OperandPerformance> = OperandType::ALL
             .iter()
             .filter(|&&ty| ty != OperandType::SUBGRAPH && (0..=15).contains(&ty.0))
             .map(|&ty| OperandPerformance {
                 r#type: ty,
-                info: if supported.contains(&ty) { fast } else { slow },
+                info: if supported(ty) { fast } else { slow },
             })
             .collect();
         operand_performance.sort_by_key(|p| p.r#type.0);
