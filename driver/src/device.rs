@@ -282,8 +282,9 @@ impl IDevice for VnpuDevice {
             tracing::debug!("getSupportedOperations: {e}");
             return (ErrorStatus::InvalidArgument, Vec::new());
         }
+        // The model's pools must be readable, as at preparation.
         match Self::model_constants(model) {
-            Ok(c) => (ErrorStatus::None, compile::supported_operations(model, &c)),
+            Ok(_) => (ErrorStatus::None, compile::supported_operations(model)),
             Err(s) => (s, Vec::new()),
         }
     }
@@ -321,7 +322,7 @@ impl IDevice for VnpuDevice {
             Ok(c) => c,
             Err(s) => return fail(s),
         };
-        if compile::supported_operations(model, &constants).contains(&false) {
+        if compile::supported_operations(model).contains(&false) {
             return fail(ErrorStatus::InvalidArgument);
         }
         if deadline.has_passed() {

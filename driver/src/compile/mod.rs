@@ -240,11 +240,10 @@ pub fn deferred_inputs(sg: &Subgraph) -> Vec<bool> {
     d
 }
 
-/// Whether each operation of the main subgraph will prepare and run on the device: its
-/// definition runs it on these operand types, and where every input shape and parameter
-/// is already known, the device kernel accepts it. (Only definitions decide; a supported
-/// operation that later fails to compile is a failure, not a skip.)
-pub fn supported_operations(model: &Model, _constants: &[Option<Vec<u8>>]) -> Vec<bool> {
+/// Whether each operation of the main subgraph runs on the device: its definition has a
+/// lowering and runs it on these operand types. Only the definitions decide; a supported
+/// operation that then fails to compile is a failure, never a skip.
+pub fn supported_operations(model: &Model) -> Vec<bool> {
     let sg = &model.main;
     sg.operations
         .iter()
