@@ -224,13 +224,18 @@ pub fn write_report_file(path: &Path, records: &[CaseRecord]) -> Result<(), Repo
     out.flush().map_err(io)
 }
 
+/// Parses a report (untrusted bytes).
+pub fn read_report(input: impl std::io::Read) -> serde_json::Result<Vec<CaseRecord>> {
+    serde_json::from_reader(input)
+}
+
 /// Reads a report file.
 pub fn read_report_file(path: &Path) -> Result<Vec<CaseRecord>, ReportError> {
     let file = File::open(path).map_err(|source| ReportError::Io {
         path: path.to_path_buf(),
         source,
     })?;
-    serde_json::from_reader(BufReader::new(file)).map_err(|source| ReportError::Json {
+    read_report(BufReader::new(file)).map_err(|source| ReportError::Json {
         path: path.to_path_buf(),
         source,
     })
