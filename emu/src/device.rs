@@ -8,7 +8,8 @@
 //! a FENCE between dependent commands, as on real hardware.
 
 use std::os::fd::{AsFd, BorrowedFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -72,6 +73,8 @@ pub struct Bus {
     pub timing: TimingModel,
     pub max_dma_len: u64,
     pub trace: Tracer,
+    /// The PROGRESS register: steps the engines finished (see [`regs::PROGRESS`]).
+    pub progress: AtomicU32,
 }
 
 impl Bus {
@@ -123,10 +126,16 @@ struct Shared {
     /// The device clock: the sum of modelled device time, in ns.
     clock: AtomicU64,
     events: Mutex<Sender<Event>>,
+    /// A Kick is queued and not yet taken: register writes coalesce into it, so a host
+    /// hammering the doorbell queues one message, not one per write.
+    kick_pending: AtomicBool,
 }
 
 impl Shared {
     fn kick(&self) {
+        if self.kick_pending.swap(true, Ordering::SeqCst) {
+            return;
+        }
         if let Ok(tx) = self.events.lock() {
             let _ = tx.send(Event::Kick);
         }
@@ -169,10 +178,12 @@ impl Device {
                 timing: config.timing,
                 max_dma_len: config.max_dma_len,
                 trace: Tracer::new(config.trace),
+                progress: AtomicU32::new(0),
             },
             irq,
             clock: AtomicU64::new(0),
             events: Mutex::new(tx.clone()),
+            kick_pending: AtomicBool::new(false),
         });
         init_registers(&shared.regs, &config);
         let (dma_tx, dma_rx) = channel::<Work>();
@@ -206,6 +217,7 @@ impl Device {
         }
         match offset {
             regs::SCRATCH => !regs.get(offset),
+            regs::PROGRESS => self.shared.bus.progress.load(Ordering::Acquire),
             _ => regs.get(offset),
         }
     }
@@ -299,23 +311,37 @@ fn init_registers(r: &RegisterFile, c: &DeviceConfig) {
     r.set(regs::MAX_DMA_LEN, c.max_dma_len.min(u32::MAX as u64) as u32);
 }
 
+/// Runs one job on its engine. A panic inside (a bug in the device model, or an injected
+/// `EnginePanic`) is caught here: the command completes with `EngineFault` and the engine
+/// goes on with the next job, as a hardware engine's watchdog would restart it.
+fn run_guarded(bus: &Bus, w: &Work) -> Outcome {
+    let run = || {
+        if matches!(w.fault, Some((Fault::EnginePanic, _))) {
+            panic!("injected engine panic (request {})", w.req_id);
+        }
+        match w.job {
+            Job::Copy { src, dst, len } => dma::run_copy(bus, src, dst, len, w.fault),
+            Job::Sg { list, count } => dma::run_sg(bus, list, count, w.fault),
+            Job::Program { addr, len } => compute::run_program(bus, addr, len, w.req_id),
+        }
+    };
+    catch_unwind(AssertUnwindSafe(run)).unwrap_or_else(|_| {
+        tracing::error!("engine panicked running request {}; restarted", w.req_id);
+        Outcome::fail(Status::EngineFault, 0, 0)
+    })
+}
+
 fn engine_loop(s: &Shared, rx: Receiver<Work>, done: Sender<Event>) {
     while let Ok(w) = rx.recv() {
         let bus = &s.bus;
         let start = std::time::Instant::now();
-        let (engine, outcome, name) = match w.job {
-            Job::Copy { src, dst, len } => (
-                "dma",
-                dma::run_copy(bus, src, dst, len, w.fault),
-                "DMA_COPY",
-            ),
-            Job::Sg { list, count } => ("dma", dma::run_sg(bus, list, count, w.fault), "DMA_SG"),
-            Job::Program { addr, len } => (
-                "compute",
-                compute::run_program(bus, addr, len, w.req_id),
-                "RUN_PROGRAM",
-            ),
+        let (engine, name) = match w.job {
+            Job::Copy { .. } => ("dma", "DMA_COPY"),
+            Job::Sg { .. } => ("dma", "DMA_SG"),
+            Job::Program { .. } => ("compute", "RUN_PROGRAM"),
         };
+        let outcome = run_guarded(bus, &w);
+        bus.progress.fetch_add(1, Ordering::AcqRel);
         bus.trace
             .record(engine, name, start, w.req_id, outcome.device_ns);
         if matches!(w.fault, Some((Fault::Hang, _))) {
@@ -356,6 +382,8 @@ struct CommandProcessor {
     /// A FENCE or TIMESTAMP waiting for in-flight work to drain.
     blocked_on: Option<SubmissionEntry>,
     lost: bool,
+    /// The processor faulted (STATUS_FAULT): it ignores everything but a reset.
+    halted: bool,
     completed: u64,
 }
 
@@ -379,15 +407,38 @@ impl CommandProcessor {
             in_flight: 0,
             blocked_on: None,
             lost: false,
+            halted: false,
             completed: 0,
         }
     }
 
     fn run(mut self, rx: Receiver<Event>) {
         while let Ok(ev) = rx.recv() {
+            if matches!(ev, Event::Shutdown) {
+                return;
+            }
+            // A panic here (a bug in the model, or an injected ProcessorPanic) must not
+            // kill the thread silently: latch STATUS_FAULT, tell the host, wait for reset.
+            if catch_unwind(AssertUnwindSafe(|| self.handle(ev))).is_err() {
+                tracing::error!("command processor panicked; halted until reset");
+                self.halted = true;
+                self.regs().fetch_or(regs::STATUS, regs::STATUS_FAULT);
+                self.s.raise(regs::IRQ_ERROR);
+            }
+        }
+    }
+
+    fn handle(&mut self, ev: Event) {
+        if self.halted && !matches!(ev, Event::Kick) {
+            return;
+        }
+        {
             match ev {
-                Event::Shutdown => return,
-                Event::Kick => self.on_control(),
+                Event::Shutdown => {}
+                Event::Kick => {
+                    self.s.kick_pending.store(false, Ordering::SeqCst);
+                    self.on_control()
+                }
                 Event::Done {
                     generation,
                     req_id,
@@ -417,6 +468,9 @@ impl CommandProcessor {
         let control = self.regs().get(regs::CONTROL);
         if control & regs::CONTROL_RESET != 0 {
             self.reset();
+            return;
+        }
+        if self.halted {
             return;
         }
         let enabled = self.regs().get(regs::STATUS) & regs::STATUS_ENABLED != 0;
@@ -459,6 +513,7 @@ impl CommandProcessor {
         self.in_flight = 0;
         self.blocked_on = None;
         self.lost = false;
+        self.halted = false;
         self.completed = 0;
         // The configuration registers keep nothing across a reset.
         let r = self.regs();
@@ -508,7 +563,8 @@ impl CommandProcessor {
     /// Fetches and dispatches submissions while there is work, room and no fence.
     fn pump(&mut self) {
         let Some(q) = self.queues else { return };
-        if self.lost || self.regs().get(regs::STATUS) & regs::STATUS_QUEUE_ERROR != 0 {
+        if self.lost || self.halted || self.regs().get(regs::STATUS) & regs::STATUS_QUEUE_ERROR != 0
+        {
             return;
         }
         let tail = self.regs().get(regs::SQ_TAIL);
@@ -570,6 +626,9 @@ impl CommandProcessor {
         }
         let is_dma = matches!(op, Some(Opcode::DmaCopy | Opcode::DmaSg));
         let fault = self.faults.draw(is_dma).map(|f| (f, self.faults.random()));
+        if let Some((Fault::ProcessorPanic, _)) = fault {
+            panic!("injected command processor panic (request {})", e.req_id);
+        }
         if let Some((Fault::DeviceLost, _)) = fault {
             self.lost = true;
             self.regs().fetch_or(regs::STATUS, regs::STATUS_LOST);

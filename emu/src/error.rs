@@ -26,6 +26,8 @@ pub enum IommuError {
     Overlap { iova: u64, len: u64 },
     #[error("file is smaller ({size} bytes) than the mapped range end {end}")]
     FileTooSmall { size: u64, end: u64 },
+    #[error("the file could shrink under the mapping (only memfds sealed with F_SEAL_SHRINK can be mapped; stage anything else)")]
+    Shrinkable,
     #[error("no mapping at iova {iova:#x}")]
     NotMapped { iova: u64 },
     #[error("access [{addr:#x}, +{len:#x}) is not covered by one mapping")]

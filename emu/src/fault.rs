@@ -12,6 +12,12 @@ pub enum Fault {
     BitFlip,
     /// The device stops answering: status LOST, no further completions.
     DeviceLost,
+    /// The engine running the command panics (a bug in the device model): the engine's
+    /// guard turns it into an `EngineFault` completion and the engine carries on.
+    EnginePanic,
+    /// The command processor panics while dispatching: its guard latches
+    /// `STATUS_FAULT` and raises an error interrupt; only a reset brings it back.
+    ProcessorPanic,
 }
 
 /// Rates are per million commands; `lose_after` loses the device after that many commands.
@@ -22,6 +28,11 @@ pub struct FaultPlan {
     pub hang_ppm: u32,
     pub bit_flip_ppm: u32,
     pub lose_after: Option<u64>,
+    /// Rate at which an engine panics while running a command.
+    pub engine_panic_ppm: u32,
+    /// One chosen fault for the command with this 1-based index (counted from power-up,
+    /// resets included), whatever the rates say: deterministic tests of one failure.
+    pub at: Option<(u64, Fault)>,
 }
 
 /// The plan's state as the device runs.
@@ -58,12 +69,20 @@ impl FaultInjector {
         }
         let roll = (self.next() % 1_000_000) as u32;
         let p = &self.plan;
+        if let Some((n, fault)) = p.at {
+            if n == self.commands {
+                return Some(fault);
+            }
+        }
+        let panic_ppm = p.engine_panic_ppm.min(1_000_000);
         if is_dma && roll < p.dma_fault_ppm {
             Some(Fault::DmaFault)
         } else if is_dma && roll < p.dma_fault_ppm + p.bit_flip_ppm {
             Some(Fault::BitFlip)
         } else if roll >= 1_000_000 - p.hang_ppm.min(1_000_000) {
             Some(Fault::Hang)
+        } else if roll >= 1_000_000 - (p.hang_ppm.min(1_000_000) + panic_ppm).min(1_000_000) {
+            Some(Fault::EnginePanic)
         } else {
             None
         }
@@ -103,6 +122,16 @@ mod tests {
     fn no_plan_no_faults() {
         let mut f = FaultInjector::new(FaultPlan::default());
         assert!((0..10_000).all(|_| f.draw(true).is_none()));
+    }
+
+    #[test]
+    fn a_fault_at_one_command() {
+        let mut f = FaultInjector::new(FaultPlan {
+            at: Some((2, Fault::EnginePanic)),
+            ..Default::default()
+        });
+        let v: Vec<_> = (0..4).map(|_| f.draw(false)).collect();
+        assert_eq!(v, [None, Some(Fault::EnginePanic), None, None]);
     }
 
     #[test]

@@ -59,7 +59,9 @@ pub struct Iommu {
 impl Iommu {
     /// Maps `len` bytes of `fd` starting at `fd_offset` at the page-aligned `iova`. The
     /// mapping takes whole pages of IOVA space, but only `len` bytes are accessible. The
-    /// device keeps its own duplicate of the descriptor.
+    /// device keeps its own duplicate of the descriptor. Only files that cannot shrink
+    /// ([`crate::shm::cannot_shrink`]) are mapped: a device model must not be crashable by
+    /// its host's files, so callers stage anything else into a region of their own.
     pub fn map(
         &self,
         iova: u64,
@@ -77,6 +79,9 @@ impl Iommu {
             .ok_or(IommuError::Overlap { iova, len })?;
         if iova < IOVA_BASE || end > IOVA_LIMIT {
             return Err(IommuError::Overlap { iova, len });
+        }
+        if !crate::shm::cannot_shrink(fd) {
+            return Err(IommuError::Shrinkable);
         }
         let size = nix::sys::stat::fstat(fd)
             .map_err(|e| IommuError::Mem(crate::error::MemError::Os(e.into())))?
@@ -205,6 +210,30 @@ mod tests {
         );
         iommu.unmap(0x10000).unwrap();
         assert!(iommu.translate(0x10005, 1, Perm::READ).is_err());
+    }
+
+    #[test]
+    fn files_that_could_shrink_are_refused() {
+        let iommu = Iommu::default();
+        let file = tempfile_with(8192);
+        assert!(matches!(
+            iommu.map(
+                0x10000,
+                std::os::fd::AsFd::as_fd(&file),
+                0,
+                4096,
+                Perm::READ
+            ),
+            Err(IommuError::Shrinkable)
+        ));
+        assert_eq!(iommu.mapping_count(), 0);
+    }
+
+    fn tempfile_with(len: u64) -> std::fs::File {
+        let fd = nix::sys::memfd::memfd_create("unsealed", nix::sys::memfd::MFdFlags::MFD_CLOEXEC)
+            .unwrap();
+        nix::unistd::ftruncate(&fd, len as i64).unwrap();
+        std::fs::File::from(fd)
     }
 
     #[test]

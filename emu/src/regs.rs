@@ -36,7 +36,10 @@ pub const BUS_ERRORS: u32 = 0x5C;
 pub const MAX_DMA_LEN: u32 = 0x60;
 pub const COMPLETED_LO: u32 = 0x64;
 pub const COMPLETED_HI: u32 = 0x68;
-const REG_COUNT: usize = 0x6C / 4;
+/// Work the engines have finished, counted in steps (an op of a program, a DMA command):
+/// it moves while a long program runs, so a host watchdog can tell slow from hung.
+pub const PROGRESS: u32 = 0x6C;
+const REG_COUNT: usize = 0x70 / 4;
 
 pub const ID_VALUE: u32 = 0x5550_4E56; // "VNPU"
 pub const VERSION_VALUE: u32 = 0x0001_0000;
@@ -55,6 +58,8 @@ pub const STATUS_ENABLED: u32 = 1 << 0;
 pub const STATUS_QUEUE_ERROR: u32 = 1 << 1;
 pub const STATUS_LOST: u32 = 1 << 2;
 pub const STATUS_BUSY: u32 = 1 << 3;
+/// The command processor faulted internally and stopped; only a reset clears it.
+pub const STATUS_FAULT: u32 = 1 << 4;
 
 /// CONTROL bits.
 pub const CONTROL_ENABLE: u32 = 1 << 0;

@@ -65,6 +65,9 @@ pub enum Status {
     KernelError = 4,
     Aborted = 5,
     DeviceLost = 6,
+    /// The engine faulted internally while running the command (the device model's
+    /// guard caught it); the engine carries on with the next command.
+    EngineFault = 7,
 }
 
 impl Status {
@@ -77,6 +80,7 @@ impl Status {
             4 => Status::KernelError,
             5 => Status::Aborted,
             6 => Status::DeviceLost,
+            7 => Status::EngineFault,
             _ => return None,
         })
     }

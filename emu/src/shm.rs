@@ -6,9 +6,19 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use memmap2::{MmapOptions, MmapRaw};
+use nix::fcntl::{fcntl, FcntlArg, SealFlag};
 use nix::sys::memfd::{memfd_create, MFdFlags};
 
 use crate::error::MemError;
+
+/// Whether the file behind `fd` is sealed against shrinking (a memfd with
+/// `F_SEAL_SHRINK`, as ashmem regions and gralloc buffers are). Only such files may be
+/// mapped into a device: any other file can be truncated under the mapping, and the next
+/// access to the lost pages raises SIGBUS in whoever touches them.
+pub fn cannot_shrink(fd: BorrowedFd<'_>) -> bool {
+    fcntl(fd, FcntlArg::F_GET_SEALS)
+        .is_ok_and(|seals| SealFlag::from_bits_truncate(seals).contains(SealFlag::F_SEAL_SHRINK))
+}
 
 /// A memfd-backed shared mapping with bounds-checked, reference-free access.
 #[derive(Debug)]
@@ -18,14 +28,21 @@ pub struct SharedRegion {
 }
 
 impl SharedRegion {
-    /// Creates a zero-filled memfd of `len` bytes and maps it.
+    /// Creates a zero-filled memfd of `len` bytes, sealed against shrinking and growing
+    /// (so it can be mapped into a device: see [`cannot_shrink`]), and maps it.
     pub fn new(name: &str, len: usize) -> Result<Self, MemError> {
         if len == 0 {
             return Err(MemError::Empty);
         }
         let fd = memfd_create(name, MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING)
             .map_err(|e| MemError::Os(e.into()))?;
-        nix::unistd::ftruncate(&fd, len as i64).map_err(|e| MemError::Os(e.into()))?;
+        let size = i64::try_from(len).map_err(|_| MemError::OutOfBounds {
+            offset: 0,
+            len: len as u64,
+        })?;
+        nix::unistd::ftruncate(&fd, size).map_err(|e| MemError::Os(e.into()))?;
+        let seals = SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW;
+        fcntl(&fd, FcntlArg::F_ADD_SEALS(seals)).map_err(|e| MemError::Os(e.into()))?;
         Self::map(fd, 0, len)
     }
 
@@ -180,6 +197,17 @@ mod tests {
         assert!(r.write(4094, b"abc").is_err());
         assert!(r.read(u64::MAX, &mut b).is_err());
         assert!(r.atomic_u32(2).is_err());
+    }
+
+    #[test]
+    fn new_regions_cannot_shrink_but_plain_memfds_can() {
+        let r = SharedRegion::new("t", 4096).unwrap();
+        assert!(cannot_shrink(r.fd()));
+        assert!(nix::unistd::ftruncate(r.fd(), 0).is_err());
+        let plain = memfd_create("plain", MFdFlags::MFD_CLOEXEC).unwrap();
+        assert!(!cannot_shrink(plain.as_fd()));
+        let file = std::fs::File::open("/proc/self/exe").unwrap();
+        assert!(!cannot_shrink(file.as_fd()));
     }
 
     proptest! {

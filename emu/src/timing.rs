@@ -3,6 +3,7 @@
 //! the driver's capability figures. The emulator does not sleep to match it.
 
 use crate::kernels::KernelOp;
+use crate::program::Program;
 use crate::tensor::TensorType;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -42,5 +43,21 @@ impl TimingModel {
         let cost = op.cost(inputs);
         let ns = 2.0 * cost.macs as f64 / self.flops_per_ns + cost.elems as f64 / self.elems_per_ns;
         self.op_overhead_ns + ns as u64
+    }
+
+    /// Device time of a whole program: the sum of its kernels' times.
+    pub fn program_ns(&self, program: &Program) -> u64 {
+        program
+            .ops
+            .iter()
+            .map(|op| {
+                let inputs: Vec<&TensorType> = op
+                    .inputs
+                    .iter()
+                    .filter_map(|&i| program.tensors.get(i as usize).map(|t| &t.ty))
+                    .collect();
+                self.op_ns(&op.op, &inputs)
+            })
+            .fold(0u64, u64::saturating_add)
     }
 }

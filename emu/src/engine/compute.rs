@@ -105,6 +105,8 @@ pub fn run_program(bus: &Bus, addr: u64, len: u64, req_id: u32) -> Outcome {
         bus.trace
             .record("compute", op.op.name(), start, req_id, op_ns);
         ns += op_ns;
+        bus.progress
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     }
     Outcome::ok(ns)
 }
