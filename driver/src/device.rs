@@ -2,21 +2,23 @@
 //! device. Every method takes and returns plain data and file descriptors, so the same
 //! traits can be served across a process boundary.
 
-use std::collections::BinaryHeap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
 
 use vnpu_emu::DeviceConfig;
 
 use crate::compile;
+use crate::config::DriverConfig;
 use crate::hal::{
     validate_execution_preference, validate_model, validate_priority, Capabilities, DeviceStatus,
     DeviceType, ErrorStatus, ExecutionPreference, MeasureTiming, Model, NativeHandle,
     OperandPerformance, OperandType, OptionalTimePoint, OptionalTimeoutDuration, OutputShape,
     PerformanceInfo, Priority, Request, Timing, BYTE_SIZE_OF_CACHE_TOKEN,
 };
-use crate::hw::{Hardware, HwError};
+use crate::hw::{Hardware, Health, HwError};
 use crate::prepared::VnpuPreparedModel;
+use crate::workers::{Job, WorkerPool};
 
 /// Notified once with the outcome of a preparation.
 pub trait PreparedModelCallback: Send + Sync {
@@ -99,87 +101,56 @@ const CPU_FLOPS_PER_NS: f64 = 10.0;
 const CPU_WATTS: f64 = 4.0;
 const DEVICE_WATTS: f64 = 2.0;
 
-struct PrepareJob {
-    priority: i32,
-    seq: u64,
-    run: Box<dyn FnOnce() + Send>,
+/// Counts the prepared models alive on a device; each holds a [`ModelLease`].
+#[derive(Debug)]
+struct ModelCount {
+    live: AtomicUsize,
+    max: usize,
 }
 
-impl PartialEq for PrepareJob {
-    fn eq(&self, o: &Self) -> bool {
-        (self.priority, self.seq) == (o.priority, o.seq)
-    }
-}
-impl Eq for PrepareJob {}
-impl PartialOrd for PrepareJob {
-    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for PrepareJob {
-    /// Higher priority first; FIFO within a priority.
-    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        self.priority.cmp(&o.priority).then(o.seq.cmp(&self.seq))
-    }
-}
+/// A prepared model's place in its device's count, given back when it is dropped.
+#[derive(Debug)]
+pub struct ModelLease(Arc<ModelCount>);
 
-/// Preparations run on one worker, highest priority first.
-struct PrepareQueue {
-    jobs: Mutex<BinaryHeap<PrepareJob>>,
-    ready: Condvar,
-    seq: AtomicU64,
-}
-
-impl PrepareQueue {
-    fn start() -> Arc<PrepareQueue> {
-        let q = Arc::new(PrepareQueue {
-            jobs: Mutex::new(BinaryHeap::new()),
-            ready: Condvar::new(),
-            seq: AtomicU64::new(0),
-        });
-        let weak = Arc::downgrade(&q);
-        let _ = std::thread::Builder::new()
-            .name("vnpu-prepare".into())
-            .spawn(move || loop {
-                let Some(q) = weak.upgrade() else { return };
-                let job = {
-                    let mut jobs = q.jobs.lock().unwrap_or_else(|p| p.into_inner());
-                    if jobs.is_empty() {
-                        // Wake now and then to notice the device going away.
-                        jobs = q
-                            .ready
-                            .wait_timeout(jobs, std::time::Duration::from_millis(200))
-                            .unwrap_or_else(|p| p.into_inner())
-                            .0;
-                    }
-                    jobs.pop()
-                };
-                drop(q);
-                if let Some(j) = job {
-                    (j.run)();
-                }
+impl ModelCount {
+    fn lease(self: &Arc<Self>) -> Option<ModelLease> {
+        let taken = self
+            .live
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max).then_some(n + 1)
             });
-        q
+        taken.is_ok().then(|| ModelLease(Arc::clone(self)))
     }
+}
 
-    fn push(&self, priority: Priority, run: Box<dyn FnOnce() + Send>) {
-        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
-        self.jobs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(PrepareJob {
-                priority: priority.0,
-                seq,
-                run,
-            });
-        self.ready.notify_one();
+impl Drop for ModelLease {
+    fn drop(&mut self) {
+        self.0.live.fetch_sub(1, Ordering::AcqRel);
     }
+}
+
+/// What a prepared model needs from its device besides the hardware.
+#[derive(Clone)]
+pub struct ModelContext {
+    /// The device.
+    pub hw: Arc<Hardware>,
+    /// Where asynchronous executions run.
+    pub executions: Arc<WorkerPool>,
+    /// How long an asynchronous submission waits for queue room.
+    pub submit_wait: Duration,
+    /// Compiled instances kept per prepared model.
+    pub max_instances: usize,
 }
 
 /// The driver's device: the HAL over one emulated accelerator.
 pub struct VnpuDevice {
     hw: Arc<Hardware>,
-    prepare: Arc<PrepareQueue>,
+    config: DriverConfig,
+    prepare: Arc<WorkerPool>,
+    executions: Arc<WorkerPool>,
+    models: Arc<ModelCount>,
+    /// Injected preparation panics still to come (see [`crate::config::DriverFaults`]).
+    prepare_panics: Arc<AtomicU32>,
 }
 
 impl VnpuDevice {
@@ -188,10 +159,29 @@ impl VnpuDevice {
         Self::with_config(DeviceConfig::default())
     }
 
+    /// Powers up a device with this configuration and the driver's default bounds.
     pub fn with_config(config: DeviceConfig) -> Result<Arc<VnpuDevice>, HwError> {
+        Self::with_driver_config(DriverConfig::with_device(config))
+    }
+
+    /// Powers up a device with every bound given.
+    pub fn with_driver_config(config: DriverConfig) -> Result<Arc<VnpuDevice>, HwError> {
+        let os = |e: std::io::Error| HwError::Device(vnpu_emu::DeviceError::Os(e));
         Ok(Arc::new(VnpuDevice {
-            hw: Hardware::open(config)?,
-            prepare: PrepareQueue::start(),
+            hw: Hardware::open_with(config.device.clone(), config.watchdog)?,
+            prepare: WorkerPool::start("vnpu-prepare", 1, config.preparation_queue).map_err(os)?,
+            executions: WorkerPool::start(
+                "vnpu-exec",
+                config.execution_workers,
+                config.execution_queue,
+            )
+            .map_err(os)?,
+            models: Arc::new(ModelCount {
+                live: AtomicUsize::new(0),
+                max: config.max_prepared_models,
+            }),
+            prepare_panics: Arc::new(AtomicU32::new(config.faults.prepare_panics)),
+            config,
         }))
     }
 
@@ -201,6 +191,16 @@ impl VnpuDevice {
 
     pub fn hardware(&self) -> &Arc<Hardware> {
         &self.hw
+    }
+
+    /// The bounds this device runs with.
+    pub fn config(&self) -> &DriverConfig {
+        &self.config
+    }
+
+    /// Prepared models alive on this device.
+    pub fn prepared_models(&self) -> usize {
+        self.models.live.load(Ordering::Acquire)
     }
 
     /// The model's pools read into memory and its constant operands resolved.
@@ -267,9 +267,12 @@ impl IDevice for VnpuDevice {
 
     fn get_status(&self) -> DeviceStatus {
         if self.hw.is_lost() {
-            DeviceStatus::Offline
-        } else {
-            DeviceStatus::Available
+            return DeviceStatus::Offline;
+        }
+        match self.hw.health() {
+            Health::Ready => DeviceStatus::Available,
+            Health::Recovering => DeviceStatus::Busy,
+            Health::Failed => DeviceStatus::Offline,
         }
     }
 
@@ -328,21 +331,48 @@ impl IDevice for VnpuDevice {
         if deadline.has_passed() {
             return fail(ErrorStatus::MissedDeadlinePersistent);
         }
-        let hw = Arc::clone(&self.hw);
+        let Some(lease) = self.models.lease() else {
+            tracing::debug!(
+                "prepareModel: {} prepared models alive, the limit",
+                self.models.max
+            );
+            return fail(ErrorStatus::ResourceExhaustedTransient);
+        };
+        let ctx = ModelContext {
+            hw: Arc::clone(&self.hw),
+            executions: Arc::clone(&self.executions),
+            submit_wait: self.config.submit_wait,
+            max_instances: self.config.max_instances,
+        };
         let model = model.clone();
-        self.prepare.push(
-            priority,
+        let panics = Arc::clone(&self.prepare_panics);
+        let on_panic = {
+            let callback = Arc::clone(&callback);
+            Box::new(move || callback.notify(ErrorStatus::GeneralFailure, None))
+        };
+        let run = {
+            let callback = Arc::clone(&callback);
             Box::new(move || {
                 if deadline.has_passed() {
                     callback.notify(ErrorStatus::MissedDeadlinePersistent, None);
                     return;
                 }
-                match VnpuPreparedModel::prepare(hw, model, constants) {
+                let injected = panics
+                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+                    .is_ok();
+                assert!(!injected, "injected preparation panic");
+                match VnpuPreparedModel::prepare(&ctx, model, constants, lease) {
                     Ok(p) => callback.notify(ErrorStatus::None, Some(p as Arc<dyn IPreparedModel>)),
                     Err(status) => callback.notify(status, None),
                 }
-            }),
-        );
+            })
+        };
+        let queued = self
+            .prepare
+            .submit(priority.0, Job { run, on_panic }, Duration::ZERO);
+        if queued.is_err() {
+            return fail(ErrorStatus::ResourceExhaustedTransient);
+        }
         ErrorStatus::None
     }
 

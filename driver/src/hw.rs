@@ -1,9 +1,14 @@
 //! The hardware layer: what a kernel driver does for the device. It owns the emulated
 //! device, its queue pair, the IOVA and DRAM allocators, and an interrupt thread that
-//! routes each completion to the batch waiting for it.
+//! routes each completion to the batch waiting for it and runs the watchdog: a device that
+//! stops making progress (or latches a fault) has its in-flight batches failed, is reset
+//! through CONTROL, and gets a fresh queue; `epoch` counts resets so prepared models know
+//! to upload their device memory again (a reset clears it).
 
 use std::collections::BTreeMap;
 use std::os::fd::BorrowedFd;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -11,18 +16,21 @@ use thiserror::Error;
 use vnpu_emu::host::{wait_irq, HostQueue};
 use vnpu_emu::iommu::{Perm, PAGE_SIZE};
 use vnpu_emu::regs;
-use vnpu_emu::ring::{CompletionEntry, Status, SubmissionEntry};
+use vnpu_emu::ring::{CompletionEntry, Opcode, Status, SubmissionEntry};
 use vnpu_emu::{Device, DeviceConfig};
 
 use crate::alloc::RangeAllocator;
+use crate::config::WatchdogConfig;
 
 const QUEUE_ENTRIES: u32 = 256;
 const RING_IOVA: u64 = 0x10_0000;
 /// Host buffers are mapped into the IOVA space from here up.
 const IOVA_POOL_START: u64 = 0x100_0000;
 const IOVA_POOL_END: u64 = vnpu_emu::DRAM_BASE;
-/// How long a batch may take before the device is considered hung.
+/// The last-resort bound on one wait, should the watchdog itself be stuck.
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a reset may take to take effect.
+const RESET_TIMEOUT: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Error)]
 pub enum HwError {
@@ -45,6 +53,10 @@ pub enum HwError {
     },
     #[error("the device did not complete the batch in time")]
     Timeout,
+    #[error("the device stopped making progress; the watchdog failed the batch and reset it")]
+    Hung,
+    #[error("the device was reset since the work was prepared (its device memory is gone)")]
+    Reset,
     #[error("the device is lost")]
     Lost,
 }
@@ -92,18 +104,51 @@ impl Drop for IoMapping {
 #[derive(Debug)]
 struct Batch {
     expected: usize,
-    got: Mutex<Vec<CompletionEntry>>,
+    /// The timing model's device time for the batch (the watchdog's yardstick).
+    estimate_ns: u64,
+    got: Mutex<BatchState>,
     done: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct BatchState {
+    entries: Vec<CompletionEntry>,
+    /// The watchdog gave up on the batch.
+    hung: bool,
+}
+
+impl Batch {
+    fn fail_hung(&self) {
+        self.got.lock().unwrap_or_else(|p| p.into_inner()).hung = true;
+        self.done.notify_all();
+    }
 }
 
 #[derive(Debug)]
 struct QueueState {
-    queue: HostQueue,
+    /// `None` only when a reset could not bring the queue back (the device is failed).
+    queue: Option<HostQueue>,
     next_req_id: u32,
     /// First request id of each batch in flight.
     batches: BTreeMap<u32, Arc<Batch>>,
+    /// The last (PROGRESS, COMPLETED) seen, and when it last moved.
+    progress: (u32, u64),
+    progress_at: Instant,
 }
 
+/// What the driver knows of the device's health (getStatus reports it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Health {
+    /// Working.
+    Ready = 0,
+    /// The watchdog is resetting it.
+    Recovering = 1,
+    /// A reset did not bring it back, or it reported itself lost.
+    Failed = 2,
+}
+
+/// The device as a kernel driver sees it: queue, allocators, interrupt routing, watchdog.
 #[derive(Debug)]
 pub struct Hardware {
     device: Device,
@@ -112,21 +157,35 @@ pub struct Hardware {
     room: Condvar,
     dram: Mutex<RangeAllocator>,
     iova: Mutex<RangeAllocator>,
-    stop: std::sync::atomic::AtomicBool,
+    stop: AtomicBool,
+    watchdog: WatchdogConfig,
+    health: AtomicU8,
+    /// Resets so far: device memory uploaded before the current epoch is gone.
+    epoch: AtomicU64,
 }
 
 impl Hardware {
     /// Powers up a device, sets up its queue and starts the interrupt thread.
     pub fn open(config: DeviceConfig) -> Result<Arc<Hardware>, HwError> {
+        Self::open_with(config, WatchdogConfig::default())
+    }
+
+    /// [`Hardware::open`] with a given watchdog.
+    pub fn open_with(
+        config: DeviceConfig,
+        watchdog: WatchdogConfig,
+    ) -> Result<Arc<Hardware>, HwError> {
         let device = Device::new(config)?;
         let queue = HostQueue::create(&device, QUEUE_ENTRIES, RING_IOVA)?;
         let dram = RangeAllocator::new(device.dram_base(), device.dram_size());
         let hw = Arc::new(Hardware {
             device,
             queue: Mutex::new(QueueState {
-                queue,
+                queue: Some(queue),
                 next_req_id: 1,
                 batches: BTreeMap::new(),
+                progress: (0, 0),
+                progress_at: Instant::now(),
             }),
             room: Condvar::new(),
             dram: Mutex::new(dram),
@@ -134,18 +193,28 @@ impl Hardware {
                 IOVA_POOL_START,
                 IOVA_POOL_END - IOVA_POOL_START,
             )),
-            stop: std::sync::atomic::AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+            watchdog,
+            health: AtomicU8::new(Health::Ready as u8),
+            epoch: AtomicU64::new(0),
         });
         let weak = Arc::downgrade(&hw);
         std::thread::Builder::new()
             .name("vnpu-irq".into())
             .spawn(move || {
                 while let Some(hw) = weak.upgrade() {
-                    if hw.stop.load(std::sync::atomic::Ordering::Acquire) {
+                    if hw.stop.load(Ordering::Acquire) {
                         return;
                     }
-                    wait_irq(&hw.device, Duration::from_millis(50));
-                    hw.route_completions();
+                    wait_irq(&hw.device, hw.watchdog.period);
+                    // The interrupt thread is the watchdog: it must outlive its own bugs.
+                    let round = catch_unwind(AssertUnwindSafe(|| {
+                        hw.route_completions();
+                        hw.watch();
+                    }));
+                    if round.is_err() {
+                        tracing::error!("interrupt thread panicked; carrying on");
+                    }
                 }
             })
             .map_err(vnpu_emu::DeviceError::Os)?;
@@ -156,8 +225,24 @@ impl Hardware {
         &self.device
     }
 
+    /// The device reported itself lost, or a reset failed to bring it back.
     pub fn is_lost(&self) -> bool {
         self.device.read_reg(regs::STATUS) & regs::STATUS_LOST != 0
+            || self.health() == Health::Failed
+    }
+
+    /// The driver's view of the device's health.
+    pub fn health(&self) -> Health {
+        match self.health.load(Ordering::Acquire) {
+            0 => Health::Ready,
+            1 => Health::Recovering,
+            _ => Health::Failed,
+        }
+    }
+
+    /// Resets so far; device memory written in an earlier epoch is gone.
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
     }
 
     pub fn alloc_dram(self: &Arc<Self>, len: u64) -> Result<DramBlock, HwError> {
@@ -211,19 +296,46 @@ impl Hardware {
     }
 
     /// Submits commands (request ids are assigned here) and waits for all their
-    /// completions. Any failed command fails the batch.
-    pub fn run(&self, cmds: Vec<SubmissionEntry>) -> Result<Vec<CompletionEntry>, HwError> {
+    /// completions. Any failed command fails the batch. `program_ns` is the timing
+    /// model's time for each RUN_PROGRAM among them (the watchdog's yardstick).
+    ///
+    /// With `epoch`, the batch is refused (`Reset`) unless the device is still in that
+    /// epoch when it is queued: work that relies on device memory uploaded in an earlier
+    /// epoch never runs on the cleared memory of a later one.
+    pub fn run(
+        &self,
+        cmds: Vec<SubmissionEntry>,
+        program_ns: u64,
+        epoch: Option<u64>,
+    ) -> Result<Vec<CompletionEntry>, HwError> {
         // A batch larger than the ring goes in ring-sized pieces, each finished before the
         // next starts, which keeps the order (and so every FENCE's meaning).
         let max = (QUEUE_ENTRIES / 2) as usize;
         let mut all = Vec::with_capacity(cmds.len());
         for piece in cmds.chunks(max) {
-            all.extend(self.run_batch(piece.to_vec())?);
+            all.extend(self.run_batch(piece.to_vec(), program_ns, epoch)?);
         }
         Ok(all)
     }
 
-    fn run_batch(&self, mut cmds: Vec<SubmissionEntry>) -> Result<Vec<CompletionEntry>, HwError> {
+    /// The timing model's device time for a batch.
+    fn estimate_ns(&self, cmds: &[SubmissionEntry], program_ns: u64) -> u64 {
+        let timing = self.device.timing();
+        cmds.iter()
+            .map(|c| match Opcode::from_u16(c.opcode) {
+                Some(Opcode::DmaCopy) => timing.dma_ns(c.args[2]),
+                Some(Opcode::RunProgram) => program_ns,
+                _ => 0,
+            })
+            .fold(0, u64::saturating_add)
+    }
+
+    fn run_batch(
+        &self,
+        mut cmds: Vec<SubmissionEntry>,
+        program_ns: u64,
+        epoch: Option<u64>,
+    ) -> Result<Vec<CompletionEntry>, HwError> {
         if cmds.is_empty() {
             return Ok(Vec::new());
         }
@@ -232,14 +344,21 @@ impl Hardware {
         }
         let batch = Arc::new(Batch {
             expected: cmds.len(),
-            got: Mutex::new(Vec::new()),
+            estimate_ns: self.estimate_ns(&cmds, program_ns),
+            got: Mutex::new(BatchState::default()),
             done: Condvar::new(),
         });
         let first;
         {
             let deadline = Instant::now() + COMMAND_TIMEOUT;
             let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
-            while q.queue.free_slots(&self.device) < cmds.len() as u32 {
+            loop {
+                let Some(queue) = &q.queue else {
+                    return Err(HwError::Lost);
+                };
+                if queue.free_slots(&self.device) >= cmds.len() as u32 {
+                    break;
+                }
                 let left = deadline.saturating_duration_since(Instant::now());
                 if left.is_zero() {
                     return Err(HwError::Timeout);
@@ -255,9 +374,21 @@ impl Hardware {
                 c.req_id = q.next_req_id;
                 q.next_req_id = q.next_req_id.wrapping_add(1).max(1);
             }
-            q.batches.insert(first, Arc::clone(&batch));
+            // Resets happen under this lock, so the epoch cannot move until the batch is
+            // queued (and then a reset fails it).
+            if epoch.is_some_and(|e| e != self.epoch()) {
+                return Err(HwError::Reset);
+            }
+            if q.batches.is_empty() {
+                // The watchdog measures stalls from when work was first outstanding.
+                q.progress_at = Instant::now();
+            }
             let dev = &self.device;
-            q.queue.submit(dev, &cmds).map_err(|_| HwError::Timeout)?;
+            let Some(queue) = q.queue.as_mut() else {
+                return Err(HwError::Lost);
+            };
+            queue.submit(dev, &cmds).map_err(|_| HwError::Timeout)?;
+            q.batches.insert(first, Arc::clone(&batch));
         }
         let result = self.wait_batch(&batch);
         self.queue
@@ -283,7 +414,10 @@ impl Hardware {
     fn wait_batch(&self, batch: &Batch) -> Result<Vec<CompletionEntry>, HwError> {
         let deadline = Instant::now() + COMMAND_TIMEOUT;
         let mut got = batch.got.lock().unwrap_or_else(|p| p.into_inner());
-        while got.len() < batch.expected {
+        while got.entries.len() < batch.expected {
+            if got.hung {
+                return Err(HwError::Hung);
+            }
             if self.is_lost() {
                 return Err(HwError::Lost);
             }
@@ -297,13 +431,16 @@ impl Hardware {
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
         }
-        Ok(std::mem::take(&mut *got))
+        Ok(std::mem::take(&mut got.entries))
     }
 
     /// Drains the completion ring and hands each entry to its batch.
     fn route_completions(&self) {
         let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
-        let done = q.queue.drain(&self.device);
+        let Some(queue) = q.queue.as_mut() else {
+            return;
+        };
+        let done = queue.drain(&self.device);
         if done.is_empty() {
             return;
         }
@@ -316,8 +453,8 @@ impl Hardware {
                 .map(|(_, b)| Arc::clone(b));
             if let Some(b) = owner {
                 let mut got = b.got.lock().unwrap_or_else(|p| p.into_inner());
-                got.push(c);
-                if got.len() == b.expected {
+                got.entries.push(c);
+                if got.entries.len() == b.expected {
                     b.done.notify_all();
                 }
             }
@@ -327,16 +464,94 @@ impl Hardware {
     }
 }
 
+impl Hardware {
+    /// The watchdog: with work outstanding and no completion or engine step for longer
+    /// than the bound (see [`WatchdogConfig`]), or with a fault latched, reset the device.
+    fn watch(&self) {
+        let status = self.device.read_reg(regs::STATUS);
+        if status & regs::STATUS_LOST != 0 || self.health() == Health::Failed {
+            return;
+        }
+        let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        let faulted = status & (regs::STATUS_FAULT | regs::STATUS_QUEUE_ERROR) != 0;
+        let seen = (
+            self.device.read_reg(regs::PROGRESS),
+            (self.device.read_reg(regs::COMPLETED_HI) as u64) << 32
+                | self.device.read_reg(regs::COMPLETED_LO) as u64,
+        );
+        if seen != q.progress || q.batches.is_empty() {
+            q.progress = seen;
+            q.progress_at = now;
+        }
+        if q.batches.is_empty() && !faulted {
+            return;
+        }
+        let in_flight_ns = q
+            .batches
+            .values()
+            .map(|b| b.estimate_ns)
+            .fold(0u64, u64::saturating_add);
+        let bound = self.watchdog.floor
+            + Duration::from_nanos(in_flight_ns.saturating_mul(self.watchdog.slack as u64));
+        if faulted || now.duration_since(q.progress_at) > bound {
+            self.recover(&mut q, faulted);
+        }
+    }
+
+    /// Fails every batch in flight, resets the device and sets its queue up again.
+    fn recover(&self, q: &mut QueueState, faulted: bool) {
+        self.health
+            .store(Health::Recovering as u8, Ordering::Release);
+        tracing::warn!(
+            faulted,
+            batches = q.batches.len(),
+            "device stopped making progress: resetting it"
+        );
+        for b in std::mem::take(&mut q.batches).into_values() {
+            b.fail_hung();
+        }
+        let dev = &self.device;
+        dev.write_reg(regs::CONTROL, regs::CONTROL_RESET);
+        let deadline = Instant::now() + RESET_TIMEOUT;
+        while dev.read_reg(regs::STATUS) & !regs::STATUS_LOST != 0
+            || dev.read_reg(regs::SQ_SIZE) != 0
+        {
+            if Instant::now() > deadline {
+                tracing::error!("the device did not come out of reset: marked failed");
+                self.health.store(Health::Failed as u8, Ordering::Release);
+                return;
+            }
+            std::thread::yield_now();
+        }
+        if let Some(old) = q.queue.take() {
+            old.release(dev, RING_IOVA);
+        }
+        match HostQueue::create(dev, QUEUE_ENTRIES, RING_IOVA) {
+            Ok(queue) => {
+                q.queue = Some(queue);
+                q.progress_at = Instant::now();
+                self.epoch.fetch_add(1, Ordering::AcqRel);
+                self.health.store(Health::Ready as u8, Ordering::Release);
+            }
+            Err(e) => {
+                tracing::error!("queue set-up after reset failed: {e}; device marked failed");
+                self.health.store(Health::Failed as u8, Ordering::Release);
+            }
+        }
+        self.room.notify_all();
+    }
+}
+
 impl Drop for Hardware {
     fn drop(&mut self) {
-        self.stop.store(true, std::sync::atomic::Ordering::Release);
+        self.stop.store(true, Ordering::Release);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use vnpu_emu::ring::Opcode;
     use vnpu_emu::shm::SharedRegion;
 
     fn hw() -> Arc<Hardware> {
@@ -370,7 +585,7 @@ mod tests {
             0,
             [dram.addr, map.iova, 4, 0, 0, 0],
         ));
-        let done = hw.run(cmds).unwrap();
+        let done = hw.run(cmds, 0, None).unwrap();
         assert_eq!(done.len(), 1201);
         let mut b = [0u8; 4];
         buf.read(0, &mut b).unwrap();
@@ -403,7 +618,7 @@ mod tests {
             [0xdead_0000, hw.device().dram_base(), 4, 0, 0, 0],
         );
         let nop = SubmissionEntry::new(Opcode::Nop, 0, [0; 6]);
-        match hw.run(vec![nop, bad, nop]) {
+        match hw.run(vec![nop, bad, nop], 0, None) {
             Err(HwError::Command {
                 index: 1,
                 status: Some(Status::DmaFault),

@@ -8,6 +8,7 @@ pub mod hal;
 
 pub mod alloc;
 pub mod compile;
+pub mod config;
 #[cfg(feature = "cli")]
 pub mod conformance;
 pub mod device;
@@ -15,3 +16,5 @@ pub mod hw;
 pub mod memory;
 pub mod ops;
 pub mod prepared;
+pub mod staging;
+pub mod workers;

@@ -1,10 +1,10 @@
 //! Memory pools: checking a `hidl_memory` and reaching its bytes, either by reading them
-//! (model pools, snapshotted at preparation) or by mapping them into the device through
-//! the IOMMU (request pools).
+//! (model pools, snapshotted at preparation), by mapping them into the device through the
+//! IOMMU (request pools that cannot shrink), or by staging them ([`crate::staging`]: any
+//! other request pool).
 
 use std::os::fd::{AsFd, BorrowedFd};
 
-use nix::fcntl::{fcntl, FcntlArg, SealFlag};
 use thiserror::Error;
 use vnpu_emu::iommu::Perm;
 
@@ -64,17 +64,6 @@ pub fn pool_range(mem: &Memory) -> Result<PoolRange<'_>, PoolError> {
         other => return Err(PoolError::UnsupportedKind(other.to_string())),
     };
     let fd = h.fds[0].as_fd();
-    // A memfd that could shrink under a device mapping would fault the device (SIGBUS):
-    // require the seal, as ashmem regions cannot shrink. Files without seals (regular
-    // files behind mmap_fd) are accepted as they are.
-    if let Ok(seals) = fcntl(fd, FcntlArg::F_GET_SEALS) {
-        if SealFlag::from_bits_truncate(seals) & SealFlag::F_SEAL_SHRINK != SealFlag::F_SEAL_SHRINK
-        {
-            return Err(bad(
-                "memfd must be sealed against shrinking (F_SEAL_SHRINK)",
-            ));
-        }
-    }
     let file = nix::sys::stat::fstat(fd)
         .map_err(std::io::Error::from)?
         .st_size as u64;
@@ -99,6 +88,39 @@ pub fn read_pool(mem: &Memory) -> Result<Vec<u8>, PoolError> {
     read_range(&r, 0, r.size as usize)
 }
 
+impl PoolRange<'_> {
+    /// Whether the device may map the pool directly: only files sealed against shrinking
+    /// (anything else is staged, see [`crate::staging`]).
+    pub fn mappable(&self) -> bool {
+        vnpu_emu::shm::cannot_shrink(self.fd)
+    }
+}
+
+/// Writes `data` at `offset` within a pool, with positioned writes.
+pub fn write_range(r: &PoolRange<'_>, offset: u64, data: &[u8]) -> Result<(), PoolError> {
+    if offset
+        .checked_add(data.len() as u64)
+        .is_none_or(|end| end > r.size)
+    {
+        return Err(PoolError::TooSmall {
+            size: r.size,
+            file: offset,
+            offset: r.offset,
+        });
+    }
+    let mut done = 0usize;
+    while done < data.len() {
+        let at = r.offset + offset + done as u64;
+        let at = i64::try_from(at).map_err(|_| std::io::Error::from_raw_os_error(libc::EFBIG))?;
+        let n = nix::sys::uio::pwrite(r.fd, &data[done..], at).map_err(std::io::Error::from)?;
+        if n == 0 {
+            return Err(PoolError::Io(std::io::ErrorKind::WriteZero.into()));
+        }
+        done += n;
+    }
+    Ok(())
+}
+
 /// Reads `len` bytes at `offset` within a pool.
 pub fn read_range(r: &PoolRange<'_>, offset: u64, len: usize) -> Result<Vec<u8>, PoolError> {
     let too_small = || PoolError::TooSmall {
@@ -116,8 +138,8 @@ pub fn read_range(r: &PoolRange<'_>, offset: u64, len: usize) -> Result<Vec<u8>,
     let mut done = 0usize;
     while done < len {
         let at = r.offset + offset + done as u64;
-        let n = nix::sys::uio::pread(r.fd, &mut buf[done..], at as i64)
-            .map_err(std::io::Error::from)?;
+        let at = i64::try_from(at).map_err(|_| std::io::Error::from_raw_os_error(libc::EFBIG))?;
+        let n = nix::sys::uio::pread(r.fd, &mut buf[done..], at).map_err(std::io::Error::from)?;
         if n == 0 {
             return Err(too_small());
         }

@@ -10,16 +10,15 @@ use vnpu_emu::ring::{Opcode, SubmissionEntry};
 use vnpu_emu::shm::SharedRegion;
 
 use crate::compile::{self, Compiled, ConstantBlock};
-use crate::device::{ExecutionCallback, IPreparedModel};
+use crate::device::{ExecutionCallback, IPreparedModel, ModelContext, ModelLease};
 use crate::hal::{
     validate_request, ErrorStatus, MeasureTiming, Model, OptionalTimePoint,
     OptionalTimeoutDuration, OutputShape, Request, RequestMemoryPool, Timing,
 };
 use crate::hw::{DramBlock, Hardware, HwError, IoMapping};
-use crate::memory::{pool_range, read_range};
-
-/// Programs kept per prepared model, one per distinct set of input shapes.
-const MAX_INSTANCES: usize = 8;
+use crate::memory::{pool_range, read_range, PoolRange};
+use crate::staging::{Span, StagedPool};
+use crate::workers::{Job, WorkerPool};
 
 /// Input shapes, the values of deferred inputs, and the inputs the request omits.
 type InstanceKey = (Vec<Vec<usize>>, Vec<(u32, Vec<u8>)>, Vec<u32>);
@@ -30,8 +29,20 @@ struct Instance {
     arena: DramBlock,
     program: DramBlock,
     program_len: u64,
+    /// The timing model's time for the program (the watchdog's yardstick).
+    program_ns: u64,
 }
 
+/// Compiled instances by input shapes, least recently used evicted first.
+#[derive(Default)]
+struct Instances {
+    map: HashMap<InstanceKey, (u64, Arc<Mutex<Instance>>)>,
+    tick: u64,
+    /// The device epoch the constants were uploaded in (see [`Hardware::epoch`]).
+    epoch: u64,
+}
+
+/// A prepared model: the compiled program(s) and constants resident on the device.
 pub struct VnpuPreparedModel {
     /// Itself, so asynchronous executions can outlive the caller's borrow.
     me: std::sync::Weak<VnpuPreparedModel>,
@@ -41,15 +52,22 @@ pub struct VnpuPreparedModel {
     block: ConstantBlock,
     const_mem: Option<DramBlock>,
     /// Executions of one instance share its arena, so they take turns.
-    instances: Mutex<HashMap<InstanceKey, Arc<Mutex<Instance>>>>,
+    instances: Mutex<Instances>,
+    max_instances: usize,
     /// Model inputs read by the host at execution (see `compile::deferred_inputs`).
     deferred: Vec<bool>,
+    /// Where asynchronous executions run, and how long a submission may wait for room.
+    executions: Arc<WorkerPool>,
+    submit_wait: std::time::Duration,
+    /// Held for the prepared model's life: the device counts live prepared models.
+    _lease: ModelLease,
 }
 
 fn hw_status(e: &HwError) -> ErrorStatus {
     tracing::debug!("device: {e}");
     match e {
         HwError::Lost => ErrorStatus::DeviceUnavailable,
+        HwError::Hung | HwError::Reset => ErrorStatus::GeneralFailure,
         HwError::OutOfDeviceMemory(_) | HwError::OutOfIova(_) => {
             ErrorStatus::ResourceExhaustedTransient
         }
@@ -57,11 +75,18 @@ fn hw_status(e: &HwError) -> ErrorStatus {
     }
 }
 
-/// Copies host bytes into fresh device DRAM through a staging buffer and one DMA.
-fn upload(hw: &Arc<Hardware>, bytes: &[u8]) -> Result<DramBlock, HwError> {
+/// Copies host bytes into fresh device DRAM through a staging buffer and one DMA, in
+/// device epoch `epoch`.
+fn upload(hw: &Arc<Hardware>, bytes: &[u8], epoch: u64) -> Result<DramBlock, HwError> {
     let block = hw.alloc_dram(bytes.len() as u64)?;
+    upload_into(hw, bytes, block.addr, epoch)?;
+    Ok(block)
+}
+
+/// Copies host bytes to device address `addr` (one DMA), in device epoch `epoch`.
+fn upload_into(hw: &Arc<Hardware>, bytes: &[u8], addr: u64, epoch: u64) -> Result<(), HwError> {
     if bytes.is_empty() {
-        return Ok(block);
+        return Ok(());
     }
     let staging =
         SharedRegion::new("vnpu-staging", bytes.len()).map_err(vnpu_emu::DeviceError::from)?;
@@ -69,8 +94,12 @@ fn upload(hw: &Arc<Hardware>, bytes: &[u8]) -> Result<DramBlock, HwError> {
         .write(0, bytes)
         .map_err(vnpu_emu::DeviceError::from)?;
     let map = hw.map(staging.fd(), 0, bytes.len() as u64, Perm::READ)?;
-    hw.run(vec![dma(map.iova, block.addr, bytes.len() as u64)])?;
-    Ok(block)
+    hw.run(
+        vec![dma(map.iova, addr, bytes.len() as u64)],
+        0,
+        Some(epoch),
+    )?;
+    Ok(())
 }
 
 fn dma(src: u64, dst: u64, len: u64) -> SubmissionEntry {
@@ -85,17 +114,20 @@ impl VnpuPreparedModel {
     /// Uploads the constants and, when the model's input shapes are known, compiles and
     /// uploads the program, so that errors surface at preparation.
     pub fn prepare(
-        hw: Arc<Hardware>,
+        ctx: &ModelContext,
         model: Model,
         constants: Vec<Option<Vec<u8>>>,
+        lease: ModelLease,
     ) -> Result<Arc<VnpuPreparedModel>, ErrorStatus> {
+        let hw = Arc::clone(&ctx.hw);
         let block = compile::constant_block(&model.main, &constants);
         let deferred = compile::deferred_inputs(&model.main);
         let has_deferred = deferred.contains(&true);
+        let epoch = hw.epoch();
         let const_mem = if block.bytes.is_empty() {
             None
         } else {
-            Some(upload(&hw, &block.bytes).map_err(|e| hw_status(&e))?)
+            Some(upload(&hw, &block.bytes, epoch).map_err(|e| hw_status(&e))?)
         };
         let prepared = Arc::new_cyclic(|me| VnpuPreparedModel {
             me: me.clone(),
@@ -104,8 +136,15 @@ impl VnpuPreparedModel {
             constants,
             block,
             const_mem,
-            instances: Mutex::new(HashMap::new()),
+            instances: Mutex::new(Instances {
+                epoch,
+                ..Instances::default()
+            }),
+            max_instances: ctx.max_instances.max(1),
             deferred,
+            executions: Arc::clone(&ctx.executions),
+            submit_wait: ctx.submit_wait,
+            _lease: lease,
         });
         let known: Option<Vec<Vec<usize>>> = prepared
             .model
@@ -118,7 +157,7 @@ impl VnpuPreparedModel {
             })
             .collect();
         if let (Some(shapes), false) = (known, has_deferred) {
-            prepared.instance((shapes, Vec::new(), Vec::new()))?;
+            prepared.instance((shapes, Vec::new(), Vec::new()), epoch)?;
         }
         Ok(prepared)
     }
@@ -127,15 +166,34 @@ impl VnpuPreparedModel {
         self.const_mem.as_ref().map_or(0, |b| b.addr)
     }
 
+    /// Brings the model back after a device reset (which clears device memory): uploads
+    /// the constants again to the same addresses and drops the compiled instances, which
+    /// are recompiled on use. Returns the epoch the model is resident in.
+    fn ensure_resident(&self) -> Result<u64, ErrorStatus> {
+        let mut all = self.instances.lock().unwrap_or_else(|p| p.into_inner());
+        let now = self.hw.epoch();
+        if all.epoch == now {
+            return Ok(now);
+        }
+        tracing::info!("device was reset: uploading the model's constants again");
+        all.map.clear();
+        if let Some(mem) = &self.const_mem {
+            upload_into(&self.hw, &self.block.bytes, mem.addr, now).map_err(|e| hw_status(&e))?;
+        }
+        all.epoch = now;
+        Ok(now)
+    }
+
     /// The instance for these input shapes, compiling and uploading it if new.
-    fn instance(&self, key: InstanceKey) -> Result<Arc<Mutex<Instance>>, ErrorStatus> {
-        if let Some(i) = self
-            .instances
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&key)
+    fn instance(&self, key: InstanceKey, epoch: u64) -> Result<Arc<Mutex<Instance>>, ErrorStatus> {
         {
-            return Ok(Arc::clone(i));
+            let mut all = self.instances.lock().unwrap_or_else(|p| p.into_inner());
+            all.tick += 1;
+            let tick = all.tick;
+            if let Some((used, i)) = all.map.get_mut(&key) {
+                *used = tick;
+                return Ok(Arc::clone(i));
+            }
         }
         let mut constants = std::borrow::Cow::Borrowed(&self.constants);
         for (i, v) in &key.1 {
@@ -156,21 +214,36 @@ impl VnpuPreparedModel {
             .map_err(|e| hw_status(&e))?;
         let program = compiled
             .program(&self.block, self.const_base(), arena.addr)
-            .map_err(|e| e.status())?
-            .encode();
+            .map_err(|e| e.status())?;
+        let program_ns = self.hw.device().timing().program_ns(&program);
+        let program = program.encode();
         let program_len = program.len() as u64;
-        let program = upload(&self.hw, &program).map_err(|e| hw_status(&e))?;
+        let program = upload(&self.hw, &program, epoch).map_err(|e| hw_status(&e))?;
         let inst = Arc::new(Mutex::new(Instance {
             compiled,
             arena,
             program,
             program_len,
+            program_ns,
         }));
         let mut all = self.instances.lock().unwrap_or_else(|p| p.into_inner());
-        if all.len() >= MAX_INSTANCES {
-            all.clear();
+        while all.map.len() >= self.max_instances {
+            let Some(lru) = all
+                .map
+                .iter()
+                .min_by_key(|(_, (t, _))| *t)
+                .map(|(k, _)| k.clone())
+            else {
+                break;
+            };
+            all.map.remove(&lru);
         }
-        all.insert(key, Arc::clone(&inst));
+        // An instance uploaded before a reset is not kept (its program is gone).
+        if all.epoch == epoch {
+            all.tick += 1;
+            let tick = all.tick;
+            all.map.insert(key, (tick, Arc::clone(&inst)));
+        }
         Ok(inst)
     }
 
@@ -239,12 +312,24 @@ impl VnpuPreparedModel {
             .filter(|(_, a)| a.has_no_value)
             .map(|(&i, _)| i)
             .collect();
-        let inst = match self.instance((shapes, values, omitted)) {
+        let epoch = match self.ensure_resident() {
+            Ok(e) => e,
+            Err(s) => return fail(s),
+        };
+        let inst = match self.instance((shapes, values, omitted), epoch) {
             Ok(i) => i,
             Err(s) => return fail(s),
         };
         let inst = inst.lock().unwrap_or_else(|p| p.into_inner());
         let c = &inst.compiled;
+        // An input is read whole: a location shorter than its (now known) size is refused
+        // before the device reads anything.
+        for (&i, arg) in sg.input_indexes.iter().zip(&request.inputs) {
+            if !arg.has_no_value && c.byte_len(i) > arg.location.length as u64 {
+                tracing::debug!("input operand {i}: location shorter than its data");
+                return fail(ErrorStatus::InvalidArgument);
+            }
+        }
         let mut shapes_out = Vec::with_capacity(sg.output_indexes.len());
         let mut sufficient = true;
         for (&o, arg) in sg.output_indexes.iter().zip(&request.outputs) {
@@ -265,20 +350,39 @@ impl VnpuPreparedModel {
                 Timing::NONE,
             );
         }
-        let mut maps: Vec<Option<IoMapping>> = Vec::with_capacity(pools.len());
-        for r in &pools {
-            match self.hw.map(r.fd, r.offset, r.size, r.perm) {
-                Ok(m) => maps.push(Some(m)),
-                Err(e) => return fail(hw_status(&e)),
+        let moved = |args: &[crate::hal::RequestArgument], ops: &[u32], pool: usize| -> Vec<Span> {
+            args.iter()
+                .zip(ops)
+                .filter(|(a, &i)| {
+                    !a.has_no_value
+                        && a.location.pool_index as usize == pool
+                        && c.byte_len(i) > 0
+                        && !self.deferred[i as usize]
+                })
+                .map(|(a, &i)| (a.location.offset as u64, c.byte_len(i)))
+                .collect()
+        };
+        let mut devpools: Vec<DevicePool> = Vec::with_capacity(pools.len());
+        for (p, r) in pools.iter().enumerate() {
+            let pool = if r.mappable() {
+                self.hw
+                    .map(r.fd, r.offset, r.size, r.perm)
+                    .map(DevicePool::Mapped)
+                    .map_err(|e| hw_status(&e))
+            } else {
+                let reads = moved(&request.inputs, &sg.input_indexes, p);
+                let writes = moved(&request.outputs, &sg.output_indexes, p);
+                let spans: Vec<Span> = reads.iter().chain(&writes).copied().collect();
+                stage(&self.hw, r, &spans, &reads, writes)
+            };
+            match pool {
+                Ok(d) => devpools.push(d),
+                Err(s) => return fail(s),
             }
         }
         let (cb, ab) = (self.const_base(), inst.arena.addr);
         let addr = |i: u32| c.address(i, &self.block, cb, ab);
-        let iova = |pool: u32, off: u32| {
-            maps.get(pool as usize)
-                .and_then(|m| m.as_ref())
-                .map(|m| m.iova + off as u64)
-        };
+        let iova = |pool: u32, off: u32| devpools.get(pool as usize).and_then(|d| d.iova(off));
         let mut cmds = Vec::new();
         for (&i, arg) in sg.input_indexes.iter().zip(&request.inputs) {
             let len = c.byte_len(i);
@@ -307,11 +411,17 @@ impl VnpuPreparedModel {
                 _ => return fail(ErrorStatus::GeneralFailure),
             }
         }
-        let done = match self.hw.run(cmds) {
+        let done = match self.hw.run(cmds, inst.program_ns, Some(epoch)) {
             Ok(d) => d,
             Err(e) => return fail(hw_status(&e)),
         };
-        drop(maps);
+        for (d, r) in devpools.iter().zip(&pools) {
+            if let Err(e) = d.write_back(r) {
+                tracing::debug!("staged pool write-back: {e}");
+                return fail(ErrorStatus::GeneralFailure);
+            }
+        }
+        drop(devpools);
         // The device cannot stop a program midway; a deadline that passed while it ran is
         // still a missed deadline (as NN's executor reports one found between operations).
         if deadline.has_passed() {
@@ -331,6 +441,69 @@ impl VnpuPreparedModel {
         };
         (ErrorStatus::None, shapes_out, timing)
     }
+}
+
+/// A request pool as the device reaches it: mapped directly, or staged.
+enum DevicePool {
+    Mapped(IoMapping),
+    Staged {
+        staged: Option<StagedPool>,
+        map: Option<IoMapping>,
+        writes: Vec<Span>,
+    },
+}
+
+impl DevicePool {
+    /// The device address of pool offset `off`.
+    fn iova(&self, off: u32) -> Option<u64> {
+        match self {
+            DevicePool::Mapped(m) => Some(m.iova + off as u64),
+            DevicePool::Staged {
+                staged: Some(s),
+                map: Some(m),
+                ..
+            } => Some(m.iova + s.offset_of(off as u64)),
+            DevicePool::Staged { .. } => None,
+        }
+    }
+
+    /// Copies the outputs of a staged pool back to its file.
+    fn write_back(&self, pool: &PoolRange<'_>) -> Result<(), crate::memory::PoolError> {
+        match self {
+            DevicePool::Staged {
+                staged: Some(s),
+                writes,
+                ..
+            } => s.write_back(pool, writes),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Stages a pool that could shrink (see [`crate::staging`]) and maps the staged copy.
+fn stage(
+    hw: &Arc<Hardware>,
+    pool: &PoolRange<'_>,
+    spans: &[Span],
+    reads: &[Span],
+    writes: Vec<Span>,
+) -> Result<DevicePool, ErrorStatus> {
+    let staged = StagedPool::stage(pool, spans, reads).map_err(|e| {
+        tracing::debug!("staging a request pool: {e}");
+        ErrorStatus::GeneralFailure
+    })?;
+    let map = match &staged {
+        Some(s) => Some(
+            hw.map(s.region().fd(), 0, s.region().len() as u64, pool.perm)
+                .map_err(|e| hw_status(&e))?,
+        ),
+        None => None,
+    };
+    Ok(DevicePool::Staged {
+        staged,
+        map,
+        writes,
+    })
 }
 
 impl IPreparedModel for VnpuPreparedModel {
@@ -355,17 +528,26 @@ impl IPreparedModel for VnpuPreparedModel {
             return ErrorStatus::GeneralFailure;
         };
         let request = request.clone();
-        let spawned = std::thread::Builder::new().name("vnpu-exec".into()).spawn({
+        let run = {
             let callback = Arc::clone(&callback);
-            move || {
+            Box::new(move || {
                 let (status, shapes, timing) =
                     me.execute_synchronously_1_3(&request, measure, deadline, loop_timeout);
                 callback.notify(status, shapes, timing);
-            }
-        });
-        if spawned.is_err() {
-            callback.notify(ErrorStatus::GeneralFailure, Vec::new(), Timing::NONE);
-            return ErrorStatus::GeneralFailure;
+            })
+        };
+        let on_panic = {
+            let callback = Arc::clone(&callback);
+            Box::new(move || callback.notify(ErrorStatus::GeneralFailure, Vec::new(), Timing::NONE))
+        };
+        // Back-pressure: wait for room in the bounded queue, then give up clearly.
+        let queued = self
+            .executions
+            .submit(0, Job { run, on_panic }, self.submit_wait);
+        if queued.is_err() {
+            let status = ErrorStatus::ResourceExhaustedTransient;
+            callback.notify(status, Vec::new(), Timing::NONE);
+            return status;
         }
         ErrorStatus::None
     }

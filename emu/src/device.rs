@@ -506,6 +506,10 @@ impl CommandProcessor {
 
     fn reset(&mut self) {
         self.generation += 1;
+        // Device memory does not survive a reset: the host must upload again.
+        if let Err(e) = self.s.bus.dram.discard() {
+            tracing::warn!("reset could not clear device memory: {e}");
+        }
         self.queues = None;
         self.sq_head = 0;
         self.cq_tail = 0;

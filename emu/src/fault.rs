@@ -8,7 +8,8 @@ pub enum Fault {
     DmaFault,
     /// The command never completes (until reset).
     Hang,
-    /// A DMA completes but one bit of the destination is flipped.
+    /// One bit of a DMA's destination is flipped in transit; the engine's end-to-end
+    /// check catches it and completes the command with `DataError`.
     BitFlip,
     /// The device stops answering: status LOST, no further completions.
     DeviceLost,

@@ -58,6 +58,13 @@ impl HostQueue {
         })
     }
 
+    /// Unmaps the rings from the device (after a reset, before creating a new queue).
+    pub fn release(self, dev: &Device, iova: u64) {
+        let sq_len = round_up(self.size as u64 * SQ_ENTRY_SIZE);
+        let _ = dev.iommu().unmap(iova);
+        let _ = dev.iommu().unmap(iova + sq_len);
+    }
+
     /// Submission slots free right now (one slot stays empty to tell full from empty).
     pub fn free_slots(&self, dev: &Device) -> u32 {
         let head = dev.read_reg(regs::SQ_HEAD) % self.size;

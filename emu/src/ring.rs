@@ -68,6 +68,9 @@ pub enum Status {
     /// The engine faulted internally while running the command (the device model's
     /// guard caught it); the engine carries on with the next command.
     EngineFault = 7,
+    /// The transfer's end-to-end check (the link CRC / ECC of the modelled silicon) caught
+    /// corrupted data: the destination holds bad bytes and must not be used.
+    DataError = 8,
 }
 
 impl Status {
@@ -81,6 +84,7 @@ impl Status {
             5 => Status::Aborted,
             6 => Status::DeviceLost,
             7 => Status::EngineFault,
+            8 => Status::DataError,
             _ => return None,
         })
     }

@@ -136,6 +136,14 @@ impl SharedRegion {
         Ok(())
     }
 
+    /// Gives every page back to the kernel (the contents read as zeros afterwards): what a
+    /// device reset does to its memory.
+    pub fn discard(&self) -> Result<(), MemError> {
+        use nix::fcntl::{fallocate, FallocateFlags};
+        let flags = FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE;
+        fallocate(&self.fd, flags, 0, self.len() as i64).map_err(|e| MemError::Os(e.into()))
+    }
+
     /// Fills a range with zeros.
     pub fn zero(&self, offset: u64, len: u64) -> Result<(), MemError> {
         let dst = self.ptr(offset, len)?;

@@ -714,8 +714,42 @@ fn request_arguments(
                 "request {what} {i} leaves the model's unspecified dimensions unspecified"
             );
         }
+        // An input is read whole: a location shorter than the operand would make the device
+        // read bytes that belong to something else.
+        if what == "input" && size.is_some() {
+            let dims = if dims.is_empty() {
+                &operand.dimensions
+            } else {
+                dims
+            };
+            if let Some(need) = known_byte_size(operand.r#type, dims) {
+                if u64::from(loc.length) < need {
+                    bail!(
+                        Request,
+                        "request input {i}: location of {} bytes is shorter than the operand's {need}",
+                        loc.length
+                    );
+                }
+            }
+        }
     }
     Ok(())
+}
+
+/// The byte size of a value of `ty` with these dimensions, when every dimension is known
+/// (saturating: no real buffer is `u64::MAX` bytes).
+pub fn known_byte_size(ty: OperandType, dims: &[u32]) -> Option<u64> {
+    let element = ty.element_size()? as u64;
+    if ty.is_scalar() {
+        return Some(element);
+    }
+    if dims.contains(&0) || (dims.is_empty() && !ty.is_scalar()) {
+        return None;
+    }
+    Some(
+        dims.iter()
+            .fold(element, |n, &d| n.saturating_mul(u64::from(d))),
+    )
 }
 
 /// Validate a request against the model it will run on. `allow_unspecified_output` is

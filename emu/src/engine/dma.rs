@@ -20,9 +20,10 @@ fn copy(bus: &Bus, src: u64, dst: u64, len: u64) -> Result<(), u64> {
     copy_between(&s.region, s.offset, &d.region, d.offset, len).map_err(|_| dst)
 }
 
-fn flip_bit(bus: &Bus, dst: u64, len: u64, random: u64) {
+/// Flips one bit of `[dst, dst + len)`; returns the corrupted address.
+fn flip_bit(bus: &Bus, dst: u64, len: u64, random: u64) -> u64 {
     if len == 0 {
-        return;
+        return dst;
     }
     let at = dst + random % len;
     if let Ok(w) = bus.resolve(at, 1, Perm::WRITE) {
@@ -32,6 +33,7 @@ fn flip_bit(bus: &Bus, dst: u64, len: u64, random: u64) {
             let _ = w.region.write(w.offset, &b);
         }
     }
+    at
 }
 
 /// A single contiguous copy.
@@ -42,7 +44,10 @@ pub fn run_copy(bus: &Bus, src: u64, dst: u64, len: u64, fault: Option<(Fault, u
     match copy(bus, src, dst, len) {
         Ok(()) => {
             if let Some((Fault::BitFlip, r)) = fault {
-                flip_bit(bus, dst, len, r);
+                // The flip lands, and the transfer's end-to-end check reports it
+                // (detected-uncorrected, as ECC/CRC-protected silicon does).
+                let at = flip_bit(bus, dst, len, r);
+                return Outcome::fail(Status::DataError, 0, at);
             }
             Outcome::ok(bus.timing.dma_ns(len))
         }
