@@ -5,8 +5,8 @@
 
 use std::collections::BinaryHeap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// A job and what to do instead if it panics (notify its callback of the failure).
@@ -49,7 +49,14 @@ pub struct QueueFull;
 /// Worker threads over one bounded queue. Dropping the pool lets the workers finish what
 /// is queued and exit.
 pub struct WorkerPool {
+    inner: Arc<Inner>,
+}
+
+/// What the workers share with the pool's owner.
+struct Inner {
     jobs: Mutex<BinaryHeap<Queued>>,
+    /// The owner is gone: finish what is queued, then exit.
+    closed: AtomicBool,
     /// Signalled when a job is queued.
     ready: Condvar,
     /// Signalled when a job is taken.
@@ -62,8 +69,9 @@ pub struct WorkerPool {
 impl WorkerPool {
     /// Starts `workers` threads named `name` over a queue of `capacity` jobs.
     pub fn start(name: &str, workers: usize, capacity: usize) -> std::io::Result<Arc<WorkerPool>> {
-        let pool = Arc::new(WorkerPool {
+        let inner = Arc::new(Inner {
             jobs: Mutex::new(BinaryHeap::new()),
+            closed: AtomicBool::new(false),
             ready: Condvar::new(),
             room: Condvar::new(),
             capacity: capacity.max(1),
@@ -71,69 +79,76 @@ impl WorkerPool {
             panics: AtomicUsize::new(0),
         });
         for _ in 0..workers.max(1) {
-            let weak = Arc::downgrade(&pool);
+            let inner = Arc::clone(&inner);
             std::thread::Builder::new()
                 .name(name.into())
-                .spawn(move || worker(weak))?;
+                .spawn(move || worker(&inner))?;
         }
-        Ok(pool)
+        Ok(Arc::new(WorkerPool { inner }))
     }
 
     /// Queues a job, waiting up to `wait` for room.
     pub fn submit(&self, priority: i32, job: Job, wait: Duration) -> Result<(), QueueFull> {
+        let this = &self.inner;
         let deadline = Instant::now() + wait;
-        let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
-        while jobs.len() >= self.capacity {
+        let mut jobs = this.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        while jobs.len() >= this.capacity {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(QueueFull);
             }
-            jobs = self
+            jobs = this
                 .room
                 .wait_timeout(jobs, left)
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
         }
-        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        let seq = this.seq.fetch_add(1, Ordering::Relaxed);
         jobs.push(Queued { priority, seq, job });
-        self.ready.notify_one();
+        this.ready.notify_one();
         Ok(())
     }
 
     /// Jobs queued and not yet taken.
     pub fn queued(&self) -> usize {
-        self.jobs.lock().unwrap_or_else(|p| p.into_inner()).len()
+        self.inner
+            .jobs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .len()
     }
 
     /// Jobs that panicked so far.
     pub fn panics(&self) -> usize {
-        self.panics.load(Ordering::Relaxed)
+        self.inner.panics.load(Ordering::Relaxed)
     }
 }
 
-fn worker(pool: Weak<WorkerPool>) {
+impl Drop for WorkerPool {
+    fn drop(&mut self) {
+        let _jobs = self.inner.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        self.inner.closed.store(true, Ordering::Release);
+        self.inner.ready.notify_all();
+    }
+}
+
+fn worker(p: &Inner) {
     loop {
-        let Some(p) = pool.upgrade() else { return };
         let job = {
             let mut jobs = p.jobs.lock().unwrap_or_else(|e| e.into_inner());
-            if jobs.is_empty() {
-                // Wake now and then to notice the pool going away.
-                jobs = p
-                    .ready
-                    .wait_timeout(jobs, Duration::from_millis(200))
-                    .unwrap_or_else(|e| e.into_inner())
-                    .0;
+            loop {
+                if let Some(q) = jobs.pop() {
+                    break q.job;
+                }
+                if p.closed.load(Ordering::Acquire) {
+                    return;
+                }
+                jobs = p.ready.wait(jobs).unwrap_or_else(|e| e.into_inner());
             }
-            jobs.pop()
-        };
-        let Some(Queued { job, .. }) = job else {
-            continue;
         };
         p.room.notify_one();
-        let panics = Arc::clone(&p);
-        drop(p);
         if catch_unwind(AssertUnwindSafe(job.run)).is_err() {
-            panics.panics.fetch_add(1, Ordering::Relaxed);
+            p.panics.fetch_add(1, Ordering::Relaxed);
             tracing::error!("a driver worker job panicked; its client gets GENERAL_FAILURE");
             // A panicking notifier is the client's own bug; the worker survives it too.
             let _ = catch_unwind(AssertUnwindSafe(job.on_panic));

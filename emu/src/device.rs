@@ -75,6 +75,10 @@ pub struct Bus {
     pub trace: Tracer,
     /// The PROGRESS register: steps the engines finished (see [`regs::PROGRESS`]).
     pub progress: AtomicU32,
+    /// Resets so far: engines abandon work queued before the latest one.
+    pub generation: AtomicU64,
+    /// Engines running a job right now (a reset waits for them to stop).
+    pub busy: AtomicU32,
 }
 
 impl Bus {
@@ -179,6 +183,8 @@ impl Device {
                 max_dma_len: config.max_dma_len,
                 trace: Tracer::new(config.trace),
                 progress: AtomicU32::new(0),
+                generation: AtomicU64::new(0),
+                busy: AtomicU32::new(0),
             },
             irq,
             clock: AtomicU64::new(0),
@@ -317,7 +323,11 @@ fn init_registers(r: &RegisterFile, c: &DeviceConfig) {
 fn run_guarded(bus: &Bus, w: &Work) -> Outcome {
     let run = || {
         if matches!(w.fault, Some((Fault::EnginePanic, _))) {
-            panic!("injected engine panic (request {})", w.req_id);
+            // Unwinds like a panic, without the panic hook's (slow) report.
+            std::panic::resume_unwind(Box::new(format!(
+                "injected engine panic (request {})",
+                w.req_id
+            )));
         }
         match w.job {
             Job::Copy { src, dst, len } => dma::run_copy(bus, src, dst, len, w.fault),
@@ -334,6 +344,13 @@ fn run_guarded(bus: &Bus, w: &Work) -> Outcome {
 fn engine_loop(s: &Shared, rx: Receiver<Work>, done: Sender<Event>) {
     while let Ok(w) = rx.recv() {
         let bus = &s.bus;
+        // Busy before the generation check, so a reset that waits for idle engines cannot
+        // miss a job that is about to start.
+        bus.busy.fetch_add(1, Ordering::SeqCst);
+        if w.generation != bus.generation.load(Ordering::SeqCst) {
+            bus.busy.fetch_sub(1, Ordering::SeqCst);
+            continue; // queued before a reset: abandoned, as the silicon would
+        }
         let start = std::time::Instant::now();
         let (engine, name) = match w.job {
             Job::Copy { .. } => ("dma", "DMA_COPY"),
@@ -341,6 +358,7 @@ fn engine_loop(s: &Shared, rx: Receiver<Work>, done: Sender<Event>) {
             Job::Program { .. } => ("compute", "RUN_PROGRAM"),
         };
         let outcome = run_guarded(bus, &w);
+        bus.busy.fetch_sub(1, Ordering::SeqCst);
         bus.progress.fetch_add(1, Ordering::AcqRel);
         bus.trace
             .record(engine, name, start, w.req_id, outcome.device_ns);
@@ -506,6 +524,16 @@ impl CommandProcessor {
 
     fn reset(&mut self) {
         self.generation += 1;
+        // Abandon queued engine work and let running jobs finish before memory is cleared,
+        // so nothing from before the reset touches memory after it.
+        self.s
+            .bus
+            .generation
+            .store(self.generation, Ordering::SeqCst);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        while self.s.bus.busy.load(Ordering::SeqCst) != 0 && std::time::Instant::now() < deadline {
+            std::thread::yield_now();
+        }
         // Device memory does not survive a reset: the host must upload again.
         if let Err(e) = self.s.bus.dram.discard() {
             tracing::warn!("reset could not clear device memory: {e}");
@@ -631,7 +659,10 @@ impl CommandProcessor {
         let is_dma = matches!(op, Some(Opcode::DmaCopy | Opcode::DmaSg));
         let fault = self.faults.draw(is_dma).map(|f| (f, self.faults.random()));
         if let Some((Fault::ProcessorPanic, _)) = fault {
-            panic!("injected command processor panic (request {})", e.req_id);
+            std::panic::resume_unwind(Box::new(format!(
+                "injected command processor panic (request {})",
+                e.req_id
+            )));
         }
         if let Some((Fault::DeviceLost, _)) = fault {
             self.lost = true;

@@ -9,7 +9,7 @@ use crate::format::{
 };
 use crate::handle::{idx, join64, split64, NativeHandle, HANDLE_MAGIC, HANDLE_VERSION, NUM_INTS};
 use crate::metadata::ExtendableType;
-use crate::shared::{sealed_memfd, Mapping, SharedMeta, MAX_RESERVED, META_HEADER_SIZE};
+use crate::shared::{sealed_memfd, Mapping, MetaMapping, MAX_RESERVED, META_HEADER_SIZE};
 
 /// `BufferDescriptorInfo` of IAllocator V2.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -301,10 +301,10 @@ impl Allocator {
             .map_err(|_| AllocError::NoResources("fstat pixels"))?;
         {
             let map = Mapping::map(std::os::fd::AsRawFd::as_raw_fd(&meta), desc.meta_size)
-                .map_err(|_| AllocError::NoResources("mapping metadata"))?;
-            // SAFETY: `map` is META_HEADER_SIZE or larger and lives through this block.
-            let shared = unsafe { SharedMeta::new(&map) };
-            shared.init(&ints, name, pixel_id);
+                .ok()
+                .and_then(MetaMapping::new)
+                .ok_or(AllocError::NoResources("mapping metadata"))?;
+            map.view().init(&ints, name, pixel_id);
         }
         NativeHandle::new(vec![pixels, meta], &ints).ok_or(AllocError::NoResources("native handle"))
     }

@@ -19,7 +19,7 @@ use crate::metadata::{
     CHROMA_SITING, COMPRESSION, INTERLACED, STANDARD_METADATA_TYPE,
 };
 use crate::shared::{
-    check_memfd, FieldId, Mapping, SharedField, SharedMeta, BLOB_MAX, META_HEADER_SIZE,
+    check_memfd, FieldId, Mapping, MetaMapping, SharedField, BLOB_MAX, META_HEADER_SIZE,
 };
 use crate::strict;
 
@@ -69,14 +69,13 @@ struct Imported {
     name: String,
     creator_pid: u32,
     pixels: Mapping,
-    meta_map: Mapping,
-    meta: SharedMeta,
+    meta_map: MetaMapping,
     lock_count: AtomicU32,
     strict: bool,
 }
 
-// SAFETY: `SharedMeta` is a raw pointer into `meta_map`, which the struct owns;
-// all shared-memory access goes through atomics/volatile copies.
+// SAFETY: the mappings are plain shared memory the struct owns; all shared-memory
+// access goes through atomics/volatile copies.
 unsafe impl Send for Imported {}
 // SAFETY: as above.
 unsafe impl Sync for Imported {}
@@ -202,10 +201,9 @@ impl Mapper {
             .map_err(|_| MapperError::NoResources("mmap pixels"))?;
         let meta_map = Mapping::map(std::os::fd::AsRawFd::as_raw_fd(&fds[1]), desc.meta_size)
             .map_err(|_| MapperError::NoResources("mmap metadata"))?;
-        // SAFETY: `meta_map` is at least META_HEADER_SIZE bytes and is owned by
-        // the `Imported` that also owns this view.
-        let meta = unsafe { SharedMeta::new(&meta_map) };
-        let (creator_pid, name) = meta.verify(raw.ints, pix_id)?;
+        let meta_map =
+            MetaMapping::new(meta_map).ok_or(MapperError::BadBuffer("metadata file too small"))?;
+        let (creator_pid, name) = meta_map.view().verify(raw.ints, pix_id)?;
         let handle =
             NativeHandle::new(fds, raw.ints).ok_or(MapperError::NoResources("native handle"))?;
         let mut strict_on = false;
@@ -225,7 +223,6 @@ impl Mapper {
             creator_pid,
             pixels,
             meta_map,
-            meta,
             lock_count: AtomicU32::new(0),
             strict: strict_on,
         });
@@ -422,7 +419,7 @@ impl Mapper {
             }
             _ => return Err(MapperError::Unsupported("metadata type is not settable")),
         };
-        b.meta.write(&field)
+        b.meta_map.view().write(&field)
     }
 
     /// `setMetadata` (standard or vendor type).
@@ -445,7 +442,7 @@ impl Mapper {
             vendor::USER_DATA => {
                 let v =
                     decode_user_data(data).ok_or(MapperError::Unsupported("malformed metadata"))?;
-                b.meta.write(&SharedField::UserData(check_blob(
+                b.meta_map.view().write(&SharedField::UserData(check_blob(
                     v,
                     vendor::USER_DATA_MAX,
                 )?))
@@ -574,7 +571,7 @@ fn standard_value(b: &Imported, ty: StandardMetadataType) -> Result<StandardMeta
     use StandardMetadata as M;
     use StandardMetadataType as T;
     let d = &b.desc;
-    let shared = |id| b.meta.read(id);
+    let shared = |id| b.meta_map.view().read(id);
     Ok(match ty {
         T::Invalid => return Err(MapperError::Unsupported("INVALID metadata type")),
         T::BufferId => M::BufferId(d.id),
@@ -664,7 +661,7 @@ fn encoded(b: &Imported, ty: MetadataType<'_>) -> Result<Vec<u8>, MapperError> {
             w.u64(b.creator_pid as u64);
         }
         vendor::USER_DATA => {
-            if let SharedField::UserData(Some(v)) = b.meta.read(FieldId::UserData)? {
+            if let SharedField::UserData(Some(v)) = b.meta_map.view().read(FieldId::UserData)? {
                 w.header(vendor::NAME, vendor::USER_DATA);
                 w.string(&v);
             }

@@ -250,36 +250,59 @@ pub(crate) enum FieldId {
 
 const SPIN_LIMIT: u32 = 1 << 20;
 
-/// A view of the shared header in a mapping owned elsewhere.
-#[derive(Clone, Copy)]
-pub(crate) struct SharedMeta {
-    h: *mut SharedHeader,
-}
+/// A metadata mapping known to hold a whole shared header: the only way to get a
+/// [`SharedMeta`] view, whose lifetime the borrow ties to the mapping.
+pub(crate) struct MetaMapping(Mapping);
 
-impl SharedMeta {
-    /// # Safety
-    /// `mapping` must be at least `META_HEADER_SIZE` bytes and outlive the view.
-    pub unsafe fn new(mapping: &Mapping) -> Self {
-        debug_assert!(mapping.len() as u64 >= META_HEADER_SIZE);
-        Self {
-            h: mapping.ptr() as *mut SharedHeader,
-        }
+impl MetaMapping {
+    /// `None` when the mapping is smaller than a shared header.
+    pub fn new(mapping: Mapping) -> Option<Self> {
+        (mapping.len() as u64 >= META_HEADER_SIZE).then_some(Self(mapping))
     }
 
-    fn atomic(&self, p: *mut u32) -> &AtomicU32 {
-        // SAFETY: `p` is a 4-aligned field of the live mapping; every process
-        // accesses `lock`/`seq` only atomically.
+    /// The shared header, borrowed from the mapping.
+    pub fn view(&self) -> SharedMeta<'_> {
+        SharedMeta {
+            h: self.0.ptr() as *mut SharedHeader,
+            _mapping: std::marker::PhantomData,
+        }
+    }
+}
+
+impl std::ops::Deref for MetaMapping {
+    type Target = Mapping;
+    fn deref(&self) -> &Mapping {
+        &self.0
+    }
+}
+
+/// A view of the shared header in a mapping; it cannot outlive the mapping.
+#[derive(Clone, Copy)]
+pub(crate) struct SharedMeta<'m> {
+    h: *mut SharedHeader,
+    _mapping: std::marker::PhantomData<&'m Mapping>,
+}
+
+impl<'m> SharedMeta<'m> {
+    /// The word at `p` as an atomic, for as long as the mapping lives.
+    ///
+    /// # Safety
+    /// `p` must be a 4-aligned field of the header this view points into, and every
+    /// party must access that word only atomically.
+    unsafe fn atomic(&self, p: *mut u32) -> &'m AtomicU32 {
+        // SAFETY: the caller's contract; the mapping outlives 'm by construction.
         unsafe { AtomicU32::from_ptr(p) }
     }
 
-    fn seq(&self) -> &AtomicU32 {
-        // SAFETY: field address inside the live mapping (no reference created).
-        self.atomic(unsafe { addr_of_mut!((*self.h).seq) })
+    fn seq(&self) -> &'m AtomicU32 {
+        // SAFETY: `seq` is a 4-aligned header field, accessed only atomically by every
+        // process; the field address is taken without creating a reference.
+        unsafe { self.atomic(addr_of_mut!((*self.h).seq)) }
     }
 
-    fn lock(&self) -> &AtomicU32 {
-        // SAFETY: as in `seq`.
-        self.atomic(unsafe { addr_of_mut!((*self.h).lock) })
+    fn lock(&self) -> &'m AtomicU32 {
+        // SAFETY: as in `seq`, for `lock`.
+        unsafe { self.atomic(addr_of_mut!((*self.h).lock)) }
     }
 
     /// Writes a fresh header (allocator side, before the handle leaves).

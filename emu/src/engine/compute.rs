@@ -49,7 +49,12 @@ pub fn run_program(bus: &Bus, addr: u64, len: u64, req_id: u32) -> Outcome {
         }
     };
     let mut ns = 0;
+    let generation = bus.generation.load(std::sync::atomic::Ordering::SeqCst);
     for (index, op) in program.ops.iter().enumerate() {
+        // A reset stops a program between kernels.
+        if bus.generation.load(std::sync::atomic::Ordering::SeqCst) != generation {
+            return Outcome::fail(Status::Aborted, index as u32, 0);
+        }
         let start = std::time::Instant::now();
         let fail = |status, fault| Outcome::fail(status, index as u32, fault);
         let descs: Vec<&TensorDesc> = op
