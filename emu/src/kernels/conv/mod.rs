@@ -12,7 +12,8 @@ pub mod transpose;
 use crate::kernels::qconv::{
     per_channel_multipliers, per_tensor_multiplier, PerChannel, QuantParams,
 };
-use crate::kernels::quant::{quantized_activation_range, QuantError};
+pub(crate) use crate::kernels::quant::qerr;
+use crate::kernels::quant::quantized_activation_range;
 use crate::kernels::{bad_shape, Activation, KernelError, Result};
 use crate::tensor::{DType, TensorType};
 
@@ -63,11 +64,6 @@ pub(crate) struct QStage {
     per_channel: bool,
     act_min: i32,
     act_max: i32,
-}
-
-/// A quantisation-helper error as a kernel error of `op`.
-pub(crate) fn qerr(op: &'static str) -> impl Fn(QuantError) -> KernelError {
-    move |e| bad_shape(op, e.to_string())
 }
 
 impl QStage {
