@@ -215,7 +215,7 @@ pub(crate) fn resize_bilinear_f32(
 #[cfg(test)]
 mod quant_tests {
     use super::*;
-    use crate::kernels::conv::testref::quantize;
+    use crate::kernels::conv::testref::Q8;
     use crate::kernels::conv::testutil::run_typed;
     use crate::kernels::KernelOp;
     use proptest::prelude::*;
@@ -247,25 +247,20 @@ mod quant_tests {
         /// u8 / i8 NHWC against dequantise -> f64 interpolation -> requantise (the output
         /// keeps the input's quantisation), within 1.
         #[test]
-        fn quant_within_one_of_f64(
+        fn quant_interpolates_within_one_of_f64(
             (h, w, c) in (1usize..4, 1usize..4, 1usize..3),
             (oh, ow) in (1u32..7, 1u32..7),
             mode in 0u8..3,
-            signed in any::<bool>(),
-            scale in 0.01f32..2.0,
-            zp_pick in 0i32..256,
+            q in Q8::arb(),
             raw in proptest::collection::vec(0i32..256, 18),
         ) {
             let (align, half) = (mode == 1, mode == 2);
-            let (dt, off) = if signed { (DType::I8, -128) } else { (DType::U8, 0) };
-            let zp = zp_pick + off;
-            let xs: Vec<i32> = raw[..h * w * c].iter().map(|&v| v + off).collect();
-            let ty = |s: &[usize]| TensorType::quantized(dt, s, scale, zp);
+            let (xs, bytes) = q.store(&raw[..h * w * c]);
             let op = KernelOp::from(ResizeBilinear { out_h: oh, out_w: ow, align_corners: align, half_pixel_centers: half, nchw: false });
-            let out = run_typed(&op, &[(ty(&[1, h, w, c]), xs.iter().map(|&v| v as u8).collect())], ty(&[1])).unwrap();
+            let out = q.load(&run_typed(&op, &[(q.ty(&[1, h, w, c]), bytes)], q.ty(&[1])).unwrap());
             let (oh, ow) = (oh as usize, ow as usize);
             prop_assert_eq!(out.len(), oh * ow * c);
-            let real = |y: usize, x: usize, ch: usize| f64::from(scale) * f64::from(xs[(y * w + x) * c + ch] - zp);
+            let real = |y: usize, x: usize, ch: usize| q.real(xs[(y * w + x) * c + ch]);
             for oy in 0..oh {
                 let (fy, y0, y1) = source(oy, h, oh, align, half);
                 let dy = fy - y0 as f64;
@@ -277,9 +272,7 @@ mod quant_tests {
                             + real(y1, x0, ch) * dy * (1.0 - dx)
                             + real(y0, x1, ch) * (1.0 - dy) * dx
                             + real(y1, x1, ch) * dy * dx;
-                        let want = quantize(v, f64::from(scale), zp, off, off + 255);
-                        let o = out[(oy * ow + ox) * c + ch];
-                        let got = if signed { i32::from(o as i8) } else { i32::from(o) };
+                        let (want, got) = (q.quantize(v), out[(oy * ow + ox) * c + ch]);
                         prop_assert!((got - want).abs() <= 1, "{} vs {}", got, want);
                     }
                 }

@@ -152,7 +152,7 @@ pub(crate) fn l2_normalization_f32(axis: usize, x: Tensor<'_>, out: &mut [f32]) 
 #[cfg(test)]
 mod quant_tests {
     use super::*;
-    use crate::kernels::conv::testref::quantize;
+    use crate::kernels::conv::testref::{small_shape, Q8};
     use crate::kernels::conv::testutil::run_typed;
     use crate::kernels::KernelOp;
     use proptest::prelude::*;
@@ -161,38 +161,29 @@ mod quant_tests {
         /// u8 / i8 on any axis against dequantise -> f64 `x / |x|` -> requantise (scale
         /// 1/128), within 1; an all-zero vector gives the output zero point.
         #[test]
-        fn quant_within_one_of_f64(
-            shape in proptest::collection::vec(1usize..4, 1..4),
+        fn quant_normalises_within_one_of_f64(
+            shape in small_shape(),
             axis_pick in 0usize..4,
-            signed in any::<bool>(),
-            scale in 0.01f32..2.0,
-            zp_pick in 0i32..256,
+            q in Q8::arb(),
             raw in proptest::collection::vec(0i32..256, 27),
             centre in any::<bool>(),
         ) {
             let axis = axis_pick % shape.len();
             let n: usize = shape.iter().product();
-            let (dt, off, ozp) = if signed { (DType::I8, -128, 0) } else { (DType::U8, 0, 128) };
-            let zp = zp_pick + off;
+            let oq = Q8 { scale: 1.0 / 128.0, zp: q.lo() + 128, ..q };
             // Sometimes every element sits on the zero point.
-            let xs: Vec<i32> = raw[..n].iter().map(|&v| if centre { zp } else { v + off }).collect();
-            let bytes: Vec<u8> = xs.iter().map(|&v| v as u8).collect();
+            let raw: Vec<i32> = raw[..n].iter().map(|&v| if centre { q.zp - q.lo() } else { v }).collect();
+            let (xs, bytes) = q.store(&raw);
             let op = KernelOp::from(L2Normalization { axis: axis as i32 });
-            let out = run_typed(
-                &op,
-                &[(TensorType::quantized(dt, &shape, scale, zp), bytes)],
-                TensorType::quantized(dt, &shape, 1.0 / 128.0, ozp),
-            ).unwrap();
-            let real: Vec<f64> = xs.iter().map(|&v| f64::from(scale) * f64::from(v - zp)).collect();
+            let out = oq.load(&run_typed(&op, &[(q.ty(&shape), bytes)], oq.ty(&shape)).unwrap());
+            let real: Vec<f64> = xs.iter().map(|&v| q.real(v)).collect();
             let inner: usize = shape[axis + 1..].iter().product();
             let len = shape[axis];
-            for (i, &o) in out.iter().enumerate() {
-                let got = if signed { i32::from(o as i8) } else { i32::from(o) };
+            for (i, &got) in out.iter().enumerate() {
                 // The vector through element i: same outer and inner index.
                 let base = i - (i / inner % len) * inner;
                 let norm = (0..len).map(|k| real[base + k * inner].powi(2)).sum::<f64>().sqrt();
-                let y = if norm > 0.0 { real[i] / norm } else { 0.0 };
-                let want = quantize(y, 1.0 / 128.0, ozp, off, off + 255);
+                let want = oq.quantize(if norm > 0.0 { real[i] / norm } else { 0.0 });
                 prop_assert!((got - want).abs() <= 1, "{} vs {} at {}", got, want, i);
             }
         }

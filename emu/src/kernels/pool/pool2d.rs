@@ -323,7 +323,7 @@ pub(crate) fn pool_f32(p: &Pool, x: Tensor<'_>, out: TensorMut<'_>) -> Result<()
 #[cfg(test)]
 mod quant_tests {
     use super::*;
-    use crate::kernels::conv::testref::{self, quantize, to_nchw};
+    use crate::kernels::conv::testref::{self, to_nchw, Q8};
     use crate::kernels::conv::testutil::run_typed;
     use crate::kernels::KernelOp;
     use proptest::prelude::*;
@@ -383,28 +383,23 @@ mod quant_tests {
             (pt, pl) in (0u32..3, 0u32..3),
             act in 0u32..4,
             nchw in any::<bool>(),
-            signed in any::<bool>(),
-            scale in 0.01f32..0.5,
-            zp_pick in 0i32..256,
+            q in Q8::arb(),
             raw in proptest::collection::vec(0i32..256, 32),
         ) {
             // Padding smaller than the window: no window lies wholly in the padding.
             let pad = Padding { left: pl % fw, right: pl % fw, top: pt % fh, bottom: pt % fh };
             let act = [Activation::None, Activation::Relu, Activation::Relu1, Activation::Relu6][act as usize];
             let p = Pool { kind: PoolKind::Max, pad, stride_w: sw, stride_h: sh, filter_w: fw, filter_h: fh, act, nchw };
-            let (dt, off) = if signed { (DType::I8, -128) } else { (DType::U8, 0) };
-            let zp = zp_pick + off;
-            let xs: Vec<i32> = raw[..h * w * c].iter().map(|&v| v + off).collect();
+            let (xs, bytes) = q.store(&raw[..h * w * c]);
             let shape = if nchw { [1, c, h, w] } else { [1, h, w, c] };
-            let stored = if nchw { to_nchw(&xs, [1, h, w, c]) } else { xs.clone() };
-            let ty = |s: &[usize]| TensorType::quantized(dt, s, scale, zp);
+            let bytes = if nchw { to_nchw(&bytes, [1, h, w, c]) } else { bytes };
             let op = KernelOp::from(p);
-            let Ok(out) = run_typed(&op, &[(ty(&shape), stored.iter().map(|&v| v as u8).collect())], ty(&[1])) else {
+            let Ok(out) = run_typed(&op, &[(q.ty(&shape), bytes)], q.ty(&[1])) else {
                 // A window larger than the padded input: no output size, nothing to compare.
                 prop_assume!(false);
                 unreachable!()
             };
-            let out: Vec<i32> = out.iter().map(|&o| if signed { i32::from(o as i8) } else { i32::from(o) }).collect();
+            let out = q.load(&out);
             let oh = (h + 2 * pad.top as usize - fh as usize) / sh as usize + 1;
             let ow = (w + 2 * pad.left as usize - fw as usize) / sw as usize + 1;
             let out = if nchw { from_nchw(&out, [1, oh, ow, c]) } else { out };
@@ -418,11 +413,11 @@ mod quant_tests {
                                 let (y, x) = ((oy * sh as usize + ky) as i64 - i64::from(pad.top), (ox * sw as usize + kx) as i64 - i64::from(pad.left));
                                 if (0..h as i64).contains(&y) && (0..w as i64).contains(&x) {
                                     let v = xs[((y as usize) * w + x as usize) * c + ch];
-                                    m = m.max(f64::from(scale) * f64::from(v - zp));
+                                    m = m.max(q.real(v));
                                 }
                             }
                         }
-                        let want = quantize(testref::act(act, m), f64::from(scale), zp, off, off + 255);
+                        let want = q.quantize(testref::act(act, m));
                         let got = out[(oy * ow + ox) * c + ch];
                         prop_assert!((got - want).abs() <= 1, "{} vs {}", got, want);
                     }

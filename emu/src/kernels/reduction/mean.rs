@@ -193,7 +193,7 @@ pub(crate) fn mean_f32(axes: &[u32], x: Tensor<'_>, out: &mut [f32]) -> Result<(
 #[cfg(test)]
 mod quant_tests {
     use super::*;
-    use crate::kernels::conv::testref::quantize;
+    use crate::kernels::conv::testref::{small_shape, Q8};
     use crate::kernels::conv::testutil::run_typed;
     use crate::kernels::KernelOp;
     use proptest::prelude::*;
@@ -202,28 +202,19 @@ mod quant_tests {
         /// u8 / i8 MEAN over a random axis set against dequantise -> f64 mean ->
         /// requantise (the output keeps the input's quantisation), within 1.
         #[test]
-        fn quant_within_one_of_f64(
-            shape in proptest::collection::vec(1usize..4, 1..4),
+        fn quant_averages_within_one_of_f64(
+            shape in small_shape(),
             mask in 1u32..8,
             keep_dims in any::<bool>(),
-            signed in any::<bool>(),
-            scale in 0.01f32..2.0,
-            zp_pick in 0i32..256,
+            q in Q8::arb(),
             raw in proptest::collection::vec(0i32..256, 27),
         ) {
             let rank = shape.len();
             let axes: Vec<u32> = (0..rank as u32).filter(|a| mask & (1 << a) != 0).collect();
             prop_assume!(!axes.is_empty());
-            let n: usize = shape.iter().product();
-            let (dt, off) = if signed { (DType::I8, -128) } else { (DType::U8, 0) };
-            let zp = zp_pick + off;
-            let xs: Vec<i32> = raw[..n].iter().map(|&v| v + off).collect();
+            let (xs, bytes) = q.store(&raw[..shape.iter().product::<usize>()]);
             let op = KernelOp::from(Mean { axes: axes.clone(), keep_dims });
-            let out = run_typed(
-                &op,
-                &[(TensorType::quantized(dt, &shape, scale, zp), xs.iter().map(|&v| v as u8).collect())],
-                TensorType::quantized(dt, &[1], scale, zp),
-            ).unwrap();
+            let out = q.load(&run_typed(&op, &[(q.ty(&shape), bytes)], q.ty(&[1])).unwrap());
             // f64 reference: accumulate each input into its output slot (row-major over
             // the kept dimensions).
             let mut sums = vec![0f64; out.len()];
@@ -240,12 +231,11 @@ mod quant_tests {
                         slot = slot * shape[d] + idx[d];
                     }
                 }
-                sums[slot] += f64::from(scale) * f64::from(v - zp);
+                sums[slot] += q.real(v);
                 counts[slot] += 1;
             }
-            for (k, &o) in out.iter().enumerate() {
-                let got = if signed { i32::from(o as i8) } else { i32::from(o) };
-                let want = quantize(sums[k] / counts[k] as f64, f64::from(scale), zp, off, off + 255);
+            for (k, &got) in out.iter().enumerate() {
+                let want = q.quantize(sums[k] / counts[k] as f64);
                 prop_assert!((got - want).abs() <= 1, "{} vs {} at {}", got, want, k);
             }
         }
