@@ -268,3 +268,28 @@ pub fn default_check(inputs: &[&TensorType], outputs: &[&TensorType]) -> Result<
     }
     Ok(())
 }
+
+/// [`default_check`], and for a quantised (u8 / i8) input the fixed output quantisation
+/// `fixed(dtype)` returns, as some quantised operations define it (SOFTMAX, LOGISTIC, TANH,
+/// L2_NORMALIZATION): `(scale, zero_point)`, or `None` for no constraint.
+pub fn fixed_quant_check(
+    op: &'static str,
+    inputs: &[&TensorType],
+    outputs: &[&TensorType],
+    fixed: impl Fn(DType) -> Option<(f32, i32)>,
+) -> Result<()> {
+    default_check(inputs, outputs)?;
+    for o in outputs {
+        if let Some((scale, zero_point)) = fixed(o.dtype) {
+            if o.quant.scale != scale || o.quant.zero_point != zero_point {
+                return Err(KernelError::InvalidShape {
+                    op,
+                    reason: format!(
+                        "output quantisation must be scale {scale} zero point {zero_point}"
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}

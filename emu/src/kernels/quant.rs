@@ -13,12 +13,18 @@
 //!   variants (`tensorflow/lite/kernels/internal/common.h`, the default double-rounding
 //!   build).
 //!
+//! The transcendental functions of the quantised SOFTMAX, LOGISTIC, TANH and
+//! L2_NORMALIZATION (gemmlowp's fixed-point `exp`, `logistic`, `tanh`, reciprocal and
+//! TFLite's inverse square root) are in [`fixed`].
+//!
 //! Where the C++ has undefined behaviour (signed overflow, out-of-range shifts, casts of
 //! non-finite floats) each function documents the total behaviour chosen here; inside the
 //! C++ functions' defined domain the results are identical.
 
 // The engine's quantised ops are not wired in yet; these are their building blocks.
 #![allow(dead_code)]
+
+pub mod fixed;
 
 /// Errors of the quantisation helpers and of the quantised kernels.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -59,6 +65,11 @@ pub enum QuantError {
     /// A size or index computation overflowed.
     #[error("kernel geometry too large")]
     TooLarge,
+}
+
+/// A quantisation-helper error as a kernel error of `op`.
+pub(crate) fn qerr(op: &'static str) -> impl Fn(QuantError) -> crate::kernels::KernelError {
+    move |e| crate::kernels::bad_shape(op, e.to_string())
 }
 
 /// An element type of a quantised tensor: its range and conversions to and from the `i32`

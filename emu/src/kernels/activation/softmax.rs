@@ -1,14 +1,15 @@
 //! NNAPI SOFTMAX: `exp(beta*(x-max))` normalised along `axis` (negative counts from the end).
 //! float32; float16 computes in float32. Quantised u8/i8 (output scale 1/256, zero point 0
-//! / -128): the NNAPI reference uses gemmlowp's fixed-point exp; this kernel computes the
-//! same probabilities in f64 from the stored integer differences and rounds them to the
-//! output grid, which agrees within ±1 (the corpus tolerance).
+//! / -128) compute in fixed point as the NNAPI reference does (see `softmax_q`).
 //!
 //! Parameter words: beta (f32, finite, > 0), axis (i32).
 
-use crate::kernels::kernel::{enc, same_dtype, Kernel, Words};
+use crate::kernels::kernel::{enc, fixed_quant_check, same_dtype, Kernel, Words};
 use crate::kernels::layout::resolve_axis;
-use crate::kernels::quant::QuantElem;
+use crate::kernels::quant::fixed::{self, InputStage};
+use crate::kernels::quant::{
+    qerr, rounding_divide_by_pot, saturating_rounding_doubling_high_mul, QuantElem,
+};
 use crate::kernels::{bad_shape, Result, Tensor};
 use crate::tensor::{widen_f16, DType, TensorType, View, ViewMut};
 
@@ -55,21 +56,26 @@ impl Kernel for Softmax {
         Ok(vec![x.clone()])
     }
 
+    fn check_outputs(&self, inputs: &[&TensorType], outputs: &[&TensorType]) -> Result<()> {
+        fixed_quant_check(self.name(), inputs, outputs, |dt| match dt {
+            DType::U8 => Some((1.0 / 256.0, 0)),
+            DType::I8 => Some((1.0 / 256.0, -128)),
+            _ => None,
+        })
+    }
+
     fn run(&self, inputs: &[View<'_>], outputs: &mut [ViewMut<'_>]) -> Result<()> {
         let x = inputs[0];
         let axis = resolve_axis(self.name(), self.axis, x.shape().len())?;
-        let coef = f64::from(self.beta) * f64::from(x.ty.quant.scale);
-        let (oscale, ozp) = (outputs[0].ty.quant.scale, outputs[0].ty.quant.zero_point);
+        let scale = x.ty.quant.scale;
         match x.ty.dtype {
             DType::U8 => {
-                let xs: Vec<i32> = x.u8s()?.iter().map(|&v| i32::from(v)).collect();
                 let o = outputs[0].u8s_mut()?;
-                return softmax_q(coef, axis, x.shape(), &xs, oscale, ozp, o);
+                return softmax_q(self.beta, scale, axis, x.shape(), x.u8s()?, o);
             }
             DType::I8 => {
-                let xs: Vec<i32> = x.i8s()?.iter().map(|&v| i32::from(v)).collect();
                 let o = outputs[0].i8s_mut()?;
-                return softmax_q(coef, axis, x.shape(), &xs, oscale, ozp, o);
+                return softmax_q(self.beta, scale, axis, x.shape(), x.i8s()?, o);
             }
             _ => {}
         }
@@ -82,37 +88,59 @@ impl Kernel for Softmax {
     }
 }
 
-/// Quantised softmax of stored integers `xs` (`coef` = beta * input scale) along `axis`.
+/// Integer bits of the rescaled input differences (Q5.26): differences below -32 (before
+/// beta) contribute nothing.
+const SCALED_DIFF_INTEGER_BITS: i32 = 5;
+/// Integer bits of the accumulated sum of exponentials (Q12.19).
+const ACCUMULATION_INTEGER_BITS: i32 = 12;
+
+/// Quantised softmax of stored integers `xs` along `axis`, as the NNAPI reference: the
+/// differences from the row maximum are rescaled by `beta * input_scale` into Q5.26,
+/// exponentiated with gemmlowp's fixed-point `exp`, summed in Q12.19, and each exponential
+/// is multiplied by the fixed-point reciprocal of the sum and rounded to 8 fractional bits.
+/// The output's zero is the type's minimum (scale 1/256, zero point 0 / -128).
 fn softmax_q<T: QuantElem>(
-    coef: f64,
+    beta: f32,
+    input_scale: f32,
     axis: usize,
     shape: &[usize],
-    xs: &[i32],
-    oscale: f32,
-    ozp: i32,
+    xs: &[T],
     out: &mut [T],
 ) -> Result<()> {
+    let real = (f64::from(beta)
+        * f64::from(input_scale)
+        * f64::from(1u32 << (31 - SCALED_DIFF_INTEGER_BITS)))
+    .min(f64::from(i32::MAX));
+    let stage = InputStage::new(real, SCALED_DIFF_INTEGER_BITS).map_err(qerr("SOFTMAX"))?;
+    let diff_min = -stage.radius;
     let n = shape[axis];
     let inner: usize = shape[axis + 1..].iter().product();
     let outer: usize = shape[..axis].iter().product();
-    if n == 0 || inner == 0 || oscale.is_nan() || oscale <= 0.0 {
-        return Ok(());
-    }
-    let inv_scale = 1.0 / f64::from(oscale);
-    let mut e = vec![0f64; n];
+    // exp(diff) in Q0, or None for a difference too negative to count.
+    let exp_of = |diff: i32| {
+        (diff >= diff_min)
+            .then(|| fixed::exp_on_negative_values(stage.rescale(diff), SCALED_DIFF_INTEGER_BITS))
+    };
     for o in 0..outer {
         let base = o * n * inner;
         for i in 0..inner {
             let at = |k: usize| base + k * inner + i;
-            let max = (0..n).map(|k| xs[at(k)]).max().unwrap_or(0);
-            let mut sum = 0.0;
-            for (k, ek) in e.iter_mut().enumerate() {
-                *ek = (coef * f64::from(xs[at(k)] - max)).exp();
-                sum += *ek;
-            }
-            for (k, &ek) in e.iter().enumerate() {
-                let q = (ek / sum * inv_scale).round() as i32;
-                out[at(k)] = T::saturate_from_i32(q.saturating_add(ozp));
+            let max = (0..n).map(|k| xs[at(k)].to_i32()).fold(T::MIN, i32::max);
+            let sum = (0..n)
+                .filter_map(|k| exp_of(xs[at(k)].to_i32() - max))
+                .fold(0i32, |acc, e| {
+                    acc.wrapping_add(fixed::rescale(e, 0, ACCUMULATION_INTEGER_BITS))
+                });
+            let (inv_sum, bits_over_unit) = fixed::reciprocal(sum, ACCUMULATION_INTEGER_BITS);
+            for k in 0..n {
+                let q = match exp_of(xs[at(k)].to_i32() - max) {
+                    Some(e) => {
+                        let p = saturating_rounding_doubling_high_mul(inv_sum, e);
+                        rounding_divide_by_pot(p, bits_over_unit + 31 - 8).saturating_add(T::MIN)
+                    }
+                    None => T::MIN,
+                };
+                out[at(k)] = T::saturate_from_i32(q);
             }
         }
     }
@@ -172,9 +200,8 @@ mod quant_tests {
         /// The u8 kernel against dequantise -> f64 softmax -> requantise, within 1.
         #[test]
         fn u8_within_one_of_f64(xs in proptest::collection::vec(0u8..=255, 6), scale in 0.01f32..0.5) {
-            let q: Vec<i32> = xs.iter().map(|&v| i32::from(v)).collect();
             let mut out = vec![0u8; 6];
-            softmax_q(f64::from(scale), 0, &[6], &q, 1.0 / 256.0, 0, &mut out).unwrap();
+            softmax_q(1.0, scale, 0, &[6], &xs, &mut out).unwrap();
             let real: Vec<f64> = xs.iter().map(|&v| f64::from(scale) * (f64::from(v) - 128.0)).collect();
             let m = real.iter().cloned().fold(f64::MIN, f64::max);
             let s: f64 = real.iter().map(|r| (r - m).exp()).sum();

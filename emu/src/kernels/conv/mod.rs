@@ -12,7 +12,8 @@ pub mod transpose;
 use crate::kernels::qconv::{
     per_channel_multipliers, per_tensor_multiplier, PerChannel, QuantParams,
 };
-use crate::kernels::quant::{quantized_activation_range, QuantError};
+pub(crate) use crate::kernels::quant::qerr;
+use crate::kernels::quant::quantized_activation_range;
 use crate::kernels::{bad_shape, Activation, KernelError, Result};
 use crate::tensor::{DType, TensorType};
 
@@ -63,11 +64,6 @@ pub(crate) struct QStage {
     per_channel: bool,
     act_min: i32,
     act_max: i32,
-}
-
-/// A quantisation-helper error as a kernel error of `op`.
-pub(crate) fn qerr(op: &'static str) -> impl Fn(QuantError) -> KernelError {
-    move |e| bad_shape(op, e.to_string())
 }
 
 impl QStage {
@@ -273,6 +269,7 @@ pub(crate) mod testutil {
 #[cfg(test)]
 pub(crate) mod testref {
     use crate::kernels::Activation;
+    use crate::tensor::{DType, TensorType};
 
     /// The activation in the real domain.
     pub(crate) fn act(a: Activation, v: f64) -> f64 {
@@ -300,6 +297,86 @@ pub(crate) mod testref {
     /// Quantises `v` with (scale, zp) into `[lo, hi]`.
     pub(crate) fn quantize(v: f64, scale: f64, zp: i32, lo: i32, hi: i32) -> i32 {
         ((v / scale).round() as i64 + i64::from(zp)).clamp(i64::from(lo), i64::from(hi)) as i32
+    }
+
+    /// A shape of rank 1 to 3 with dimensions 1 to 3 (at most 27 elements).
+    pub(crate) fn small_shape() -> impl proptest::strategy::Strategy<Value = Vec<usize>> {
+        proptest::collection::vec(1usize..4, 1..4)
+    }
+
+    /// An 8-bit quantised test type: uint8 or int8 with a scale and a zero point.
+    #[derive(Debug, Clone, Copy)]
+    pub(crate) struct Q8 {
+        /// int8 (else uint8).
+        pub(crate) signed: bool,
+        /// The scale.
+        pub(crate) scale: f32,
+        /// The zero point, in the type's range.
+        pub(crate) zp: i32,
+    }
+
+    impl Q8 {
+        /// Any u8 / i8 type with a scale in `[0.01, 2)`.
+        pub(crate) fn arb() -> impl proptest::strategy::Strategy<Value = Q8> {
+            use proptest::prelude::*;
+            (any::<bool>(), 0.01f32..2.0, 0i32..256).prop_map(|(signed, scale, z)| Q8 {
+                signed,
+                scale,
+                zp: z + if signed { -128 } else { 0 },
+            })
+        }
+
+        /// The type's smallest value (its largest is 255 above).
+        pub(crate) fn lo(&self) -> i32 {
+            if self.signed {
+                -128
+            } else {
+                0
+            }
+        }
+
+        /// The tensor type of `shape`.
+        pub(crate) fn ty(&self, shape: &[usize]) -> TensorType {
+            let dt = if self.signed { DType::I8 } else { DType::U8 };
+            TensorType::quantized(dt, shape, self.scale, self.zp)
+        }
+
+        /// Values `0..256` moved into the type's range, and their stored bytes.
+        pub(crate) fn store(&self, raw: &[i32]) -> (Vec<i32>, Vec<u8>) {
+            let vals: Vec<i32> = raw.iter().map(|&v| v + self.lo()).collect();
+            let bytes = vals.iter().map(|&v| v as u8).collect();
+            (vals, bytes)
+        }
+
+        /// Stored bytes read back as values.
+        pub(crate) fn load(&self, bytes: &[u8]) -> Vec<i32> {
+            bytes
+                .iter()
+                .map(|&b| {
+                    if self.signed {
+                        i32::from(b as i8)
+                    } else {
+                        i32::from(b)
+                    }
+                })
+                .collect()
+        }
+
+        /// The real value of stored `q`.
+        pub(crate) fn real(&self, q: i32) -> f64 {
+            f64::from(self.scale) * f64::from(q - self.zp)
+        }
+
+        /// `v` quantised to this type, rounded and clamped.
+        pub(crate) fn quantize(&self, v: f64) -> i32 {
+            quantize(
+                v,
+                f64::from(self.scale),
+                self.zp,
+                self.lo(),
+                self.lo() + 255,
+            )
+        }
     }
 }
 

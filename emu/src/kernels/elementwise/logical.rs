@@ -197,3 +197,112 @@ impl Kernel for Logical {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::conv::testref::quantize;
+    use crate::kernels::conv::testutil::run_typed;
+    use crate::kernels::KernelOp;
+    use proptest::prelude::*;
+
+    /// Runs `kind` on typed inputs (raw bytes), the output typed `out`.
+    fn run(kind: LogicalKind, ins: &[(TensorType, Vec<u8>)], out: TensorType) -> Vec<u8> {
+        run_typed(&KernelOp::from(Logical { kind }), ins, out).unwrap()
+    }
+
+    /// A 2-D shape `[h, w]` and a broadcast partner (each dimension kept or 1).
+    fn broadcast_pair() -> impl Strategy<Value = ([usize; 2], [usize; 2])> {
+        (1usize..4, 1usize..4, any::<bool>(), any::<bool>())
+            .prop_map(|(h, w, bh, bw)| ([h, w], [if bh { 1 } else { h }, if bw { 1 } else { w }]))
+    }
+
+    proptest! {
+        /// AND / OR against the truth table on broadcast operands (any non-zero byte is
+        /// true; the output is 0 / 1), either operand order.
+        #[test]
+        fn and_or_match_truth_table(
+            (full, part) in broadcast_pair(),
+            swap in any::<bool>(),
+            and in any::<bool>(),
+            bytes in proptest::collection::vec(0u8..3, 18),
+        ) {
+            let (sa, sb) = if swap { (part, full) } else { (full, part) };
+            let (na, nb) = (sa[0] * sa[1], sb[0] * sb[1]);
+            let (a, b) = (bytes[..na].to_vec(), bytes[9..9 + nb].to_vec());
+            let kind = if and { LogicalKind::And } else { LogicalKind::Or };
+            let ty = |s: [usize; 2]| TensorType::new(DType::Bool8, &s);
+            let out = run(kind, &[(ty(sa), a.clone()), (ty(sb), b.clone())], ty(full));
+            let at = |s: [usize; 2], i: usize, j: usize| (i % s[0]) * s[1] + j % s[1];
+            for i in 0..full[0] {
+                for j in 0..full[1] {
+                    let (p, q) = (a[at(sa, i, j)] != 0, b[at(sb, i, j)] != 0);
+                    let want = if and { p && q } else { p || q };
+                    prop_assert_eq!(out[i * full[1] + j], u8::from(want));
+                }
+            }
+        }
+
+        /// NOT flips truth and normalises to 0 / 1.
+        #[test]
+        fn not_flips(bytes in proptest::collection::vec(0u8..3, 1..12)) {
+            let ty = TensorType::new(DType::Bool8, &[bytes.len()]);
+            let out = run(LogicalKind::Not, &[(ty.clone(), bytes.clone())], ty);
+            for (o, b) in out.iter().zip(&bytes) {
+                prop_assert_eq!(*o, u8::from(*b == 0));
+            }
+        }
+
+        /// int32 SELECT copies the chosen element exactly.
+        #[test]
+        fn select_i32_exact(
+            c in proptest::collection::vec(0u8..2, 6),
+            a in proptest::collection::vec(any::<i32>(), 6),
+            b in proptest::collection::vec(any::<i32>(), 6),
+        ) {
+            let ty = TensorType::new(DType::I32, &[2, 3]);
+            let bytes = |v: &[i32]| v.iter().flat_map(|x| x.to_ne_bytes()).collect::<Vec<u8>>();
+            let out = run(
+                LogicalKind::Select,
+                &[(TensorType::new(DType::Bool8, &[2, 3]), c.clone()), (ty.clone(), bytes(&a)), (ty.clone(), bytes(&b))],
+                ty,
+            );
+            for (i, o) in out.chunks_exact(4).enumerate() {
+                let got = i32::from_ne_bytes([o[0], o[1], o[2], o[3]]);
+                prop_assert_eq!(got, if c[i] != 0 { a[i] } else { b[i] });
+            }
+        }
+
+        /// uint8 SELECT against dequantise -> pick -> requantise: within 1, and exact when
+        /// the chosen input has the output's quantisation.
+        #[test]
+        fn select_u8_requantises(
+            c in proptest::collection::vec(0u8..2, 6),
+            a in proptest::collection::vec(any::<u8>(), 6),
+            b in proptest::collection::vec(any::<u8>(), 6),
+            (sa, za) in (0.01f32..2.0, 0i32..256),
+            (sb, zb) in (0.01f32..2.0, 0i32..256),
+            (so, zo) in (0.01f32..2.0, 0i32..256),
+            same in any::<bool>(),
+        ) {
+            let (so, zo) = if same { (sa, za) } else { (so, zo) };
+            let q = |s, z| TensorType::quantized(DType::U8, &[6], s, z);
+            let out = run(
+                LogicalKind::Select,
+                &[(TensorType::new(DType::Bool8, &[6]), c.clone()), (q(sa, za), a.clone()), (q(sb, zb), b.clone())],
+                q(so, zo),
+            );
+            for i in 0..6 {
+                let (v, s, z) = if c[i] != 0 { (a[i], sa, za) } else { (b[i], sb, zb) };
+                let real = f64::from(s) * f64::from(i32::from(v) - z);
+                let want = quantize(real, f64::from(so), zo, 0, 255);
+                let diff = (i32::from(out[i]) - want).abs();
+                if same && c[i] != 0 {
+                    prop_assert_eq!(diff, 0, "{} vs {}", out[i], want);
+                } else {
+                    prop_assert!(diff <= 1, "{} vs {}", out[i], want);
+                }
+            }
+        }
+    }
+}

@@ -5,13 +5,16 @@
 //! quantisation (as the NNAPI reference: no requantisation, the output keeps the input's
 //! parameters). Quantised LOGISTIC / TANH require the HAL's fixed output quantisation
 //! (logistic 1/256 with zero point 0 (u8) / -128 (i8), tanh 1/128 with 128 / 0); they
-//! evaluate the function on the dequantised input in f64 and round to nearest, which is
-//! within 1 of the reference's gemmlowp fixed-point evaluation.
+//! compute as the NNAPI reference (TFLite's uint8 `optimized_ops` and int8
+//! `reference_integer_ops` kernels): the input difference is rescaled to a Q4.27 number,
+//! gemmlowp's fixed-point `logistic` / `tanh` gives a Q0.31 result, which is rounded to the
+//! output grid; differences beyond the Q4 range saturate.
 //!
 //! Parameter words: kind (Relu 0, Relu1 1, Relu6 2, Logistic 3, Tanh 4, Floor 5).
 
-use crate::kernels::kernel::{same_dtype, Kernel, Words};
-use crate::kernels::quant::{quantized_activation_range, QuantElem};
+use crate::kernels::kernel::{fixed_quant_check, same_dtype, Kernel, Words};
+use crate::kernels::quant::fixed::{self, InputStage};
+use crate::kernels::quant::{qerr, quantized_activation_range, rounding_divide_by_pot, QuantElem};
 use crate::kernels::{clamp_nan, KernelError, Result};
 use crate::tensor::{widen_f16, DType, TensorType, View, ViewMut};
 
@@ -71,13 +74,7 @@ pub(crate) fn unary_f32(kind: UnaryKind, x: &[f32], out: &mut [f32]) {
 
 impl Unary {
     /// The quantised forms (see the module documentation).
-    fn run_quant<T: QuantElem>(
-        &self,
-        it: &TensorType,
-        ot: &TensorType,
-        x: &[T],
-        out: &mut [T],
-    ) -> Result<()> {
+    fn run_quant<T: QuantElem>(&self, it: &TensorType, x: &[T], out: &mut [T]) -> Result<()> {
         let (s, zp) = (it.quant.scale, it.quant.zero_point);
         let act = match self.kind {
             UnaryKind::Relu => Some(1),
@@ -92,9 +89,18 @@ impl Unary {
             }
             return Ok(());
         }
-        let f: fn(f64) -> f64 = match self.kind {
-            UnaryKind::Logistic => |v| 1.0 / (1.0 + (-v).exp()),
-            UnaryKind::Tanh => f64::tanh,
+        // The reference's input stage: 4 integer bits (|x| < 16).
+        const INPUT_INTEGER_BITS: i32 = 4;
+        let stage = InputStage::new(
+            f64::from(s) * f64::from(1u32 << (31 - INPUT_INTEGER_BITS)),
+            INPUT_INTEGER_BITS,
+        )
+        .map_err(qerr(self.name()))?;
+        // The Q0 result to the output grid: logistic has 8 fractional bits and the zero at
+        // the type's minimum, tanh 7 fractional bits and the zero 128 above the minimum.
+        let (f, right_shift, offset): (fn(i32, i32) -> i32, i32, i32) = match self.kind {
+            UnaryKind::Logistic => (fixed::logistic, 23, T::MIN),
+            UnaryKind::Tanh => (fixed::tanh, 24, T::MIN + 128),
             _ => {
                 return Err(KernelError::UnsupportedDType {
                     op: self.name(),
@@ -102,12 +108,17 @@ impl Unary {
                 })
             }
         };
-        let (os, ozp) = (f64::from(ot.quant.scale), ot.quant.zero_point);
         for (o, &v) in out.iter_mut().zip(x) {
-            let real = f64::from(s) * f64::from(v.to_i32() - zp);
-            // |f| <= 1 and the scale is at least 1/256, so the cast cannot overflow.
-            let q = (f(real) / os).round() as i32;
-            *o = T::saturate_from_i32(q.saturating_add(ozp));
+            let centred = v.to_i32() - zp;
+            *o = if centred <= -stage.radius {
+                T::saturate_from_i32(T::MIN)
+            } else if centred >= stage.radius {
+                T::saturate_from_i32(T::MAX)
+            } else {
+                let q0 = f(stage.rescale(centred), INPUT_INTEGER_BITS);
+                // The reference clamps a rounded 1.0 (256 for logistic) to the maximum.
+                T::saturate_from_i32(rounding_divide_by_pot(q0, right_shift) + offset)
+            };
         }
         Ok(())
     }
@@ -141,32 +152,15 @@ impl Kernel for Unary {
     }
 
     fn check_outputs(&self, inputs: &[&TensorType], outputs: &[&TensorType]) -> Result<()> {
+        let kind = self.kind;
+        fixed_quant_check(self.name(), inputs, outputs, |dt| match (kind, dt) {
+            (UnaryKind::Logistic, DType::U8) => Some((1.0 / 256.0, 0)),
+            (UnaryKind::Logistic, DType::I8) => Some((1.0 / 256.0, -128)),
+            (UnaryKind::Tanh, DType::U8) => Some((1.0 / 128.0, 128)),
+            (UnaryKind::Tanh, DType::I8) => Some((1.0 / 128.0, 0)),
+            _ => None,
+        })?;
         let dt = inputs[0].dtype;
-        for o in outputs {
-            if o.dtype != dt {
-                return Err(KernelError::DType {
-                    expected: dt,
-                    got: o.dtype,
-                });
-            }
-            let fixed = match (self.kind, dt) {
-                (UnaryKind::Logistic, DType::U8) => Some((1.0 / 256.0, 0)),
-                (UnaryKind::Logistic, DType::I8) => Some((1.0 / 256.0, -128)),
-                (UnaryKind::Tanh, DType::U8) => Some((1.0 / 128.0, 128)),
-                (UnaryKind::Tanh, DType::I8) => Some((1.0 / 128.0, 0)),
-                _ => None,
-            };
-            if let Some((scale, zp)) = fixed {
-                if o.quant.scale != scale || o.quant.zero_point != zp {
-                    return Err(KernelError::InvalidShape {
-                        op: self.name(),
-                        reason: format!(
-                            "output quantisation must be scale {scale} zero point {zp}"
-                        ),
-                    });
-                }
-            }
-        }
         if matches!(dt, DType::U8 | DType::I8)
             && !(inputs[0].quant.scale > 0.0 && inputs[0].quant.scale.is_finite())
         {
@@ -181,14 +175,12 @@ impl Kernel for Unary {
     fn run(&self, inputs: &[View<'_>], outputs: &mut [ViewMut<'_>]) -> Result<()> {
         match inputs[0].ty.dtype {
             DType::U8 => {
-                let (it, ot) = (inputs[0].ty, outputs[0].ty);
                 let x = inputs[0].u8s()?;
-                return self.run_quant(it, ot, x, outputs[0].u8s_mut()?);
+                return self.run_quant(inputs[0].ty, x, outputs[0].u8s_mut()?);
             }
             DType::I8 => {
-                let (it, ot) = (inputs[0].ty, outputs[0].ty);
                 let x = inputs[0].i8s()?;
-                return self.run_quant(it, ot, x, outputs[0].i8s_mut()?);
+                return self.run_quant(inputs[0].ty, x, outputs[0].i8s_mut()?);
             }
             _ => {}
         }
@@ -222,7 +214,7 @@ mod tests {
             };
             k.check_outputs(&[&it], &[&ot]).unwrap();
             let mut out = vec![0u8; x.len()];
-            k.run_quant(&it, &ot, &x, &mut out).unwrap();
+            k.run_quant(&it, &x, &mut out).unwrap();
             for (i, (&v, &o)) in x.iter().zip(&out).enumerate() {
                 let real = f64::from(s) * f64::from(i32::from(v) - zp);
                 let f = match kind {

@@ -211,3 +211,72 @@ pub(crate) fn resize_bilinear_f32(
         Ok(())
     })
 }
+
+#[cfg(test)]
+mod quant_tests {
+    use super::*;
+    use crate::kernels::conv::testref::Q8;
+    use crate::kernels::conv::testutil::run_typed;
+    use crate::kernels::KernelOp;
+    use proptest::prelude::*;
+
+    /// TFLite's source coordinate of output index `d` and its clamped neighbours, in f64.
+    fn source(
+        d: usize,
+        input: usize,
+        output: usize,
+        align: bool,
+        half: bool,
+    ) -> (f64, usize, usize) {
+        let scale = if align && output > 1 {
+            (input - 1) as f64 / (output - 1) as f64
+        } else {
+            input as f64 / output as f64
+        };
+        let v = if half {
+            (d as f64 + 0.5) * scale - 0.5
+        } else {
+            d as f64 * scale
+        };
+        let lo = (v.floor().max(0.0) as usize).min(input - 1);
+        let hi = (v.ceil().max(0.0) as usize).min(input - 1);
+        (v, lo, hi)
+    }
+
+    proptest! {
+        /// u8 / i8 NHWC against dequantise -> f64 interpolation -> requantise (the output
+        /// keeps the input's quantisation), within 1.
+        #[test]
+        fn quant_interpolates_within_one_of_f64(
+            (h, w, c) in (1usize..4, 1usize..4, 1usize..3),
+            (oh, ow) in (1u32..7, 1u32..7),
+            mode in 0u8..3,
+            q in Q8::arb(),
+            raw in proptest::collection::vec(0i32..256, 18),
+        ) {
+            let (align, half) = (mode == 1, mode == 2);
+            let (xs, bytes) = q.store(&raw[..h * w * c]);
+            let op = KernelOp::from(ResizeBilinear { out_h: oh, out_w: ow, align_corners: align, half_pixel_centers: half, nchw: false });
+            let out = q.load(&run_typed(&op, &[(q.ty(&[1, h, w, c]), bytes)], q.ty(&[1])).unwrap());
+            let (oh, ow) = (oh as usize, ow as usize);
+            prop_assert_eq!(out.len(), oh * ow * c);
+            let real = |y: usize, x: usize, ch: usize| q.real(xs[(y * w + x) * c + ch]);
+            for oy in 0..oh {
+                let (fy, y0, y1) = source(oy, h, oh, align, half);
+                let dy = fy - y0 as f64;
+                for ox in 0..ow {
+                    let (fx, x0, x1) = source(ox, w, ow, align, half);
+                    let dx = fx - x0 as f64;
+                    for ch in 0..c {
+                        let v = real(y0, x0, ch) * (1.0 - dy) * (1.0 - dx)
+                            + real(y1, x0, ch) * dy * (1.0 - dx)
+                            + real(y0, x1, ch) * (1.0 - dy) * dx
+                            + real(y1, x1, ch) * dy * dx;
+                        let (want, got) = (q.quantize(v), out[(oy * ow + ox) * c + ch]);
+                        prop_assert!((got - want).abs() <= 1, "{} vs {}", got, want);
+                    }
+                }
+            }
+        }
+    }
+}

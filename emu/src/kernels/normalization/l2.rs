@@ -2,15 +2,18 @@
 //! kernel, which NNAPI uses for the last axis; NNAPI's own loop for other axes omits the
 //! epsilon, which only differs for an all-zero vector, where it would give NaN).
 //! float32; float16 computes in float32. Quantised u8/i8 (output scale 1/128, zero point
-//! 128 / 0): the integer differences from the input zero point are normalised; the
-//! reference does this with a fixed-point inverse square root, here the exact quotient is
-//! computed in f64 and rounded, which agrees within ±1 (the corpus tolerance).
+//! 128 / 0): the integer differences from the input zero point are normalised in fixed
+//! point as the NNAPI reference does (see `l2_q`).
 //!
 //! Parameter words: axis (i32).
 
-use crate::kernels::kernel::{enc, same_dtype, Kernel, Words};
+use crate::kernels::kernel::{enc, fixed_quant_check, same_dtype, Kernel, Words};
 use crate::kernels::layout::resolve_axis;
-use crate::kernels::quant::QuantElem;
+use crate::kernels::quant::fixed;
+use crate::kernels::quant::{
+    multiply_by_quantized_multiplier, multiply_by_quantized_multiplier_smaller_than_one_exp,
+    QuantElem,
+};
 use crate::kernels::{bad_shape, Result, Tensor};
 use crate::tensor::{widen_f16, DType, TensorType, View, ViewMut};
 
@@ -50,22 +53,25 @@ impl Kernel for L2Normalization {
         Ok(vec![x.clone()])
     }
 
+    fn check_outputs(&self, inputs: &[&TensorType], outputs: &[&TensorType]) -> Result<()> {
+        fixed_quant_check(self.name(), inputs, outputs, |dt| match dt {
+            DType::U8 => Some((1.0 / 128.0, 128)),
+            DType::I8 => Some((1.0 / 128.0, 0)),
+            _ => None,
+        })
+    }
+
     fn run(&self, inputs: &[View<'_>], outputs: &mut [ViewMut<'_>]) -> Result<()> {
         let x = inputs[0];
         let axis = resolve_axis(self.name(), self.axis, x.shape().len())?;
         let zp = x.ty.quant.zero_point;
-        let (oscale, ozp) = (outputs[0].ty.quant.scale, outputs[0].ty.quant.zero_point);
         match x.ty.dtype {
             DType::U8 => {
-                let xs: Vec<i32> = x.u8s()?.iter().map(|&v| i32::from(v) - zp).collect();
-                let o = outputs[0].u8s_mut()?;
-                l2_q(axis, x.shape(), &xs, oscale, ozp, o);
+                l2_q(axis, x.shape(), x.u8s()?, zp, outputs[0].u8s_mut()?);
                 return Ok(());
             }
             DType::I8 => {
-                let xs: Vec<i32> = x.i8s()?.iter().map(|&v| i32::from(v) - zp).collect();
-                let o = outputs[0].i8s_mut()?;
-                l2_q(axis, x.shape(), &xs, oscale, ozp, o);
+                l2_q(axis, x.shape(), x.i8s()?, zp, outputs[0].i8s_mut()?);
                 return Ok(());
             }
             _ => {}
@@ -79,38 +85,40 @@ impl Kernel for L2Normalization {
     }
 }
 
-/// Quantised L2 normalisation of zero-point-free integers `xs` along `axis`.
-fn l2_q<T: QuantElem>(
-    axis: usize,
-    shape: &[usize],
-    xs: &[i32],
-    oscale: f32,
-    ozp: i32,
-    out: &mut [T],
-) {
+/// Quantised L2 normalisation of `xs` (zero point `zp`) along `axis`, as the NNAPI
+/// reference: the sum of squared differences gets a fixed-point inverse square root
+/// (TFLite's `GetInvSqrtQuantizedMultiplierExp`), by which each difference is multiplied
+/// into the output grid (scale 1/128, zero point 128 for u8, 0 for i8).
+///
+/// The reference has two roundings: uint8 on any axis and int8 off the last axis multiply
+/// `128 * diff` and shift right; int8 on the last axis (TFLite's integer kernel) folds the
+/// `* 128` into the shift of one `MultiplyByQuantizedMultiplier`.
+fn l2_q<T: QuantElem>(axis: usize, shape: &[usize], xs: &[T], zp: i32, out: &mut [T]) {
+    /// The output's 7 fractional bits (scale 1/128).
+    const OUTPUT_SHIFT: i32 = 7;
     let n = shape[axis];
     let inner: usize = shape[axis + 1..].iter().product();
     let outer: usize = shape[..axis].iter().product();
-    let inv_scale = if oscale > 0.0 {
-        1.0 / f64::from(oscale)
-    } else {
-        0.0
-    };
+    let out_zp = T::MIN + 128;
+    let folded_shift = T::MIN < 0 && axis + 1 == shape.len();
     for o in 0..outer {
         let base = o * n * inner;
         for i in 0..inner {
-            let sum: f64 = (0..n)
-                .map(|k| f64::from(xs[base + k * inner + i]).powi(2))
-                .sum();
-            let norm = sum.sqrt();
+            let at = |k: usize| base + k * inner + i;
+            let diff = |k: usize| xs[at(k)].to_i32() - zp;
+            let sum = (0..n).fold(0i32, |acc, k| acc.wrapping_add(diff(k) * diff(k)));
+            let (inv, shift) = fixed::inv_sqrt_quantized_multiplier_exp(sum, -1);
             for k in 0..n {
-                let at = base + k * inner + i;
-                let v = if norm > 0.0 {
-                    (f64::from(xs[at]) / norm * inv_scale).round() as i32
+                let scaled = if folded_shift {
+                    multiply_by_quantized_multiplier(diff(k), inv, shift + OUTPUT_SHIFT)
                 } else {
-                    0
+                    multiply_by_quantized_multiplier_smaller_than_one_exp(
+                        diff(k) << OUTPUT_SHIFT,
+                        inv,
+                        shift,
+                    )
                 };
-                out[at] = T::saturate_from_i32(v.saturating_add(ozp));
+                out[at(k)] = T::saturate_from_i32(scaled + out_zp);
             }
         }
     }
@@ -136,6 +144,47 @@ pub(crate) fn l2_normalization_f32(axis: usize, x: Tensor<'_>, out: &mut [f32]) 
             for k in 0..n {
                 let at = base + k * inner + i;
                 out[at] = x.data[at] / norm;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod quant_tests {
+    use super::*;
+    use crate::kernels::conv::testref::{small_shape, Q8};
+    use crate::kernels::conv::testutil::run_typed;
+    use crate::kernels::KernelOp;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// u8 / i8 on any axis against dequantise -> f64 `x / |x|` -> requantise (scale
+        /// 1/128), within 1; an all-zero vector gives the output zero point.
+        #[test]
+        fn quant_normalises_within_one_of_f64(
+            shape in small_shape(),
+            axis_pick in 0usize..4,
+            q in Q8::arb(),
+            raw in proptest::collection::vec(0i32..256, 27),
+            centre in any::<bool>(),
+        ) {
+            let axis = axis_pick % shape.len();
+            let n: usize = shape.iter().product();
+            let oq = Q8 { scale: 1.0 / 128.0, zp: q.lo() + 128, ..q };
+            // Sometimes every element sits on the zero point.
+            let raw: Vec<i32> = raw[..n].iter().map(|&v| if centre { q.zp - q.lo() } else { v }).collect();
+            let (xs, bytes) = q.store(&raw);
+            let op = KernelOp::from(L2Normalization { axis: axis as i32 });
+            let out = oq.load(&run_typed(&op, &[(q.ty(&shape), bytes)], oq.ty(&shape)).unwrap());
+            let real: Vec<f64> = xs.iter().map(|&v| q.real(v)).collect();
+            let inner: usize = shape[axis + 1..].iter().product();
+            let len = shape[axis];
+            for (i, &got) in out.iter().enumerate() {
+                // The vector through element i: same outer and inner index.
+                let base = i - (i / inner % len) * inner;
+                let norm = (0..len).map(|k| real[base + k * inner].powi(2)).sum::<f64>().sqrt();
+                let want = oq.quantize(if norm > 0.0 { real[i] / norm } else { 0.0 });
+                prop_assert!((got - want).abs() <= 1, "{} vs {} at {}", got, want, i);
             }
         }
     }

@@ -323,7 +323,23 @@ pub(crate) fn pool_f32(p: &Pool, x: Tensor<'_>, out: TensorMut<'_>) -> Result<()
 #[cfg(test)]
 mod quant_tests {
     use super::*;
+    use crate::kernels::conv::testref::{self, to_nchw, Q8};
+    use crate::kernels::conv::testutil::run_typed;
+    use crate::kernels::KernelOp;
     use proptest::prelude::*;
+
+    /// NCHW `[n,c,h,w]` (dimensions given as NHWC) back to NHWC.
+    fn from_nchw<T: Copy>(v: &[T], [n, h, w, c]: [usize; 4]) -> Vec<T> {
+        let mut out = Vec::with_capacity(v.len());
+        for b in 0..n {
+            for p in 0..h * w {
+                for ch in 0..c {
+                    out.push(v[(b * c + ch) * h * w + p]);
+                }
+            }
+        }
+        out
+    }
 
     proptest! {
         /// u8 average pooling against the f64 mean of the stored values, within 1.
@@ -354,6 +370,57 @@ mod quant_tests {
                     }
                     let want = s / f64::from(f * f);
                     prop_assert!((f64::from(out[oy * o + ox]) - want).abs() <= 1.0);
+                }
+            }
+        }
+
+        /// u8 / i8 MAX_POOL_2D (padding, strides, fused activation, NHWC or NCHW)
+        /// against dequantise -> f64 max and activation -> requantise, within 1.
+        #[test]
+        fn quant_max_within_one_of_f64(
+            (h, w, c) in (1usize..5, 1usize..5, 1usize..3),
+            (fh, fw, sh, sw) in (1u32..4, 1u32..4, 1u32..3, 1u32..3),
+            (pt, pl) in (0u32..3, 0u32..3),
+            act in 0u32..4,
+            nchw in any::<bool>(),
+            q in Q8::arb(),
+            raw in proptest::collection::vec(0i32..256, 32),
+        ) {
+            // Padding smaller than the window: no window lies wholly in the padding.
+            let pad = Padding { left: pl % fw, right: pl % fw, top: pt % fh, bottom: pt % fh };
+            let act = [Activation::None, Activation::Relu, Activation::Relu1, Activation::Relu6][act as usize];
+            let p = Pool { kind: PoolKind::Max, pad, stride_w: sw, stride_h: sh, filter_w: fw, filter_h: fh, act, nchw };
+            let (xs, bytes) = q.store(&raw[..h * w * c]);
+            let shape = if nchw { [1, c, h, w] } else { [1, h, w, c] };
+            let bytes = if nchw { to_nchw(&bytes, [1, h, w, c]) } else { bytes };
+            let op = KernelOp::from(p);
+            let Ok(out) = run_typed(&op, &[(q.ty(&shape), bytes)], q.ty(&[1])) else {
+                // A window larger than the padded input: no output size, nothing to compare.
+                prop_assume!(false);
+                unreachable!()
+            };
+            let out = q.load(&out);
+            let oh = (h + 2 * pad.top as usize - fh as usize) / sh as usize + 1;
+            let ow = (w + 2 * pad.left as usize - fw as usize) / sw as usize + 1;
+            let out = if nchw { from_nchw(&out, [1, oh, ow, c]) } else { out };
+            prop_assert_eq!(out.len(), oh * ow * c);
+            for oy in 0..oh {
+                for ox in 0..ow {
+                    for ch in 0..c {
+                        let mut m = f64::MIN;
+                        for ky in 0..fh as usize {
+                            for kx in 0..fw as usize {
+                                let (y, x) = ((oy * sh as usize + ky) as i64 - i64::from(pad.top), (ox * sw as usize + kx) as i64 - i64::from(pad.left));
+                                if (0..h as i64).contains(&y) && (0..w as i64).contains(&x) {
+                                    let v = xs[((y as usize) * w + x as usize) * c + ch];
+                                    m = m.max(q.real(v));
+                                }
+                            }
+                        }
+                        let want = q.quantize(testref::act(act, m));
+                        let got = out[(oy * ow + ox) * c + ch];
+                        prop_assert!((got - want).abs() <= 1, "{} vs {}", got, want);
+                    }
                 }
             }
         }

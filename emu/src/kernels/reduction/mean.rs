@@ -189,3 +189,55 @@ pub(crate) fn mean_f32(axes: &[u32], x: Tensor<'_>, out: &mut [f32]) -> Result<(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod quant_tests {
+    use super::*;
+    use crate::kernels::conv::testref::{small_shape, Q8};
+    use crate::kernels::conv::testutil::run_typed;
+    use crate::kernels::KernelOp;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// u8 / i8 MEAN over a random axis set against dequantise -> f64 mean ->
+        /// requantise (the output keeps the input's quantisation), within 1.
+        #[test]
+        fn quant_averages_within_one_of_f64(
+            shape in small_shape(),
+            mask in 1u32..8,
+            keep_dims in any::<bool>(),
+            q in Q8::arb(),
+            raw in proptest::collection::vec(0i32..256, 27),
+        ) {
+            let rank = shape.len();
+            let axes: Vec<u32> = (0..rank as u32).filter(|a| mask & (1 << a) != 0).collect();
+            prop_assume!(!axes.is_empty());
+            let (xs, bytes) = q.store(&raw[..shape.iter().product::<usize>()]);
+            let op = KernelOp::from(Mean { axes: axes.clone(), keep_dims });
+            let out = q.load(&run_typed(&op, &[(q.ty(&shape), bytes)], q.ty(&[1])).unwrap());
+            // f64 reference: accumulate each input into its output slot (row-major over
+            // the kept dimensions).
+            let mut sums = vec![0f64; out.len()];
+            let mut counts = vec![0usize; out.len()];
+            for (i, &v) in xs.iter().enumerate() {
+                let (mut rem, mut slot) = (i, 0usize);
+                let mut idx = vec![0usize; rank];
+                for d in (0..rank).rev() {
+                    idx[d] = rem % shape[d];
+                    rem /= shape[d];
+                }
+                for d in 0..rank {
+                    if !axes.contains(&(d as u32)) {
+                        slot = slot * shape[d] + idx[d];
+                    }
+                }
+                sums[slot] += q.real(v);
+                counts[slot] += 1;
+            }
+            for (k, &got) in out.iter().enumerate() {
+                let want = q.quantize(sums[k] / counts[k] as f64);
+                prop_assert!((got - want).abs() <= 1, "{} vs {} at {}", got, want, k);
+            }
+        }
+    }
+}
