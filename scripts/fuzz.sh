@@ -5,6 +5,16 @@ set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
 secs=${1:-60}
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz
+# Targets that read conformance-case lines start from real cases (one per file).
+for t in corpus_case prepare_execute; do
+  dir="corpus/$t"
+  if [ ! -d "$dir" ] || [ -z "$(ls -A "$dir")" ]; then
+    mkdir -p "$dir"
+    for f in ../conformance/V1_*.jsonl.gz; do
+      zcat "$f" | awk 'NR % 25 == 1' | head -100 | split -l 1 - "$dir/$(basename "$f" .jsonl.gz)-"
+    done
+  fi
+done
 for t in $(RUSTC_BOOTSTRAP=1 cargo fuzz list); do
   echo "== $t ($secs s)"
   RUSTC_BOOTSTRAP=1 cargo fuzz run "$t" -- -max_total_time="$secs"

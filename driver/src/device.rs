@@ -198,6 +198,12 @@ impl VnpuDevice {
         &self.config
     }
 
+    /// Jobs of this device's workers (preparations, asynchronous executions) that
+    /// panicked: each was answered with GENERAL_FAILURE, and each is a bug to fix.
+    pub fn worker_panics(&self) -> usize {
+        self.prepare.panics() + self.executions.panics()
+    }
+
     /// Prepared models alive on this device.
     pub fn prepared_models(&self) -> usize {
         self.models.live.load(Ordering::Acquire)

@@ -430,3 +430,122 @@ fn fault_soak() {
     assert!(ok > N * 9 / 10, "{ok} of {N} ran clean");
     assert_eq!(dev.get_status(), DeviceStatus::Available);
 }
+
+/// What the `prepare_execute` fuzz target does, as a property over mutated corpus models:
+/// a dimension or a constant's bytes changed at random, the model is prepared and (if
+/// that works) executed. Every outcome is a status: no panic in a worker (the guards
+/// would turn one into GENERAL_FAILURE, so their count is checked) or in the caller.
+mod mutated_models {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn seeds() -> &'static [TestCase] {
+        static SEEDS: std::sync::OnceLock<Vec<TestCase>> = std::sync::OnceLock::new();
+        SEEDS.get_or_init(|| {
+            [
+                "conv_float",
+                "depthwise_conv2d_float",
+                "avg_pool_float_1",
+                "add",
+                "resize_bilinear",
+                "fully_connected_float",
+                "l2_normalization",
+                "concat_float_1",
+                "reshape",
+            ]
+            .iter()
+            .filter_map(|n| lookup(&default_corpus(), n).ok())
+            .collect()
+        })
+    }
+
+    #[derive(Debug, Clone)]
+    enum Mutation {
+        Dimension {
+            operand: usize,
+            dim: usize,
+            value: u32,
+        },
+        ConstantWord {
+            offset: usize,
+            value: i32,
+        },
+    }
+
+    fn mutation() -> impl Strategy<Value = Mutation> {
+        let value = prop_oneof![Just(0u32), Just(1), 2u32..70, Just(u32::MAX), Just(1 << 16)];
+        let word = prop_oneof![
+            Just(0i32),
+            Just(-1),
+            Just(i32::MIN),
+            Just(i32::MAX),
+            -4i32..70
+        ];
+        prop_oneof![
+            (any::<usize>(), any::<usize>(), value).prop_map(|(operand, dim, value)| {
+                Mutation::Dimension {
+                    operand,
+                    dim,
+                    value,
+                }
+            }),
+            (any::<usize>(), word)
+                .prop_map(|(offset, value)| Mutation::ConstantWord { offset, value }),
+        ]
+    }
+
+    fn apply(case: &mut TestCase, m: &Mutation) {
+        let model = &mut case.model;
+        match *m {
+            Mutation::Dimension {
+                operand,
+                dim,
+                value,
+            } => {
+                let n = model.main.operands.len();
+                let dims = &mut model.main.operands[operand % n].dimensions;
+                if !dims.is_empty() {
+                    let k = dim % dims.len();
+                    dims[k] = value;
+                }
+            }
+            Mutation::ConstantWord { offset, value } => {
+                let values = &mut model.operand_values;
+                if values.len() >= 4 {
+                    let at = (offset % (values.len() / 4)) * 4;
+                    values[at..at + 4].copy_from_slice(&value.to_le_bytes());
+                }
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(96))]
+        #[test]
+        fn mutated_models_prepare_and_execute_without_panics(
+            seed in any::<usize>(),
+            mutations in proptest::collection::vec(mutation(), 1..4),
+        ) {
+            let _serial = serial();
+            let dev = shared_device();
+            let mut case = seeds()[seed % seeds().len()].clone();
+            for m in &mutations {
+                apply(&mut case, m);
+            }
+            let (status, prepared) = prepare_on(dev, &case);
+            prop_assert_eq!(dev.worker_panics(), 0);
+            if let (ErrorStatus::None, Some(prepared)) = (status, prepared) {
+                if let Ok((request, _, _)) = case.make_request() {
+                    let _ = execute(&prepared, &request, Mode::Sync, MeasureTiming::NO);
+                    let _ = execute(&prepared, &request, Mode::Async, MeasureTiming::NO);
+                    prop_assert_eq!(dev.worker_panics(), 0);
+                }
+            }
+        }
+    }
+
+    fn shared_device() -> &'static Arc<VnpuDevice> {
+        static DEV: std::sync::OnceLock<Arc<VnpuDevice>> = std::sync::OnceLock::new();
+        DEV.get_or_init(|| device_with(FaultPlan::default(), DriverFaults::default()))
+    }
+}
