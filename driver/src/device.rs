@@ -8,6 +8,7 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use vnpu_emu::DeviceConfig;
 
+use crate::cache::{self, Cache, CacheConfig};
 use crate::compile;
 use crate::hal::{
     validate_execution_preference, validate_model, validate_priority, Capabilities, DeviceStatus,
@@ -180,6 +181,7 @@ impl PrepareQueue {
 pub struct VnpuDevice {
     hw: Arc<Hardware>,
     prepare: Arc<PrepareQueue>,
+    cache: Arc<Cache>,
 }
 
 impl VnpuDevice {
@@ -189,10 +191,24 @@ impl VnpuDevice {
     }
 
     pub fn with_config(config: DeviceConfig) -> Result<Arc<VnpuDevice>, HwError> {
+        Self::with_cache(config, CacheConfig::from_env())
+    }
+
+    /// Powers up a device whose compilation cache uses `cache` (key location, I/O path).
+    pub fn with_cache(
+        config: DeviceConfig,
+        cache: CacheConfig,
+    ) -> Result<Arc<VnpuDevice>, HwError> {
         Ok(Arc::new(VnpuDevice {
             hw: Hardware::open(config)?,
             prepare: PrepareQueue::start(),
+            cache: Arc::new(Cache::new(cache)),
         }))
+    }
+
+    /// The compilation cache.
+    pub fn cache(&self) -> &Cache {
+        &self.cache
     }
 
     pub fn name(&self) -> &'static str {
@@ -290,7 +306,7 @@ impl IDevice for VnpuDevice {
     }
 
     fn get_number_of_cache_files_needed(&self) -> (ErrorStatus, u32, u32) {
-        (ErrorStatus::None, 0, 0)
+        (ErrorStatus::None, cache::MODEL_FILES, cache::DATA_FILES)
     }
 
     fn prepare_model_1_3(
@@ -299,14 +315,18 @@ impl IDevice for VnpuDevice {
         preference: ExecutionPreference,
         priority: Priority,
         deadline: OptionalTimePoint,
-        _model_cache: &[NativeHandle],
-        _data_cache: &[NativeHandle],
-        _token: &[u8; BYTE_SIZE_OF_CACHE_TOKEN],
+        model_cache: &[NativeHandle],
+        data_cache: &[NativeHandle],
+        token: &[u8; BYTE_SIZE_OF_CACHE_TOKEN],
         callback: Option<Arc<dyn PreparedModelCallback>>,
     ) -> ErrorStatus {
         let Some(callback) = callback else {
             return ErrorStatus::InvalidArgument;
         };
+        // Cache handles that cannot be used only mean nothing is saved.
+        let save_to = cache::handles::take(model_cache, data_cache)
+            .inspect_err(|e| tracing::debug!("prepareModel: not saving to the cache: {e}"))
+            .ok();
         let fail = |status: ErrorStatus| {
             callback.notify(status, None);
             status
@@ -330,6 +350,8 @@ impl IDevice for VnpuDevice {
         }
         let hw = Arc::clone(&self.hw);
         let model = model.clone();
+        let cache = Arc::clone(&self.cache);
+        let token = *token;
         self.prepare.push(
             priority,
             Box::new(move || {
@@ -337,8 +359,17 @@ impl IDevice for VnpuDevice {
                     callback.notify(ErrorStatus::MissedDeadlinePersistent, None);
                     return;
                 }
-                match VnpuPreparedModel::prepare(hw, model, constants) {
-                    Ok(p) => callback.notify(ErrorStatus::None, Some(p as Arc<dyn IPreparedModel>)),
+                match VnpuPreparedModel::prepare(Arc::clone(&hw), model, constants) {
+                    Ok(p) => {
+                        // Saved before the notification, so a load that follows it finds
+                        // the files complete; a failed save does not fail preparation.
+                        if let Some(files) = &save_to {
+                            if let Err(e) = cache.save(&hw, &p, files, &token) {
+                                tracing::warn!("saving to the compilation cache: {e}");
+                            }
+                        }
+                        callback.notify(ErrorStatus::None, Some(p as Arc<dyn IPreparedModel>))
+                    }
                     Err(status) => callback.notify(status, None),
                 }
             }),
@@ -348,17 +379,39 @@ impl IDevice for VnpuDevice {
 
     fn prepare_model_from_cache_1_3(
         &self,
-        _deadline: OptionalTimePoint,
-        _model_cache: &[NativeHandle],
-        _data_cache: &[NativeHandle],
-        _token: &[u8; BYTE_SIZE_OF_CACHE_TOKEN],
+        deadline: OptionalTimePoint,
+        model_cache: &[NativeHandle],
+        data_cache: &[NativeHandle],
+        token: &[u8; BYTE_SIZE_OF_CACHE_TOKEN],
         callback: Option<Arc<dyn PreparedModelCallback>>,
     ) -> ErrorStatus {
-        // Caching is not offered yet (0 cache files), as the HAL allows.
-        if let Some(cb) = callback {
-            cb.notify(ErrorStatus::GeneralFailure, None);
+        let Some(callback) = callback else {
+            return ErrorStatus::InvalidArgument;
+        };
+        // Loading is I/O and copies, no compilation: done on the caller's thread.
+        let loaded = cache::handles::take(model_cache, data_cache)
+            .and_then(|files| {
+                if deadline.has_passed() {
+                    return Err(cache::CacheError::Deadline);
+                }
+                self.cache.load(&self.hw, &files, token)
+            })
+            .and_then(|p| match deadline.has_passed() {
+                true => Err(cache::CacheError::Deadline),
+                false => Ok(p),
+            });
+        match loaded {
+            Ok(p) => {
+                callback.notify(ErrorStatus::None, Some(p as Arc<dyn IPreparedModel>));
+                ErrorStatus::None
+            }
+            Err(e) => {
+                tracing::debug!("prepareModelFromCache: {e}");
+                let status = e.status();
+                callback.notify(status, None);
+                status
+            }
         }
-        ErrorStatus::GeneralFailure
     }
 }
 

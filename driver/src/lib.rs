@@ -7,6 +7,7 @@
 pub mod hal;
 
 pub mod alloc;
+pub mod cache;
 pub mod compile;
 #[cfg(feature = "cli")]
 pub mod conformance;

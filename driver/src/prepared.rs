@@ -9,6 +9,7 @@ use vnpu_emu::iommu::Perm;
 use vnpu_emu::ring::{Opcode, SubmissionEntry};
 use vnpu_emu::shm::SharedRegion;
 
+use crate::compile::constants::Constants;
 use crate::compile::{self, Compiled, ConstantBlock};
 use crate::device::{ExecutionCallback, IPreparedModel};
 use crate::hal::{
@@ -32,12 +33,25 @@ struct Instance {
     program_len: u64,
 }
 
+/// What the compilation cache saves of a prepared model ([`VnpuPreparedModel::cache_parts`]).
+pub struct CacheParts<'a> {
+    /// The model.
+    pub model: &'a Model,
+    /// Every operand's constant bytes.
+    pub constants: &'a [Option<Vec<u8>>],
+    /// The constant tensors as the device holds them.
+    pub block: &'a ConstantBlock,
+    /// The program for the model's own input shapes, when they are known.
+    pub instance: Option<(Vec<Vec<usize>>, Compiled)>,
+}
+
 pub struct VnpuPreparedModel {
     /// Itself, so asynchronous executions can outlive the caller's borrow.
     me: std::sync::Weak<VnpuPreparedModel>,
     hw: Arc<Hardware>,
     model: Model,
-    constants: Vec<Option<Vec<u8>>>,
+    constants: Constants,
+    /// The constant layout (its bytes are empty in a model restored from the cache).
     block: ConstantBlock,
     const_mem: Option<DramBlock>,
     /// Executions of one instance share its arena, so they take turns.
@@ -73,7 +87,8 @@ fn upload(hw: &Arc<Hardware>, bytes: &[u8]) -> Result<DramBlock, HwError> {
     Ok(block)
 }
 
-fn dma(src: u64, dst: u64, len: u64) -> SubmissionEntry {
+/// A DMA copy command.
+pub(crate) fn dma(src: u64, dst: u64, len: u64) -> SubmissionEntry {
     SubmissionEntry::new(Opcode::DmaCopy, 0, [src, dst, len, 0, 0, 0])
 }
 
@@ -90,14 +105,28 @@ impl VnpuPreparedModel {
         constants: Vec<Option<Vec<u8>>>,
     ) -> Result<Arc<VnpuPreparedModel>, ErrorStatus> {
         let block = compile::constant_block(&model.main, &constants);
-        let deferred = compile::deferred_inputs(&model.main);
-        let has_deferred = deferred.contains(&true);
+        let has_deferred = compile::deferred_inputs(&model.main).contains(&true);
         let const_mem = if block.bytes.is_empty() {
             None
         } else {
             Some(upload(&hw, &block.bytes).map_err(|e| hw_status(&e))?)
         };
-        let prepared = Arc::new_cyclic(|me| VnpuPreparedModel {
+        let prepared = Self::assemble(hw, model, Constants::ready(constants), block, const_mem);
+        if let (Some(shapes), false) = (prepared.known_input_shapes(), has_deferred) {
+            prepared.instance((shapes, Vec::new(), Vec::new()))?;
+        }
+        Ok(prepared)
+    }
+
+    fn assemble(
+        hw: Arc<Hardware>,
+        model: Model,
+        constants: Constants,
+        block: ConstantBlock,
+        const_mem: Option<DramBlock>,
+    ) -> Arc<VnpuPreparedModel> {
+        let deferred = compile::deferred_inputs(&model.main);
+        Arc::new_cyclic(|me| VnpuPreparedModel {
             me: me.clone(),
             hw,
             model,
@@ -106,21 +135,59 @@ impl VnpuPreparedModel {
             const_mem,
             instances: Mutex::new(HashMap::new()),
             deferred,
+        })
+    }
+
+    /// A prepared model rebuilt from a verified compilation cache: its constants already
+    /// in device memory (`const_mem`, laid out by `offsets`), the program compiled for
+    /// `input_shapes` installed without compiling, other constants made on first need.
+    pub fn restore(
+        hw: Arc<Hardware>,
+        model: Model,
+        constants: Constants,
+        offsets: Vec<Option<u64>>,
+        const_mem: Option<DramBlock>,
+        instance: Option<(Vec<Vec<usize>>, Compiled)>,
+    ) -> Result<Arc<VnpuPreparedModel>, ErrorStatus> {
+        let block = ConstantBlock {
+            bytes: Vec::new(),
+            offsets,
+        };
+        let prepared = Self::assemble(hw, model, constants, block, const_mem);
+        if let Some((shapes, compiled)) = instance {
+            prepared.install((shapes, Vec::new(), Vec::new()), compiled)?;
+        }
+        Ok(prepared)
+    }
+
+    /// What the compilation cache saves: the model, its constants, their device layout
+    /// and, when the input shapes are known, the program compiled for them.
+    pub fn cache_parts(&self) -> CacheParts<'_> {
+        let instance = self.known_input_shapes().and_then(|shapes| {
+            let key = (shapes.clone(), Vec::new(), Vec::new());
+            let all = self.instances.lock().unwrap_or_else(|p| p.into_inner());
+            let inst = all.get(&key)?.lock().unwrap_or_else(|p| p.into_inner());
+            Some((shapes, inst.compiled.clone()))
         });
-        let known: Option<Vec<Vec<usize>>> = prepared
-            .model
+        CacheParts {
+            model: &self.model,
+            constants: self.constants.get(),
+            block: &self.block,
+            instance,
+        }
+    }
+
+    /// The model's input shapes when it fixes them all.
+    fn known_input_shapes(&self) -> Option<Vec<Vec<usize>>> {
+        self.model
             .main
             .input_indexes
             .iter()
             .map(|&i| {
-                let d = &prepared.model.main.operands.get(i as usize)?.dimensions;
+                let d = &self.model.main.operands.get(i as usize)?.dimensions;
                 (!d.contains(&0)).then(|| d.iter().map(|&x| x as usize).collect())
             })
-            .collect();
-        if let (Some(shapes), false) = (known, has_deferred) {
-            prepared.instance((shapes, Vec::new(), Vec::new()))?;
-        }
-        Ok(prepared)
+            .collect()
     }
 
     fn const_base(&self) -> u64 {
@@ -137,7 +204,7 @@ impl VnpuPreparedModel {
         {
             return Ok(Arc::clone(i));
         }
-        let mut constants = std::borrow::Cow::Borrowed(&self.constants);
+        let mut constants = std::borrow::Cow::Borrowed(self.constants.get());
         for (i, v) in &key.1 {
             constants.to_mut()[*i as usize] = Some(v.clone());
         }
@@ -150,6 +217,15 @@ impl VnpuPreparedModel {
                 tracing::debug!("compile: {e}");
                 e.status()
             })?;
+        self.install(key, compiled)
+    }
+
+    /// Uploads the program of `compiled` with a fresh arena and keeps it for `key`.
+    fn install(
+        &self,
+        key: InstanceKey,
+        compiled: Compiled,
+    ) -> Result<Arc<Mutex<Instance>>, ErrorStatus> {
         let arena = self
             .hw
             .alloc_dram(compiled.arena_size)
