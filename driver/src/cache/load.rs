@@ -11,19 +11,53 @@ use vnpu_emu::iommu::Perm;
 use vnpu_emu::shm::SharedRegion;
 
 use super::format::{decode_body, ConstValue, Header, Image, HEADER_LEN, MAX_MODEL_CACHE};
-use super::io::file_size;
+use super::io::{file_size, CHUNK};
 use super::mac::{verify, MAC_LEN};
 use super::{Cache, CacheError, CacheFiles};
 use crate::compile::constants::{Constants, Values};
 use crate::hal::BYTE_SIZE_OF_CACHE_TOKEN;
-use crate::hw::{DramBlock, Hardware};
+use crate::hw::{DramBlock, Hardware, IoMapping};
 use crate::prepared::{dma, VnpuPreparedModel};
 
-/// The data cache, verified, in device memory and in host staging memory.
-struct Data {
-    dram: DramBlock,
-    staging: Arc<SharedRegion>,
+/// Host memory the data cache is read into: pre-faulted and mapped for the device once,
+/// then kept by the cache for the next load (one buffer, the largest needed so far), so
+/// a load pays neither page faults nor an IOMMU mapping.
+#[derive(Debug)]
+pub struct Staging {
+    region: SharedRegion,
+    map: IoMapping,
 }
+
+impl Staging {
+    fn new(hw: &Arc<Hardware>, len: usize) -> Result<Staging, CacheError> {
+        let len = len.next_multiple_of(CHUNK);
+        let region = SharedRegion::new("vnpu-cache-staging", len).map_err(mem)?;
+        region.zero(0, len as u64).map_err(mem)?;
+        let map = hw.map(region.fd(), 0, len as u64, Perm::READ)?;
+        Ok(Staging { region, map })
+    }
+}
+
+fn mem(e: vnpu_emu::error::MemError) -> CacheError {
+    CacheError::Memory(e.to_string())
+}
+
+/// Copies `len` bytes of device memory at `addr` back to the host.
+fn read_back(hw: &Arc<Hardware>, addr: u64, len: u64) -> Option<Vec<u8>> {
+    let mut out = vec![0u8; usize::try_from(len).ok()?];
+    if len == 0 {
+        return Some(out);
+    }
+    let region = SharedRegion::new("vnpu-cache-readback", out.len()).ok()?;
+    let map = hw.map(region.fd(), 0, len, Perm::WRITE).ok()?;
+    hw.run(vec![dma(addr, map.iova, len)]).ok()?;
+    region.read(0, &mut out).ok()?;
+    Some(out)
+}
+
+/// Data caches up to this size are copied to the device after they are read; larger ones
+/// while they are read, by a second thread.
+const OVERLAP_FROM: usize = 4 * CHUNK;
 
 impl Cache {
     /// Reads and verifies the model cache; returns its header and parsed image.
@@ -78,18 +112,17 @@ impl Cache {
                 offsets[*i as usize] = Some(*offset);
             }
         }
-        let (const_mem, staging) = match data {
-            Some(d) => (Some(d.dram), Some(d.staging)),
-            None => (None, None),
-        };
+        // Constants needed on the host later (to compile other input shapes) are copied
+        // back from device memory then; that memory lives as long as the model.
+        let from = data.as_ref().map(|d| (Arc::clone(hw), d.addr, d.len));
         let list = image.constants;
-        let constants = Constants::lazy(move || constant_values(n, &list, staging.as_deref()));
+        let constants = Constants::lazy(move || constant_values(n, &list, from));
         VnpuPreparedModel::restore(
             Arc::clone(hw),
             image.model,
             constants,
             offsets,
-            const_mem,
+            data,
             image.instance.map(|i| (i.input_shapes, i.compiled)),
         )
         .map_err(CacheError::Restore)
@@ -102,67 +135,107 @@ impl Cache {
         hw: &Arc<Hardware>,
         fd: BorrowedFd<'_>,
         header: &Header,
-    ) -> Result<Data, CacheError> {
+    ) -> Result<DramBlock, CacheError> {
         let len = usize::try_from(header.data_len).map_err(|_| CacheError::Malformed("size"))?;
-        let mem = |e: vnpu_emu::error::MemError| CacheError::Memory(e.to_string());
-        let staging = SharedRegion::new("vnpu-cache-staging", len).map_err(mem)?;
+        let kept = self
+            .staging
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        let staging = match kept {
+            Some(s) if s.region.len() >= len => s,
+            _ => Staging::new(hw, len)?,
+        };
         let dram = hw.alloc_dram(len as u64)?;
-        let map = hw.map(staging.fd(), 0, len as u64, Perm::READ)?;
-        let base = staging.ptr(0, len as u64).map_err(mem)?;
+        let result = self.fill(hw, fd, &staging, dram.addr, len, header);
+        let mut slot = self.staging.lock().unwrap_or_else(|p| p.into_inner());
+        if slot
+            .as_ref()
+            .is_none_or(|s| s.region.len() < staging.region.len())
+        {
+            *slot = Some(staging);
+        }
+        result.map(|_| dram)
+    }
+
+    /// Reads the data cache into `staging`, hashing it and copying it to device memory at
+    /// `dst` as it comes; fails unless the digest matches.
+    fn fill(
+        &self,
+        hw: &Arc<Hardware>,
+        fd: BorrowedFd<'_>,
+        staging: &Staging,
+        dst: u64,
+        len: usize,
+        header: &Header,
+    ) -> Result<(), CacheError> {
+        let base = staging.region.ptr(0, len as u64).map_err(mem)?;
+        let iova = staging.map.iova;
         let mut hasher = blake3::Hasher::new();
-        let (tx, rx) = mpsc::channel::<(usize, usize)>();
-        let (iova, dst) = (map.iova, dram.addr);
-        let copied = std::thread::scope(|s| {
-            let copier = s.spawn(move || {
-                // Copies whatever has arrived, a batch at a time, until the reader is done.
-                while let Ok(first) = rx.recv() {
-                    let cmds = std::iter::once(first)
-                        .chain(rx.try_iter())
-                        .map(|(off, n)| dma(iova + off as u64, dst + off as u64, n as u64))
-                        .collect();
-                    hw.run(cmds)?;
-                }
-                Ok::<(), crate::hw::HwError>(())
-            });
-            let mut on_chunk = |off: usize, n: usize| {
-                let _ = tx.send((off, n));
-                // SAFETY: `base + off .. + n` lies inside `staging`, our private memfd
-                // mapping, alive for this whole scope; the kernel has finished writing
-                // these bytes (their read completed) and nothing writes them again: the
-                // device may only read them (the IOMMU mapping is READ).
-                let bytes = unsafe { std::slice::from_raw_parts(base.add(off), n) };
-                hasher.update(bytes);
-            };
+        let copy = |chunks: &mut dyn Iterator<Item = (usize, usize)>| {
+            let cmds = chunks
+                .map(|(off, n)| dma(iova + off as u64, dst + off as u64, n as u64))
+                .collect();
+            hw.run(cmds).map(|_| ())
+        };
+        let mut hash = |off: usize, n: usize| {
+            // SAFETY: `base + off .. + n` lies inside `staging`, our private memfd mapping,
+            // alive for this whole call; the kernel has finished writing these bytes (their
+            // read completed) and nothing writes them again: the device may only read them
+            // (the IOMMU mapping is READ).
+            let bytes = unsafe { std::slice::from_raw_parts(base.add(off), n) };
+            hasher.update(bytes);
+        };
+        if len <= OVERLAP_FROM {
             // SAFETY: `base` is valid for `len` bytes while `staging` lives; nothing reads
-            // a chunk before `on_chunk` is called for it.
-            let read = unsafe { self.io.read_chunked(fd, base, len, &mut on_chunk) };
-            drop(tx);
-            let copy = copier.join().unwrap_or(Err(crate::hw::HwError::Timeout));
-            read.map_err(CacheError::from)
-                .and(copy.map_err(CacheError::from))
-        });
-        drop(map);
-        copied?;
+            // a chunk before the callback is called for it.
+            unsafe { self.io.read_chunked(fd, base, len, &mut hash)? };
+            copy(&mut std::iter::once((0, len)))?;
+        } else {
+            let (tx, rx) = mpsc::channel::<(usize, usize)>();
+            std::thread::scope(|s| {
+                let copier = s.spawn(move || {
+                    // Copies whatever has arrived, a batch at a time, until the reader is done.
+                    while let Ok(first) = rx.recv() {
+                        copy(&mut std::iter::once(first).chain(rx.try_iter()))?;
+                    }
+                    Ok::<(), crate::hw::HwError>(())
+                });
+                let mut on_chunk = |off: usize, n: usize| {
+                    let _ = tx.send((off, n));
+                    hash(off, n);
+                };
+                // SAFETY: as above.
+                let read = unsafe { self.io.read_chunked(fd, base, len, &mut on_chunk) };
+                drop(tx);
+                let copied = copier.join().unwrap_or(Err(crate::hw::HwError::Timeout));
+                read.map_err(CacheError::from)
+                    .and(copied.map_err(CacheError::from))
+            })?;
+        }
         if hasher.finalize().as_bytes() != &header.data_digest {
             return Err(CacheError::DataDigest);
         }
-        Ok(Data {
-            dram,
-            staging: Arc::new(staging),
-        })
+        Ok(())
     }
 }
 
 /// Every constant's bytes: inline ones from the model cache, the others from the
-/// verified data cache.
-fn constant_values(n: usize, list: &[(u32, ConstValue)], staging: Option<&SharedRegion>) -> Values {
+/// verified data cache in device memory (`from`: device, address, length).
+fn constant_values(
+    n: usize,
+    list: &[(u32, ConstValue)],
+    from: Option<(Arc<Hardware>, u64, u64)>,
+) -> Values {
+    let block = from.and_then(|(hw, addr, len)| read_back(&hw, addr, len));
     let mut v: Values = vec![None; n];
     for (i, c) in list {
         let bytes = match c {
             ConstValue::Inline(b) => Some(b.clone()),
-            ConstValue::Data { offset, len } => staging.and_then(|s| {
-                let mut b = vec![0u8; usize::try_from(*len).ok()?];
-                s.read(*offset, &mut b).ok().map(|_| b)
+            ConstValue::Data { offset, len } => block.as_ref().and_then(|b| {
+                let start = usize::try_from(*offset).ok()?;
+                let end = start.checked_add(usize::try_from(*len).ok()?)?;
+                b.get(start..end).map(<[u8]>::to_vec)
             }),
         };
         if let Some(slot) = v.get_mut(*i as usize) {

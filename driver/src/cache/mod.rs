@@ -108,6 +108,30 @@ impl CacheError {
     }
 }
 
+/// A token naming `model` by its contents (structure, operand values and pool bytes), for
+/// clients such as the CLI that have no token of their own.
+pub fn model_token(model: &crate::hal::Model) -> std::io::Result<[u8; 32]> {
+    let structure = format::Image {
+        model: crate::hal::Model {
+            operand_values: Vec::new(),
+            pools: Vec::new(),
+            ..model.clone()
+        },
+        constants: Vec::new(),
+        instance: None,
+    };
+    let mut h = blake3::Hasher::new();
+    h.update(b"vnpu model token v1\0");
+    h.update(&format::encode_body(&structure));
+    h.update(&model.operand_values);
+    for pool in &model.pools {
+        let bytes = crate::memory::read_pool(pool).map_err(std::io::Error::other)?;
+        h.update(&(bytes.len() as u64).to_le_bytes());
+        h.update(&bytes);
+    }
+    Ok(*h.finalize().as_bytes())
+}
+
 /// Where the key lives and which I/O path to use.
 #[derive(Clone, Debug)]
 pub struct CacheConfig {
@@ -139,6 +163,8 @@ pub struct Cache {
     config: CacheConfig,
     io: CacheIo,
     key: Mutex<Option<[u8; key::KEY_LEN]>>,
+    /// The data cache staging buffer kept between loads.
+    staging: Mutex<Option<load::Staging>>,
 }
 
 impl Cache {
@@ -149,6 +175,7 @@ impl Cache {
             io: CacheIo::new(config.io),
             config,
             key: Mutex::new(None),
+            staging: Mutex::new(None),
         }
     }
 
