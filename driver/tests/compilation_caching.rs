@@ -753,105 +753,61 @@ fn replace_security_sensitive_cache() {
 
 const SEEDS: std::ops::Range<u64> = 0..10;
 
-#[test]
-fn corrupted_model_cache() {
-    each_path("corrupted_model_cache", |dev| {
+/// CompilationCachingSecurityTest: for each model and seed, a saved cache altered by
+/// `alter` (model cache, data cache, token) must fail to load with GENERAL_FAILURE.
+fn tampered(test: &str, alter: impl Fn(&mut Rng, &mut Vec<u8>, &mut Vec<u8>, &mut Token)) {
+    each_path(test, |dev| {
         for case in models() {
             let token = [0u8; 32];
             let (model, data) = saved(dev, case, &token);
             for seed in SEEDS {
-                let mut rng = Rng(seed);
-                let mut bad = model.clone();
-                let bit = rng.below(bad.len() as u64 * 8);
-                bad[(bit / 8) as usize] ^= 1 << (bit % 8);
-                let (status, _) = load_bytes(dev, &bad, &data, &token);
+                let (mut m, mut d, mut t) = (model.clone(), data.clone(), token);
+                alter(&mut Rng(seed), &mut m, &mut d, &mut t);
+                let (status, _) = load_bytes(dev, &m, &d, &t);
                 assert_eq!(
                     status,
                     ErrorStatus::GeneralFailure,
-                    "seed {seed}, bit {bit}"
+                    "{}, seed {seed}",
+                    case.name
                 );
             }
         }
     });
+}
+
+fn flip_bit(rng: &mut Rng, bytes: &mut [u8]) {
+    let bit = rng.below(bytes.len() as u64 * 8);
+    bytes[(bit / 8) as usize] ^= 1 << (bit % 8);
+}
+
+fn append(rng: &mut Rng, bytes: &mut Vec<u8>) {
+    let n = 1 + rng.below(256) as usize;
+    bytes.extend((0..n).map(|_| rng.below(256) as u8));
+}
+
+#[test]
+fn corrupted_model_cache() {
+    tampered("corrupted_model_cache", |rng, m, _, _| flip_bit(rng, m));
 }
 
 #[test]
 fn wrong_length_model_cache() {
-    each_path("wrong_length_model_cache", |dev| {
-        for case in models() {
-            let token = [0u8; 32];
-            let (model, data) = saved(dev, case, &token);
-            for seed in SEEDS {
-                let mut rng = Rng(seed);
-                let mut bad = model.clone();
-                let n = 1 + rng.below(256) as usize;
-                bad.extend((0..n).map(|_| rng.below(256) as u8));
-                let (status, _) = load_bytes(dev, &bad, &data, &token);
-                assert_eq!(
-                    status,
-                    ErrorStatus::GeneralFailure,
-                    "seed {seed}, +{n} bytes"
-                );
-            }
-        }
-    });
+    tampered("wrong_length_model_cache", |rng, m, _, _| append(rng, m));
 }
 
+/// VTS asks only for no crash and a model iff NONE (checked in `load`); the digest in the
+/// model cache catches every flipped bit and every appended byte.
 #[test]
 fn corrupted_data_cache() {
-    each_path("corrupted_data_cache", |dev| {
-        for case in models() {
-            let token = [0u8; 32];
-            let (model, data) = saved(dev, case, &token);
-            if data.is_empty() {
-                continue;
-            }
-            for seed in SEEDS {
-                let mut rng = Rng(seed);
-                let mut bad = data.clone();
-                let bit = rng.below(bad.len() as u64 * 8);
-                bad[(bit / 8) as usize] ^= 1 << (bit % 8);
-                // VTS asks only for no crash and a model iff NONE (checked in `load`);
-                // the digest in the model cache catches every flipped bit.
-                let (status, _) = load_bytes(dev, &model, &bad, &token);
-                assert_eq!(status, ErrorStatus::GeneralFailure, "seed {seed}");
-            }
-        }
-    });
+    tampered("corrupted_data_cache", |rng, _, d, _| flip_bit(rng, d));
 }
 
 #[test]
 fn wrong_length_data_cache() {
-    each_path("wrong_length_data_cache", |dev| {
-        for case in models() {
-            let token = [0u8; 32];
-            let (model, data) = saved(dev, case, &token);
-            for seed in SEEDS {
-                let mut rng = Rng(seed);
-                let mut bad = data.clone();
-                let n = 1 + rng.below(256) as usize;
-                bad.extend((0..n).map(|_| rng.below(256) as u8));
-                let (status, _) = load_bytes(dev, &model, &bad, &token);
-                assert_eq!(status, ErrorStatus::GeneralFailure, "seed {seed}");
-            }
-        }
-    });
+    tampered("wrong_length_data_cache", |rng, _, d, _| append(rng, d));
 }
 
 #[test]
 fn wrong_token() {
-    each_path("wrong_token", |dev| {
-        for case in models() {
-            let token = [0u8; 32];
-            let (model, data) = saved(dev, case, &token);
-            for seed in SEEDS {
-                let mut rng = Rng(seed);
-                let mut bad = token;
-                let bit = rng.below(256);
-                bad[(bit / 8) as usize] ^= 1 << (bit % 8);
-                let (status, _) = load_bytes(dev, &model, &data, &bad);
-                assert_eq!(status, ErrorStatus::GeneralFailure, "seed {seed}");
-            }
-        }
-    });
+    tampered("wrong_token", |rng, _, _, t| flip_bit(rng, t));
 }

@@ -15,6 +15,8 @@ use io_uring::{opcode, squeue, types, IoUring, Probe};
 
 /// Bytes per read or write request.
 pub const CHUNK: usize = 1 << 20;
+/// Files of more chunks than this are read by io_uring's workers (`IOSQE_ASYNC`).
+const ASYNC_FROM_CHUNKS: usize = 4;
 /// Submission queue entries of the ring.
 const RING_ENTRIES: u32 = 64;
 
@@ -245,13 +247,8 @@ impl Ring {
             let mut reaped = 0;
             while reaped < window.len() {
                 match ring.submit_and_wait(window.len() - reaped) {
-                    Ok(_) => {}
-                    Err(e)
-                        if matches!(
-                            e.raw_os_error(),
-                            Some(libc::EINTR) | Some(libc::EAGAIN) | Some(libc::EBUSY)
-                        ) => {}
-                    Err(e) => return Err(e),
+                    Err(e) if !transient(&e) => return Err(e),
+                    _ => {}
                 }
                 for c in ring.completion() {
                     if let Some(r) = results.get_mut(c.user_data() as usize) {
@@ -323,6 +320,13 @@ impl Ring {
         chunk: &mut dyn FnMut(usize, usize),
     ) -> io::Result<()> {
         let count = len.div_ceil(CHUNK);
+        // Small files are read inline by the submitting thread (no worker hand-off); large
+        // ones by the kernel's workers, so reading overlaps the caller's hashing.
+        let flags = if count > ASYNC_FROM_CHUNKS {
+            squeue::Flags::ASYNC
+        } else {
+            squeue::Flags::empty()
+        };
         let mut ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
         let mut arrived = vec![false; count];
         let mut next_submit = 0usize;
@@ -344,7 +348,7 @@ impl Ring {
                     let e = opcode::Read::new(types::Fd(fd.as_raw_fd()), buf, n as u32)
                         .offset(off as u64)
                         .build()
-                        .flags(squeue::Flags::ASYNC)
+                        .flags(flags)
                         .user_data(next_submit as u64);
                     // SAFETY: the buffer stays valid until we reap its completion.
                     if unsafe { sq.push(&e) }.is_err() {
@@ -358,15 +362,10 @@ impl Ring {
                 break;
             }
             match ring.submit_and_wait(1) {
-                Ok(_) => {}
-                Err(e)
-                    if matches!(
-                        e.raw_os_error(),
-                        Some(libc::EINTR) | Some(libc::EAGAIN) | Some(libc::EBUSY)
-                    ) => {}
-                Err(e) => {
+                Err(e) if !transient(&e) => {
                     failure.get_or_insert(e);
                 }
+                _ => {}
             }
             for c in ring.completion() {
                 in_flight -= 1;
@@ -411,6 +410,14 @@ impl Ring {
             None => Err(io::Error::other("io_uring read did not complete")),
         }
     }
+}
+
+/// An io_uring_enter error worth retrying.
+fn transient(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EINTR) | Some(libc::EAGAIN) | Some(libc::EBUSY)
+    )
 }
 
 /// The file, bytes and file offset of write number `k` of a rewrite.

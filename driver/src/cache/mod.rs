@@ -31,6 +31,7 @@ use thiserror::Error;
 
 pub use handles::CacheFiles;
 pub use io::{CacheIo, IoChoice, IoPath};
+pub use save::{image_of, seal, seal_body};
 
 use crate::hal::ErrorStatus;
 use crate::hw::HwError;
