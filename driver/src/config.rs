@@ -61,6 +61,8 @@ pub struct DriverConfig {
     pub watchdog: WatchdogConfig,
     /// Self-inflicted faults, for tests.
     pub faults: DriverFaults,
+    /// The compilation cache (key location, I/O path).
+    pub cache: crate::cache::CacheConfig,
 }
 
 impl Default for DriverConfig {
@@ -76,6 +78,7 @@ impl Default for DriverConfig {
             max_instances: 8,
             watchdog: WatchdogConfig::default(),
             faults: DriverFaults::default(),
+            cache: crate::cache::CacheConfig::from_env(),
         }
     }
 }

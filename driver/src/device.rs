@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use vnpu_emu::DeviceConfig;
 
+use crate::cache::{self, Cache, CacheConfig};
 use crate::compile;
 use crate::config::DriverConfig;
 use crate::hal::{
@@ -151,6 +152,7 @@ pub struct VnpuDevice {
     models: Arc<ModelCount>,
     /// Injected preparation panics still to come (see [`crate::config::DriverFaults`]).
     prepare_panics: Arc<AtomicU32>,
+    cache: Arc<Cache>,
 }
 
 impl VnpuDevice {
@@ -162,6 +164,17 @@ impl VnpuDevice {
     /// Powers up a device with this configuration and the driver's default bounds.
     pub fn with_config(config: DeviceConfig) -> Result<Arc<VnpuDevice>, HwError> {
         Self::with_driver_config(DriverConfig::with_device(config))
+    }
+
+    /// Powers up a device whose compilation cache uses `cache` (key location, I/O path).
+    pub fn with_cache(
+        config: DeviceConfig,
+        cache: CacheConfig,
+    ) -> Result<Arc<VnpuDevice>, HwError> {
+        Self::with_driver_config(DriverConfig {
+            cache,
+            ..DriverConfig::with_device(config)
+        })
     }
 
     /// Powers up a device with every bound given.
@@ -181,8 +194,14 @@ impl VnpuDevice {
                 max: config.max_prepared_models,
             }),
             prepare_panics: Arc::new(AtomicU32::new(config.faults.prepare_panics)),
+            cache: Arc::new(Cache::new(config.cache.clone())),
             config,
         }))
+    }
+
+    /// The compilation cache.
+    pub fn cache(&self) -> &Cache {
+        &self.cache
     }
 
     pub fn name(&self) -> &'static str {
@@ -202,6 +221,16 @@ impl VnpuDevice {
     /// panicked: each was answered with GENERAL_FAILURE, and each is a bug to fix.
     pub fn worker_panics(&self) -> usize {
         self.prepare.panics() + self.executions.panics()
+    }
+
+    /// What a prepared model made on this device shares with it.
+    fn model_context(&self) -> ModelContext {
+        ModelContext {
+            hw: Arc::clone(&self.hw),
+            executions: Arc::clone(&self.executions),
+            submit_wait: self.config.submit_wait,
+            max_instances: self.config.max_instances,
+        }
     }
 
     /// Prepared models alive on this device.
@@ -299,7 +328,7 @@ impl IDevice for VnpuDevice {
     }
 
     fn get_number_of_cache_files_needed(&self) -> (ErrorStatus, u32, u32) {
-        (ErrorStatus::None, 0, 0)
+        (ErrorStatus::None, cache::MODEL_FILES, cache::DATA_FILES)
     }
 
     fn prepare_model_1_3(
@@ -308,14 +337,18 @@ impl IDevice for VnpuDevice {
         preference: ExecutionPreference,
         priority: Priority,
         deadline: OptionalTimePoint,
-        _model_cache: &[NativeHandle],
-        _data_cache: &[NativeHandle],
-        _token: &[u8; BYTE_SIZE_OF_CACHE_TOKEN],
+        model_cache: &[NativeHandle],
+        data_cache: &[NativeHandle],
+        token: &[u8; BYTE_SIZE_OF_CACHE_TOKEN],
         callback: Option<Arc<dyn PreparedModelCallback>>,
     ) -> ErrorStatus {
         let Some(callback) = callback else {
             return ErrorStatus::InvalidArgument;
         };
+        // Cache handles that cannot be used only mean nothing is saved.
+        let save_to = cache::handles::take(model_cache, data_cache)
+            .inspect_err(|e| tracing::debug!("prepareModel: not saving to the cache: {e}"))
+            .ok();
         let fail = |status: ErrorStatus| {
             callback.notify(status, None);
             status
@@ -344,14 +377,11 @@ impl IDevice for VnpuDevice {
             );
             return fail(ErrorStatus::ResourceExhaustedTransient);
         };
-        let ctx = ModelContext {
-            hw: Arc::clone(&self.hw),
-            executions: Arc::clone(&self.executions),
-            submit_wait: self.config.submit_wait,
-            max_instances: self.config.max_instances,
-        };
+        let ctx = self.model_context();
         let model = model.clone();
         let panics = Arc::clone(&self.prepare_panics);
+        let cache = Arc::clone(&self.cache);
+        let token = *token;
         let on_panic = {
             let callback = Arc::clone(&callback);
             Box::new(move || callback.notify(ErrorStatus::GeneralFailure, None))
@@ -371,7 +401,16 @@ impl IDevice for VnpuDevice {
                     std::panic::resume_unwind(Box::new("injected preparation panic"));
                 }
                 match VnpuPreparedModel::prepare(&ctx, model, constants, lease) {
-                    Ok(p) => callback.notify(ErrorStatus::None, Some(p as Arc<dyn IPreparedModel>)),
+                    Ok(p) => {
+                        // Saved before the notification, so a load that follows it finds
+                        // the files complete; a failed save does not fail preparation.
+                        if let Some(files) = &save_to {
+                            if let Err(e) = cache.save(&ctx.hw, &p, files, &token) {
+                                tracing::warn!("saving to the compilation cache: {e}");
+                            }
+                        }
+                        callback.notify(ErrorStatus::None, Some(p as Arc<dyn IPreparedModel>))
+                    }
                     Err(status) => callback.notify(status, None),
                 }
             })
@@ -387,17 +426,52 @@ impl IDevice for VnpuDevice {
 
     fn prepare_model_from_cache_1_3(
         &self,
-        _deadline: OptionalTimePoint,
-        _model_cache: &[NativeHandle],
-        _data_cache: &[NativeHandle],
-        _token: &[u8; BYTE_SIZE_OF_CACHE_TOKEN],
+        deadline: OptionalTimePoint,
+        model_cache: &[NativeHandle],
+        data_cache: &[NativeHandle],
+        token: &[u8; BYTE_SIZE_OF_CACHE_TOKEN],
         callback: Option<Arc<dyn PreparedModelCallback>>,
     ) -> ErrorStatus {
-        // Caching is not offered yet (0 cache files), as the HAL allows.
-        if let Some(cb) = callback {
-            cb.notify(ErrorStatus::GeneralFailure, None);
+        let Some(callback) = callback else {
+            return ErrorStatus::InvalidArgument;
+        };
+        let Some(lease) = self.models.lease() else {
+            callback.notify(ErrorStatus::ResourceExhaustedTransient, None);
+            return ErrorStatus::ResourceExhaustedTransient;
+        };
+        let ctx = self.model_context();
+        // Loading is I/O and copies, no compilation: done on the caller's thread, under
+        // the same unwind guard as the workers (cache files are hostile input).
+        let load = || {
+            cache::handles::take(model_cache, data_cache)
+                .and_then(|files| {
+                    if deadline.has_passed() {
+                        return Err(cache::CacheError::Deadline);
+                    }
+                    self.cache.load(&ctx, &files, token, lease)
+                })
+                .and_then(|p| match deadline.has_passed() {
+                    true => Err(cache::CacheError::Deadline),
+                    false => Ok(p),
+                })
+        };
+        let loaded =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(load)).unwrap_or_else(|_| {
+                tracing::error!("prepareModelFromCache panicked");
+                Err(cache::CacheError::Malformed("the loader panicked"))
+            });
+        match loaded {
+            Ok(p) => {
+                callback.notify(ErrorStatus::None, Some(p as Arc<dyn IPreparedModel>));
+                ErrorStatus::None
+            }
+            Err(e) => {
+                tracing::debug!("prepareModelFromCache: {e}");
+                let status = e.status();
+                callback.notify(status, None);
+                status
+            }
         }
-        ErrorStatus::GeneralFailure
     }
 }
 

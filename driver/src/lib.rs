@@ -7,6 +7,7 @@
 pub mod hal;
 
 pub mod alloc;
+pub mod cache;
 pub mod compile;
 pub mod config;
 #[cfg(feature = "cli")]

@@ -9,6 +9,7 @@ use vnpu_emu::iommu::Perm;
 use vnpu_emu::ring::{Opcode, SubmissionEntry};
 use vnpu_emu::shm::SharedRegion;
 
+use crate::compile::constants::Constants;
 use crate::compile::{self, Compiled, ConstantBlock};
 use crate::device::{ExecutionCallback, IPreparedModel, ModelContext, ModelLease};
 use crate::hal::{
@@ -42,13 +43,26 @@ struct Instances {
     epoch: u64,
 }
 
+/// What the compilation cache saves of a prepared model ([`VnpuPreparedModel::cache_parts`]).
+pub struct CacheParts<'a> {
+    /// The model.
+    pub model: &'a Model,
+    /// Every operand's constant bytes.
+    pub constants: &'a [Option<Vec<u8>>],
+    /// The constant tensors as the device holds them.
+    pub block: &'a ConstantBlock,
+    /// The program for the model's own input shapes, when they are known.
+    pub instance: Option<(Vec<Vec<usize>>, Compiled)>,
+}
+
 /// A prepared model: the compiled program(s) and constants resident on the device.
 pub struct VnpuPreparedModel {
     /// Itself, so asynchronous executions can outlive the caller's borrow.
     me: std::sync::Weak<VnpuPreparedModel>,
     hw: Arc<Hardware>,
     model: Model,
-    constants: Vec<Option<Vec<u8>>>,
+    constants: Constants,
+    /// The constant layout (its bytes are empty in a model restored from the cache).
     block: ConstantBlock,
     const_mem: Option<DramBlock>,
     /// Executions of one instance share its arena, so they take turns.
@@ -102,7 +116,8 @@ fn upload_into(hw: &Arc<Hardware>, bytes: &[u8], addr: u64, epoch: u64) -> Resul
     Ok(())
 }
 
-fn dma(src: u64, dst: u64, len: u64) -> SubmissionEntry {
+/// A DMA copy command.
+pub(crate) fn dma(src: u64, dst: u64, len: u64) -> SubmissionEntry {
     SubmissionEntry::new(Opcode::DmaCopy, 0, [src, dst, len, 0, 0, 0])
 }
 
@@ -119,19 +134,35 @@ impl VnpuPreparedModel {
         constants: Vec<Option<Vec<u8>>>,
         lease: ModelLease,
     ) -> Result<Arc<VnpuPreparedModel>, ErrorStatus> {
-        let hw = Arc::clone(&ctx.hw);
         let block = compile::constant_block(&model.main, &constants);
-        let deferred = compile::deferred_inputs(&model.main);
-        let has_deferred = deferred.contains(&true);
-        let epoch = hw.epoch();
+        let has_deferred = compile::deferred_inputs(&model.main).contains(&true);
+        let epoch = ctx.hw.epoch();
         let const_mem = if block.bytes.is_empty() {
             None
         } else {
-            Some(upload(&hw, &block.bytes, epoch).map_err(|e| hw_status(&e))?)
+            Some(upload(&ctx.hw, &block.bytes, epoch).map_err(|e| hw_status(&e))?)
         };
-        let prepared = Arc::new_cyclic(|me| VnpuPreparedModel {
+        let constants = Constants::ready(constants);
+        let prepared = Self::assemble(ctx, model, constants, block, const_mem, epoch, lease);
+        if let (Some(shapes), false) = (prepared.known_input_shapes(), has_deferred) {
+            prepared.instance((shapes, Vec::new(), Vec::new()), epoch)?;
+        }
+        Ok(prepared)
+    }
+
+    fn assemble(
+        ctx: &ModelContext,
+        model: Model,
+        constants: Constants,
+        block: ConstantBlock,
+        const_mem: Option<DramBlock>,
+        epoch: u64,
+        lease: ModelLease,
+    ) -> Arc<VnpuPreparedModel> {
+        let deferred = compile::deferred_inputs(&model.main);
+        Arc::new_cyclic(|me| VnpuPreparedModel {
             me: me.clone(),
-            hw,
+            hw: Arc::clone(&ctx.hw),
             model,
             constants,
             block,
@@ -145,21 +176,68 @@ impl VnpuPreparedModel {
             executions: Arc::clone(&ctx.executions),
             submit_wait: ctx.submit_wait,
             _lease: lease,
+        })
+    }
+
+    /// A prepared model rebuilt from a verified compilation cache: its constants already
+    /// in device memory (`const_mem`, laid out by `offsets`, uploaded in device epoch
+    /// `epoch`), the program compiled for `input_shapes` installed without compiling,
+    /// other constants made on first need.
+    #[allow(clippy::too_many_arguments)]
+    pub fn restore(
+        ctx: &ModelContext,
+        model: Model,
+        constants: Constants,
+        offsets: Vec<Option<u64>>,
+        const_mem: Option<DramBlock>,
+        instance: Option<(Vec<Vec<usize>>, Compiled)>,
+        epoch: u64,
+        lease: ModelLease,
+    ) -> Result<Arc<VnpuPreparedModel>, ErrorStatus> {
+        let block = ConstantBlock {
+            bytes: Vec::new(),
+            offsets,
+        };
+        let prepared = Self::assemble(ctx, model, constants, block, const_mem, epoch, lease);
+        if let Some((shapes, compiled)) = instance {
+            prepared.install((shapes, Vec::new(), Vec::new()), compiled, epoch)?;
+        }
+        Ok(prepared)
+    }
+
+    /// What the compilation cache saves: the model, its constants, their device layout
+    /// and, when the input shapes are known, the program compiled for them.
+    pub fn cache_parts(&self) -> CacheParts<'_> {
+        let instance = self.known_input_shapes().and_then(|shapes| {
+            let key = (shapes.clone(), Vec::new(), Vec::new());
+            let all = self.instances.lock().unwrap_or_else(|p| p.into_inner());
+            let inst = all
+                .map
+                .get(&key)?
+                .1
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            Some((shapes, inst.compiled.clone()))
         });
-        let known: Option<Vec<Vec<usize>>> = prepared
-            .model
+        CacheParts {
+            model: &self.model,
+            constants: self.constants.get(),
+            block: &self.block,
+            instance,
+        }
+    }
+
+    /// The model's input shapes when it fixes them all.
+    fn known_input_shapes(&self) -> Option<Vec<Vec<usize>>> {
+        self.model
             .main
             .input_indexes
             .iter()
             .map(|&i| {
-                let d = &prepared.model.main.operands.get(i as usize)?.dimensions;
+                let d = &self.model.main.operands.get(i as usize)?.dimensions;
                 (!d.contains(&0)).then(|| d.iter().map(|&x| x as usize).collect())
             })
-            .collect();
-        if let (Some(shapes), false) = (known, has_deferred) {
-            prepared.instance((shapes, Vec::new(), Vec::new()), epoch)?;
-        }
-        Ok(prepared)
+            .collect()
     }
 
     fn const_base(&self) -> u64 {
@@ -175,8 +253,15 @@ impl VnpuPreparedModel {
         if all.epoch == now {
             return Ok(now);
         }
-        tracing::info!("device was reset: uploading the model's constants again");
         all.map.clear();
+        if self.const_mem.is_some() && self.block.bytes.is_empty() {
+            // Restored from the compilation cache, the constants live only in device
+            // memory (no second host copy of the weights): after a reset the model is dead;
+            // its client prepares it from the cache files again.
+            tracing::info!("device was reset: a model restored from the cache is dead");
+            return Err(ErrorStatus::GeneralFailure);
+        }
+        tracing::info!("device was reset: uploading the model's constants again");
         if let Some(mem) = &self.const_mem {
             upload_into(&self.hw, &self.block.bytes, mem.addr, now).map_err(|e| hw_status(&e))?;
         }
@@ -195,7 +280,7 @@ impl VnpuPreparedModel {
                 return Ok(Arc::clone(i));
             }
         }
-        let mut constants = std::borrow::Cow::Borrowed(&self.constants);
+        let mut constants = std::borrow::Cow::Borrowed(self.constants.get());
         for (i, v) in &key.1 {
             constants.to_mut()[*i as usize] = Some(v.clone());
         }
@@ -208,6 +293,16 @@ impl VnpuPreparedModel {
                 tracing::debug!("compile: {e}");
                 e.status()
             })?;
+        self.install(key, compiled, epoch)
+    }
+
+    /// Uploads the program of `compiled` with a fresh arena and keeps it for `key`.
+    fn install(
+        &self,
+        key: InstanceKey,
+        compiled: Compiled,
+        epoch: u64,
+    ) -> Result<Arc<Mutex<Instance>>, ErrorStatus> {
         let arena = self
             .hw
             .alloc_dram(compiled.arena_size)

@@ -3,7 +3,8 @@
 
 use std::io::{IsTerminal, Write};
 use std::num::NonZeroUsize;
-use std::path::PathBuf;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -13,9 +14,14 @@ use vnpu_driver::conformance::corpus::{count_cases, parse_case, TestCase};
 use vnpu_driver::conformance::report::{read_report_file, summarize, write_report_file, Status};
 use vnpu_driver::conformance::suite::{run_suite, SuiteOptions};
 use vnpu_driver::conformance::table;
-use vnpu_driver::conformance::{default_corpus, lookup, run_case, Verdict};
-use vnpu_driver::device::{IDevice, VnpuDevice};
-use vnpu_driver::hal::OperationType;
+use vnpu_driver::conformance::{
+    default_corpus, lookup, prepare_plain, run_case, run_case_with, Preparation, Verdict,
+};
+use vnpu_driver::device::{IDevice, PreparedModelSlot, VnpuDevice};
+use vnpu_driver::hal::{
+    ErrorStatus, ExecutionPreference, Model, NativeHandle, OperationType, OptionalTimePoint,
+    Priority,
+};
 use vnpu_emu::regs;
 
 #[derive(Parser)]
@@ -42,6 +48,13 @@ enum Command {
         /// Write the device's engine activity as Chrome trace JSON (Perfetto) here.
         #[arg(long)]
         trace: Option<PathBuf>,
+        /// Compilation cache directory: load the prepared model from it when it holds
+        /// this model (`cache: hit`), else prepare and save it there (`cache: miss`).
+        #[arg(long)]
+        cache_dir: Option<PathBuf>,
+        /// The cache token, 64 hex digits (default: derived from the model's contents).
+        #[arg(long, requires = "cache_dir")]
+        token: Option<String>,
     },
     /// Run every case of corpus files through the full driver path.
     Conformance {
@@ -92,7 +105,9 @@ fn main() -> ExitCode {
             case,
             corpus,
             trace,
-        } => run(&device, &case, corpus, trace),
+            cache_dir,
+            token,
+        } => run(&device, &case, corpus, trace, cache_dir.zip(Some(token))),
         Command::Conformance {
             files,
             filter,
@@ -126,6 +141,12 @@ fn info(device: &Arc<VnpuDevice>) -> ExitCode {
     println!("status       {:?}", device.get_status());
     let (_, m, d) = device.get_number_of_cache_files_needed();
     println!("cache files  model {m}, data {d}");
+    println!("cache holds  {}", vnpu_driver::cache::DESCRIPTION);
+    println!("cache I/O    {}", device.cache().io().describe());
+    println!(
+        "cache key    {} (created on first use, mode 0600; set VNPU_CACHE_KEY to move it)",
+        device.cache().config().key_path.display()
+    );
     let caps = device.get_capabilities_1_3().1;
     println!("\ncapabilities (execTime, powerUsage; relative to a CPU, lower is better)");
     let p = caps.relaxed_float32_to_float16_performance_tensor;
@@ -177,6 +198,7 @@ fn run(
     name: &str,
     corpus: Vec<PathBuf>,
     trace: Option<PathBuf>,
+    cache: Option<(PathBuf, Option<String>)>,
 ) -> ExitCode {
     let case = match load_case(name, corpus) {
         Ok(c) => c,
@@ -188,7 +210,24 @@ fn run(
     let dev = device.hardware().device();
     dev.set_tracing(trace.is_some());
     let start = std::time::Instant::now();
-    let report = run_case(device.as_ref(), &case);
+    let report = match &cache {
+        None => run_case(device.as_ref(), &case),
+        Some((dir, token)) => {
+            let token = match cache_token(&case, token.as_deref()) {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("vnpu: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let prepare = |dev: &dyn IDevice, model: &Model| {
+                let (outcome, prepared) = prepare_cached(dev, model, dir, &token);
+                println!("{outcome}");
+                prepared
+            };
+            run_case_with(device.as_ref(), &case, &prepare)
+        }
+    };
     let wall = start.elapsed();
     if let Some(path) = &trace {
         let events = dev.take_trace();
@@ -248,6 +287,98 @@ fn run(
             ExitCode::FAILURE
         }
     }
+}
+
+/// The token of `--token`, or one derived from the model.
+fn cache_token(case: &TestCase, hex: Option<&str>) -> Result<[u8; 32], String> {
+    let Some(hex) = hex else {
+        return vnpu_driver::cache::model_token(&case.model)
+            .map_err(|e| format!("cannot read the model's pools: {e}"));
+    };
+    let bad = || format!("--token must be 64 hex digits, not {hex:?}");
+    if hex.len() != 64 || !hex.is_ascii() {
+        return Err(bad());
+    }
+    let mut t = [0u8; 32];
+    for (i, b) in t.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
+    }
+    Ok(t)
+}
+
+/// Prepares through the cache in `dir`: a load when its files hold this token's model,
+/// else a preparation that saves them. Returns the `cache: ...` line and the outcome.
+fn prepare_cached(
+    dev: &dyn IDevice,
+    model: &Model,
+    dir: &Path,
+    token: &[u8; 32],
+) -> (String, Preparation) {
+    let name: String = token.iter().map(|b| format!("{b:02x}")).collect();
+    let open = |ext: &str| -> std::io::Result<NativeHandle> {
+        std::fs::create_dir_all(dir)?;
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(dir.join(format!("{name}.{ext}")))?;
+        let filled = f.metadata()?.len() > 0;
+        Ok(NativeHandle {
+            fds: vec![Arc::new(OwnedFd::from(f))],
+            ints: vec![filled as i32],
+        })
+    };
+    let (m, d) = match (open("model"), open("data")) {
+        (Ok(m), Ok(d)) => (m, d),
+        (Err(e), _) | (_, Err(e)) => {
+            let line = format!("cache: off ({}: {e})", dir.display());
+            return (line, prepare_plain(dev, model));
+        }
+    };
+    let ms = |t: std::time::Instant| t.elapsed().as_secs_f64() * 1e3;
+    let (m, d) = (vec![m], vec![d]);
+    let mut why = String::from("no cache files yet");
+    if m[0].ints == [1] {
+        let start = std::time::Instant::now();
+        let slot = PreparedModelSlot::new();
+        let ret = dev.prepare_model_from_cache_1_3(
+            OptionalTimePoint::NONE,
+            &m,
+            &d,
+            token,
+            Some(slot.clone()),
+        );
+        let (status, prepared) = slot.wait();
+        if status == ErrorStatus::None {
+            let line = format!(
+                "cache: hit (prepare {:.2} ms, from {})",
+                ms(start),
+                dir.display()
+            );
+            return (line, (ret, status, prepared));
+        }
+        why = format!("the cached files did not load: {status}");
+    }
+    let start = std::time::Instant::now();
+    let slot = PreparedModelSlot::new();
+    let ret = dev.prepare_model_1_3(
+        model,
+        ExecutionPreference::FAST_SINGLE_ANSWER,
+        Priority::MEDIUM,
+        OptionalTimePoint::NONE,
+        &m,
+        &d,
+        token,
+        Some(slot.clone()),
+    );
+    let (status, prepared) = slot.wait();
+    let line = format!(
+        "cache: miss (prepare {:.2} ms, saved to {}; {why})",
+        ms(start),
+        dir.display()
+    );
+    (line, (ret, status, prepared))
 }
 
 fn conformance(

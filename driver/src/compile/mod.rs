@@ -3,6 +3,7 @@
 //! unknown, constants get a fixed place in DRAM and activations share an arena by
 //! liveness.
 
+pub mod constants;
 pub mod lower;
 pub mod plan;
 

@@ -19,9 +19,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::device::{ExecutionSlot, IDevice, PreparedModelSlot};
+use crate::device::{ExecutionSlot, IDevice, IPreparedModel, PreparedModelSlot};
 use crate::hal::{
-    ErrorStatus, ExecutionPreference, MeasureTiming, Memory, OperandType, OperationType,
+    ErrorStatus, ExecutionPreference, MeasureTiming, Memory, Model, OperandType, OperationType,
     OptionalTimePoint, OptionalTimeoutDuration, Priority, Timing,
 };
 use corpus::{find_case, CorpusError, TestCase};
@@ -116,10 +116,40 @@ pub fn operation_uses(case: &TestCase) -> Vec<OperationUse> {
         .collect()
 }
 
+/// What a preparation gave: the call's return status, the notified status and model.
+pub type Preparation = (ErrorStatus, ErrorStatus, Option<Arc<dyn IPreparedModel>>);
+
+/// prepareModel_1_3 without cache handles, waiting for the notification.
+pub fn prepare_plain(device: &dyn IDevice, model: &Model) -> Preparation {
+    let slot = PreparedModelSlot::new();
+    let ret = device.prepare_model_1_3(
+        model,
+        ExecutionPreference::FAST_SINGLE_ANSWER,
+        Priority::MEDIUM,
+        OptionalTimePoint::NONE,
+        &[],
+        &[],
+        &[0u8; 32],
+        Some(slot.clone()),
+    );
+    let (status, prepared) = slot.wait();
+    (ret, status, prepared)
+}
+
 /// Runs one case; a panic anywhere inside is caught and reported as a failure.
 pub fn run_case(device: &dyn IDevice, case: &TestCase) -> CaseReport {
+    run_case_with(device, case, &prepare_plain)
+}
+
+/// Runs one case, preparing its model with `prepare` (e.g. through the compilation
+/// cache); a panic anywhere inside is caught and reported as a failure.
+pub fn run_case_with(
+    device: &dyn IDevice,
+    case: &TestCase,
+    prepare: &dyn Fn(&dyn IDevice, &Model) -> Preparation,
+) -> CaseReport {
     let operations = operation_names(case);
-    let result = catch_unwind(AssertUnwindSafe(|| run_case_inner(device, case)));
+    let result = catch_unwind(AssertUnwindSafe(|| run_case_inner(device, case, prepare)));
     let (verdict, outputs, timing) = match result {
         Ok(r) => r,
         Err(p) => {
@@ -145,7 +175,11 @@ pub fn run_case(device: &dyn IDevice, case: &TestCase) -> CaseReport {
     }
 }
 
-fn run_case_inner(device: &dyn IDevice, case: &TestCase) -> (Verdict, Vec<OutputReport>, Timing) {
+fn run_case_inner(
+    device: &dyn IDevice,
+    case: &TestCase,
+    prepare: &dyn Fn(&dyn IDevice, &Model) -> Preparation,
+) -> (Verdict, Vec<OutputReport>, Timing) {
     let expected_failure = |what: String| {
         if case.expect_failure {
             (Verdict::Pass, Vec::new(), Timing::NONE)
@@ -173,18 +207,7 @@ fn run_case_inner(device: &dyn IDevice, case: &TestCase) -> (Verdict, Vec<Output
             Timing::NONE,
         );
     }
-    let slot = PreparedModelSlot::new();
-    let ret = device.prepare_model_1_3(
-        model,
-        ExecutionPreference::FAST_SINGLE_ANSWER,
-        Priority::MEDIUM,
-        OptionalTimePoint::NONE,
-        &[],
-        &[],
-        &[0u8; 32],
-        Some(slot.clone()),
-    );
-    let (status, prepared) = slot.wait();
+    let (ret, status, prepared) = prepare(device, model);
     // A launch that returned NONE may still notify an error (preparation is asynchronous);
     // a launch that returned an error must notify that same error.
     if ret != ErrorStatus::None && ret != status {

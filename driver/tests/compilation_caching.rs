@@ -1,0 +1,813 @@
+//! Port of the VTS 1.3 CompilationCachingTests and CompilationCachingSecurityTest.
+//!
+//! Every test runs twice: on a device whose cache I/O uses io_uring and on one forced to
+//! the pread/pwrite fallback. Where io_uring is unavailable (many containers) the first
+//! run says so on stderr and uses the fallback too; set `VNPU_REQUIRE_IO_URING=1` to make
+//! that a failure. The models are the corpus's float MobileNet, a quant8 convolution (the
+//! VTS quant8 MobileNet is not in the corpus) and, for the TOCTOU and replacement tests,
+//! chains of 100 ADD and 100 MUL operations, as in VTS.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use vnpu_driver::cache::{CacheConfig, IoChoice, IoPath};
+use vnpu_driver::conformance::compare;
+use vnpu_driver::conformance::corpus::{TestBuffer, TestCase, TestOutput};
+use vnpu_driver::conformance::lookup;
+use vnpu_driver::device::{IDevice, IPreparedModel, PreparedModelSlot, VnpuDevice};
+use vnpu_driver::hal::{
+    DataLocation, ErrorStatus, ExecutionPreference, MeasureTiming, Model, NativeHandle, Operand,
+    OperandLifeTime, OperandType, Operation, OperationType, OptionalTimePoint,
+    OptionalTimeoutDuration, Priority, Subgraph, MAX_NUMBER_OF_CACHE_FILES,
+};
+use vnpu_emu::DeviceConfig;
+
+type Token = [u8; 32];
+type Prepared = Option<Arc<dyn IPreparedModel>>;
+
+fn scratch_dir() -> PathBuf {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let d = std::env::temp_dir().join(format!(
+        "vnpu-cc-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&d).expect("scratch dir");
+    d
+}
+
+/// The two devices: io_uring (where available) and the forced fallback, sharing a key
+/// in a temporary directory.
+fn devices() -> &'static [(IoChoice, Arc<VnpuDevice>)] {
+    static DEVS: OnceLock<Vec<(IoChoice, Arc<VnpuDevice>)>> = OnceLock::new();
+    DEVS.get_or_init(|| {
+        let key_path = scratch_dir().join("cache.key");
+        [IoChoice::Auto, IoChoice::Fallback]
+            .into_iter()
+            .map(|io| {
+                let config = CacheConfig {
+                    key_path: key_path.clone(),
+                    io,
+                };
+                let dev = VnpuDevice::with_cache(DeviceConfig::default(), config).expect("device");
+                (io, dev)
+            })
+            .collect()
+    })
+}
+
+/// Runs `f` on each device, saying which I/O path each run used.
+fn each_path(test: &str, f: impl Fn(&Arc<VnpuDevice>)) {
+    for (choice, dev) in devices() {
+        let path = dev.cache().io_path();
+        let why = dev.cache().io().describe();
+        match (choice, path) {
+            (IoChoice::Auto, IoPath::IoUring) => eprintln!("{test}: io_uring path ({why})"),
+            (IoChoice::Auto, IoPath::Fallback) => {
+                assert!(
+                    std::env::var_os("VNPU_REQUIRE_IO_URING").is_none(),
+                    "io_uring required but unavailable: {why}"
+                );
+                eprintln!("{test}: io_uring unavailable, this run used the fallback ({why})");
+            }
+            (IoChoice::Fallback, p) => {
+                assert_eq!(p, IoPath::Fallback);
+                eprintln!("{test}: fallback path");
+            }
+        }
+        f(dev);
+    }
+}
+
+fn corpus_case(file: &str, name: &str) -> TestCase {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../conformance")
+        .join(file);
+    lookup(&[path], name).expect("corpus case")
+}
+
+fn mobilenet() -> &'static TestCase {
+    static C: OnceLock<TestCase> = OnceLock::new();
+    C.get_or_init(|| corpus_case("V1_0.jsonl.gz", "mobilenet_224_gender_basic_fixed"))
+}
+
+fn quant8() -> &'static TestCase {
+    static C: OnceLock<TestCase> = OnceLock::new();
+    C.get_or_init(|| corpus_case("V1_0.jsonl.gz", "conv_quant8/conv_quant8"))
+}
+
+/// The VTS "large" models: `x op c op c ... op c`, 100 operations, `c` a constant.
+fn chain(op: OperationType) -> TestCase {
+    const LEN: usize = 100;
+    let f32t = |lifetime, consumers| Operand {
+        r#type: OperandType::TENSOR_FLOAT32,
+        dimensions: vec![1, 4],
+        number_of_consumers: consumers,
+        lifetime,
+        ..Operand::default()
+    };
+    let c = [1.01f32, 0.99, 1.02, 0.98];
+    let mut values: Vec<u8> = c.iter().flat_map(|v| v.to_le_bytes()).collect();
+    values.extend_from_slice(&0i32.to_le_bytes());
+    let mut operands = vec![
+        f32t(OperandLifeTime::SUBGRAPH_INPUT, 1),
+        Operand {
+            location: DataLocation {
+                pool_index: 0,
+                offset: 0,
+                length: 16,
+            },
+            ..f32t(OperandLifeTime::CONSTANT_COPY, LEN as u32)
+        },
+        Operand {
+            r#type: OperandType::INT32,
+            dimensions: vec![],
+            number_of_consumers: LEN as u32,
+            lifetime: OperandLifeTime::CONSTANT_COPY,
+            location: DataLocation {
+                pool_index: 0,
+                offset: 16,
+                length: 4,
+            },
+            ..Operand::default()
+        },
+    ];
+    let mut operations = Vec::new();
+    for k in 0..LEN {
+        let last = k + 1 == LEN;
+        operands.push(if last {
+            f32t(OperandLifeTime::SUBGRAPH_OUTPUT, 0)
+        } else {
+            f32t(OperandLifeTime::TEMPORARY_VARIABLE, 1)
+        });
+        let prev = if k == 0 { 0 } else { operands.len() as u32 - 2 };
+        operations.push(Operation {
+            r#type: op,
+            inputs: vec![prev, 1, 2],
+            outputs: vec![operands.len() as u32 - 1],
+        });
+    }
+    let out = operands.len() as u32 - 1;
+    let x = [1.0f32, 2.0, 3.0, 4.0];
+    let mut y = x;
+    for _ in 0..LEN {
+        for (v, c) in y.iter_mut().zip(c) {
+            *v = if op == OperationType::ADD {
+                *v + c
+            } else {
+                *v * c
+            };
+        }
+    }
+    let bytes = |v: &[f32]| v.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>();
+    TestCase {
+        name: format!("chain_{}", op.name().unwrap_or("?")),
+        spec: "chain".into(),
+        min_hal_version: "V1_0".into(),
+        model: Model {
+            main: Subgraph {
+                operands,
+                operations,
+                input_indexes: vec![0],
+                output_indexes: vec![out],
+            },
+            operand_values: values,
+            ..Model::default()
+        },
+        expect_failure: false,
+        multinomial_tolerance: 0.0,
+        inputs: vec![TestBuffer {
+            operand: 0,
+            dimensions: vec![1, 4],
+            data: bytes(&x),
+            has_no_value: false,
+        }],
+        outputs: vec![TestOutput {
+            operand: out,
+            dimensions: vec![1, 4],
+            data: bytes(&y),
+            ignored: false,
+        }],
+        relaxed: false,
+    }
+}
+
+fn add_chain() -> &'static TestCase {
+    static C: OnceLock<TestCase> = OnceLock::new();
+    C.get_or_init(|| chain(OperationType::ADD))
+}
+
+fn mul_chain() -> &'static TestCase {
+    static C: OnceLock<TestCase> = OnceLock::new();
+    C.get_or_init(|| chain(OperationType::MUL))
+}
+
+/// The models of CompilationCachingTests.
+fn models() -> [&'static TestCase; 2] {
+    [mobilenet(), quant8()]
+}
+
+/// Cache files on disk: paths, so tests can reopen them with other access modes.
+struct Files {
+    dir: PathBuf,
+    model: Vec<PathBuf>,
+    data: Vec<PathBuf>,
+}
+
+impl Files {
+    fn new(n_model: usize, n_data: usize) -> Files {
+        let dir = scratch_dir();
+        let mk = |prefix: &str, n: usize| -> Vec<PathBuf> {
+            (0..n)
+                .map(|i| {
+                    let p = dir.join(format!("{prefix}{i}"));
+                    File::create(&p).expect("create cache file");
+                    p
+                })
+                .collect()
+        };
+        let model = mk("model", n_model);
+        let data = mk("data", n_data);
+        Files { dir, model, data }
+    }
+
+    fn standard() -> Files {
+        let dev = &devices()[0].1;
+        let (_, m, d) = dev.get_number_of_cache_files_needed();
+        Files::new(m as usize, d as usize)
+    }
+
+    fn handles(&self) -> (Vec<NativeHandle>, Vec<NativeHandle>) {
+        (
+            self.model
+                .iter()
+                .map(|p| handle(p, Access::ReadWrite))
+                .collect(),
+            self.data
+                .iter()
+                .map(|p| handle(p, Access::ReadWrite))
+                .collect(),
+        )
+    }
+}
+
+impl Drop for Files {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Access {
+    ReadWrite,
+    ReadOnly,
+    WriteOnly,
+}
+
+fn open(path: &Path, access: Access) -> File {
+    let mut o = OpenOptions::new();
+    match access {
+        Access::ReadWrite => o.read(true).write(true),
+        Access::ReadOnly => o.read(true),
+        Access::WriteOnly => o.write(true),
+    };
+    o.open(path).expect("open cache file")
+}
+
+fn handle(path: &Path, access: Access) -> NativeHandle {
+    NativeHandle {
+        fds: vec![Arc::new(OwnedFd::from(open(path, access)))],
+        ints: Vec::new(),
+    }
+}
+
+/// prepareModel_1_3 with cache handles: must succeed whatever the handles.
+fn save(
+    dev: &VnpuDevice,
+    case: &TestCase,
+    model: &[NativeHandle],
+    data: &[NativeHandle],
+    token: &Token,
+) -> Arc<dyn IPreparedModel> {
+    let slot = PreparedModelSlot::new();
+    let ret = dev.prepare_model_1_3(
+        &case.model,
+        ExecutionPreference::FAST_SINGLE_ANSWER,
+        Priority::MEDIUM,
+        OptionalTimePoint::NONE,
+        model,
+        data,
+        token,
+        Some(slot.clone()),
+    );
+    let (status, prepared) = slot.wait();
+    assert_eq!(ret, ErrorStatus::None, "{}: prepareModel_1_3", case.name);
+    assert_eq!(status, ErrorStatus::None, "{}: prepareModel_1_3", case.name);
+    assert_eq!(slot.notifications(), 1);
+    prepared.expect("prepared model")
+}
+
+/// prepareModelFromCache_1_3: return and notification agree, come once, and a model is
+/// given exactly when the status is NONE.
+fn load(
+    dev: &VnpuDevice,
+    model: &[NativeHandle],
+    data: &[NativeHandle],
+    token: &Token,
+) -> (ErrorStatus, Prepared) {
+    let slot = PreparedModelSlot::new();
+    let ret = dev.prepare_model_from_cache_1_3(
+        OptionalTimePoint::NONE,
+        model,
+        data,
+        token,
+        Some(slot.clone()),
+    );
+    let (status, prepared) = slot.wait();
+    assert_eq!(ret, status, "return and notify disagree");
+    assert_eq!(slot.notifications(), 1, "notified exactly once");
+    assert_eq!(prepared.is_some(), status == ErrorStatus::None);
+    (status, prepared)
+}
+
+/// Executes `case` on `prepared`; true when every output is within tolerance.
+fn outputs_match(prepared: &Arc<dyn IPreparedModel>, case: &TestCase) -> bool {
+    let (request, pool, locations) = case.make_request().expect("request");
+    let (status, _, _) = prepared.execute_synchronously_1_3(
+        &request,
+        MeasureTiming::NO,
+        OptionalTimePoint::NONE,
+        OptionalTimeoutDuration(None),
+    );
+    if status != ErrorStatus::None {
+        return false;
+    }
+    case.outputs.iter().zip(&locations).all(|(want, loc)| {
+        let mut got = vec![0u8; want.data.len()];
+        let fd = pool.fd().expect("fd");
+        nix::sys::uio::pread(fd, &mut got, loc.offset as i64).expect("pread");
+        let ty = case.operand_type(want.operand).expect("type");
+        compare(
+            want.operand,
+            ty,
+            &want.data,
+            &got,
+            case.relaxed,
+            want.ignored,
+        )
+        .mismatches
+            == 0
+    })
+}
+
+fn check(prepared: &Arc<dyn IPreparedModel>, case: &TestCase) {
+    assert!(
+        outputs_match(prepared, case),
+        "{}: wrong outputs",
+        case.name
+    );
+}
+
+fn assert_fails(status: ErrorStatus, what: &str) {
+    assert!(
+        matches!(
+            status,
+            ErrorStatus::GeneralFailure | ErrorStatus::InvalidArgument
+        ),
+        "{what}: {status}"
+    );
+}
+
+/// A seeded generator (the suite's seeds 0-9), no dependency needed.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n.max(1)
+    }
+}
+
+fn read_all(path: &Path) -> Vec<u8> {
+    std::fs::read(path).expect("read cache file")
+}
+
+/// A saved cache: the files' bytes after a save of `case` with `token`.
+fn saved(dev: &VnpuDevice, case: &TestCase, token: &Token) -> (Vec<u8>, Vec<u8>) {
+    let files = Files::standard();
+    let (m, d) = files.handles();
+    save(dev, case, &m, &d, token);
+    (read_all(&files.model[0]), read_all(&files.data[0]))
+}
+
+/// Loads from fresh files holding these bytes.
+fn load_bytes(
+    dev: &VnpuDevice,
+    model: &[u8],
+    data: &[u8],
+    token: &Token,
+) -> (ErrorStatus, Prepared) {
+    let files = Files::standard();
+    std::fs::write(&files.model[0], model).expect("write");
+    std::fs::write(&files.data[0], data).expect("write");
+    let (m, d) = files.handles();
+    load(dev, &m, &d, token)
+}
+
+#[test]
+fn cache_saving_and_retrieval() {
+    each_path("cache_saving_and_retrieval", |dev| {
+        let (_, m, d) = dev.get_number_of_cache_files_needed();
+        assert!(m > 0 && d > 0, "caching is supported");
+        assert!(m as usize <= MAX_NUMBER_OF_CACHE_FILES && d as usize <= MAX_NUMBER_OF_CACHE_FILES);
+        for case in models().into_iter().chain([add_chain()]) {
+            let files = Files::standard();
+            let (mh, dh) = files.handles();
+            let token = [0u8; 32];
+            check(&save(dev, case, &mh, &dh, &token), case);
+            let (status, prepared) = load(dev, &mh, &dh, &token);
+            assert_eq!(status, ErrorStatus::None, "{}", case.name);
+            check(&prepared.expect("model"), case);
+        }
+    });
+}
+
+#[test]
+fn cache_saving_and_retrieval_non_zero_offset() {
+    each_path("cache_saving_and_retrieval_non_zero_offset", |dev| {
+        for case in models() {
+            let files = Files::standard();
+            let all = || files.model.iter().chain(&files.data);
+            // Two junk bytes at the start, leaving each file's offset at 2.
+            let mut opened: Vec<File> = all().map(|p| open(p, Access::ReadWrite)).collect();
+            for f in &mut opened {
+                f.write_all(&[0xAB, 0xCD]).expect("junk");
+            }
+            let handles = |from: &mut [File]| -> Vec<NativeHandle> {
+                from.iter()
+                    .map(|f| NativeHandle {
+                        fds: vec![Arc::new(OwnedFd::from(f.try_clone().expect("dup")))],
+                        ints: Vec::new(),
+                    })
+                    .collect()
+            };
+            let hs = handles(&mut opened);
+            let (mh, dh) = hs.split_at(files.model.len());
+            let token = [0u8; 32];
+            check(&save(dev, case, mh, dh, &token), case);
+            // One byte read from each fd, so each offset is not 0.
+            for f in &mut opened {
+                f.seek(SeekFrom::Start(0)).expect("seek");
+                let mut b = [0u8; 1];
+                f.read_exact(&mut b).expect("read");
+            }
+            let (status, prepared) = load(dev, mh, dh, &token);
+            assert_eq!(status, ErrorStatus::None, "{}", case.name);
+            check(&prepared.expect("model"), case);
+        }
+    });
+}
+
+/// Handle lists with one handle more or one less than needed.
+fn miscounted(files: &Files) -> Vec<(Vec<NativeHandle>, Vec<NativeHandle>)> {
+    let (m, d) = files.handles();
+    let extra = || handle(&files.model[0], Access::ReadWrite);
+    let mut out = Vec::new();
+    let mut more = m.clone();
+    more.push(extra());
+    out.push((more, d.clone()));
+    out.push((m[..m.len() - 1].to_vec(), d.clone()));
+    let mut more = d.clone();
+    more.push(extra());
+    out.push((m.clone(), more));
+    out.push((m.clone(), d[..d.len() - 1].to_vec()));
+    out
+}
+
+#[test]
+fn save_to_cache_invalid_num_cache() {
+    each_path("save_to_cache_invalid_num_cache", |dev| {
+        for case in models() {
+            let files = Files::standard();
+            for (m, d) in miscounted(&files) {
+                let token = [0u8; 32];
+                check(&save(dev, case, &m, &d, &token), case);
+                let (status, _) = load(dev, &m, &d, &token);
+                assert_fails(status, "load with the same miscounted handles");
+            }
+        }
+    });
+}
+
+#[test]
+fn prepare_model_from_cache_invalid_num_cache() {
+    each_path("prepare_model_from_cache_invalid_num_cache", |dev| {
+        for case in models() {
+            let files = Files::standard();
+            let (m, d) = files.handles();
+            let token = [0u8; 32];
+            save(dev, case, &m, &d, &token);
+            for (m, d) in miscounted(&files) {
+                let (status, _) = load(dev, &m, &d, &token);
+                assert_fails(status, "miscounted handles");
+            }
+        }
+    });
+}
+
+/// Handle lists where one handle holds 0 or 2 fds.
+fn bad_fd_counts(files: &Files) -> Vec<(Vec<NativeHandle>, Vec<NativeHandle>)> {
+    let (m, d) = files.handles();
+    let mut out = Vec::new();
+    for which in 0..m.len() + d.len() {
+        for n in [0usize, 2] {
+            let (mut m, mut d) = (m.clone(), d.clone());
+            let h = if which < m.len() {
+                &mut m[which]
+            } else {
+                &mut d[which - files.model.len()]
+            };
+            if n == 0 {
+                h.fds.clear();
+            } else {
+                let fd = Arc::clone(&h.fds[0]);
+                h.fds.push(fd);
+            }
+            out.push((m, d));
+        }
+    }
+    out
+}
+
+#[test]
+fn save_to_cache_invalid_num_fd() {
+    each_path("save_to_cache_invalid_num_fd", |dev| {
+        for case in models() {
+            let files = Files::standard();
+            for (m, d) in bad_fd_counts(&files) {
+                let token = [0u8; 32];
+                check(&save(dev, case, &m, &d, &token), case);
+                let (status, _) = load(dev, &m, &d, &token);
+                assert_fails(status, "load with the same bad fd counts");
+            }
+        }
+    });
+}
+
+#[test]
+fn prepare_model_from_cache_invalid_num_fd() {
+    each_path("prepare_model_from_cache_invalid_num_fd", |dev| {
+        for case in models() {
+            let files = Files::standard();
+            let (m, d) = files.handles();
+            let token = [0u8; 32];
+            save(dev, case, &m, &d, &token);
+            for (m, d) in bad_fd_counts(&files) {
+                let (status, _) = load(dev, &m, &d, &token);
+                assert_fails(status, "bad fd counts");
+            }
+        }
+    });
+}
+
+/// Handle lists where one fd has the access mode `access`.
+fn with_access(files: &Files, access: Access) -> Vec<(Vec<NativeHandle>, Vec<NativeHandle>)> {
+    let all: Vec<&PathBuf> = files.model.iter().chain(&files.data).collect();
+    (0..all.len())
+        .map(|k| {
+            let hs: Vec<NativeHandle> = all
+                .iter()
+                .enumerate()
+                .map(|(i, p)| handle(p, if i == k { access } else { Access::ReadWrite }))
+                .collect();
+            let (m, d) = hs.split_at(files.model.len());
+            (m.to_vec(), d.to_vec())
+        })
+        .collect()
+}
+
+#[test]
+fn save_to_cache_invalid_access_mode() {
+    each_path("save_to_cache_invalid_access_mode", |dev| {
+        for case in models() {
+            let token = [0u8; 32];
+            let probe = Files::standard();
+            for k in 0..with_access(&probe, Access::ReadOnly).len() {
+                let files = Files::standard();
+                let (m, d) = with_access(&files, Access::ReadOnly).swap_remove(k);
+                check(&save(dev, case, &m, &d, &token), case);
+                let (m, d) = files.handles();
+                let (status, _) = load(dev, &m, &d, &token);
+                assert_fails(status, "load after a save with a read-only fd");
+            }
+        }
+    });
+}
+
+#[test]
+fn prepare_model_from_cache_invalid_access_mode() {
+    each_path("prepare_model_from_cache_invalid_access_mode", |dev| {
+        for case in models() {
+            let files = Files::standard();
+            let (m, d) = files.handles();
+            let token = [0u8; 32];
+            save(dev, case, &m, &d, &token);
+            for (m, d) in with_access(&files, Access::WriteOnly) {
+                let (status, _) = load(dev, &m, &d, &token);
+                assert_eq!(status, ErrorStatus::GeneralFailure, "a write-only fd");
+            }
+        }
+    });
+}
+
+/// Copies the model cache files `from` over `to`, through separate fds, until `stop`
+/// (as VTS's copyCacheFiles: the data cache is shared by both models).
+fn copy_loop(from: &[PathBuf], to: &[PathBuf], stop: &AtomicBool) {
+    let bytes: Vec<(Vec<u8>, &PathBuf)> =
+        from.iter().zip(to).map(|(f, t)| (read_all(f), t)).collect();
+    while !stop.load(Ordering::Relaxed) {
+        for (b, t) in &bytes {
+            let _ = std::fs::write(t, b);
+        }
+        std::thread::yield_now();
+    }
+}
+
+const TOCTOU_ITERATIONS: usize = 100;
+
+/// The TOCTOU set-up: MUL saved to its own model cache and the shared data cache with
+/// token 0; ADD uses token 0 + 1 (as VTS: `mToken[0]++`).
+struct Toctou {
+    add: Files,
+    mul_model: Vec<PathBuf>,
+    add_token: Token,
+}
+
+impl Toctou {
+    fn new(dev: &VnpuDevice) -> Toctou {
+        let add = Files::standard();
+        let mul_model: Vec<PathBuf> = add
+            .model
+            .iter()
+            .map(|p| {
+                let q = p.with_extension("mul");
+                File::create(&q).expect("create");
+                q
+            })
+            .collect();
+        let m: Vec<NativeHandle> = mul_model
+            .iter()
+            .map(|p| handle(p, Access::ReadWrite))
+            .collect();
+        let (_, d) = add.handles();
+        save(dev, mul_chain(), &m, &d, &[0u8; 32]);
+        let mut add_token = [0u8; 32];
+        add_token[0] += 1;
+        Toctou {
+            add,
+            mul_model,
+            add_token,
+        }
+    }
+
+    /// A load's outcome: may fail, but a model that loads computes ADD.
+    fn judge(&self, r: (ErrorStatus, Prepared), tally: &mut (u32, u32)) {
+        match r {
+            (ErrorStatus::None, Some(p)) => {
+                check(&p, add_chain());
+                tally.0 += 1;
+            }
+            (status, _) => {
+                assert_eq!(status, ErrorStatus::GeneralFailure);
+                tally.1 += 1;
+            }
+        }
+    }
+}
+
+#[test]
+fn save_to_cache_toctou() {
+    each_path("save_to_cache_toctou", |dev| {
+        let t = Toctou::new(dev);
+        let mut tally = (0, 0);
+        for _ in 0..TOCTOU_ITERATIONS {
+            let (m, d) = t.add.handles();
+            let stop = AtomicBool::new(false);
+            std::thread::scope(|s| {
+                s.spawn(|| copy_loop(&t.mul_model, &t.add.model, &stop));
+                save(dev, add_chain(), &m, &d, &t.add_token);
+                stop.store(true, Ordering::Relaxed);
+            });
+            t.judge(load(dev, &m, &d, &t.add_token), &mut tally);
+        }
+        eprintln!(
+            "save_to_cache_toctou: {} loaded, {} failed",
+            tally.0, tally.1
+        );
+    });
+}
+
+#[test]
+fn prepare_from_cache_toctou() {
+    each_path("prepare_from_cache_toctou", |dev| {
+        let t = Toctou::new(dev);
+        let mut tally = (0, 0);
+        for _ in 0..TOCTOU_ITERATIONS {
+            let (m, d) = t.add.handles();
+            save(dev, add_chain(), &m, &d, &t.add_token);
+            let stop = AtomicBool::new(false);
+            let r = std::thread::scope(|s| {
+                s.spawn(|| copy_loop(&t.mul_model, &t.add.model, &stop));
+                let r = load(dev, &m, &d, &t.add_token);
+                stop.store(true, Ordering::Relaxed);
+                r
+            });
+            t.judge(r, &mut tally);
+        }
+        eprintln!(
+            "prepare_from_cache_toctou: {} loaded, {} failed",
+            tally.0, tally.1
+        );
+    });
+}
+
+#[test]
+fn replace_security_sensitive_cache() {
+    each_path("replace_security_sensitive_cache", |dev| {
+        let add_token = [0u8; 32];
+        let mut mul_token = [0u8; 32];
+        mul_token[0] = 1;
+        let (_, add_data) = saved(dev, add_chain(), &add_token);
+        let (mul_model, _) = saved(dev, mul_chain(), &mul_token);
+        let (status, _) = load_bytes(dev, &mul_model, &add_data, &add_token);
+        assert_eq!(status, ErrorStatus::GeneralFailure);
+    });
+}
+
+const SEEDS: std::ops::Range<u64> = 0..10;
+
+/// CompilationCachingSecurityTest: for each model and seed, a saved cache altered by
+/// `alter` (model cache, data cache, token) must fail to load with GENERAL_FAILURE.
+fn tampered(test: &str, alter: impl Fn(&mut Rng, &mut Vec<u8>, &mut Vec<u8>, &mut Token)) {
+    each_path(test, |dev| {
+        for case in models() {
+            let token = [0u8; 32];
+            let (model, data) = saved(dev, case, &token);
+            for seed in SEEDS {
+                let (mut m, mut d, mut t) = (model.clone(), data.clone(), token);
+                alter(&mut Rng(seed), &mut m, &mut d, &mut t);
+                let (status, _) = load_bytes(dev, &m, &d, &t);
+                assert_eq!(
+                    status,
+                    ErrorStatus::GeneralFailure,
+                    "{}, seed {seed}",
+                    case.name
+                );
+            }
+        }
+    });
+}
+
+fn flip_bit(rng: &mut Rng, bytes: &mut [u8]) {
+    let bit = rng.below(bytes.len() as u64 * 8);
+    bytes[(bit / 8) as usize] ^= 1 << (bit % 8);
+}
+
+fn append(rng: &mut Rng, bytes: &mut Vec<u8>) {
+    let n = 1 + rng.below(256) as usize;
+    bytes.extend((0..n).map(|_| rng.below(256) as u8));
+}
+
+#[test]
+fn corrupted_model_cache() {
+    tampered("corrupted_model_cache", |rng, m, _, _| flip_bit(rng, m));
+}
+
+#[test]
+fn wrong_length_model_cache() {
+    tampered("wrong_length_model_cache", |rng, m, _, _| append(rng, m));
+}
+
+/// VTS asks only for no crash and a model iff NONE (checked in `load`); the digest in the
+/// model cache catches every flipped bit and every appended byte.
+#[test]
+fn corrupted_data_cache() {
+    tampered("corrupted_data_cache", |rng, _, d, _| flip_bit(rng, d));
+}
+
+#[test]
+fn wrong_length_data_cache() {
+    tampered("wrong_length_data_cache", |rng, _, d, _| append(rng, d));
+}
+
+#[test]
+fn wrong_token() {
+    tampered("wrong_token", |rng, _, _, t| flip_bit(rng, t));
+}
