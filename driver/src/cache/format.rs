@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! header, 64 bytes: "VNPUCACH" | u32 format version | u32 0 | u64 body_len | u64 data_len
-//!                   | [32] BLAKE3 digest of the data cache
+//!                   | [32] digest of the data cache (mac::DataDigest)
 //! body:             body_len bytes (see `encode_body`)
 //! mac:              32 bytes, keyed BLAKE3 (see `mac`)
 //! ```
@@ -23,7 +23,7 @@ use crate::hal::{
 };
 
 /// The cache format version (part of the build id the MAC binds).
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 const MAGIC: &[u8; 8] = b"VNPUCACH";
 /// Bytes of the header.
 pub const HEADER_LEN: usize = 64;
@@ -39,7 +39,7 @@ pub struct Header {
     pub body_len: u64,
     /// Bytes of the data cache.
     pub data_len: u64,
-    /// BLAKE3 digest of the data cache.
+    /// Digest of the data cache ([`super::mac::DataDigest`]).
     pub data_digest: [u8; 32],
 }
 

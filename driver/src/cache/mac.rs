@@ -1,8 +1,14 @@
 //! What seals the model cache: BLAKE3 in keyed mode over a domain string, the token, the
 //! driver build, the device identity and the file's contents (whose header holds the
-//! BLAKE3 digest of the data cache). BLAKE3 because it keeps up with memory bandwidth on
-//! large inputs (SIMD across chunks) where HMAC-SHA-256 runs at SHA-NI speed, about a
-//! third of it on the machines measured (`cargo bench --bench cache -- mac`).
+//! digest of the data cache). BLAKE3 because it keeps up with memory bandwidth on large
+//! inputs (SIMD across chunks) where HMAC-SHA-256 runs at SHA-NI speed, about a third of
+//! it on the machines measured (`cargo bench --bench cache -- mac`).
+//!
+//! The data cache's digest is XXH3-128, not a cryptographic hash: the data cache holds
+//! only weights, which the HAL does not treat as security-sensitive (a forged data cache
+//! may give wrong results, never a crash), so its digest has to catch corruption, torn
+//! writes and another model's file, and nothing more. At ~10x BLAKE3's single-thread
+//! speed it lets a load run at the speed of the reads; the MAC still covers the digest.
 
 use crate::hal::BYTE_SIZE_OF_CACHE_TOKEN;
 use crate::hw::Hardware;
@@ -63,6 +69,31 @@ pub fn mac(key: &[u8; 32], b: &Binding, contents: &[u8]) -> [u8; MAC_LEN] {
     framed(&mut h, &b.device);
     framed(&mut h, contents);
     *h.finalize().as_bytes()
+}
+
+/// The data cache's digest, computed as the bytes arrive (see the module comment).
+#[derive(Default)]
+pub struct DataDigest(xxhash_rust::xxh3::Xxh3);
+
+impl DataDigest {
+    /// Adds the next bytes.
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+
+    /// The digest, as the header stores it (16 bytes of XXH3-128, then zeros).
+    pub fn finish(&self) -> [u8; MAC_LEN] {
+        let mut out = [0u8; MAC_LEN];
+        out[..16].copy_from_slice(&self.0.digest128().to_le_bytes());
+        out
+    }
+
+    /// The digest of `bytes` at once.
+    pub fn of(bytes: &[u8]) -> [u8; MAC_LEN] {
+        let mut d = Self::default();
+        d.update(bytes);
+        d.finish()
+    }
 }
 
 /// Checks a MAC in constant time.

@@ -4,7 +4,7 @@
 //! - The **model cache** (1 file) holds everything security-sensitive: the model's
 //!   structure, its scalar constants, the layout of its constant tensors and the program
 //!   compiled for its input shapes, sealed by a keyed BLAKE3 MAC over the token, the
-//!   driver build, the device identity and the contents, which include the BLAKE3 digest
+//!   driver build, the device identity and the contents, which include the XXH3-128 digest
 //!   of the data cache ([`format`], [`mac`]). The key is a per-installation secret
 //!   ([`key`]).
 //! - The **data cache** (1 file) holds the constant tensors in the device's layout, ready

@@ -60,7 +60,7 @@ pub fn seal_body(key: &[u8; 32], binding: &Binding, body: &[u8], data: &[u8]) ->
     let header = Header {
         body_len: body.len() as u64,
         data_len: data.len() as u64,
-        data_digest: *blake3::hash(data).as_bytes(),
+        data_digest: super::mac::DataDigest::of(data),
     };
     let mut file = header.encode().to_vec();
     file.extend_from_slice(body);
