@@ -62,6 +62,14 @@ pub enum CompileError {
     /// A constant shorter than its type.
     #[error("operand {0}: constant too short")]
     ShortConstant(u32),
+    /// A tensor larger than the device takes.
+    #[error("operand {operand} would take {bytes} bytes, more than the device's limit")]
+    TooLarge {
+        /// The operand.
+        operand: u32,
+        /// Its size.
+        bytes: u64,
+    },
     /// The shape of an operand is not known yet.
     #[error("the shape of operand {0} is not known")]
     UnknownShape(u32),
@@ -148,7 +156,26 @@ pub fn tensor_type(o: &Operand, shape: &[usize]) -> Option<TensorType> {
 /// Bytes of an operand of `shape` on the device.
 fn device_bytes(o: &Operand, shape: &[usize]) -> u64 {
     let size = device_dtype(o.r#type).map_or(0, |d| d.size());
-    shape.iter().product::<usize>() as u64 * size
+    // Saturating: [`compile`] refuses anything above MAX_TENSOR_BYTES before it is used.
+    shape.iter().fold(size, |n, &d| n.saturating_mul(d as u64))
+}
+
+/// The largest tensor the device takes (its DMA and memory limits are far below this):
+/// every size computed from model or request data is checked against it, so no sum or
+/// product of sizes downstream can overflow.
+pub const MAX_TENSOR_BYTES: u64 = 1 << 32;
+
+/// Refuses a shape whose device size exceeds [`MAX_TENSOR_BYTES`].
+fn bounded(sg: &Subgraph, i: u32, shape: &[usize]) -> Result<(), CompileError> {
+    let o = sg
+        .operands
+        .get(i as usize)
+        .ok_or(CompileError::OperandRange(i))?;
+    let bytes = device_bytes(o, shape);
+    if bytes > MAX_TENSOR_BYTES {
+        return Err(CompileError::TooLarge { operand: i, bytes });
+    }
+    Ok(())
 }
 
 /// Where a tensor lives in device memory.
@@ -318,6 +345,7 @@ pub fn compile(
         }
     }
     for (&idx, s) in sg.input_indexes.iter().zip(input_shapes) {
+        bounded(sg, idx, s)?;
         shapes[idx as usize] = Some(s.clone());
     }
     let deferred = deferred_inputs(sg);
@@ -342,6 +370,7 @@ pub fn compile(
         let refs: Vec<&TensorType> = in_tys.iter().collect();
         let outs = l.op.output_shapes(&refs).map_err(kernel)?;
         for (&o, s) in l.outputs.iter().zip(outs) {
+            bounded(sg, o, &s)?;
             let dims = &sg.operands[o as usize].dimensions;
             if !dims_compatible(dims, &s) {
                 return Err(CompileError::ShapeMismatch {
