@@ -202,6 +202,7 @@ impl Hardware {
         std::thread::Builder::new()
             .name("vnpu-irq".into())
             .spawn(move || {
+                let mut watched = Instant::now();
                 while let Some(hw) = weak.upgrade() {
                     if hw.stop.load(Ordering::Acquire) {
                         return;
@@ -210,7 +211,12 @@ impl Hardware {
                     // The interrupt thread is the watchdog: it must outlive its own bugs.
                     let round = catch_unwind(AssertUnwindSafe(|| {
                         hw.route_completions();
-                        hw.watch();
+                        // Once a period, not per interrupt: the watchdog takes the queue
+                        // lock, which the woken submitter wants right then.
+                        if watched.elapsed() >= hw.watchdog.period {
+                            hw.watch();
+                            watched = Instant::now();
+                        }
                     }));
                     if round.is_err() {
                         tracing::error!("interrupt thread panicked; carrying on");
