@@ -11,14 +11,11 @@ use std::time::Duration;
 use common::{execute, Mode};
 use vnpu_driver::config::{DriverConfig, DriverFaults, WatchdogConfig};
 use vnpu_driver::conformance::corpus::TestCase;
-use vnpu_driver::conformance::{compare, default_corpus, lookup};
-use vnpu_driver::device::{
-    ExecutionCallback, ExecutionSlot, IDevice, IPreparedModel, PreparedModelSlot, VnpuDevice,
-};
+use vnpu_driver::conformance::{default_corpus, lookup, outputs_match, prepare_plain};
+use vnpu_driver::device::{ExecutionCallback, ExecutionSlot, IDevice, IPreparedModel, VnpuDevice};
 use vnpu_driver::hal::{
-    DeviceStatus, ErrorStatus, ExecutionPreference, MeasureTiming, Memory, NativeHandle,
-    OptionalTimePoint, OptionalTimeoutDuration, Priority, Request, RequestMemoryPool,
-    MEMORY_MMAP_FD,
+    DeviceStatus, ErrorStatus, MeasureTiming, Memory, NativeHandle, OptionalTimePoint,
+    OptionalTimeoutDuration, Request, RequestMemoryPool, MEMORY_MMAP_FD,
 };
 use vnpu_emu::fault::{Fault, FaultPlan};
 use vnpu_emu::DeviceConfig;
@@ -59,20 +56,8 @@ fn prepare_on(
     dev: &VnpuDevice,
     model: &TestCase,
 ) -> (ErrorStatus, Option<Arc<dyn IPreparedModel>>) {
-    let slot = PreparedModelSlot::new();
-    let ret = dev.prepare_model_1_3(
-        &model.model,
-        ExecutionPreference::FAST_SINGLE_ANSWER,
-        Priority::MEDIUM,
-        OptionalTimePoint::NONE,
-        &[],
-        &[],
-        &[0; 32],
-        Some(slot.clone()),
-    );
-    let (status, prepared) = slot.wait();
+    let (ret, status, prepared) = prepare_plain(dev, &model.model);
     assert!(ret == ErrorStatus::None || ret == status);
-    assert_eq!(slot.notifications(), 1, "notified exactly once");
     (status, prepared)
 }
 
@@ -89,28 +74,6 @@ fn run_checked(
         return Err(status);
     }
     Ok(outputs_match(case, &pool, &locations))
-}
-
-fn outputs_match(
-    case: &TestCase,
-    pool: &Memory,
-    locations: &[vnpu_driver::hal::DataLocation],
-) -> bool {
-    case.outputs.iter().zip(locations).all(|(want, loc)| {
-        let mut got = vec![0u8; want.data.len()];
-        nix::sys::uio::pread(pool.fd().unwrap().as_fd(), &mut got, loc.offset as i64).unwrap();
-        let ty = case.operand_type(want.operand).unwrap();
-        compare(
-            want.operand,
-            ty,
-            &want.data,
-            &got,
-            case.relaxed,
-            want.ignored,
-        )
-        .mismatches
-            == 0
-    })
 }
 
 #[test]

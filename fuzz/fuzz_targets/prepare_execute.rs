@@ -7,11 +7,8 @@
 use std::sync::{Arc, OnceLock};
 
 use libfuzzer_sys::fuzz_target;
-use vnpu_driver::device::{IDevice, PreparedModelSlot, VnpuDevice};
-use vnpu_driver::hal::{
-    ErrorStatus, ExecutionPreference, MeasureTiming, OptionalTimePoint, OptionalTimeoutDuration,
-    Priority,
-};
+use vnpu_driver::device::VnpuDevice;
+use vnpu_driver::hal::{ErrorStatus, MeasureTiming, OptionalTimePoint, OptionalTimeoutDuration};
 use vnpu_emu::DeviceConfig;
 
 fn device() -> &'static Arc<VnpuDevice> {
@@ -29,18 +26,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };
     let Ok(case) = vnpu_driver::conformance::corpus::parse_case(text) else { return };
     let dev = device();
-    let slot = PreparedModelSlot::new();
-    dev.prepare_model_1_3(
-        &case.model,
-        ExecutionPreference::FAST_SINGLE_ANSWER,
-        Priority::MEDIUM,
-        OptionalTimePoint::NONE,
-        &[],
-        &[],
-        &[0; 32],
-        Some(slot.clone()),
-    );
-    let (status, prepared) = slot.wait();
+    let (_, status, prepared) = vnpu_driver::conformance::prepare_plain(dev.as_ref(), &case.model);
     assert_eq!(dev.worker_panics(), 0, "a preparation panicked");
     let (ErrorStatus::None, Some(prepared)) = (status, prepared) else { return };
     if let Ok((request, _pool, _)) = case.make_request() {

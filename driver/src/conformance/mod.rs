@@ -21,8 +21,8 @@ use std::sync::Arc;
 
 use crate::device::{ExecutionSlot, IDevice, IPreparedModel, PreparedModelSlot};
 use crate::hal::{
-    ErrorStatus, ExecutionPreference, MeasureTiming, Memory, Model, OperandType, OperationType,
-    OptionalTimePoint, OptionalTimeoutDuration, Priority, Timing,
+    DataLocation, ErrorStatus, ExecutionPreference, MeasureTiming, Memory, Model, OperandType,
+    OperationType, OptionalTimePoint, OptionalTimeoutDuration, Priority, Timing,
 };
 use corpus::{find_case, CorpusError, TestCase};
 
@@ -304,6 +304,28 @@ fn run_case_inner(
         Verdict::Fail(problems.join("; "))
     };
     (verdict, reports, timing)
+}
+
+/// Whether the outputs the execution wrote to `pool` (at `locations`, as
+/// [`TestCase::make_request`] laid them out) match the case's references, within the
+/// corpus's tolerances.
+pub fn outputs_match(case: &TestCase, pool: &Memory, locations: &[DataLocation]) -> bool {
+    case.outputs.iter().zip(locations).all(|(want, loc)| {
+        let Some(ty) = case.operand_type(want.operand) else {
+            return false;
+        };
+        read_bytes(pool, loc.offset as u64, want.data.len()).is_ok_and(|got| {
+            let r = compare(
+                want.operand,
+                ty,
+                &want.data,
+                &got,
+                case.relaxed,
+                want.ignored,
+            );
+            r.mismatches == 0
+        })
+    })
 }
 
 fn read_bytes(pool: &Memory, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {
