@@ -52,7 +52,7 @@ pub use kernel::{Cost, Kernel, Words};
 pub use activation::{log_softmax::LogSoftmax, softmax::Softmax};
 pub use conv::{
     conv2d::Conv2d, depthwise::DepthwiseConv2d, fully_connected::FullyConnected,
-    grouped::GroupedConv2d, transpose::TransposeConv2d,
+    grouped::GroupedConv2d, transpose::TransposeConv2d, window::ConvWindow,
 };
 pub use elementwise::binary::{Binary, BinaryKind};
 pub use elementwise::compare::{Compare, CompareKind};

@@ -152,11 +152,13 @@ fn arb_op() -> impl Strategy<Value = KernelOp> {
             .prop_map(
                 |(pad, stride_w, stride_h, dilation_w, dilation_h, act, nchw)| {
                     KernelOp::from(Conv2d {
-                        pad,
-                        stride_w,
-                        stride_h,
-                        dilation_w,
-                        dilation_h,
+                        window: ConvWindow {
+                            pad,
+                            stride_w,
+                            stride_h,
+                            dilation_w,
+                            dilation_h,
+                        },
                         act,
                         nchw,
                     })
@@ -178,11 +180,13 @@ fn arb_op() -> impl Strategy<Value = KernelOp> {
                     nchw,
                 )| {
                     KernelOp::from(DepthwiseConv2d {
-                        pad,
-                        stride_w,
-                        stride_h,
-                        dilation_w,
-                        dilation_h,
+                        window: ConvWindow {
+                            pad,
+                            stride_w,
+                            stride_h,
+                            dilation_w,
+                            dilation_h,
+                        },
                         depth_multiplier,
                         act,
                         nchw,
@@ -376,7 +380,7 @@ proptest! {
         let x: Vec<f32> = (0..n * h * w * c).map(|i| g(i, 13)).collect();
         let f: Vec<f32> = (0..o * kh * kw * c).map(|i| g(i + 7777, 11)).collect();
         let bias: Vec<f32> = (0..o).map(|i| g(i + 99, 5)).collect();
-        let op = KernelOp::from(Conv2d { pad, stride_w: sw, stride_h: sh, dilation_w: dw, dilation_h: dh, act, nchw });
+        let op = KernelOp::from(Conv2d { window: ConvWindow { pad, stride_w: sw, stride_h: sh, dilation_w: dw, dilation_h: dh }, act, nchw });
         let res = run(&op, &[(xs.clone(), x.clone()), (fs.clone(), f.clone()), (vec![o], bias.clone())]);
         let fits = h + (pad.top + pad.bottom) as usize > (kh - 1) * dh as usize
             && w + (pad.left + pad.right) as usize > (kw - 1) * dw as usize;
@@ -403,8 +407,7 @@ proptest! {
         let x: Vec<f32> = (0..n * h * w * c).map(|i| g(i, 13)).collect();
         let f: Vec<f32> = (0..kh * kw * c * m).map(|i| g(i + 555, 11)).collect();
         let bias: Vec<f32> = (0..c * m).map(|i| g(i + 99, 5)).collect();
-        let op = KernelOp::from(DepthwiseConv2d {
-            pad, stride_w: sw, stride_h: sh, dilation_w: dw, dilation_h: dh,
+        let op = KernelOp::from(DepthwiseConv2d { window: ConvWindow { pad, stride_w: sw, stride_h: sh, dilation_w: dw, dilation_h: dh },
             depth_multiplier: m as u32, act, nchw,
         });
         let res = run(&op, &[(xs.clone(), x.clone()), (fs.clone(), f.clone()), (vec![c * m], bias.clone())]);
@@ -628,16 +631,18 @@ fn hostile_sizes_are_errors() {
     });
     assert!(shapes_of(&op, &[&[4]]).is_err());
     let conv = KernelOp::from(Conv2d {
-        pad: Padding {
-            left: u32::MAX,
-            right: u32::MAX,
-            top: u32::MAX,
-            bottom: u32::MAX,
+        window: ConvWindow {
+            pad: Padding {
+                left: u32::MAX,
+                right: u32::MAX,
+                top: u32::MAX,
+                bottom: u32::MAX,
+            },
+            stride_w: 1,
+            stride_h: 1,
+            dilation_w: u32::MAX,
+            dilation_h: u32::MAX,
         },
-        stride_w: 1,
-        stride_h: 1,
-        dilation_w: u32::MAX,
-        dilation_h: u32::MAX,
         act: Activation::None,
         nchw: false,
     });
