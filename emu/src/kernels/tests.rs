@@ -131,65 +131,42 @@ fn arb_pool_kind() -> impl Strategy<Value = PoolKind> {
     ]
 }
 
+/// Any convolution window with small strides and dilations.
+fn arb_window() -> impl Strategy<Value = ConvWindow> {
+    let small = 1u32..4;
+    (
+        arb_pad(3),
+        [small.clone(), small.clone(), small.clone(), small],
+    )
+        .prop_map(
+            |(pad, [stride_w, stride_h, dilation_w, dilation_h])| ConvWindow {
+                pad,
+                stride_w,
+                stride_h,
+                dilation_w,
+                dilation_h,
+            },
+        )
+}
+
 /// Valid ops (as decode accepts them), with small parameters.
 fn arb_op() -> impl Strategy<Value = KernelOp> {
     let small = 1u32..4;
     prop_oneof![
         (arb_binary_kind(), arb_act()).prop_map(|(kind, act)| KernelOp::from(Binary { kind, act })),
         arb_act().prop_map(|act| KernelOp::from(FullyConnected { act })),
-        (
-            arb_pad(3),
-            small.clone(),
-            small.clone(),
-            small.clone(),
-            small.clone(),
-            arb_act(),
-            any::<bool>()
-        )
-            .prop_map(
-                |(pad, stride_w, stride_h, dilation_w, dilation_h, act, nchw)| {
-                    KernelOp::from(Conv2d {
-                        window: ConvWindow {
-                            pad,
-                            stride_w,
-                            stride_h,
-                            dilation_w,
-                            dilation_h,
-                        },
-                        act,
-                        nchw,
-                    })
-                }
-            ),
-        (
-            arb_pad(3),
-            (small.clone(), small.clone(), small.clone(), small.clone()),
-            small.clone(),
-            arb_act(),
-            any::<bool>()
-        )
-            .prop_map(
-                |(
-                    pad,
-                    (stride_w, stride_h, dilation_w, dilation_h),
+        (arb_window(), arb_act(), any::<bool>())
+            .prop_map(|(window, act, nchw)| KernelOp::from(Conv2d { window, act, nchw })),
+        (arb_window(), small.clone(), arb_act(), any::<bool>()).prop_map(
+            |(window, depth_multiplier, act, nchw)| {
+                KernelOp::from(DepthwiseConv2d {
+                    window,
                     depth_multiplier,
                     act,
                     nchw,
-                )| {
-                    KernelOp::from(DepthwiseConv2d {
-                        window: ConvWindow {
-                            pad,
-                            stride_w,
-                            stride_h,
-                            dilation_w,
-                            dilation_h,
-                        },
-                        depth_multiplier,
-                        act,
-                        nchw,
-                    })
-                }
-            ),
+                })
+            }
+        ),
         (
             arb_pool_kind(),
             arb_pad(3),
