@@ -9,7 +9,8 @@ use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use vnpu_emu::kernels::{
-    execute, Activation, Conv2d, DepthwiseConv2d, FullyConnected, KernelOp, Padding, Pool, PoolKind,
+    execute, Activation, Conv2d, ConvWindow, DepthwiseConv2d, FullyConnected, KernelOp, Padding,
+    Pool, PoolKind,
 };
 use vnpu_emu::tensor::{DType, Staged, TensorType, View, ViewMut};
 
@@ -104,11 +105,7 @@ fn pseudo_u8(n: usize, seed: u32) -> Vec<u8> {
 
 fn conv_op(stride: u32, pad: Padding) -> KernelOp {
     KernelOp::from(Conv2d {
-        pad,
-        stride_w: stride,
-        stride_h: stride,
-        dilation_w: 1,
-        dilation_h: 1,
+        window: ConvWindow::strided(pad, (stride, stride)),
         act: Activation::Relu6,
         nchw: false,
     })
@@ -212,11 +209,7 @@ fn conv(input: [usize; 4], out_c: usize, k: usize, stride: u32, pad: Padding) ->
 fn depthwise(input: [usize; 4], stride: u32, pad: Padding) -> Layer {
     let c = input[3];
     let op = KernelOp::from(DepthwiseConv2d {
-        pad,
-        stride_w: stride,
-        stride_h: stride,
-        dilation_w: 1,
-        dilation_h: 1,
+        window: ConvWindow::strided(pad, (stride, stride)),
         depth_multiplier: 1,
         act: Activation::Relu6,
         nchw: false,

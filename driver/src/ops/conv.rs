@@ -2,7 +2,7 @@
 //! dilation) and FULLY_CONNECTED.
 
 use vnpu_emu::kernels::{
-    Conv2d, DepthwiseConv2d, FullyConnected, GroupedConv2d, Padding, TransposeConv2d,
+    Conv2d, ConvWindow, DepthwiseConv2d, FullyConnected, GroupedConv2d, Padding, TransposeConv2d,
 };
 
 use super::types::FLOAT_QUANT8;
@@ -155,24 +155,15 @@ pub fn spatial(a: &Args<'_>, shape: &[usize], nchw: bool) -> Result<(usize, usiz
     }
 }
 
-/// Padding and strides, from either the explicit or the implicit form.
-pub struct Window {
-    /// Explicit padding.
-    pub pad: Padding,
-    /// Horizontal stride.
-    pub stride_w: u32,
-    /// Vertical stride.
-    pub stride_h: u32,
-}
-
-/// Reads the window of a convolution or pooling: `filter` is (width, height), `dilation`
-/// (width, height).
+/// Reads the window of a convolution or pooling (padding from either the explicit or the
+/// implicit form, strides, and the given dilation): `filter` is (width, height),
+/// `dilation` (width, height).
 pub fn window(
     a: &Args<'_>,
     nchw: bool,
     (filter_w, filter_h): (u32, u32),
-    (dil_w, dil_h): (u32, u32),
-) -> Result<Window, CompileError> {
+    (dilation_w, dilation_h): (u32, u32),
+) -> Result<ConvWindow, CompileError> {
     let stride_w = a.positive("stride_w")?;
     let stride_h = a.positive("stride_h")?;
     let pad = if a.has("padding_scheme") {
@@ -180,9 +171,9 @@ pub fn window(
         let (h, w) = spatial(a, a.shape("input")?, nchw)?;
         let bad = || a.invalid(format!("padding scheme {scheme}"));
         let (left, right) =
-            implicit_padding(scheme, w, filter_w, stride_w, dil_w).ok_or_else(bad)?;
+            implicit_padding(scheme, w, filter_w, stride_w, dilation_w).ok_or_else(bad)?;
         let (top, bottom) =
-            implicit_padding(scheme, h, filter_h, stride_h, dil_h).ok_or_else(bad)?;
+            implicit_padding(scheme, h, filter_h, stride_h, dilation_h).ok_or_else(bad)?;
         Padding {
             left,
             right,
@@ -197,10 +188,12 @@ pub fn window(
             bottom: a.non_negative("pad_bottom")?,
         }
     };
-    Ok(Window {
+    Ok(ConvWindow {
         pad,
         stride_w,
         stride_h,
+        dilation_w,
+        dilation_h,
     })
 }
 
@@ -226,16 +219,10 @@ fn filter_hw(a: &Args<'_>) -> Result<(u32, u32), CompileError> {
 
 fn lower_conv(a: &Args<'_>) -> Result<Lowered, CompileError> {
     let nchw = a.flag("layout")?;
-    let (dilation_w, dilation_h) = dilation(a)?;
     let (kh, kw) = filter_hw(a)?;
-    let w = window(a, nchw, (kw, kh), (dilation_w, dilation_h))?;
     a.kernel(
         Conv2d {
-            pad: w.pad,
-            stride_w: w.stride_w,
-            stride_h: w.stride_h,
-            dilation_w,
-            dilation_h,
+            window: window(a, nchw, (kw, kh), dilation(a)?)?,
             act: a.act("activation")?,
             nchw,
         },
@@ -245,16 +232,10 @@ fn lower_conv(a: &Args<'_>) -> Result<Lowered, CompileError> {
 
 fn lower_depthwise(a: &Args<'_>) -> Result<Lowered, CompileError> {
     let nchw = a.flag("layout")?;
-    let (dilation_w, dilation_h) = dilation(a)?;
     let (kh, kw) = filter_hw(a)?;
-    let w = window(a, nchw, (kw, kh), (dilation_w, dilation_h))?;
     a.kernel(
         DepthwiseConv2d {
-            pad: w.pad,
-            stride_w: w.stride_w,
-            stride_h: w.stride_h,
-            dilation_w,
-            dilation_h,
+            window: window(a, nchw, (kw, kh), dilation(a)?)?,
             depth_multiplier: a.positive("depth_multiplier")?,
             act: a.act("activation")?,
             nchw,
@@ -354,12 +335,9 @@ const GROUPED_SIGS: &[Signature] = &[
 fn lower_grouped(a: &Args<'_>) -> Result<Lowered, CompileError> {
     let nchw = a.flag("layout")?;
     let (kh, kw) = filter_hw(a)?;
-    let w = window(a, nchw, (kw, kh), (1, 1))?;
     a.kernel(
         GroupedConv2d {
-            pad: w.pad,
-            stride_w: w.stride_w,
-            stride_h: w.stride_h,
+            window: window(a, nchw, (kw, kh), (1, 1))?,
             groups: a.positive("groups")?,
             act: a.act("activation")?,
             nchw,

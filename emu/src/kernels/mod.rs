@@ -45,6 +45,20 @@ mod reference;
 #[cfg(test)]
 mod tests;
 
+/// A property-test configuration of `cases` cases, unless the `PROPTEST_CASES` environment
+/// variable asks for another number.
+#[cfg(test)]
+pub(crate) fn proptest_config(cases: u32) -> proptest::test_runner::Config {
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(cases);
+    proptest::test_runner::Config {
+        cases,
+        ..proptest::test_runner::Config::default()
+    }
+}
+
 use std::ops::RangeInclusive;
 
 pub use kernel::{Cost, Kernel, Words};
@@ -52,7 +66,7 @@ pub use kernel::{Cost, Kernel, Words};
 pub use activation::{log_softmax::LogSoftmax, softmax::Softmax};
 pub use conv::{
     conv2d::Conv2d, depthwise::DepthwiseConv2d, fully_connected::FullyConnected,
-    grouped::GroupedConv2d, transpose::TransposeConv2d,
+    grouped::GroupedConv2d, transpose::TransposeConv2d, window::ConvWindow,
 };
 pub use elementwise::binary::{Binary, BinaryKind};
 pub use elementwise::compare::{Compare, CompareKind};

@@ -610,10 +610,7 @@ mod quant_tests {
     use proptest::prelude::*;
 
     fn cfg() -> ProptestConfig {
-        ProptestConfig {
-            cases: 128,
-            ..ProptestConfig::default()
-        }
+        crate::kernels::proptest_config(128)
     }
 
     /// An element type the tests can draw from random bytes.

@@ -9,10 +9,7 @@ use proptest::prelude::*;
 const CASES: u32 = 64;
 
 fn cfg() -> ProptestConfig {
-    ProptestConfig {
-        cases: CASES,
-        ..ProptestConfig::default()
-    }
+    crate::kernels::proptest_config(CASES)
 }
 
 /// Runs `op` on float32 tensors through `output_shapes` and `execute`.
@@ -134,61 +131,42 @@ fn arb_pool_kind() -> impl Strategy<Value = PoolKind> {
     ]
 }
 
+/// Any convolution window with small strides and dilations.
+fn arb_window() -> impl Strategy<Value = ConvWindow> {
+    let small = 1u32..4;
+    (
+        arb_pad(3),
+        [small.clone(), small.clone(), small.clone(), small],
+    )
+        .prop_map(
+            |(pad, [stride_w, stride_h, dilation_w, dilation_h])| ConvWindow {
+                pad,
+                stride_w,
+                stride_h,
+                dilation_w,
+                dilation_h,
+            },
+        )
+}
+
 /// Valid ops (as decode accepts them), with small parameters.
 fn arb_op() -> impl Strategy<Value = KernelOp> {
     let small = 1u32..4;
     prop_oneof![
         (arb_binary_kind(), arb_act()).prop_map(|(kind, act)| KernelOp::from(Binary { kind, act })),
         arb_act().prop_map(|act| KernelOp::from(FullyConnected { act })),
-        (
-            arb_pad(3),
-            small.clone(),
-            small.clone(),
-            small.clone(),
-            small.clone(),
-            arb_act(),
-            any::<bool>()
-        )
-            .prop_map(
-                |(pad, stride_w, stride_h, dilation_w, dilation_h, act, nchw)| {
-                    KernelOp::from(Conv2d {
-                        pad,
-                        stride_w,
-                        stride_h,
-                        dilation_w,
-                        dilation_h,
-                        act,
-                        nchw,
-                    })
-                }
-            ),
-        (
-            arb_pad(3),
-            (small.clone(), small.clone(), small.clone(), small.clone()),
-            small.clone(),
-            arb_act(),
-            any::<bool>()
-        )
-            .prop_map(
-                |(
-                    pad,
-                    (stride_w, stride_h, dilation_w, dilation_h),
+        (arb_window(), arb_act(), any::<bool>())
+            .prop_map(|(window, act, nchw)| KernelOp::from(Conv2d { window, act, nchw })),
+        (arb_window(), small.clone(), arb_act(), any::<bool>()).prop_map(
+            |(window, depth_multiplier, act, nchw)| {
+                KernelOp::from(DepthwiseConv2d {
+                    window,
                     depth_multiplier,
                     act,
                     nchw,
-                )| {
-                    KernelOp::from(DepthwiseConv2d {
-                        pad,
-                        stride_w,
-                        stride_h,
-                        dilation_w,
-                        dilation_h,
-                        depth_multiplier,
-                        act,
-                        nchw,
-                    })
-                }
-            ),
+                })
+            }
+        ),
         (
             arb_pool_kind(),
             arb_pad(3),
@@ -259,10 +237,12 @@ proptest! {
         prop_assert_eq!(KernelOp::decode(op.opcode(), &words), Ok(op.clone()));
     }
 
+    /// Every registered kernel's decode accepts only what its encode reproduces:
+    /// `encode(decode(words)) == words` (and unknown opcodes are refused, not a panic).
     #[test]
-    fn decode_never_panics(
-        opcode in 0u32..20,
-        words in proptest::collection::vec(prop_oneof![0u32..8, any::<u32>()], 0..24),
+    fn decode_then_encode_is_identity(
+        opcode in prop_oneof![4 => proptest::sample::select(OPCODES), 1 => any::<u32>()],
+        words in proptest::collection::vec(prop_oneof![3 => 0u32..3, 2 => 0u32..8, 1 => any::<u32>()], 0..24),
     ) {
         if let Ok(op) = KernelOp::decode(opcode, &words) {
             prop_assert_eq!(op.opcode(), opcode);
@@ -376,7 +356,7 @@ proptest! {
         let x: Vec<f32> = (0..n * h * w * c).map(|i| g(i, 13)).collect();
         let f: Vec<f32> = (0..o * kh * kw * c).map(|i| g(i + 7777, 11)).collect();
         let bias: Vec<f32> = (0..o).map(|i| g(i + 99, 5)).collect();
-        let op = KernelOp::from(Conv2d { pad, stride_w: sw, stride_h: sh, dilation_w: dw, dilation_h: dh, act, nchw });
+        let op = KernelOp::from(Conv2d { window: ConvWindow { pad, stride_w: sw, stride_h: sh, dilation_w: dw, dilation_h: dh }, act, nchw });
         let res = run(&op, &[(xs.clone(), x.clone()), (fs.clone(), f.clone()), (vec![o], bias.clone())]);
         let fits = h + (pad.top + pad.bottom) as usize > (kh - 1) * dh as usize
             && w + (pad.left + pad.right) as usize > (kw - 1) * dw as usize;
@@ -403,8 +383,7 @@ proptest! {
         let x: Vec<f32> = (0..n * h * w * c).map(|i| g(i, 13)).collect();
         let f: Vec<f32> = (0..kh * kw * c * m).map(|i| g(i + 555, 11)).collect();
         let bias: Vec<f32> = (0..c * m).map(|i| g(i + 99, 5)).collect();
-        let op = KernelOp::from(DepthwiseConv2d {
-            pad, stride_w: sw, stride_h: sh, dilation_w: dw, dilation_h: dh,
+        let op = KernelOp::from(DepthwiseConv2d { window: ConvWindow { pad, stride_w: sw, stride_h: sh, dilation_w: dw, dilation_h: dh },
             depth_multiplier: m as u32, act, nchw,
         });
         let res = run(&op, &[(xs.clone(), x.clone()), (fs.clone(), f.clone()), (vec![c * m], bias.clone())]);
@@ -628,16 +607,18 @@ fn hostile_sizes_are_errors() {
     });
     assert!(shapes_of(&op, &[&[4]]).is_err());
     let conv = KernelOp::from(Conv2d {
-        pad: Padding {
-            left: u32::MAX,
-            right: u32::MAX,
-            top: u32::MAX,
-            bottom: u32::MAX,
+        window: ConvWindow {
+            pad: Padding {
+                left: u32::MAX,
+                right: u32::MAX,
+                top: u32::MAX,
+                bottom: u32::MAX,
+            },
+            stride_w: 1,
+            stride_h: 1,
+            dilation_w: u32::MAX,
+            dilation_h: u32::MAX,
         },
-        stride_w: 1,
-        stride_h: 1,
-        dilation_w: u32::MAX,
-        dilation_h: u32::MAX,
         act: Activation::None,
         nchw: false,
     });

@@ -2,31 +2,25 @@
 //! float32 direct; float16 computes in float32; quantised tensors run on the integer core
 //! [`qconv::depthwise_conv2d`](crate::kernels::qconv::depthwise_conv2d).
 //!
-//! Parameter words: pad(4), stride_w, stride_h, dilation_w, dilation_h, depth_multiplier,
-//! act, nchw. Inputs: input, filter `[1,KH,KW,C*M]`, bias `[C*M]`.
+//! Parameter words: the [`ConvWindow`] (pad(4), stride_w, stride_h, dilation_w,
+//! dilation_h), depth_multiplier, act, nchw. Inputs: input, filter `[1,KH,KW,C*M]`, bias `[C*M]`.
 
-use crate::kernels::conv::{check_conv_types, qerr, quant_dispatch, QStage};
-use crate::kernels::kernel::default_check;
-use crate::kernels::kernel::{enc, Cost, Kernel, Words};
-use crate::kernels::layout::{image_dims, layout_shape, nhwc_dims, window_out, with_nhwc};
-use crate::kernels::qconv::{self, ConvGeometry, DepthwiseConv2dParams};
+use crate::kernels::conv::window::{decode_act_layout, encode_act_layout, ConvShapes};
+use crate::kernels::conv::{
+    conv_cost, conv_kernel_methods, qerr, ConvArgs, ConvCore, ConvWindow, QStage,
+};
+use crate::kernels::kernel::{Cost, Kernel, Words};
+use crate::kernels::layout::{layout_shape, with_nhwc};
+use crate::kernels::qconv::{self, DepthwiseConv2dParams};
 use crate::kernels::quant::QuantElem;
-use crate::kernels::{bad_shape, Activation, KernelError, Padding, Result, Tensor, TensorMut};
-use crate::tensor::{widen_f16, TensorType, View, ViewMut};
+use crate::kernels::{bad_shape, Activation, KernelError, Result};
+use crate::tensor::TensorType;
 
 /// A depthwise 2-D convolution.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DepthwiseConv2d {
-    /// Explicit padding.
-    pub pad: Padding,
-    /// Horizontal stride.
-    pub stride_w: u32,
-    /// Vertical stride.
-    pub stride_h: u32,
-    /// Horizontal dilation.
-    pub dilation_w: u32,
-    /// Vertical dilation.
-    pub dilation_h: u32,
+    /// Padding, strides and dilation.
+    pub window: ConvWindow,
     /// Output channels per input channel.
     pub depth_multiplier: u32,
     /// Fused activation.
@@ -41,185 +35,95 @@ impl Kernel for DepthwiseConv2d {
     }
 
     fn decode(w: &mut Words<'_>) -> Result<Self> {
+        let window = ConvWindow::decode(w)?;
+        let depth_multiplier = w.nonzero("depth_multiplier")?;
+        let (act, nchw) = decode_act_layout(w)?;
         Ok(DepthwiseConv2d {
-            pad: w.padding()?,
-            stride_w: w.nonzero("stride_w")?,
-            stride_h: w.nonzero("stride_h")?,
-            dilation_w: w.nonzero("dilation_w")?,
-            dilation_h: w.nonzero("dilation_h")?,
-            depth_multiplier: w.nonzero("depth_multiplier")?,
-            act: w.act()?,
-            nchw: w.bool("nchw")?,
+            window,
+            depth_multiplier,
+            act,
+            nchw,
         })
     }
 
     fn encode(&self, w: &mut Vec<u32>) {
-        w.extend(enc::pad(&self.pad));
-        w.extend([
-            self.stride_w,
-            self.stride_h,
-            self.dilation_w,
-            self.dilation_h,
-            self.depth_multiplier,
-            self.act as u32,
-            enc::b(self.nchw),
-        ]);
+        self.window.encode(w);
+        w.push(self.depth_multiplier);
+        w.extend(encode_act_layout(self.act, self.nchw));
     }
 
-    fn input_count(&self) -> std::ops::RangeInclusive<usize> {
-        3..=3
-    }
+    conv_kernel_methods!();
 
     fn output_shapes(&self, inputs: &[&TensorType]) -> Result<Vec<Vec<usize>>> {
         let name = self.name();
-        check_conv_types(name, inputs[0], inputs[1], inputs[2])?;
-        let (x, f, bias) = (&inputs[0].shape, &inputs[1].shape, &inputs[2].shape);
-        let (n, h, w, c) = image_dims(name, x, self.nchw)?;
-        let &[one, kh, kw, oc] = f.as_slice() else {
-            return Err(bad_shape(name, format!("filter {f:?} must have rank 4")));
-        };
-        if h == 0 || w == 0 || c == 0 {
+        let s = ConvShapes::new(name, inputs, self.nchw, Self::CHANNEL_AXIS)?;
+        if s.filter[0] != 1 {
             return Err(bad_shape(
                 name,
-                format!("input {x:?} has a zero spatial or channel size"),
+                format!("filter {:?} must be [1,KH,KW,C*M]", s.filter),
             ));
         }
-        if one != 1 || kh == 0 || kw == 0 {
-            return Err(bad_shape(
-                name,
-                format!("filter {f:?} must be [1,KH,KW,C*M], KH,KW > 0"),
-            ));
-        }
-        let want = c
-            .checked_mul(self.depth_multiplier as usize)
-            .ok_or(KernelError::TooLarge)?;
-        if oc != want {
+        let want =
+            s.c.checked_mul(self.depth_multiplier as usize)
+                .ok_or(KernelError::TooLarge)?;
+        if s.out_c != want {
             return Err(bad_shape(
                 name,
                 format!(
-                    "filter {f:?} has {oc} channels, input channels {c} * multiplier {} = {want}",
-                    self.depth_multiplier
+                    "filter {:?} has {} channels, input channels {} * multiplier {} = {want}",
+                    s.filter, s.out_c, s.c, self.depth_multiplier
                 ),
             ));
         }
-        if bias.as_slice() != [oc] {
-            return Err(bad_shape(name, format!("bias {bias:?} must be [{oc}]")));
-        }
-        let (oh, ow) = window_out(
-            (h, w),
-            &self.pad,
-            (kh, kw),
-            (self.dilation_h, self.dilation_w),
-            (self.stride_h, self.stride_w),
-        )
-        .map_err(|r| bad_shape(name, r))?;
-        Ok(vec![layout_shape(n, oh, ow, oc, self.nchw)])
+        let (oh, ow) = self.window.output_size(name, (s.h, s.w), s.kernel())?;
+        Ok(vec![layout_shape(s.n, oh, ow, s.out_c, self.nchw)])
     }
 
     fn cost(&self, inputs: &[&TensorType], outputs: &[Vec<usize>]) -> Cost {
-        let out: u64 = outputs[0].iter().map(|&d| d as u64).product();
-        let k: u64 = inputs[1].shape[1..3].iter().map(|&d| d as u64).product();
-        Cost {
-            macs: out.saturating_mul(k),
-            elems: out,
-        }
-    }
-
-    fn check_outputs(&self, inputs: &[&TensorType], outputs: &[&TensorType]) -> Result<()> {
-        if inputs[0].dtype.is_float() {
-            return default_check(inputs, outputs);
-        }
-        let oc = inputs[1].shape.get(3).copied().unwrap_or(0);
-        QStage::new(
-            self.name(),
-            self.act,
-            [inputs[0], inputs[1], inputs[2], outputs[0]],
-            oc,
-            3,
-        )
-        .map(|_| ())
-    }
-
-    fn run(&self, inputs: &[View<'_>], outputs: &mut [ViewMut<'_>]) -> Result<()> {
-        quant_dispatch!(
-            inputs,
-            outputs,
-            |x, f, bias, out, ty| self.run_quant(inputs, ty, x, f, bias, out),
-            widen_f16(inputs, outputs, |ins, outs| {
-                let (x, f, b) = (
-                    Tensor::f32(&ins[0])?,
-                    Tensor::f32(&ins[1])?,
-                    Tensor::f32(&ins[2])?,
-                );
-                depthwise_f32(self, x, f, b, TensorMut::f32(&mut outs[0])?)
-            })
-        )
+        conv_cost(outputs, &inputs[1].shape[1..3])
     }
 }
 
-impl DepthwiseConv2d {
-    /// The quantised depthwise convolution on the integer core (NNAPI reference rounding).
+impl ConvCore for DepthwiseConv2d {
+    const CHANNEL_AXIS: usize = 3;
+
+    fn activation(&self) -> Activation {
+        self.act
+    }
+
+    fn run_f32(&self, a: ConvArgs<'_>) -> Result<()> {
+        depthwise_f32(self, a)
+    }
+
+    /// The quantised depthwise convolution on the integer core.
     fn run_quant<T: QuantElem + Default, F: QuantElem>(
         &self,
-        inputs: &[View<'_>],
-        out_ty: &TensorType,
-        x: Tensor<'_, T>,
-        f: &[F],
-        bias: &[i32],
-        out: TensorMut<'_, T>,
+        stage: &QStage,
+        a: ConvArgs<'_, T, F, i32>,
     ) -> Result<()> {
-        let name = self.name();
-        let fs = inputs[1].shape();
-        let (n, h, w, c) = nhwc_dims(x.shape, self.nchw).ok_or(KernelError::TooLarge)?;
-        let (_, oh, ow, oc) = nhwc_dims(out.shape, self.nchw).ok_or(KernelError::TooLarge)?;
-        let stage = QStage::new(
-            name,
-            self.act,
-            [inputs[0].ty, inputs[1].ty, inputs[2].ty, out_ty],
-            oc,
-            3,
-        )?;
+        let ConvArgs { x, f, bias, out } = a;
+        let (geometry, _) = self
+            .window
+            .geometry(x.shape, out.shape, f.shape, self.nchw)?;
         let p = DepthwiseConv2dParams {
-            geometry: ConvGeometry {
-                batches: n,
-                in_h: h,
-                in_w: w,
-                in_c: c,
-                out_h: oh,
-                out_w: ow,
-                filter_h: fs[1],
-                filter_w: fs[2],
-                stride_h: self.stride_h as usize,
-                stride_w: self.stride_w as usize,
-                dilation_h: self.dilation_h as usize,
-                dilation_w: self.dilation_w as usize,
-                pad_top: self.pad.top as usize,
-                pad_left: self.pad.left as usize,
-            },
+            geometry,
             depth_multiplier: self.depth_multiplier as usize,
             quant: stage.params(),
         };
         with_nhwc(self.nchw, x, out, |src, dst| {
-            qconv::depthwise_conv2d(&p, src, f, bias, dst).map_err(qerr(name))
+            qconv::depthwise_conv2d(&p, src, f.data, bias, dst).map_err(qerr(self.name()))
         })
     }
 }
 
 /// The float32 depthwise convolution; shapes were validated by `output_shapes`.
-pub(crate) fn depthwise_f32(
-    p: &DepthwiseConv2d,
-    x: Tensor<'_>,
-    f: Tensor<'_>,
-    bias: Tensor<'_>,
-    out: TensorMut<'_>,
-) -> Result<()> {
-    let (_, h, w, c) = nhwc_dims(x.shape, p.nchw).ok_or(KernelError::TooLarge)?;
-    let (_, oh, ow, oc) = nhwc_dims(out.shape, p.nchw).ok_or(KernelError::TooLarge)?;
-    let (kh, kw) = (f.shape[1], f.shape[2]);
-    let mult = p.depth_multiplier as usize;
-    let (sh, sw) = (p.stride_h as usize, p.stride_w as usize);
-    let (dh, dw) = (p.dilation_h as usize, p.dilation_w as usize);
-    let (pt, pl) = (p.pad.top as usize, p.pad.left as usize);
+pub(crate) fn depthwise_f32(p: &DepthwiseConv2d, a: ConvArgs<'_>) -> Result<()> {
+    let ConvArgs { x, f, bias, out } = a;
+    let (g, oc) = p.window.geometry(x.shape, out.shape, f.shape, p.nchw)?;
+    let (h, w, c, oh, ow) = (g.in_h, g.in_w, g.in_c, g.out_h, g.out_w);
+    let (kh, kw, mult) = (g.filter_h, g.filter_w, p.depth_multiplier as usize);
+    let (sh, sw, dh, dw) = (g.stride_h, g.stride_w, g.dilation_h, g.dilation_w);
+    let (pt, pl) = (g.pad_top, g.pad_left);
     with_nhwc(p.nchw, x, out, |src, dst| {
         if oc == 0 {
             return Ok(());
@@ -227,7 +131,7 @@ pub(crate) fn depthwise_f32(
         for (pix, acc) in dst.chunks_exact_mut(oc).enumerate() {
             let b = pix / (oh * ow);
             let (oy, ox) = ((pix / ow) % oh, pix % ow);
-            acc.copy_from_slice(bias.data);
+            acc.copy_from_slice(bias);
             for ky in 0..kh {
                 let py = oy * sh + ky * dh;
                 let iy = py.wrapping_sub(pt);

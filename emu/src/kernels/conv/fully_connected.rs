@@ -4,14 +4,15 @@
 //!
 //! Parameter words: act.
 
-use crate::kernels::conv::{check_conv_types, qerr, quant_dispatch, QStage};
+use crate::kernels::conv::{
+    check_conv_types, conv_cost, conv_kernel_methods, qerr, ConvArgs, ConvCore, QStage,
+};
 use crate::kernels::gemm::{fill_bias, gemm, Mat, MatMut};
-use crate::kernels::kernel::default_check;
 use crate::kernels::kernel::{Cost, Kernel, Words};
 use crate::kernels::qconv::{self, FullyConnectedParams};
 use crate::kernels::quant::QuantElem;
 use crate::kernels::{bad_shape, checked_product, Activation, Result, Tensor, TensorMut};
-use crate::tensor::{widen_f16, TensorType, View, ViewMut};
+use crate::tensor::TensorType;
 
 /// A fully connected layer.
 #[derive(Debug, Clone, PartialEq)]
@@ -33,9 +34,7 @@ impl Kernel for FullyConnected {
         w.push(self.act as u32);
     }
 
-    fn input_count(&self) -> std::ops::RangeInclusive<usize> {
-        3..=3
-    }
+    conv_kernel_methods!();
 
     fn output_shapes(&self, inputs: &[&TensorType]) -> Result<Vec<Vec<usize>>> {
         let name = self.name();
@@ -70,74 +69,37 @@ impl Kernel for FullyConnected {
     }
 
     fn cost(&self, inputs: &[&TensorType], outputs: &[Vec<usize>]) -> Cost {
-        let out: u64 = outputs[0].iter().map(|&d| d as u64).product();
-        let k = inputs[1].shape.get(1).copied().unwrap_or(1) as u64;
-        Cost {
-            macs: out.saturating_mul(k),
-            elems: out,
-        }
-    }
-
-    fn check_outputs(&self, inputs: &[&TensorType], outputs: &[&TensorType]) -> Result<()> {
-        if inputs[0].dtype.is_float() {
-            return default_check(inputs, outputs);
-        }
-        let n = inputs[1].shape.first().copied().unwrap_or(0);
-        QStage::new(
-            self.name(),
-            self.act,
-            [inputs[0], inputs[1], inputs[2], outputs[0]],
-            n,
-            0,
-        )
-        .map(|_| ())
-    }
-
-    fn run(&self, inputs: &[View<'_>], outputs: &mut [ViewMut<'_>]) -> Result<()> {
-        quant_dispatch!(
-            inputs,
-            outputs,
-            |x, f, bias, out, ty| self.run_quant(inputs, ty, x, f, bias, out),
-            widen_f16(inputs, outputs, |ins, outs| {
-                let (x, w, b) = (
-                    Tensor::f32(&ins[0])?,
-                    Tensor::f32(&ins[1])?,
-                    Tensor::f32(&ins[2])?,
-                );
-                fully_connected_f32(self.act, x, w, b, TensorMut::f32(&mut outs[0])?)
-            })
-        )
+        conv_cost(outputs, inputs[1].shape.get(1..).unwrap_or_default())
     }
 }
 
-impl FullyConnected {
-    /// The quantised layer on the integer core (NNAPI reference rounding).
-    fn run_quant<T: QuantElem, F: QuantElem>(
+impl ConvCore for FullyConnected {
+    const CHANNEL_AXIS: usize = 0;
+
+    fn activation(&self) -> Activation {
+        self.act
+    }
+
+    fn run_f32(&self, a: ConvArgs<'_>) -> Result<()> {
+        let ConvArgs { x, f: w, bias, out } = a;
+        fully_connected_f32(self.act, x, w, bias, out)
+    }
+
+    /// The quantised layer on the integer core.
+    fn run_quant<T: QuantElem + Default, F: QuantElem>(
         &self,
-        inputs: &[View<'_>],
-        out_ty: &TensorType,
-        x: Tensor<'_, T>,
-        w: &[F],
-        bias: &[i32],
-        out: TensorMut<'_, T>,
+        stage: &QStage,
+        a: ConvArgs<'_, T, F, i32>,
     ) -> Result<()> {
-        let name = self.name();
-        let ws = inputs[1].shape();
-        let (n, k) = (ws[0], ws[1]);
-        let stage = QStage::new(
-            name,
-            self.act,
-            [inputs[0].ty, inputs[1].ty, inputs[2].ty, out_ty],
-            n,
-            0,
-        )?;
+        let ConvArgs { x, f: w, bias, out } = a;
+        let (n, k) = (w.shape[0], w.shape[1]);
         let p = FullyConnectedParams {
             batches: x.data.len() / k,
             input_size: k,
             output_size: n,
             quant: stage.params(),
         };
-        qconv::fully_connected(&p, x.data, w, bias, out.data).map_err(qerr(name))
+        qconv::fully_connected(&p, x.data, w.data, bias, out.data).map_err(qerr(self.name()))
     }
 }
 
@@ -146,12 +108,12 @@ pub(crate) fn fully_connected_f32(
     act: Activation,
     x: Tensor<'_>,
     w: Tensor<'_>,
-    bias: Tensor<'_>,
+    bias: &[f32],
     out: TensorMut<'_>,
 ) -> Result<()> {
     let (n, k) = (w.shape[0], w.shape[1]);
     let m = x.data.len() / k;
-    fill_bias(out.data, bias.data);
+    fill_bias(out.data, bias);
     gemm(
         m,
         k,

@@ -3,27 +3,28 @@
 //! Each group runs the CONV_2D cores (float32 GEMM, float16 in float32, integer cores for
 //! quantised tensors with per-tensor or per-channel filters).
 //!
-//! Parameter words: pad(4), stride_w, stride_h, groups, act, nchw.
+//! Parameter words: the undilated [`ConvWindow`] (pad(4), stride_w, stride_h), groups, act,
+//! nchw.
 //! Inputs: input `[N,H,W,C]`, filter `[O,KH,KW,C/groups]`, bias `[O]`.
 
 use crate::kernels::conv::conv2d::{conv2d_f32, Conv2d};
-use crate::kernels::conv::{check_conv_types, qerr, quant_dispatch, QStage};
-use crate::kernels::kernel::{default_check, enc, Cost, Kernel, Words};
-use crate::kernels::layout::{image_dims, layout_shape, nhwc_dims, window_out, with_nhwc};
-use crate::kernels::qconv::{self, Conv2dParams, ConvGeometry, PerChannel, QuantParams};
+use crate::kernels::conv::window::{decode_act_layout, encode_act_layout, ConvShapes};
+use crate::kernels::conv::{
+    conv_cost, conv_kernel_methods, qerr, ConvArgs, ConvCore, ConvWindow, QStage,
+};
+use crate::kernels::kernel::{Cost, Kernel, Words};
+use crate::kernels::layout::{layout_shape, nhwc_dims, with_nhwc};
+use crate::kernels::qconv::{self, Conv2dParams, PerChannel, QuantParams};
 use crate::kernels::quant::QuantElem;
-use crate::kernels::{bad_shape, Activation, KernelError, Padding, Result, Tensor, TensorMut};
-use crate::tensor::{widen_f16, TensorType, View, ViewMut};
+use crate::kernels::{bad_shape, Activation, KernelError, Result, Tensor, TensorMut};
+use crate::tensor::TensorType;
 
 /// A grouped 2-D convolution.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GroupedConv2d {
-    /// Explicit padding.
-    pub pad: Padding,
-    /// Horizontal stride.
-    pub stride_w: u32,
-    /// Vertical stride.
-    pub stride_h: u32,
+    /// Padding and strides; the dilation must be 1 (GROUPED_CONV_2D has none and its
+    /// parameter words carry none).
+    pub window: ConvWindow,
     /// Number of groups.
     pub groups: u32,
     /// Fused activation.
@@ -50,11 +51,7 @@ impl GroupedConv2d {
     /// The per-group convolution.
     fn conv(&self) -> Conv2d {
         Conv2d {
-            pad: self.pad,
-            stride_w: self.stride_w,
-            stride_h: self.stride_h,
-            dilation_w: 1,
-            dilation_h: 1,
+            window: self.window,
             act: self.act,
             nchw: false,
         }
@@ -86,28 +83,25 @@ impl GroupedConv2d {
             Ok(())
         })
     }
+}
+
+impl ConvCore for GroupedConv2d {
+    const CHANNEL_AXIS: usize = 0;
+
+    fn activation(&self) -> Activation {
+        self.act
+    }
 
     fn run_quant<T: QuantElem + Default, F: QuantElem>(
         &self,
-        inputs: &[View<'_>],
-        out_ty: &TensorType,
-        x: Tensor<'_, T>,
-        f: &[F],
-        bias: &[i32],
-        out: TensorMut<'_, T>,
+        stage: &QStage,
+        a: ConvArgs<'_, T, F, i32>,
     ) -> Result<()> {
+        let ConvArgs { x, f, bias, out } = a;
         let name = self.name();
-        let fs = inputs[1].shape();
-        let o = fs[0];
-        let stage = QStage::new(
-            name,
-            self.act,
-            [inputs[0].ty, inputs[1].ty, inputs[2].ty, out_ty],
-            o,
-            0,
-        )?;
+        let fs = f.shape;
         let q = stage.params();
-        let og = o / self.groups as usize;
+        let og = fs[0] / self.groups as usize;
         let k = fs[1] * fs[2] * fs[3];
         fn slice(v: PerChannel<'_>, g: usize, og: usize) -> PerChannel<'_> {
             match v {
@@ -117,22 +111,7 @@ impl GroupedConv2d {
         }
         self.per_group(x, out, |g, (is, src), (os, dst)| {
             let p = Conv2dParams {
-                geometry: ConvGeometry {
-                    batches: is[0],
-                    in_h: is[1],
-                    in_w: is[2],
-                    in_c: is[3],
-                    out_h: os[1],
-                    out_w: os[2],
-                    filter_h: fs[1],
-                    filter_w: fs[2],
-                    stride_h: self.stride_h as usize,
-                    stride_w: self.stride_w as usize,
-                    dilation_h: 1,
-                    dilation_w: 1,
-                    pad_top: self.pad.top as usize,
-                    pad_left: self.pad.left as usize,
-                },
+                geometry: self.window.geometry(is, os, fs, false)?.0,
                 out_c: og,
                 quant: QuantParams {
                     output_multiplier: slice(q.output_multiplier, g, og),
@@ -143,7 +122,7 @@ impl GroupedConv2d {
             qconv::conv2d(
                 &p,
                 src,
-                &f[g * og * k..(g + 1) * og * k],
+                &f.data[g * og * k..(g + 1) * og * k],
                 &bias[g * og..(g + 1) * og],
                 dst,
             )
@@ -151,39 +130,28 @@ impl GroupedConv2d {
         })
     }
 
-    fn run_f32(
-        &self,
-        x: Tensor<'_>,
-        f: Tensor<'_>,
-        bias: Tensor<'_>,
-        out: TensorMut<'_>,
-    ) -> Result<()> {
+    fn run_f32(&self, a: ConvArgs<'_>) -> Result<()> {
+        let ConvArgs { x, f, bias, out } = a;
         let conv = self.conv();
         let o = f.shape[0];
         let og = o / self.groups as usize;
         let fshape = [og, f.shape[1], f.shape[2], f.shape[3]];
         let k = f.shape[1] * f.shape[2] * f.shape[3];
-        let bshape = [og];
         self.per_group(x, out, |g, (is, src), (os, dst)| {
-            conv2d_f32(
-                &conv,
-                Tensor {
-                    shape: is,
-                    data: src,
-                },
-                Tensor {
-                    shape: &fshape,
-                    data: &f.data[g * og * k..(g + 1) * og * k],
-                },
-                Tensor {
-                    shape: &bshape,
-                    data: &bias.data[g * og..(g + 1) * og],
-                },
-                TensorMut {
-                    shape: os,
-                    data: dst,
-                },
-            )
+            let f = Tensor {
+                shape: &fshape,
+                data: &f.data[g * og * k..(g + 1) * og * k],
+            };
+            let x = Tensor {
+                shape: is,
+                data: src,
+            };
+            let out = TensorMut {
+                shape: os,
+                data: dst,
+            };
+            let bias = &bias[g * og..(g + 1) * og];
+            conv2d_f32(&conv, ConvArgs { x, f, bias, out })
         })
     }
 }
@@ -194,110 +162,55 @@ impl Kernel for GroupedConv2d {
     }
 
     fn decode(w: &mut Words<'_>) -> Result<Self> {
+        let window = ConvWindow::decode_undilated(w)?;
+        let groups = w.nonzero("groups")?;
+        let (act, nchw) = decode_act_layout(w)?;
         Ok(GroupedConv2d {
-            pad: w.padding()?,
-            stride_w: w.nonzero("stride_w")?,
-            stride_h: w.nonzero("stride_h")?,
-            groups: w.nonzero("groups")?,
-            act: w.act()?,
-            nchw: w.bool("nchw")?,
+            window,
+            groups,
+            act,
+            nchw,
         })
     }
 
     fn encode(&self, w: &mut Vec<u32>) {
-        w.extend(enc::pad(&self.pad));
-        w.extend([
-            self.stride_w,
-            self.stride_h,
-            self.groups,
-            self.act as u32,
-            enc::b(self.nchw),
-        ]);
+        self.window.encode_undilated(w);
+        w.push(self.groups);
+        w.extend(encode_act_layout(self.act, self.nchw));
     }
 
-    fn input_count(&self) -> std::ops::RangeInclusive<usize> {
-        3..=3
-    }
+    conv_kernel_methods!();
 
     fn output_shapes(&self, inputs: &[&TensorType]) -> Result<Vec<Vec<usize>>> {
         let name = self.name();
-        check_conv_types(name, inputs[0], inputs[1], inputs[2])?;
-        let (x, f, bias) = (&inputs[0].shape, &inputs[1].shape, &inputs[2].shape);
-        let (n, h, w, c) = image_dims(name, x, self.nchw)?;
-        let &[o, kh, kw, fi] = f.as_slice() else {
-            return Err(bad_shape(name, format!("filter {f:?} must have rank 4")));
-        };
+        self.window.check_undilated(name)?;
+        let s = ConvShapes::new(name, inputs, self.nchw, Self::CHANNEL_AXIS)?;
         let groups = self.groups as usize;
-        if h == 0 || w == 0 || c == 0 || o == 0 || kh == 0 || kw == 0 {
-            return Err(bad_shape(name, "zero spatial, channel or filter size"));
-        }
-        if c % groups != 0 || o % groups != 0 || fi != c / groups {
+        if s.c % groups != 0 || s.out_c % groups != 0 {
             return Err(bad_shape(
                 name,
-                format!("input {x:?} and filter {f:?} do not split into {groups} groups"),
+                format!(
+                    "input {:?} and filter {:?} do not split into {groups} groups",
+                    inputs[0].shape, s.filter
+                ),
             ));
         }
-        if bias.as_slice() != [o] {
-            return Err(bad_shape(name, format!("bias {bias:?} must be [{o}]")));
-        }
-        let (oh, ow) = window_out(
-            (h, w),
-            &self.pad,
-            (kh, kw),
-            (1, 1),
-            (self.stride_h, self.stride_w),
-        )
-        .map_err(|r| bad_shape(name, r))?;
-        Ok(vec![layout_shape(n, oh, ow, o, self.nchw)])
-    }
-
-    fn check_outputs(&self, inputs: &[&TensorType], outputs: &[&TensorType]) -> Result<()> {
-        if inputs[0].dtype.is_float() {
-            return default_check(inputs, outputs);
-        }
-        let o = inputs[1].shape.first().copied().unwrap_or(0);
-        QStage::new(
-            self.name(),
-            self.act,
-            [inputs[0], inputs[1], inputs[2], outputs[0]],
-            o,
-            0,
-        )
-        .map(|_| ())
+        s.check_filter_channels(name, s.c / groups)?;
+        let (oh, ow) = self.window.output_size(name, (s.h, s.w), s.kernel())?;
+        Ok(vec![layout_shape(s.n, oh, ow, s.out_c, self.nchw)])
     }
 
     fn cost(&self, inputs: &[&TensorType], outputs: &[Vec<usize>]) -> Cost {
-        let out: u64 = outputs[0].iter().map(|&d| d as u64).product();
-        let k: u64 = inputs[1].shape[1..].iter().map(|&d| d as u64).product();
-        Cost {
-            macs: out.saturating_mul(k),
-            elems: out,
-        }
-    }
-
-    fn run(&self, inputs: &[View<'_>], outputs: &mut [ViewMut<'_>]) -> Result<()> {
-        quant_dispatch!(
-            inputs,
-            outputs,
-            |x, f, bias, out, ty| self.run_quant(inputs, ty, x, f, bias, out),
-            widen_f16(inputs, outputs, |ins, outs| {
-                let (x, f, b) = (
-                    Tensor::f32(&ins[0])?,
-                    Tensor::f32(&ins[1])?,
-                    Tensor::f32(&ins[2])?,
-                );
-                self.run_f32(x, f, b, TensorMut::f32(&mut outs[0])?)
-            })
-        )
+        conv_cost(outputs, &inputs[1].shape[1..])
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::conv::testref::{act, quantize, to_nchw};
-    use crate::kernels::conv::testutil::{pick, run_typed};
-    use crate::kernels::KernelOp;
+    use crate::kernels::conv::testref::{act, in_layout, quantize, to_nchw};
+    use crate::kernels::conv::testutil::{pick, run_conv_f32, run_typed};
+    use crate::kernels::{KernelOp, Padding};
     use crate::tensor::{DType, PerChannel, Quant};
     use proptest::prelude::*;
 
@@ -312,9 +225,10 @@ mod tests {
     ) -> ([usize; 4], Vec<f64>) {
         let g = t.groups as usize;
         let (cg, og) = (c / g, o / g);
-        let p = &t.pad;
-        let oh = (h + (p.top + p.bottom) as usize - kh) / t.stride_h as usize + 1;
-        let ow = (w + (p.left + p.right) as usize - kw) / t.stride_w as usize + 1;
+        let win = &t.window;
+        let p = &win.pad;
+        let oh = (h + (p.top + p.bottom) as usize - kh) / win.stride_h as usize + 1;
+        let ow = (w + (p.left + p.right) as usize - kw) / win.stride_w as usize + 1;
         let mut out = Vec::new();
         for b in 0..n {
             for oy in 0..oh {
@@ -324,8 +238,8 @@ mod tests {
                         let mut s = bias[k];
                         for i in 0..kh {
                             for j in 0..kw {
-                                let iy = (oy * t.stride_h as usize + i) as i64 - p.top as i64;
-                                let ix = (ox * t.stride_w as usize + j) as i64 - p.left as i64;
+                                let iy = (oy * win.stride_h as usize + i) as i64 - p.top as i64;
+                                let ix = (ox * win.stride_w as usize + j) as i64 - p.left as i64;
                                 if iy < 0 || ix < 0 || iy >= h as i64 || ix >= w as i64 {
                                     continue;
                                 }
@@ -362,14 +276,15 @@ mod tests {
             .prop_map(
                 |((n, h, w, cg, og, g), (kh, kw), (pw, ph, sw, sh), (a, nchw, seed))| {
                     let t = GroupedConv2d {
-                        pad: Padding {
-                            left: pw,
-                            right: pw,
-                            top: ph,
-                            bottom: ph,
-                        },
-                        stride_w: sw,
-                        stride_h: sh,
+                        window: ConvWindow::strided(
+                            Padding {
+                                left: pw,
+                                right: pw,
+                                top: ph,
+                                bottom: ph,
+                            },
+                            (sw, sh),
+                        ),
                         groups: g,
                         act: [
                             Activation::None,
@@ -387,14 +302,6 @@ mod tests {
             )
     }
 
-    fn layout(t: &GroupedConv2d, [n, h, w, c]: [usize; 4]) -> Vec<usize> {
-        if t.nchw {
-            vec![n, c, h, w]
-        } else {
-            vec![n, h, w, c]
-        }
-    }
-
     proptest! {
         #[test]
         fn float_matches_reference((t, xs, [o, kh, kw], seed) in arb()) {
@@ -403,15 +310,7 @@ mod tests {
             let x: Vec<f32> = (0..n * h * w * c).map(|i| pick(i, seed, -8, 8) as f32 * 0.25).collect();
             let f: Vec<f32> = (0..o * kh * kw * cg).map(|i| pick(i + 999, seed, -8, 8) as f32 * 0.25).collect();
             let bias: Vec<f32> = (0..o).map(|i| pick(i + 77, seed, -4, 4) as f32 * 0.5).collect();
-            let xin = if t.nchw { to_nchw(&x, xs) } else { x.clone() };
-            let ins = vec![
-                (TensorType::new(DType::F32, &layout(&t, xs)), bytemuck::cast_slice(&xin).to_vec()),
-                (TensorType::new(DType::F32, &[o, kh, kw, cg]), bytemuck::cast_slice(&f).to_vec()),
-                (TensorType::new(DType::F32, &[o]), bytemuck::cast_slice(&bias).to_vec()),
-            ];
-            let op = KernelOp::from(t.clone());
-            let got = run_typed(&op, &ins, TensorType::new(DType::F32, &[])).unwrap();
-            let got: Vec<f32> = got.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+            let got = run_conv_f32(&KernelOp::from(t.clone()), t.nchw, (xs, &x), (&[o, kh, kw, cg], &f), &bias);
             let f64s = |v: &[f32]| v.iter().map(|&a| f64::from(a)).collect::<Vec<_>>();
             let (os, want) = reference(&t, xs, &f64s(&x), [o, kh, kw], &f64s(&f), &f64s(&bias));
             let want = if t.nchw { to_nchw(&want, os) } else { want };
@@ -442,7 +341,7 @@ mod tests {
             let bias: Vec<i32> = (0..o).map(|i| pick(i + 77, seed, -500, 500)).collect();
             let xin = if t.nchw { to_nchw(&x, xs) } else { x.clone() };
             let ins = vec![
-                (TensorType::quantized(DType::U8, &layout(&t, xs), in_s, in_zp), xin),
+                (TensorType::quantized(DType::U8, &in_layout(xs, t.nchw), in_s, in_zp), xin),
                 (fty, fbytes),
                 (TensorType::quantized(DType::I32, &[o], if per_channel { 0.0 } else { in_s * 0.02 }, 0), bytemuck::cast_slice(&bias).to_vec()),
             ];

@@ -8,14 +8,19 @@ pub mod depthwise;
 pub mod fully_connected;
 pub mod grouped;
 pub mod transpose;
+pub mod window;
 
+pub use window::ConvWindow;
+
+use crate::kernels::kernel::{default_check, Cost, Kernel};
 use crate::kernels::qconv::{
     per_channel_multipliers, per_tensor_multiplier, PerChannel, QuantParams,
 };
 pub(crate) use crate::kernels::quant::qerr;
 use crate::kernels::quant::quantized_activation_range;
-use crate::kernels::{bad_shape, Activation, KernelError, Result};
-use crate::tensor::{DType, TensorType};
+use crate::kernels::quant::QuantElem;
+use crate::kernels::{bad_shape, Activation, KernelError, Result, Tensor, TensorMut};
+use crate::tensor::{widen_f16, DType, TensorType, View, ViewMut};
 
 /// Checks the element types of a (input, filter, bias) triple: float32 or float16
 /// throughout, or quantised input with a same-typed or per-channel int8 filter and an
@@ -154,64 +159,162 @@ impl QStage {
     }
 }
 
-/// Runs `$body` with `x`, `f`, `out` bound to typed [`Tensor`](crate::kernels::Tensor)s /
-/// slices for each quantised (input, filter) pair, `bias` to the int32 bias, `ty` to the
-/// output's type; `$float` for
-/// float tensors.
-macro_rules! quant_dispatch {
-    ($ins:expr, $outs:expr, |$x:ident, $f:ident, $bias:ident, $out:ident, $ty:ident| $body:expr, $float:expr) => {{
-        use $crate::kernels::{Tensor, TensorMut};
-        use $crate::tensor::DType;
-        let ins = $ins;
-        let outs = &mut *$outs;
-        match (ins[0].ty.dtype, ins[1].ty.dtype) {
-            (DType::U8, DType::U8) => {
-                let $ty = outs[0].ty;
-                let $x = Tensor {
-                    shape: ins[0].shape(),
-                    data: ins[0].u8s()?,
-                };
-                let $f = ins[1].u8s()?;
-                let $bias = ins[2].i32s()?;
-                let $out = TensorMut {
-                    shape: &$ty.shape,
-                    data: outs[0].u8s_mut()?,
-                };
-                $body
-            }
-            (DType::U8, DType::I8) => {
-                let $ty = outs[0].ty;
-                let $x = Tensor {
-                    shape: ins[0].shape(),
-                    data: ins[0].u8s()?,
-                };
-                let $f = ins[1].i8s()?;
-                let $bias = ins[2].i32s()?;
-                let $out = TensorMut {
-                    shape: &$ty.shape,
-                    data: outs[0].u8s_mut()?,
-                };
-                $body
-            }
-            (DType::I8, DType::I8) => {
-                let $ty = outs[0].ty;
-                let $x = Tensor {
-                    shape: ins[0].shape(),
-                    data: ins[0].i8s()?,
-                };
-                let $f = ins[1].i8s()?;
-                let $bias = ins[2].i32s()?;
-                let $out = TensorMut {
-                    shape: &$ty.shape,
-                    data: outs[0].i8s_mut()?,
-                };
-                $body
-            }
-            _ => $float,
-        }
-    }};
+/// The cores of a convolution-family kernel (the float32 one and the generic integer
+/// one), from which [`run_conv`] and [`check_conv_outputs`] make the kernel's `run` and
+/// `check_outputs`.
+/// The cost of a convolution computing, per output element, a dot product over the
+/// filter dimensions `taps`.
+pub(crate) fn conv_cost(outputs: &[Vec<usize>], taps: &[usize]) -> Cost {
+    let out: u64 = outputs[0].iter().map(|&d| d as u64).product();
+    let k: u64 = taps.iter().map(|&d| d as u64).product();
+    Cost {
+        macs: out.saturating_mul(k),
+        elems: out,
+    }
 }
-pub(crate) use quant_dispatch;
+
+/// The operands of one run of a convolution core: input, filter, bias, output.
+pub(crate) struct ConvArgs<'a, T = f32, F = f32, B = f32> {
+    /// The input.
+    pub(crate) x: Tensor<'a, T>,
+    /// The filter (weights).
+    pub(crate) f: Tensor<'a, F>,
+    /// The bias, one per output channel.
+    pub(crate) bias: &'a [B],
+    /// The output.
+    pub(crate) out: TensorMut<'a, T>,
+}
+
+/// The Kernel methods every convolution shares: three inputs, and `check_outputs` and
+/// `run` from its [`ConvCore`].
+macro_rules! conv_kernel_methods {
+    () => {
+        fn input_count(&self) -> std::ops::RangeInclusive<usize> {
+            3..=3
+        }
+
+        fn check_outputs(
+            &self,
+            inputs: &[&$crate::tensor::TensorType],
+            outputs: &[&$crate::tensor::TensorType],
+        ) -> $crate::kernels::Result<()> {
+            $crate::kernels::conv::check_conv_outputs(self, inputs, outputs)
+        }
+
+        fn run(
+            &self,
+            inputs: &[$crate::tensor::View<'_>],
+            outputs: &mut [$crate::tensor::ViewMut<'_>],
+        ) -> $crate::kernels::Result<()> {
+            $crate::kernels::conv::run_conv(self, inputs, outputs)
+        }
+    };
+}
+pub(crate) use conv_kernel_methods;
+
+pub(crate) trait ConvCore: Kernel {
+    /// The filter's axis of output channels (that of its per-channel quantisation).
+    const CHANNEL_AXIS: usize;
+
+    /// The fused activation.
+    fn activation(&self) -> Activation;
+
+    /// The float32 computation; shapes were validated by `output_shapes`.
+    fn run_f32(&self, a: ConvArgs<'_>) -> Result<()>;
+
+    /// The quantised computation with output stage `stage` (NNAPI reference rounding).
+    fn run_quant<T: QuantElem + Default, F: QuantElem>(
+        &self,
+        stage: &QStage,
+        a: ConvArgs<'_, T, F, i32>,
+    ) -> Result<()>;
+
+    /// The output stage of quantised input, filter, bias and output types.
+    fn stage(&self, [x, f, b, out]: [&TensorType; 4]) -> Result<QStage> {
+        let channels = f.shape.get(Self::CHANNEL_AXIS).copied().unwrap_or(0);
+        QStage::new(
+            self.name(),
+            self.activation(),
+            [x, f, b, out],
+            channels,
+            Self::CHANNEL_AXIS as u32,
+        )
+    }
+}
+
+/// `Kernel::check_outputs` of a convolution: the float default, or a valid output stage.
+pub(crate) fn check_conv_outputs<K: ConvCore>(
+    k: &K,
+    inputs: &[&TensorType],
+    outputs: &[&TensorType],
+) -> Result<()> {
+    if inputs[0].dtype.is_float() {
+        return default_check(inputs, outputs);
+    }
+    k.stage([inputs[0], inputs[1], inputs[2], outputs[0]])
+        .map(|_| ())
+}
+
+/// `Kernel::run` of a convolution: the integer core for each quantised (input, filter)
+/// pair, the float32 core for float32 and (widened) float16.
+pub(crate) fn run_conv<K: ConvCore>(
+    k: &K,
+    inputs: &[View<'_>],
+    outputs: &mut [ViewMut<'_>],
+) -> Result<()> {
+    fn quant<K: ConvCore, T: QuantElem + Default, F: QuantElem>(
+        k: &K,
+        inputs: &[View<'_>],
+        out_ty: &TensorType,
+        (x, f): (&[T], &[F]),
+        out: &mut [T],
+    ) -> Result<()> {
+        let stage = k.stage([inputs[0].ty, inputs[1].ty, inputs[2].ty, out_ty])?;
+        let x = Tensor {
+            shape: inputs[0].shape(),
+            data: x,
+        };
+        let f = Tensor {
+            shape: inputs[1].shape(),
+            data: f,
+        };
+        let out = TensorMut {
+            shape: &out_ty.shape,
+            data: out,
+        };
+        let bias = inputs[2].i32s()?;
+        k.run_quant(&stage, ConvArgs { x, f, bias, out })
+    }
+    let ty = outputs[0].ty;
+    match (inputs[0].ty.dtype, inputs[1].ty.dtype) {
+        (DType::U8, DType::U8) => {
+            let xf = (inputs[0].u8s()?, inputs[1].u8s()?);
+            quant(k, inputs, ty, xf, outputs[0].u8s_mut()?)
+        }
+        (DType::U8, DType::I8) => {
+            let xf = (inputs[0].u8s()?, inputs[1].i8s()?);
+            quant(k, inputs, ty, xf, outputs[0].u8s_mut()?)
+        }
+        (DType::I8, DType::I8) => {
+            let xf = (inputs[0].i8s()?, inputs[1].i8s()?);
+            quant(k, inputs, ty, xf, outputs[0].i8s_mut()?)
+        }
+        _ => widen_f16(inputs, outputs, |ins, outs| {
+            let (x, f, b) = (
+                Tensor::f32(&ins[0])?,
+                Tensor::f32(&ins[1])?,
+                Tensor::f32(&ins[2])?,
+            );
+            let out = TensorMut::f32(&mut outs[0])?;
+            k.run_f32(ConvArgs {
+                x,
+                f,
+                bias: b.data,
+                out,
+            })
+        }),
+    }
+}
 
 /// Helpers of the convolution tests: running a kernel on typed tensors.
 #[cfg(test)]
@@ -254,6 +357,33 @@ pub(crate) mod testutil {
         Ok(ob.bytes().to_vec())
     }
 
+    /// Runs the float32 convolution `op` on NHWC input `x` of shape `xs` (given to the
+    /// kernel in NCHW when `nchw`), filter `f` of shape `fs` and `bias`; returns the output.
+    pub(crate) fn run_conv_f32(
+        op: &KernelOp,
+        nchw: bool,
+        (xs, x): ([usize; 4], &[f32]),
+        (fs, f): (&[usize], &[f32]),
+        bias: &[f32],
+    ) -> Vec<f32> {
+        use crate::kernels::conv::testref::{in_layout, to_nchw};
+        use crate::tensor::DType;
+        let xin = if nchw { to_nchw(x, xs) } else { x.to_vec() };
+        let ins = [
+            (in_layout(xs, nchw), xin),
+            (fs.to_vec(), f.to_vec()),
+            (vec![bias.len()], bias.to_vec()),
+        ]
+        .map(|(shape, v)| {
+            let ty = TensorType::new(DType::F32, &shape);
+            (ty, bytemuck::cast_slice(&v).to_vec())
+        });
+        let got = run_typed(op, &ins, TensorType::new(DType::F32, &[])).unwrap();
+        got.chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect()
+    }
+
     /// A deterministic pseudo-random integer in `[lo, hi]` for index `i` and `seed`.
     pub(crate) fn pick(i: usize, seed: u32, lo: i32, hi: i32) -> i32 {
         let h = (i as u32)
@@ -292,6 +422,11 @@ pub(crate) mod testref {
             }
         }
         out
+    }
+
+    /// NHWC dimensions `[n,h,w,c]` as a shape in the given layout.
+    pub(crate) fn in_layout([n, h, w, c]: [usize; 4], nchw: bool) -> Vec<usize> {
+        crate::kernels::layout::layout_shape(n, h, w, c, nchw)
     }
 
     /// Quantises `v` with (scale, zp) into `[lo, hi]`.
@@ -387,7 +522,9 @@ pub(crate) mod testref {
 mod quant_tests {
     use super::testref::{act, quantize, to_nchw};
     use super::testutil::{pick, run_typed};
-    use crate::kernels::{Activation, Conv2d, DepthwiseConv2d, FullyConnected, KernelOp, Padding};
+    use crate::kernels::{
+        Activation, Conv2d, ConvWindow, DepthwiseConv2d, FullyConnected, KernelOp, Padding,
+    };
     use crate::tensor::{DType, PerChannel, Quant, TensorType};
     use proptest::prelude::*;
 
@@ -543,8 +680,11 @@ mod quant_tests {
             let (f, scales) = filter(fd, &[o, k, k, c], 0, pc, seed);
             let b = bias(o, 0.25, &scales, pc, seed);
             let op = Conv2d {
-                pad: Padding { left: pad, right: pad, top: pad, bottom: pad },
-                stride_w: stride, stride_h: stride, dilation_w: dil, dilation_h: dil, act: a, nchw,
+                window: ConvWindow {
+                    pad: Padding { left: pad, right: pad, top: pad, bottom: pad },
+                    stride_w: stride, stride_h: stride, dilation_w: dil, dilation_h: dil,
+                },
+                act: a, nchw,
             };
             // Plain reference.
             let (p, s, d) = (pad as i64, stride as usize, dil as usize);
@@ -590,8 +730,10 @@ mod quant_tests {
             let (f, scales) = filter(fd, &[1, k, k, oc_n], 3, pc, seed);
             let b = bias(oc_n, 0.25, &scales, pc, seed);
             let op = DepthwiseConv2d {
-                pad: Padding { left: pad, right: pad, top: pad, bottom: pad },
-                stride_w: stride, stride_h: stride, dilation_w: 1, dilation_h: 1,
+                window: ConvWindow {
+                    pad: Padding { left: pad, right: pad, top: pad, bottom: pad },
+                    stride_w: stride, stride_h: stride, dilation_w: 1, dilation_h: 1,
+                },
                 depth_multiplier: m as u32, act: a, nchw,
             };
             let (p, s) = (pad as i64, stride as usize);

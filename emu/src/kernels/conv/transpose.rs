@@ -8,13 +8,14 @@
 //! Inputs: input, filter `[O,KH,KW,C]`, bias `[O]`; output `[N,out_h,out_w,O]` in the input's
 //! layout. The driver derives the output size (and the padding of the implicit form).
 
-use crate::kernels::conv::{check_conv_types, qerr, quant_dispatch, QStage};
-use crate::kernels::kernel::{default_check, enc, Cost, Kernel, Words};
-use crate::kernels::layout::{image_dims, layout_shape, nhwc_dims, with_nhwc};
+use crate::kernels::conv::window::{decode_act_layout, encode_act_layout, ConvShapes};
+use crate::kernels::conv::{conv_kernel_methods, qerr, ConvArgs, ConvCore, QStage};
+use crate::kernels::kernel::{Cost, Kernel, Words};
+use crate::kernels::layout::{layout_shape, nhwc_dims, with_nhwc};
 use crate::kernels::qconv::PerChannel;
 use crate::kernels::quant::{multiply_by_quantized_multiplier, QuantElem};
-use crate::kernels::{bad_shape, Activation, KernelError, Result, Tensor, TensorMut};
-use crate::tensor::{widen_f16, TensorType, View, ViewMut};
+use crate::kernels::{Activation, KernelError, Result};
+use crate::tensor::TensorType;
 
 /// A transposed 2-D convolution.
 #[derive(Debug, Clone, PartialEq)]
@@ -96,14 +97,17 @@ impl TransposeConv2d {
             kw: f[2],
         })
     }
+}
 
-    fn run_f32(
-        &self,
-        x: Tensor<'_>,
-        f: Tensor<'_>,
-        bias: Tensor<'_>,
-        out: TensorMut<'_>,
-    ) -> Result<()> {
+impl ConvCore for TransposeConv2d {
+    const CHANNEL_AXIS: usize = 0;
+
+    fn activation(&self) -> Activation {
+        self.act
+    }
+
+    fn run_f32(&self, a: ConvArgs<'_>) -> Result<()> {
+        let ConvArgs { x, f, bias, out } = a;
         let g = self.geo(x.shape, f.shape, out.shape)?;
         with_nhwc(self.nchw, x, out, |src, dst| {
             dst.fill(0.0);
@@ -117,7 +121,7 @@ impl TransposeConv2d {
             });
             if g.o > 0 {
                 for px in dst.chunks_exact_mut(g.o) {
-                    for (v, b) in px.iter_mut().zip(bias.data) {
+                    for (v, b) in px.iter_mut().zip(bias) {
                         *v += b;
                     }
                 }
@@ -129,22 +133,12 @@ impl TransposeConv2d {
 
     fn run_quant<T: QuantElem + Default, F: QuantElem>(
         &self,
-        inputs: &[View<'_>],
-        out_ty: &TensorType,
-        x: Tensor<'_, T>,
-        f: &[F],
-        bias: &[i32],
-        out: TensorMut<'_, T>,
+        stage: &QStage,
+        a: ConvArgs<'_, T, F, i32>,
     ) -> Result<()> {
+        let ConvArgs { x, f, bias, out } = a;
         let name = self.name();
-        let g = self.geo(x.shape, inputs[1].shape(), out.shape)?;
-        let stage = QStage::new(
-            name,
-            self.act,
-            [inputs[0].ty, inputs[1].ty, inputs[2].ty, out_ty],
-            g.o,
-            0,
-        )?;
+        let g = self.geo(x.shape, f.shape, out.shape)?;
         let q = stage.params();
         let in_zp = q.input_zero_point;
         let PerChannel::Uniform(w_zp) = q.filter_zero_point else {
@@ -159,12 +153,13 @@ impl TransposeConv2d {
         with_nhwc(self.nchw, x, out, |src, dst| {
             let mut acc = vec![0i32; dst.len()];
             self.for_each_tap(&g, |d, fo, so| {
-                let s = src[so..so + g.c]
-                    .iter()
-                    .zip(&f[fo..fo + g.c])
-                    .fold(0i32, |s, (a, b)| {
-                        s.wrapping_add((a.to_i32() - in_zp).wrapping_mul(b.to_i32() - w_zp))
-                    });
+                let s =
+                    src[so..so + g.c]
+                        .iter()
+                        .zip(&f.data[fo..fo + g.c])
+                        .fold(0i32, |s, (a, b)| {
+                            s.wrapping_add((a.to_i32() - in_zp).wrapping_mul(b.to_i32() - w_zp))
+                        });
                 acc[d] = acc[d].wrapping_add(s);
             });
             if g.o > 0 {
@@ -192,15 +187,22 @@ impl Kernel for TransposeConv2d {
     }
 
     fn decode(w: &mut Words<'_>) -> Result<Self> {
+        let pad_left = w.u32("pad_left")?;
+        let pad_top = w.u32("pad_top")?;
+        let out_h = w.nonzero("out_h")?;
+        let out_w = w.nonzero("out_w")?;
+        let stride_w = w.nonzero("stride_w")?;
+        let stride_h = w.nonzero("stride_h")?;
+        let (act, nchw) = decode_act_layout(w)?;
         Ok(TransposeConv2d {
-            pad_left: w.u32("pad_left")?,
-            pad_top: w.u32("pad_top")?,
-            out_h: w.nonzero("out_h")?,
-            out_w: w.nonzero("out_w")?,
-            stride_w: w.nonzero("stride_w")?,
-            stride_h: w.nonzero("stride_h")?,
-            act: w.act()?,
-            nchw: w.bool("nchw")?,
+            pad_left,
+            pad_top,
+            out_h,
+            out_w,
+            stride_w,
+            stride_h,
+            act,
+            nchw,
         })
     }
 
@@ -212,63 +214,33 @@ impl Kernel for TransposeConv2d {
             self.out_w,
             self.stride_w,
             self.stride_h,
-            self.act as u32,
-            enc::b(self.nchw),
         ]);
+        w.extend(encode_act_layout(self.act, self.nchw));
     }
 
-    fn input_count(&self) -> std::ops::RangeInclusive<usize> {
-        3..=3
-    }
+    conv_kernel_methods!();
 
     fn output_shapes(&self, inputs: &[&TensorType]) -> Result<Vec<Vec<usize>>> {
         let name = self.name();
-        check_conv_types(name, inputs[0], inputs[1], inputs[2])?;
-        let (x, f, bias) = (&inputs[0].shape, &inputs[1].shape, &inputs[2].shape);
-        let (n, h, w, c) = image_dims(name, x, self.nchw)?;
-        let &[o, kh, kw, fi] = f.as_slice() else {
-            return Err(bad_shape(name, format!("filter {f:?} must have rank 4")));
-        };
-        if fi != c {
-            return Err(bad_shape(
-                name,
-                format!("filter {f:?} has {fi} input channels, input has {c}"),
-            ));
-        }
-        if bias.as_slice() != [o] {
-            return Err(bad_shape(name, format!("bias {bias:?} must be [{o}]")));
-        }
+        let s = ConvShapes::new(name, inputs, self.nchw, Self::CHANNEL_AXIS)?;
+        let (kh, kw) = s.kernel();
+        s.check_filter_channels(name, s.c)?;
         // Every index the loops form must fit: y * stride + kh stays small.
-        let reach = |len: usize, s: u32, k: usize| {
-            len.checked_mul(s as usize)
+        let reach = |len: usize, st: u32, k: usize| {
+            len.checked_mul(st as usize)
                 .and_then(|v| v.checked_add(k))
                 .is_some_and(|v| v < (1 << 40))
         };
-        if !reach(h, self.stride_h, kh) || !reach(w, self.stride_w, kw) {
+        if !reach(s.h, self.stride_h, kh) || !reach(s.w, self.stride_w, kw) {
             return Err(KernelError::TooLarge);
         }
         Ok(vec![layout_shape(
-            n,
+            s.n,
             self.out_h as usize,
             self.out_w as usize,
-            o,
+            s.out_c,
             self.nchw,
         )])
-    }
-
-    fn check_outputs(&self, inputs: &[&TensorType], outputs: &[&TensorType]) -> Result<()> {
-        if inputs[0].dtype.is_float() {
-            return default_check(inputs, outputs);
-        }
-        let o = inputs[1].shape.first().copied().unwrap_or(0);
-        QStage::new(
-            self.name(),
-            self.act,
-            [inputs[0], inputs[1], inputs[2], outputs[0]],
-            o,
-            0,
-        )
-        .map(|_| ())
     }
 
     fn cost(&self, inputs: &[&TensorType], outputs: &[Vec<usize>]) -> Cost {
@@ -280,29 +252,13 @@ impl Kernel for TransposeConv2d {
             elems: out,
         }
     }
-
-    fn run(&self, inputs: &[View<'_>], outputs: &mut [ViewMut<'_>]) -> Result<()> {
-        quant_dispatch!(
-            inputs,
-            outputs,
-            |x, f, bias, out, ty| self.run_quant(inputs, ty, x, f, bias, out),
-            widen_f16(inputs, outputs, |ins, outs| {
-                let (x, f, b) = (
-                    Tensor::f32(&ins[0])?,
-                    Tensor::f32(&ins[1])?,
-                    Tensor::f32(&ins[2])?,
-                );
-                self.run_f32(x, f, b, TensorMut::f32(&mut outs[0])?)
-            })
-        )
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::conv::testref::{act, quantize, to_nchw};
-    use crate::kernels::conv::testutil::{pick, run_typed};
+    use crate::kernels::conv::testref::{act, in_layout, quantize, to_nchw};
+    use crate::kernels::conv::testutil::{pick, run_conv_f32, run_typed};
     use crate::kernels::KernelOp;
     use crate::tensor::{DType, PerChannel, Quant};
     use proptest::prelude::*;
@@ -378,14 +334,6 @@ mod tests {
             )
     }
 
-    fn layout(t: &TransposeConv2d, [n, h, w, c]: [usize; 4]) -> Vec<usize> {
-        if t.nchw {
-            vec![n, c, h, w]
-        } else {
-            vec![n, h, w, c]
-        }
-    }
-
     proptest! {
         #[test]
         fn float_matches_reference((t, xs, [o, kh, kw], seed) in arb()) {
@@ -393,15 +341,7 @@ mod tests {
             let x: Vec<f32> = (0..n * h * w * c).map(|i| pick(i, seed, -8, 8) as f32 * 0.25).collect();
             let f: Vec<f32> = (0..o * kh * kw * c).map(|i| pick(i + 999, seed, -8, 8) as f32 * 0.25).collect();
             let bias: Vec<f32> = (0..o).map(|i| pick(i + 77, seed, -4, 4) as f32 * 0.5).collect();
-            let xin = if t.nchw { to_nchw(&x, xs) } else { x.clone() };
-            let ins = vec![
-                (TensorType::new(DType::F32, &layout(&t, xs)), bytemuck::cast_slice(&xin).to_vec()),
-                (TensorType::new(DType::F32, &[o, kh, kw, c]), bytemuck::cast_slice(&f).to_vec()),
-                (TensorType::new(DType::F32, &[o]), bytemuck::cast_slice(&bias).to_vec()),
-            ];
-            let op = KernelOp::from(t.clone());
-            let got = run_typed(&op, &ins, TensorType::new(DType::F32, &[])).unwrap();
-            let got: Vec<f32> = got.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+            let got = run_conv_f32(&KernelOp::from(t.clone()), t.nchw, (xs, &x), (&[o, kh, kw, c], &f), &bias);
             let f64s = |v: &[f32]| v.iter().map(|&a| f64::from(a)).collect::<Vec<_>>();
             let want = reference(&t, xs, &f64s(&x), [o, kh, kw], &f64s(&f), &f64s(&bias));
             let os = [n, t.out_h as usize, t.out_w as usize, o];
@@ -426,7 +366,7 @@ mod tests {
             }
             let xin = if t.nchw { to_nchw(&x, xs) } else { x.clone() };
             let ins = vec![
-                (TensorType::quantized(DType::I8, &layout(&t, xs), in_s, in_zp), bytemuck::cast_slice(&xin).to_vec()),
+                (TensorType::quantized(DType::I8, &in_layout(xs, t.nchw), in_s, in_zp), bytemuck::cast_slice(&xin).to_vec()),
                 (fty, bytemuck::cast_slice(&f).to_vec()),
                 (TensorType::quantized(DType::I32, &[o], if per_channel { 0.0 } else { in_s * 0.02 }, 0), bytemuck::cast_slice(&bias).to_vec()),
             ];

@@ -9,6 +9,7 @@
 //!
 //! Parameter words: kind (Add 0, Sub 1, Mul 2, Div 3), act. Inputs: a, b. Output: one.
 
+use super::{decode_kind, kind_enum};
 use crate::kernels::kernel::{same_dtype, Kernel, Words};
 use crate::kernels::layout::{broadcast_shape, for_each_broadcast};
 use crate::kernels::quant::{
@@ -19,25 +20,19 @@ use crate::kernels::quant::{
 use crate::kernels::{Activation, KernelError, Result};
 use crate::tensor::{widen_f16, DType, TensorType, View, ViewMut};
 
-/// Which arithmetic operation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum BinaryKind {
-    /// a + b
-    Add,
-    /// a - b
-    Sub,
-    /// a * b
-    Mul,
-    /// a / b
-    Div,
+kind_enum! {
+    /// Which arithmetic operation.
+    pub enum BinaryKind {
+        /// a + b
+        Add => "ADD",
+        /// a - b
+        Sub => "SUB",
+        /// a * b
+        Mul => "MUL",
+        /// a / b
+        Div => "DIV",
+    }
 }
-
-const KINDS: [BinaryKind; 4] = [
-    BinaryKind::Add,
-    BinaryKind::Sub,
-    BinaryKind::Mul,
-    BinaryKind::Div,
-];
 
 /// `out = act(a op b)`.
 #[derive(Debug, Clone, PartialEq)]
@@ -181,19 +176,11 @@ fn floor_div(p: i32, q: i32) -> i32 {
 
 impl Kernel for Binary {
     fn name(&self) -> &'static str {
-        match self.kind {
-            BinaryKind::Add => "ADD",
-            BinaryKind::Sub => "SUB",
-            BinaryKind::Mul => "MUL",
-            BinaryKind::Div => "DIV",
-        }
+        self.kind.name()
     }
 
     fn decode(w: &mut Words<'_>) -> Result<Self> {
-        let k = w.u32("kind")?;
-        let kind = *KINDS
-            .get(k as usize)
-            .ok_or_else(|| w.err(format!("bad binary kind {k}")))?;
+        let kind = decode_kind(w, "binary", BinaryKind::from_word)?;
         Ok(Binary {
             kind,
             act: w.act()?,
@@ -201,8 +188,7 @@ impl Kernel for Binary {
     }
 
     fn encode(&self, w: &mut Vec<u32>) {
-        let k = KINDS.iter().position(|k| *k == self.kind).unwrap_or(0) as u32;
-        w.extend([k, self.act as u32]);
+        w.extend([self.kind.word(), self.act as u32]);
     }
 
     fn input_count(&self) -> std::ops::RangeInclusive<usize> {
@@ -341,7 +327,7 @@ mod tests {
             data in proptest::collection::vec((0u8..=255, 0u8..=255), 1..16),
             bcast in any::<bool>(),
         ) {
-            let kind = KINDS[kind];
+            let kind = BinaryKind::ALL[kind];
             // The reference requires s1 * s2 < so for MUL.
             prop_assume!(kind != BinaryKind::Mul || f64::from(s1 * s2) < f64::from(so));
             let act = [Activation::None, Activation::Relu, Activation::Relu1, Activation::Relu6]

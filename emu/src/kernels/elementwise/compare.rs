@@ -6,48 +6,35 @@
 //! Parameter words: kind (Equal 0, NotEqual 1, Less 2, LessEqual 3, Greater 4,
 //! GreaterEqual 5). Inputs: a, b. Output: one bool8.
 
+use super::{decode_kind, kind_enum};
 use crate::kernels::kernel::{same_dtype, Kernel, Words};
 use crate::kernels::layout::{broadcast_shape, for_each_broadcast};
 use crate::kernels::{KernelError, Result};
 use crate::tensor::{DType, TensorType, View, ViewMut};
 
-/// Which comparison.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum CompareKind {
-    /// a == b
-    Equal,
-    /// a != b
-    NotEqual,
-    /// a < b
-    Less,
-    /// a <= b
-    LessEqual,
-    /// a > b
-    Greater,
-    /// a >= b
-    GreaterEqual,
+kind_enum! {
+    /// Which comparison.
+    pub enum CompareKind {
+        /// a == b
+        Equal => "EQUAL",
+        /// a != b
+        NotEqual => "NOT_EQUAL",
+        /// a < b
+        Less => "LESS",
+        /// a <= b
+        LessEqual => "LESS_EQUAL",
+        /// a > b
+        Greater => "GREATER",
+        /// a >= b
+        GreaterEqual => "GREATER_EQUAL",
+    }
 }
-
-const KINDS: [(CompareKind, &str); 6] = [
-    (CompareKind::Equal, "EQUAL"),
-    (CompareKind::NotEqual, "NOT_EQUAL"),
-    (CompareKind::Less, "LESS"),
-    (CompareKind::LessEqual, "LESS_EQUAL"),
-    (CompareKind::Greater, "GREATER"),
-    (CompareKind::GreaterEqual, "GREATER_EQUAL"),
-];
 
 /// `out = a cmp b` as bool8.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Compare {
     /// The comparison.
     pub kind: CompareKind,
-}
-
-impl Compare {
-    fn index(&self) -> usize {
-        KINDS.iter().position(|(k, _)| *k == self.kind).unwrap_or(0)
-    }
 }
 
 /// The elements of `v` as the values the reference compares (exact in f64: f32/f16/i32
@@ -77,19 +64,16 @@ fn values(v: &View<'_>) -> Result<Vec<f64>> {
 
 impl Kernel for Compare {
     fn name(&self) -> &'static str {
-        KINDS[self.index()].1
+        self.kind.name()
     }
 
     fn decode(w: &mut Words<'_>) -> Result<Self> {
-        let k = w.u32("kind")?;
-        let (kind, _) = *KINDS
-            .get(k as usize)
-            .ok_or_else(|| w.err(format!("bad comparison kind {k}")))?;
+        let kind = decode_kind(w, "comparison", CompareKind::from_word)?;
         Ok(Compare { kind })
     }
 
     fn encode(&self, w: &mut Vec<u32>) {
-        w.push(self.index() as u32);
+        w.push(self.kind.word());
     }
 
     fn input_count(&self) -> std::ops::RangeInclusive<usize> {

@@ -12,26 +12,22 @@
 
 use half::f16;
 
+use super::{decode_kind, kind_enum};
 use crate::kernels::kernel::{Kernel, Words};
 use crate::kernels::{KernelError, Result};
 use crate::tensor::{DType, TensorType, View, ViewMut};
 
-/// Which conversion.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ConvertKind {
-    /// CAST.
-    Cast,
-    /// QUANTIZE.
-    Quantize,
-    /// DEQUANTIZE.
-    Dequantize,
+kind_enum! {
+    /// Which conversion.
+    pub enum ConvertKind {
+        /// CAST.
+        Cast => "CAST",
+        /// QUANTIZE.
+        Quantize => "QUANTIZE",
+        /// DEQUANTIZE.
+        Dequantize => "DEQUANTIZE",
+    }
 }
-
-const KINDS: [(ConvertKind, &str); 3] = [
-    (ConvertKind::Cast, "CAST"),
-    (ConvertKind::Quantize, "QUANTIZE"),
-    (ConvertKind::Dequantize, "DEQUANTIZE"),
-];
 
 /// One conversion.
 #[derive(Debug, Clone, PartialEq)]
@@ -41,10 +37,6 @@ pub struct Convert {
 }
 
 impl Convert {
-    fn index(&self) -> usize {
-        KINDS.iter().position(|(k, _)| *k == self.kind).unwrap_or(0)
-    }
-
     fn bad(&self, reason: String) -> KernelError {
         KernelError::InvalidShape {
             op: self.name(),
@@ -113,19 +105,16 @@ const CAST_TYPES: [DType; 4] = [DType::F32, DType::F16, DType::I32, DType::U8];
 
 impl Kernel for Convert {
     fn name(&self) -> &'static str {
-        KINDS[self.index()].1
+        self.kind.name()
     }
 
     fn decode(w: &mut Words<'_>) -> Result<Self> {
-        let k = w.u32("kind")?;
-        let (kind, _) = *KINDS
-            .get(k as usize)
-            .ok_or_else(|| w.err(format!("bad conversion kind {k}")))?;
+        let kind = decode_kind(w, "conversion", ConvertKind::from_word)?;
         Ok(Convert { kind })
     }
 
     fn encode(&self, w: &mut Vec<u32>) {
-        w.push(self.index() as u32);
+        w.push(self.kind.word());
     }
 
     fn output_shapes(&self, inputs: &[&TensorType]) -> Result<Vec<Vec<usize>>> {

@@ -5,43 +5,32 @@
 //! Parameter words: kind (And 0, Or 1, Not 2, Select 3).
 
 use super::minmax::requantize;
+use super::{decode_kind, kind_enum};
 use crate::kernels::kernel::{same_dtype, Kernel, Words};
 use crate::kernels::layout::{broadcast_shape, for_each_broadcast};
 use crate::kernels::quant::QuantElem;
 use crate::kernels::{KernelError, Result};
 use crate::tensor::{DType, TensorType, View, ViewMut};
 
-/// Which operation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum LogicalKind {
-    /// a && b
-    And,
-    /// a || b
-    Or,
-    /// !a
-    Not,
-    /// cond ? a : b
-    Select,
+kind_enum! {
+    /// Which operation.
+    pub enum LogicalKind {
+        /// a && b
+        And => "LOGICAL_AND",
+        /// a || b
+        Or => "LOGICAL_OR",
+        /// !a
+        Not => "LOGICAL_NOT",
+        /// cond ? a : b
+        Select => "SELECT",
+    }
 }
-
-const KINDS: [(LogicalKind, &str); 4] = [
-    (LogicalKind::And, "LOGICAL_AND"),
-    (LogicalKind::Or, "LOGICAL_OR"),
-    (LogicalKind::Not, "LOGICAL_NOT"),
-    (LogicalKind::Select, "SELECT"),
-];
 
 /// One logical operation.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Logical {
     /// The operation.
     pub kind: LogicalKind,
-}
-
-impl Logical {
-    fn index(&self) -> usize {
-        KINDS.iter().position(|(k, _)| *k == self.kind).unwrap_or(0)
-    }
 }
 
 fn select_quant<T: QuantElem>(c: &[u8], a: &[T], b: &[T], o: &mut [T], tys: [&TensorType; 3]) {
@@ -57,19 +46,16 @@ fn select_quant<T: QuantElem>(c: &[u8], a: &[T], b: &[T], o: &mut [T], tys: [&Te
 
 impl Kernel for Logical {
     fn name(&self) -> &'static str {
-        KINDS[self.index()].1
+        self.kind.name()
     }
 
     fn decode(w: &mut Words<'_>) -> Result<Self> {
-        let k = w.u32("kind")?;
-        let (kind, _) = *KINDS
-            .get(k as usize)
-            .ok_or_else(|| w.err(format!("bad logical kind {k}")))?;
+        let kind = decode_kind(w, "logical", LogicalKind::from_word)?;
         Ok(Logical { kind })
     }
 
     fn encode(&self, w: &mut Vec<u32>) {
-        w.push(self.index() as u32);
+        w.push(self.kind.word());
     }
 
     fn input_count(&self) -> std::ops::RangeInclusive<usize> {

@@ -10,45 +10,35 @@
 //! Parameter words: kind (Abs 0, Exp 1, Log 2, Neg 3, Rsqrt 4, Sin 5, Sqrt 6, Elu 7,
 //! HardSwish 8), alpha (f32 bits; ELU only, 0 otherwise).
 
+use super::{decode_kind, kind_enum};
 use crate::kernels::kernel::{same_dtype, Kernel, Words};
 use crate::kernels::quant::{quantize_multiplier, rounding_divide_by_pot, QuantElem};
 use crate::kernels::{KernelError, Result};
 use crate::tensor::{widen_f16, DType, TensorType, View, ViewMut};
 
-/// Which function.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum MathKind {
-    /// |x|
-    Abs,
-    /// e^x
-    Exp,
-    /// ln x
-    Log,
-    /// -x
-    Neg,
-    /// 1 / sqrt(x)
-    Rsqrt,
-    /// sin x
-    Sin,
-    /// sqrt x
-    Sqrt,
-    /// exponential linear unit with `alpha`
-    Elu,
-    /// x * relu6(x + 3) / 6
-    HardSwish,
+kind_enum! {
+    /// Which function.
+    pub enum MathKind {
+        /// |x|
+        Abs => "ABS",
+        /// e^x
+        Exp => "EXP",
+        /// ln x
+        Log => "LOG",
+        /// -x
+        Neg => "NEG",
+        /// 1 / sqrt(x)
+        Rsqrt => "RSQRT",
+        /// sin x
+        Sin => "SIN",
+        /// sqrt x
+        Sqrt => "SQRT",
+        /// exponential linear unit with `alpha`
+        Elu => "ELU",
+        /// x * relu6(x + 3) / 6
+        HardSwish => "HARD_SWISH",
+    }
 }
-
-const KINDS: [(MathKind, &str); 9] = [
-    (MathKind::Abs, "ABS"),
-    (MathKind::Exp, "EXP"),
-    (MathKind::Log, "LOG"),
-    (MathKind::Neg, "NEG"),
-    (MathKind::Rsqrt, "RSQRT"),
-    (MathKind::Sin, "SIN"),
-    (MathKind::Sqrt, "SQRT"),
-    (MathKind::Elu, "ELU"),
-    (MathKind::HardSwish, "HARD_SWISH"),
-];
 
 /// `out[i] = f(x[i])`.
 #[derive(Debug, Clone, PartialEq)]
@@ -60,10 +50,6 @@ pub struct Math {
 }
 
 impl Math {
-    fn index(&self) -> usize {
-        KINDS.iter().position(|(k, _)| *k == self.kind).unwrap_or(0)
-    }
-
     fn f(&self, x: f32) -> f32 {
         match self.kind {
             MathKind::Abs => x.abs(),
@@ -160,20 +146,17 @@ fn hard_swish_quant<T: QuantElem>(it: &TensorType, ot: &TensorType, x: &[T], o: 
 
 impl Kernel for Math {
     fn name(&self) -> &'static str {
-        KINDS[self.index()].1
+        self.kind.name()
     }
 
     fn decode(w: &mut Words<'_>) -> Result<Self> {
-        let k = w.u32("kind")?;
-        let (kind, _) = *KINDS
-            .get(k as usize)
-            .ok_or_else(|| w.err(format!("bad math kind {k}")))?;
+        let kind = decode_kind(w, "math", MathKind::from_word)?;
         let alpha = w.finite_f32("alpha")?;
         Ok(Math { kind, alpha })
     }
 
     fn encode(&self, w: &mut Vec<u32>) {
-        w.extend([self.index() as u32, self.alpha.to_bits()]);
+        w.extend([self.kind.word(), self.alpha.to_bits()]);
     }
 
     fn output_shapes(&self, inputs: &[&TensorType]) -> Result<Vec<Vec<usize>>> {

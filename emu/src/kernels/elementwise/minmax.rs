@@ -9,43 +9,32 @@
 //!
 //! Parameter words: kind (Maximum 0, Minimum 1, Pow 2, Prelu 3). Inputs: a, b. Output: one.
 
+use super::{decode_kind, kind_enum};
 use crate::kernels::kernel::{same_dtype, Kernel, Words};
 use crate::kernels::layout::{broadcast_shape, for_each_broadcast};
 use crate::kernels::quant::{multiply_by_quantized_multiplier, quantize_multiplier, QuantElem};
 use crate::kernels::{KernelError, Result};
 use crate::tensor::{widen_f16, DType, Quant, TensorType, View, ViewMut};
 
-/// Which function.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum MinMaxKind {
-    /// max(a, b)
-    Maximum,
-    /// min(a, b)
-    Minimum,
-    /// a^b
-    Pow,
-    /// a >= 0 ? a : a * b
-    Prelu,
+kind_enum! {
+    /// Which function.
+    pub enum MinMaxKind {
+        /// max(a, b)
+        Maximum => "MAXIMUM",
+        /// min(a, b)
+        Minimum => "MINIMUM",
+        /// a^b
+        Pow => "POW",
+        /// a >= 0 ? a : a * b
+        Prelu => "PRELU",
+    }
 }
-
-const KINDS: [(MinMaxKind, &str); 4] = [
-    (MinMaxKind::Maximum, "MAXIMUM"),
-    (MinMaxKind::Minimum, "MINIMUM"),
-    (MinMaxKind::Pow, "POW"),
-    (MinMaxKind::Prelu, "PRELU"),
-];
 
 /// `out = f(a, b)` with broadcasting.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MinMax {
     /// The function.
     pub kind: MinMaxKind,
-}
-
-impl MinMax {
-    fn index(&self) -> usize {
-        KINDS.iter().position(|(k, _)| *k == self.kind).unwrap_or(0)
-    }
 }
 
 /// The reference's `requantize`: the real value (computed in float32) divided by the new
@@ -102,19 +91,16 @@ fn run_quant<T: QuantElem>(
 
 impl Kernel for MinMax {
     fn name(&self) -> &'static str {
-        KINDS[self.index()].1
+        self.kind.name()
     }
 
     fn decode(w: &mut Words<'_>) -> Result<Self> {
-        let k = w.u32("kind")?;
-        let (kind, _) = *KINDS
-            .get(k as usize)
-            .ok_or_else(|| w.err(format!("bad kind {k}")))?;
+        let kind = decode_kind(w, "min/max", MinMaxKind::from_word)?;
         Ok(MinMax { kind })
     }
 
     fn encode(&self, w: &mut Vec<u32>) {
-        w.push(self.index() as u32);
+        w.push(self.kind.word());
     }
 
     fn input_count(&self) -> std::ops::RangeInclusive<usize> {

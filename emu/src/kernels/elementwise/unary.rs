@@ -12,49 +12,36 @@
 //!
 //! Parameter words: kind (Relu 0, Relu1 1, Relu6 2, Logistic 3, Tanh 4, Floor 5).
 
+use super::{decode_kind, kind_enum};
 use crate::kernels::kernel::{fixed_quant_check, same_dtype, Kernel, Words};
 use crate::kernels::quant::fixed::{self, InputStage};
 use crate::kernels::quant::{qerr, quantized_activation_range, rounding_divide_by_pot, QuantElem};
 use crate::kernels::{clamp_nan, KernelError, Result};
 use crate::tensor::{widen_f16, DType, TensorType, View, ViewMut};
 
-/// Which function.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum UnaryKind {
-    /// max(x, 0)
-    Relu,
-    /// clamp(x, -1, 1)
-    Relu1,
-    /// clamp(x, 0, 6)
-    Relu6,
-    /// 1 / (1 + e^-x)
-    Logistic,
-    /// tanh(x)
-    Tanh,
-    /// floor(x)
-    Floor,
+kind_enum! {
+    /// Which function.
+    pub enum UnaryKind {
+        /// max(x, 0)
+        Relu => "RELU",
+        /// clamp(x, -1, 1)
+        Relu1 => "RELU1",
+        /// clamp(x, 0, 6)
+        Relu6 => "RELU6",
+        /// 1 / (1 + e^-x)
+        Logistic => "LOGISTIC",
+        /// tanh(x)
+        Tanh => "TANH",
+        /// floor(x)
+        Floor => "FLOOR",
+    }
 }
-
-const KINDS: [(UnaryKind, &str); 6] = [
-    (UnaryKind::Relu, "RELU"),
-    (UnaryKind::Relu1, "RELU1"),
-    (UnaryKind::Relu6, "RELU6"),
-    (UnaryKind::Logistic, "LOGISTIC"),
-    (UnaryKind::Tanh, "TANH"),
-    (UnaryKind::Floor, "FLOOR"),
-];
 
 /// `out[i] = f(x[i])`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Unary {
     /// The function.
     pub kind: UnaryKind,
-}
-
-impl Unary {
-    fn index(&self) -> usize {
-        KINDS.iter().position(|(k, _)| *k == self.kind).unwrap_or(0)
-    }
 }
 
 /// Applies `kind` element-wise.
@@ -126,19 +113,16 @@ impl Unary {
 
 impl Kernel for Unary {
     fn name(&self) -> &'static str {
-        KINDS[self.index()].1
+        self.kind.name()
     }
 
     fn decode(w: &mut Words<'_>) -> Result<Self> {
-        let k = w.u32("kind")?;
-        let (kind, _) = *KINDS
-            .get(k as usize)
-            .ok_or_else(|| w.err(format!("bad unary kind {k}")))?;
+        let kind = decode_kind(w, "unary", UnaryKind::from_word)?;
         Ok(Unary { kind })
     }
 
     fn encode(&self, w: &mut Vec<u32>) {
-        w.push(self.index() as u32);
+        w.push(self.kind.word());
     }
 
     fn output_shapes(&self, inputs: &[&TensorType]) -> Result<Vec<Vec<usize>>> {
@@ -204,7 +188,7 @@ mod tests {
             zp in 0i32..256,
             x in proptest::collection::vec(0u8..=255, 1..32),
         ) {
-            let kind = KINDS[kind].0;
+            let kind = UnaryKind::ALL[kind];
             let k = Unary { kind };
             let it = TensorType::quantized(DType::U8, &[x.len()], s, zp);
             let ot = match kind {

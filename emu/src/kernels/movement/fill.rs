@@ -4,7 +4,7 @@
 //! given shape. The value is either a parameter (a constant) or the kernel's one-element
 //! input (a device tensor, e.g. computed by another operation). Parameter words: shape (a
 //! list), has value (bool), value (f32 bits for float outputs, i32 bits for int32 ones;
-//! ignored without has value).
+//! 0 without has value).
 //!
 //! RANK writes the input's rank to an int32 rank-0 output. No parameter words.
 
@@ -36,6 +36,10 @@ impl Kernel for Fill {
         let shape = w.list("rank", MAX_RANK)?;
         let has = w.bool("has value")?;
         let v = w.u32("value")?;
+        if !has && v != 0 {
+            // Encode writes 0 there: anything else would not round-trip.
+            return Err(w.err(format!("value word {v} without a value must be 0")));
+        }
         Ok(Fill {
             shape,
             value: has.then_some(v),

@@ -9,10 +9,7 @@ use crate::kernels::{
 use proptest::prelude::*;
 
 fn cfg() -> ProptestConfig {
-    ProptestConfig {
-        cases: 64,
-        ..ProptestConfig::default()
-    }
+    crate::kernels::proptest_config(64)
 }
 
 fn numel(s: &[usize]) -> usize {
