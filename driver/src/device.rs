@@ -141,6 +141,8 @@ pub struct ModelContext {
     pub submit_wait: Duration,
     /// Compiled instances kept per prepared model.
     pub max_instances: usize,
+    /// File I/O (io_uring or its fallback) for staging request pools.
+    pub io: Arc<crate::cache::CacheIo>,
 }
 
 /// The driver's device: the HAL over one emulated accelerator.
@@ -230,6 +232,7 @@ impl VnpuDevice {
             executions: Arc::clone(&self.executions),
             submit_wait: self.config.submit_wait,
             max_instances: self.config.max_instances,
+            io: Arc::clone(self.cache.io()),
         }
     }
 

@@ -73,6 +73,8 @@ pub struct VnpuPreparedModel {
     /// Where asynchronous executions run, and how long a submission may wait for room.
     executions: Arc<WorkerPool>,
     submit_wait: std::time::Duration,
+    /// File I/O for staged request pools.
+    io: Arc<crate::cache::CacheIo>,
     /// Held for the prepared model's life: the device counts live prepared models.
     _lease: ModelLease,
 }
@@ -175,6 +177,7 @@ impl VnpuPreparedModel {
             deferred,
             executions: Arc::clone(&ctx.executions),
             submit_wait: ctx.submit_wait,
+            io: Arc::clone(&ctx.io),
             _lease: lease,
         })
     }
@@ -468,7 +471,7 @@ impl VnpuPreparedModel {
                 let reads = moved(&request.inputs, &sg.input_indexes, p);
                 let writes = moved(&request.outputs, &sg.output_indexes, p);
                 let spans: Vec<Span> = reads.iter().chain(&writes).copied().collect();
-                stage(&self.hw, r, &spans, &reads, writes)
+                stage(&self.hw, &self.io, r, &spans, &reads, writes)
             };
             match pool {
                 Ok(d) => devpools.push(d),
@@ -511,7 +514,7 @@ impl VnpuPreparedModel {
             Err(e) => return fail(hw_status(&e)),
         };
         for (d, r) in devpools.iter().zip(&pools) {
-            if let Err(e) = d.write_back(r) {
+            if let Err(e) = d.write_back(&self.io, r) {
                 tracing::debug!("staged pool write-back: {e}");
                 return fail(ErrorStatus::GeneralFailure);
             }
@@ -563,13 +566,17 @@ impl DevicePool {
     }
 
     /// Copies the outputs of a staged pool back to its file.
-    fn write_back(&self, pool: &PoolRange<'_>) -> Result<(), crate::memory::PoolError> {
+    fn write_back(
+        &self,
+        io: &crate::cache::CacheIo,
+        pool: &PoolRange<'_>,
+    ) -> Result<(), crate::memory::PoolError> {
         match self {
             DevicePool::Staged {
                 staged: Some(s),
                 writes,
                 ..
-            } => s.write_back(pool, writes),
+            } => s.write_back(io, pool, writes),
             _ => Ok(()),
         }
     }
@@ -578,12 +585,13 @@ impl DevicePool {
 /// Stages a pool that could shrink (see [`crate::staging`]) and maps the staged copy.
 fn stage(
     hw: &Arc<Hardware>,
+    io: &crate::cache::CacheIo,
     pool: &PoolRange<'_>,
     spans: &[Span],
     reads: &[Span],
     writes: Vec<Span>,
 ) -> Result<DevicePool, ErrorStatus> {
-    let staged = StagedPool::stage(pool, spans, reads).map_err(|e| {
+    let staged = StagedPool::stage(io, pool, spans, reads).map_err(|e| {
         tracing::debug!("staging a request pool: {e}");
         ErrorStatus::GeneralFailure
     })?;

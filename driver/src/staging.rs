@@ -1,12 +1,14 @@
 //! Staging for request pools the device must not map: any file that could shrink under a
 //! mapping (a plain file, an unsealed memfd, an mmap_fd of a model file). The arguments'
 //! bytes are copied into a sealed region of the driver's own with positioned reads, the
-//! device works on that region, and outputs go back with positioned writes. A file that
-//! shrank gives a short read or write: an error, never a SIGBUS.
+//! device works on that region, and outputs go back with positioned writes, batched
+//! through io_uring where the device's probe found it (pread/pwrite otherwise). A file
+//! that shrank gives a short read: an error, never a SIGBUS.
 
 use vnpu_emu::shm::SharedRegion;
 
-use crate::memory::{read_range, write_range, PoolError, PoolRange};
+use crate::cache::CacheIo;
+use crate::memory::{PoolError, PoolRange};
 
 /// The bytes `[base, base + len)` of one pool, held in a sealed region the device can map.
 #[derive(Debug)]
@@ -22,6 +24,7 @@ impl StagedPool {
     /// Stages the pool bytes covering every argument in `spans`, reading those in `reads`
     /// (inputs) from the file; the rest starts zeroed. `None` when `spans` is empty.
     pub fn stage(
+        io: &CacheIo,
         pool: &PoolRange<'_>,
         spans: &[Span],
         reads: &[Span],
@@ -41,17 +44,18 @@ impl StagedPool {
         })?;
         let region = SharedRegion::new("vnpu-staged-pool", len)
             .map_err(|e| PoolError::Io(std::io::Error::other(e)))?;
+        let mut ranges = Vec::with_capacity(reads.len());
         for &(off, n) in reads {
-            let n = usize::try_from(n).map_err(|_| PoolError::TooSmall {
-                size: pool.size,
-                file: off,
-                offset: off,
-            })?;
-            let bytes = read_range(pool, off, n)?;
-            region
-                .write(off - base, &bytes)
+            let at = file_offset(pool, off, n)?;
+            let dst = region
+                .ptr(off - base, n)
                 .map_err(|e| PoolError::Io(std::io::Error::other(e)))?;
+            ranges.push((at, dst, n as usize));
         }
+        // SAFETY: each destination was bounds-checked inside `region`, our own private
+        // mapping that no device maps yet; the spans of one pool's arguments may overlap
+        // only if the client aliases inputs, which then read the same bytes.
+        unsafe { io.read_ranges(pool.fd, &ranges) }?;
         Ok(Some(StagedPool { region, base }))
     }
 
@@ -66,16 +70,39 @@ impl StagedPool {
     }
 
     /// Writes the staged bytes of `spans` (outputs) back to the pool's file.
-    pub fn write_back(&self, pool: &PoolRange<'_>, spans: &[Span]) -> Result<(), PoolError> {
+    pub fn write_back(
+        &self,
+        io: &CacheIo,
+        pool: &PoolRange<'_>,
+        spans: &[Span],
+    ) -> Result<(), PoolError> {
+        let mut ranges = Vec::with_capacity(spans.len());
         for &(off, n) in spans {
-            let mut bytes = vec![0u8; n as usize];
-            self.region
-                .read(off - self.base, &mut bytes)
+            let at = file_offset(pool, off, n)?;
+            let src = self
+                .region
+                .ptr(off - self.base, n)
                 .map_err(|e| PoolError::Io(std::io::Error::other(e)))?;
-            write_range(pool, off, &bytes)?;
+            ranges.push((at, src.cast_const(), n as usize));
         }
+        // SAFETY: each source was bounds-checked inside our region; the device's batch has
+        // completed, so nothing writes the region while the bytes go out.
+        unsafe { io.write_ranges(pool.fd, &ranges) }?;
         Ok(())
     }
+}
+
+/// The file offset of pool range `[off, off + n)`, checked against the pool's size.
+fn file_offset(pool: &PoolRange<'_>, off: u64, n: u64) -> Result<u64, PoolError> {
+    let too_small = || PoolError::TooSmall {
+        size: pool.size,
+        file: off,
+        offset: pool.offset,
+    };
+    if off.checked_add(n).is_none_or(|end| end > pool.size) {
+        return Err(too_small());
+    }
+    pool.offset.checked_add(off).ok_or_else(too_small)
 }
 
 #[cfg(test)]
@@ -102,7 +129,8 @@ mod tests {
             size: 48,
             perm: Perm::READ_WRITE,
         };
-        let staged = StagedPool::stage(&pool, &[(4, 4), (20, 8)], &[(4, 4)])
+        let io = CacheIo::new(crate::cache::IoChoice::Auto);
+        let staged = StagedPool::stage(&io, &pool, &[(4, 4), (20, 8)], &[(4, 4)])
             .unwrap()
             .unwrap();
         let mut b = [0u8; 4];
@@ -112,8 +140,8 @@ mod tests {
             .region()
             .write(staged.offset_of(20), &[9; 8])
             .unwrap();
-        staged.write_back(&pool, &[(20, 8)]).unwrap();
-        assert_eq!(read_range(&pool, 20, 8).unwrap(), [9; 8]);
+        staged.write_back(&io, &pool, &[(20, 8)]).unwrap();
+        assert_eq!(crate::memory::read_range(&pool, 20, 8).unwrap(), [9; 8]);
     }
 
     #[test]
@@ -126,6 +154,12 @@ mod tests {
             perm: Perm::READ_WRITE,
         };
         f.set_len(16).unwrap();
-        assert!(StagedPool::stage(&pool, &[(0, 32)], &[(0, 32)]).is_err());
+        for choice in [
+            crate::cache::IoChoice::Auto,
+            crate::cache::IoChoice::Fallback,
+        ] {
+            let io = CacheIo::new(choice);
+            assert!(StagedPool::stage(&io, &pool, &[(0, 32)], &[(0, 32)]).is_err());
+        }
     }
 }

@@ -158,6 +158,88 @@ impl CacheIo {
         }
     }
 
+    /// Positioned reads of many ranges in one batch: each `(file offset, dst, len)` is
+    /// filled exactly; a file that ends first is an error (`UnexpectedEof`), never a signal.
+    ///
+    /// # Safety
+    /// Every `dst` must be valid for writes of its `len` bytes for the whole call, and
+    /// the ranges must not overlap.
+    pub unsafe fn read_ranges(
+        &self,
+        fd: BorrowedFd<'_>,
+        ranges: &[(u64, *mut u8, usize)],
+    ) -> io::Result<()> {
+        let pieces = split(ranges);
+        let done = match &self.ring {
+            Some(r) => {
+                let entries: Vec<squeue::Entry> = pieces
+                    .iter()
+                    .map(|&(off, p, n)| {
+                        opcode::Read::new(types::Fd(fd.as_raw_fd()), p, n as u32)
+                            .offset(off)
+                            .build()
+                    })
+                    .collect();
+                // SAFETY: the buffers are the caller's, valid for the whole call.
+                unsafe { r.run(&entries)? }
+            }
+            None => vec![0; pieces.len()],
+        };
+        for (&(off, p, n), &got) in pieces.iter().zip(&done) {
+            if got < 0 {
+                return Err(io::Error::from_raw_os_error(-got));
+            }
+            // What io_uring left short (or the fallback's whole range) by system call.
+            let got = got as usize;
+            // SAFETY: `p + got .. p + n` is inside the caller's range.
+            unsafe { pread_exact(fd, p.add(got), n - got, off + got as u64)? };
+        }
+        Ok(())
+    }
+
+    /// Positioned writes of many ranges in one batch: each `(file offset, src, len)`.
+    ///
+    /// # Safety
+    /// Every `src` must be valid for reads of its `len` bytes for the whole call, and
+    /// nothing may write them meanwhile.
+    pub unsafe fn write_ranges(
+        &self,
+        fd: BorrowedFd<'_>,
+        ranges: &[(u64, *const u8, usize)],
+    ) -> io::Result<()> {
+        let as_mut: Vec<(u64, *mut u8, usize)> = ranges
+            .iter()
+            .map(|&(o, p, n)| (o, p.cast_mut(), n))
+            .collect();
+        let pieces = split(&as_mut);
+        let done = match &self.ring {
+            Some(r) => {
+                let entries: Vec<squeue::Entry> = pieces
+                    .iter()
+                    .map(|&(off, p, n)| {
+                        opcode::Write::new(types::Fd(fd.as_raw_fd()), p.cast_const(), n as u32)
+                            .offset(off)
+                            .build()
+                    })
+                    .collect();
+                // SAFETY: the buffers are the caller's, valid for the whole call.
+                unsafe { r.run(&entries)? }
+            }
+            None => vec![0; pieces.len()],
+        };
+        for (&(off, p, n), &got) in pieces.iter().zip(&done) {
+            if got < 0 {
+                return Err(io::Error::from_raw_os_error(-got));
+            }
+            let got = got as usize;
+            // SAFETY: `p .. p + n` is valid for reads (caller's contract) and nothing writes
+            // it during the call.
+            let rest = unsafe { std::slice::from_raw_parts(p.add(got), n - got) };
+            pwrite_all(fd, rest, off + got as u64)?;
+        }
+        Ok(())
+    }
+
     /// Reads exactly `len` bytes from offset 0 into a new buffer.
     pub fn read_vec(&self, fd: BorrowedFd<'_>, len: usize) -> io::Result<Vec<u8>> {
         let mut v = vec![0u8; len];
@@ -171,6 +253,21 @@ impl CacheIo {
 pub fn file_size(fd: BorrowedFd<'_>) -> io::Result<u64> {
     let st = nix::sys::stat::fstat(fd).map_err(io::Error::from)?;
     u64::try_from(st.st_size).map_err(|_| io::Error::from(io::ErrorKind::InvalidData))
+}
+
+/// Ranges cut into requests of at most [`CHUNK`] bytes.
+fn split(ranges: &[(u64, *mut u8, usize)]) -> Vec<(u64, *mut u8, usize)> {
+    let mut out = Vec::new();
+    for &(off, p, len) in ranges {
+        let mut done = 0;
+        while done < len {
+            let n = CHUNK.min(len - done);
+            // `p + done` stays inside the caller's range (done < len).
+            out.push((off + done as u64, p.wrapping_add(done), n));
+            done += n;
+        }
+    }
+    out
 }
 
 fn ftruncate(fd: BorrowedFd<'_>, len: u64) -> io::Result<()> {

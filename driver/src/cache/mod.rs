@@ -162,7 +162,7 @@ impl CacheConfig {
 #[derive(Debug)]
 pub struct Cache {
     config: CacheConfig,
-    io: CacheIo,
+    io: std::sync::Arc<CacheIo>,
     key: Mutex<Option<[u8; key::KEY_LEN]>>,
     /// The data cache staging buffer kept between loads.
     staging: Mutex<Option<load::Staging>>,
@@ -173,7 +173,7 @@ impl Cache {
     /// created on first use).
     pub fn new(config: CacheConfig) -> Cache {
         Cache {
-            io: CacheIo::new(config.io),
+            io: std::sync::Arc::new(CacheIo::new(config.io)),
             config,
             key: Mutex::new(None),
             staging: Mutex::new(None),
@@ -185,8 +185,8 @@ impl Cache {
         self.io.path()
     }
 
-    /// The I/O layer.
-    pub fn io(&self) -> &CacheIo {
+    /// The I/O layer (shared with request-pool staging, one ring per device).
+    pub fn io(&self) -> &std::sync::Arc<CacheIo> {
         &self.io
     }
 
