@@ -136,6 +136,11 @@ impl VnpuPreparedModel {
         constants: Vec<Option<Vec<u8>>>,
         lease: ModelLease,
     ) -> Result<Arc<VnpuPreparedModel>, ErrorStatus> {
+        let mut constants = constants;
+        let folded = compile::fold_constants(&model, &mut constants);
+        if folded > 0 {
+            tracing::debug!("folded {folded} constant operations");
+        }
         let block = compile::constant_block(&model.main, &constants);
         let has_deferred = compile::deferred_inputs(&model.main).contains(&true);
         let epoch = ctx.hw.epoch();

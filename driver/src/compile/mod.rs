@@ -4,6 +4,7 @@
 //! liveness.
 
 pub mod constants;
+mod fold;
 pub mod lower;
 pub mod plan;
 
@@ -15,6 +16,7 @@ use vnpu_emu::tensor::{PerChannel, Quant, TensorType};
 use crate::hal::{
     ErrorStatus, ExtraParams, Model, Operand, OperandLifeTime, OperandType, Subgraph,
 };
+pub use fold::fold_constants;
 pub use lower::{lower, Lowered, Operands};
 use plan::{Interval, ALIGN};
 
@@ -351,6 +353,11 @@ pub fn compile(
     let deferred = deferred_inputs(sg);
     let mut lowered = Vec::with_capacity(sg.operations.len());
     for (index, op) in sg.operations.iter().enumerate() {
+        // Folded at preparation ([`fold_constants`]): its outputs are constants now.
+        let is_constant = |o: &u32| constants.get(*o as usize).is_some_and(|c| c.is_some());
+        if !op.outputs.is_empty() && op.outputs.iter().all(is_constant) {
+            continue;
+        }
         let ops = Operands {
             subgraph: sg,
             constants,
