@@ -168,6 +168,19 @@ mod tests {
         }
     }
 
+    /// Keeps the pool's one worker busy until the returned sender is dropped.
+    fn occupy(pool: &WorkerPool) -> std::sync::mpsc::Sender<()> {
+        let (block_tx, block_rx) = channel::<()>();
+        let (started_tx, started_rx) = channel();
+        let run = move || {
+            started_tx.send(()).unwrap();
+            let _ = block_rx.recv();
+        };
+        pool.submit(0, job(run, || {}), Duration::ZERO).unwrap();
+        started_rx.recv().unwrap();
+        block_tx
+    }
+
     #[test]
     fn a_panicking_job_reports_and_the_worker_lives() {
         let pool = WorkerPool::start("t", 1, 4).unwrap();
@@ -195,21 +208,7 @@ mod tests {
     #[test]
     fn a_full_queue_pushes_back_then_refuses() {
         let pool = WorkerPool::start("t", 1, 1).unwrap();
-        let (block_tx, block_rx) = channel::<()>();
-        let (started_tx, started_rx) = channel();
-        pool.submit(
-            0,
-            job(
-                move || {
-                    started_tx.send(()).unwrap();
-                    let _ = block_rx.recv();
-                },
-                || {},
-            ),
-            Duration::ZERO,
-        )
-        .unwrap();
-        started_rx.recv().unwrap();
+        let block_tx = occupy(&pool);
         pool.submit(0, job(|| {}, || {}), Duration::ZERO).unwrap();
         assert_eq!(
             pool.submit(0, job(|| {}, || {}), Duration::from_millis(20)),
@@ -223,22 +222,8 @@ mod tests {
     #[test]
     fn higher_priority_runs_first() {
         let pool = WorkerPool::start("t", 1, 8).unwrap();
-        let (block_tx, block_rx) = channel::<()>();
+        let block_tx = occupy(&pool);
         let (tx, rx) = channel();
-        let (started_tx, started_rx) = channel();
-        pool.submit(
-            0,
-            job(
-                move || {
-                    started_tx.send(()).unwrap();
-                    let _ = block_rx.recv();
-                },
-                || {},
-            ),
-            Duration::ZERO,
-        )
-        .unwrap();
-        started_rx.recv().unwrap();
         for p in [0, 2, 1] {
             let tx = tx.clone();
             pool.submit(p, job(move || tx.send(p).unwrap(), || {}), Duration::ZERO)

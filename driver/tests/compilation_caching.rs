@@ -15,7 +15,6 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use vnpu_driver::cache::{CacheConfig, IoChoice, IoPath};
-use vnpu_driver::conformance::compare;
 use vnpu_driver::conformance::corpus::{TestBuffer, TestCase, TestOutput};
 use vnpu_driver::conformance::lookup;
 use vnpu_driver::device::{IDevice, IPreparedModel, PreparedModelSlot, VnpuDevice};
@@ -346,22 +345,7 @@ fn outputs_match(prepared: &Arc<dyn IPreparedModel>, case: &TestCase) -> bool {
     if status != ErrorStatus::None {
         return false;
     }
-    case.outputs.iter().zip(&locations).all(|(want, loc)| {
-        let mut got = vec![0u8; want.data.len()];
-        let fd = pool.fd().expect("fd");
-        nix::sys::uio::pread(fd, &mut got, loc.offset as i64).expect("pread");
-        let ty = case.operand_type(want.operand).expect("type");
-        compare(
-            want.operand,
-            ty,
-            &want.data,
-            &got,
-            case.relaxed,
-            want.ignored,
-        )
-        .mismatches
-            == 0
-    })
+    vnpu_driver::conformance::outputs_match(case, &pool, &locations)
 }
 
 fn check(prepared: &Arc<dyn IPreparedModel>, case: &TestCase) {

@@ -169,32 +169,18 @@ impl CacheIo {
         fd: BorrowedFd<'_>,
         ranges: &[(u64, *mut u8, usize)],
     ) -> io::Result<()> {
-        let pieces = split(ranges);
-        let done = match &self.ring {
-            Some(r) => {
-                let entries: Vec<squeue::Entry> = pieces
-                    .iter()
-                    .map(|&(off, p, n)| {
-                        opcode::Read::new(types::Fd(fd.as_raw_fd()), p, n as u32)
-                            .offset(off)
-                            .build()
-                    })
-                    .collect();
-                // SAFETY: the buffers are the caller's, valid for the whole call.
-                unsafe { r.run(&entries)? }
-            }
-            None => vec![0; pieces.len()],
+        let raw = fd.as_raw_fd();
+        let read = |off: u64, p: *mut u8, n: usize| {
+            opcode::Read::new(types::Fd(raw), p, n as u32)
+                .offset(off)
+                .build()
         };
-        for (&(off, p, n), &got) in pieces.iter().zip(&done) {
-            if got < 0 {
-                return Err(io::Error::from_raw_os_error(-got));
-            }
-            // What io_uring left short (or the fallback's whole range) by system call.
-            let got = got as usize;
-            // SAFETY: `p + got .. p + n` is inside the caller's range.
-            unsafe { pread_exact(fd, p.add(got), n - got, off + got as u64)? };
-        }
-        Ok(())
+        let finish = |off: u64, p: *mut u8, n: usize| {
+            // SAFETY: `p .. p + n` lies inside one of the caller's ranges.
+            unsafe { pread_exact(fd, p, n, off) }
+        };
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { self.ranges(ranges, read, finish) }
     }
 
     /// Positioned writes of many ranges in one batch: each `(file offset, src, len)`.
@@ -207,21 +193,43 @@ impl CacheIo {
         fd: BorrowedFd<'_>,
         ranges: &[(u64, *const u8, usize)],
     ) -> io::Result<()> {
-        let as_mut: Vec<(u64, *mut u8, usize)> = ranges
+        let raw = fd.as_raw_fd();
+        let ranges: Vec<(u64, *mut u8, usize)> = ranges
             .iter()
             .map(|&(o, p, n)| (o, p.cast_mut(), n))
             .collect();
-        let pieces = split(&as_mut);
+        let write = |off: u64, p: *mut u8, n: usize| {
+            opcode::Write::new(types::Fd(raw), p.cast_const(), n as u32)
+                .offset(off)
+                .build()
+        };
+        let finish = |off: u64, p: *mut u8, n: usize| {
+            // SAFETY: `p .. p + n` lies inside one of the caller's ranges, readable and not
+            // written during the call.
+            let bytes = unsafe { std::slice::from_raw_parts(p.cast_const(), n) };
+            pwrite_all(fd, bytes, off)
+        };
+        // SAFETY: forwarded from the caller's contract (the buffers are only read).
+        unsafe { self.ranges(&ranges, write, finish) }
+    }
+
+    /// Runs `ranges` (cut into [`CHUNK`]s) as one io_uring batch of `entry`s, then
+    /// finishes whatever came back short, or everything on the fallback, with `finish`
+    /// (which reports an end of file as an error).
+    ///
+    /// # Safety
+    /// As [`CacheIo::read_ranges`] / [`CacheIo::write_ranges`] for the operation made.
+    unsafe fn ranges(
+        &self,
+        ranges: &[(u64, *mut u8, usize)],
+        entry: impl Fn(u64, *mut u8, usize) -> squeue::Entry,
+        finish: impl Fn(u64, *mut u8, usize) -> io::Result<()>,
+    ) -> io::Result<()> {
+        let pieces = split(ranges);
         let done = match &self.ring {
             Some(r) => {
-                let entries: Vec<squeue::Entry> = pieces
-                    .iter()
-                    .map(|&(off, p, n)| {
-                        opcode::Write::new(types::Fd(fd.as_raw_fd()), p.cast_const(), n as u32)
-                            .offset(off)
-                            .build()
-                    })
-                    .collect();
+                let entries: Vec<squeue::Entry> =
+                    pieces.iter().map(|&(off, p, n)| entry(off, p, n)).collect();
                 // SAFETY: the buffers are the caller's, valid for the whole call.
                 unsafe { r.run(&entries)? }
             }
@@ -232,10 +240,7 @@ impl CacheIo {
                 return Err(io::Error::from_raw_os_error(-got));
             }
             let got = got as usize;
-            // SAFETY: `p .. p + n` is valid for reads (caller's contract) and nothing writes
-            // it during the call.
-            let rest = unsafe { std::slice::from_raw_parts(p.add(got), n - got) };
-            pwrite_all(fd, rest, off + got as u64)?;
+            finish(off + got as u64, p.wrapping_add(got), n - got)?;
         }
         Ok(())
     }
