@@ -1,5 +1,6 @@
-//! The float32 GEMM the convolution family runs on: a bounds-checked wrapper over
-//! `matrixmultiply::sgemm`.
+//! The GEMM the convolution family runs on: a bounds-checked wrapper over
+//! `matrixmultiply::{sgemm, dgemm}` (float32 for float kernels; float64 for the quantised
+//! ones, whose integer sums it computes exactly).
 
 use super::{KernelError, Result};
 
@@ -19,35 +20,87 @@ fn to_isize(v: usize) -> Result<isize> {
 
 /// A strided read-only matrix view: element `(i, j)` is `data[i*rs + j*cs]`.
 #[derive(Clone, Copy)]
-pub(crate) struct Mat<'a> {
-    pub data: &'a [f32],
+pub(crate) struct Mat<'a, T = f32> {
+    pub data: &'a [T],
     pub rs: usize,
     pub cs: usize,
 }
 
 /// A row-major mutable matrix view with row stride `rs` (column stride 1).
-pub(crate) struct MatMut<'a> {
-    pub data: &'a mut [f32],
+pub(crate) struct MatMut<'a, T = f32> {
+    pub data: &'a mut [T],
     pub rs: usize,
 }
 
+/// An element type `matrixmultiply` multiplies.
+pub(crate) trait Scalar: Copy {
+    /// `matrixmultiply::{s,d}gemm` with alpha 1.
+    ///
+    /// # Safety
+    /// As `matrixmultiply::sgemm`: every element the strides reach is in bounds and C
+    /// aliases neither A nor B.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn gemm_raw(
+        m: usize,
+        k: usize,
+        n: usize,
+        a: *const Self,
+        rsa: isize,
+        csa: isize,
+        b: *const Self,
+        rsb: isize,
+        csb: isize,
+        beta: Self,
+        c: *mut Self,
+        rsc: isize,
+    );
+}
+
+macro_rules! scalar {
+    ($t:ty, $f:ident) => {
+        impl Scalar for $t {
+            unsafe fn gemm_raw(
+                m: usize,
+                k: usize,
+                n: usize,
+                a: *const $t,
+                rsa: isize,
+                csa: isize,
+                b: *const $t,
+                rsb: isize,
+                csb: isize,
+                beta: $t,
+                c: *mut $t,
+                rsc: isize,
+            ) {
+                // SAFETY: the caller's contract is matrixmultiply's.
+                unsafe {
+                    matrixmultiply::$f(m, k, n, 1.0, a, rsa, csa, b, rsb, csb, beta, c, rsc, 1)
+                }
+            }
+        }
+    };
+}
+scalar!(f32, sgemm);
+scalar!(f64, dgemm);
+
 /// `C = A * B + beta * C` with `A` `m x k`, `B` `k x n`, `C` `m x n` row-major with row stride
 /// `rsc`. A safe wrapper over `matrixmultiply::sgemm` that checks every view's bounds first.
-pub(crate) fn gemm(
+pub(crate) fn gemm<T: Scalar>(
     m: usize,
     k: usize,
     n: usize,
-    a: Mat<'_>,
-    b: Mat<'_>,
-    beta: f32,
-    c: MatMut<'_>,
+    a: Mat<'_, T>,
+    b: Mat<'_, T>,
+    beta: T,
+    c: MatMut<'_, T>,
 ) -> Result<()> {
     let MatMut { data: c, rs: rsc } = c;
     if m == 0 || n == 0 {
         return Ok(());
     }
     let oob = || KernelError::TooLarge;
-    let fits = |mat: &Mat<'_>, rows, cols| {
+    let fits = |mat: &Mat<'_, T>, rows, cols| {
         max_index(rows, cols, mat.rs, mat.cs).is_some_and(|i| i < mat.data.len())
     };
     if k == 0 || !fits(&a, m, k) || !fits(&b, k, n) {
@@ -65,13 +118,12 @@ pub(crate) fn gemm(
     // the largest such offset of each matrix is inside its slice (all strides are
     // non-negative, so the smallest is 0), and the isize conversions succeeded. `c` is a
     // unique borrow, so C aliases neither A nor B, and nothing else accesses it meanwhile.
-    // SAFETY: every access sgemm makes is in bounds and unaliased, as shown above.
+    // SAFETY: every access the GEMM makes is in bounds and unaliased, as shown above.
     unsafe {
-        matrixmultiply::sgemm(
+        T::gemm_raw(
             m,
             k,
             n,
-            1.0,
             a.data.as_ptr(),
             rsa,
             csa,
@@ -81,7 +133,6 @@ pub(crate) fn gemm(
             beta,
             c.as_mut_ptr(),
             rsc,
-            1,
         );
     }
     Ok(())

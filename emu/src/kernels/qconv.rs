@@ -26,6 +26,7 @@
 //! are free to reorder and factor it and stay bit-identical with the reference (whose
 //! overflow, undefined in C++, wraps in practice).
 
+use super::gemm::{gemm, Mat, MatMut};
 use super::quant::{
     get_quantized_convolution_multiplier, multiply_by_quantized_multiplier, quantize_multiplier,
     QuantElem, QuantError,
@@ -403,31 +404,80 @@ pub fn conv2d<T: QuantElem, F: QuantElem>(
         return Ok(());
     }
     // Here out_c >= 1 (output is not empty) and k >= 1.
+    if k > MAX_EXACT_DEPTH {
+        return Err(QuantError::TooLarge);
+    }
     let in_zp = p.quant.input_zero_point;
+    let out_c = p.out_c;
+    // The filter, zero point removed, as the GEMM's B (`k x out_c`, column j = row j of
+    // the OHWI filter).
+    let mut wide = Vec::with_capacity(out_c * k);
+    for (w, ch) in filter.chunks_exact(k).zip(&stage.channels) {
+        wide.extend(w.iter().map(|&v| f64::from(v.to_i32() - ch.filter_zp)));
+    }
+    let rows = (PIXEL_BLOCK_BYTES / (k * 8)).clamp(1, 256);
     let mut patch = vec![0i32; k];
-    let mut pixels = output.chunks_exact_mut(p.out_c);
-    for n in 0..g.batches {
-        let img = window(input, n * image, image)?;
-        for oy in 0..g.out_h {
-            for ox in 0..g.out_w {
-                gather(g, img, oy, ox, in_zp, &mut patch)?;
-                let px = pixels
-                    .next()
-                    .ok_or(QuantError::InvalidParams("index out of bounds"))?;
-                // sum((x - a) * (w - b)) = sum((x - a) * w) - b * sum(x - a), exactly mod 2^32.
-                let patch_sum = sum(&patch);
-                for ((dst, w), ch) in px
-                    .iter_mut()
-                    .zip(filter.chunks_exact(k))
-                    .zip(&stage.channels)
-                {
-                    let acc = dot(&patch, w).wrapping_sub(ch.filter_zp.wrapping_mul(patch_sum));
-                    *dst = stage.requantize(acc, ch);
-                }
+    let mut a = vec![0f64; rows * k];
+    let mut c = vec![0f64; rows * out_c];
+    let mut pixels = output.chunks_exact_mut(out_c);
+    let coords = (0..g.batches)
+        .flat_map(|n| (0..g.out_h).flat_map(move |oy| (0..g.out_w).map(move |ox| (n, oy, ox))));
+    let coords: Vec<(usize, usize, usize)> = coords.collect();
+    for block in coords.chunks(rows) {
+        for (row, &(n, oy, ox)) in a.chunks_exact_mut(k).zip(block) {
+            let img = window(input, n * image, image)?;
+            gather(g, img, oy, ox, in_zp, &mut patch)?;
+            for (d, &v) in row.iter_mut().zip(&patch) {
+                *d = f64::from(v);
+            }
+        }
+        let m = block.len();
+        gemm(
+            m,
+            k,
+            out_c,
+            Mat {
+                data: &a,
+                rs: k,
+                cs: 1,
+            },
+            Mat {
+                data: &wide,
+                rs: 1,
+                cs: k,
+            },
+            0.0,
+            MatMut {
+                data: &mut c,
+                rs: out_c,
+            },
+        )
+        .map_err(|_| QuantError::TooLarge)?;
+        for sums in c.chunks_exact(out_c).take(m) {
+            let px = pixels
+                .next()
+                .ok_or(QuantError::InvalidParams("index out of bounds"))?;
+            for ((dst, &acc), ch) in px.iter_mut().zip(sums).zip(&stage.channels) {
+                *dst = stage.requantize(wrap_exact(acc), ch);
             }
         }
     }
     Ok(())
+}
+
+/// Bytes of im2col patches the conv core multiplies per GEMM call.
+const PIXEL_BLOCK_BYTES: usize = 256 << 10;
+
+/// The deepest dot product whose every partial sum the float64 GEMM computes exactly: each
+/// term `(x - a)(w - b)` is an integer of magnitude at most 510 * 510, and a float64 holds
+/// every integer below 2^53.
+const MAX_EXACT_DEPTH: usize = (1 << 53) / (510 * 510);
+
+/// An exact integer sum from the float64 GEMM, wrapped to `i32` as the reference's
+/// wrapping `int32` accumulator would leave it.
+#[inline]
+fn wrap_exact(sum: f64) -> i32 {
+    sum as i64 as i32
 }
 
 /// Quantised DEPTHWISE_CONV_2D (NHWC, filter `[1, H, W, C*M]`) with a per-tensor or
