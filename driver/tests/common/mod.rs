@@ -76,7 +76,11 @@ pub fn prepare_with(
 pub enum Mode {
     Async,
     Sync,
+    Fenced,
 }
+
+/// Every execution path the VTS suites drive.
+pub const MODES: &[Mode] = &[Mode::Async, Mode::Sync];
 
 pub fn execute(
     prepared: &Arc<dyn IPreparedModel>,
@@ -112,5 +116,6 @@ pub fn execute_with(
             }
             r
         }
+        Mode::Fenced => unimplemented!("fenced execution"),
     }
 }
