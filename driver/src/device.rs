@@ -34,6 +34,22 @@ pub trait ExecutionCallback: Send + Sync {
     fn notify(&self, status: ErrorStatus, output_shapes: Vec<OutputShape>, timing: Timing);
 }
 
+/// What a fenced execution reports once its fence is signalled
+/// (`IFencedExecutionCallback`, 1.3).
+pub trait IFencedExecutionCallback: Send + Sync {
+    /// (status, timing since the launch, timing since the waited-for fences signalled);
+    /// both timings are `Timing::NONE` unless measured and successful.
+    fn get_execution_info(&self) -> (ErrorStatus, Timing, Timing);
+}
+
+/// The outcome of `IPreparedModel::executeFenced`: status, the fence that signals the
+/// end of the execution and its callback (both `None` on error).
+pub type FencedResult = (
+    ErrorStatus,
+    Option<NativeHandle>,
+    Option<Arc<dyn IFencedExecutionCallback>>,
+);
+
 /// A driver-managed buffer (`IBuffer`, 1.3): a value in device memory that executions
 /// name by its token.
 pub trait IBuffer: Send + Sync {
@@ -120,6 +136,18 @@ pub trait IPreparedModel: Send + Sync {
         deadline: OptionalTimePoint,
         loop_timeout: OptionalTimeoutDuration,
     ) -> (ErrorStatus, Vec<OutputShape>, Timing);
+    /// Executes once every fence of `wait_for` is signalled, before the earlier of
+    /// `deadline` and now + `duration`. Outputs must have fully specified dimensions.
+    #[allow(clippy::too_many_arguments)]
+    fn execute_fenced(
+        &self,
+        request: &Request,
+        wait_for: &[NativeHandle],
+        measure: MeasureTiming,
+        deadline: OptionalTimePoint,
+        loop_timeout: OptionalTimeoutDuration,
+        duration: OptionalTimeoutDuration,
+    ) -> FencedResult;
     /// The implementation behind the interface, so a device can recognise its own
     /// prepared models (memory domains); `None` for a model it cannot know.
     fn as_any(&self) -> Option<&dyn Any> {

@@ -13,10 +13,14 @@ use vnpu_emu::shm::SharedRegion;
 
 use crate::compile::constants::Constants;
 use crate::compile::{self, Compiled, ConstantBlock};
-use crate::device::{ExecutionCallback, IPreparedModel, ModelContext, ModelLease};
+use crate::device::{
+    ExecutionCallback, FencedResult, IFencedExecutionCallback, IPreparedModel, ModelContext,
+    ModelLease,
+};
 use crate::domain::{transfer, BufferRegistry, DriverBuffer, Io, Role};
+use crate::fence::{self, SyncFence};
 use crate::hal::{
-    validate_request, ErrorStatus, MeasureTiming, Model, OptionalTimePoint,
+    validate_request, ErrorStatus, MeasureTiming, Model, NativeHandle, OptionalTimePoint,
     OptionalTimeoutDuration, OutputShape, Request, RequestArgument, RequestMemoryPool, Timing,
 };
 use crate::hw::{DramBlock, Hardware, HwError, IoMapping};
@@ -408,16 +412,18 @@ impl VnpuPreparedModel {
         Ok(inst)
     }
 
-    /// The whole synchronous execution path.
+    /// The whole synchronous execution path; `start` is when the driver got the work
+    /// (timeInDriver counts from it); fenced execution disallows unspecified outputs.
     fn run(
         &self,
         request: &Request,
         measure: MeasureTiming,
         deadline: OptionalTimePoint,
+        start: Instant,
+        fenced: bool,
     ) -> (ErrorStatus, Vec<OutputShape>, Timing) {
-        let start = Instant::now();
         let fail = |s: ErrorStatus| (s, Vec::new(), Timing::NONE);
-        if let Err(e) = validate_request(request, &self.model, true) {
+        if let Err(e) = validate_request(request, &self.model, !fenced) {
             tracing::debug!("request: {e}");
             return fail(ErrorStatus::InvalidArgument);
         }
@@ -634,18 +640,35 @@ impl VnpuPreparedModel {
             return fail(ErrorStatus::MissedDeadlineTransient);
         }
         let timing = if measure == MeasureTiming::YES {
-            let in_driver = start.elapsed().as_micros() as u64;
             let on_device = done.iter().map(|c| c.device_ns).sum::<u64>() / 1000;
-            // The modelled device time, capped by the time the driver actually waited:
-            // the HAL requires timeOnDevice <= timeInDriver.
-            Timing {
-                time_on_device: on_device.min(in_driver),
-                time_in_driver: in_driver,
-            }
+            measured(start, on_device)
         } else {
             Timing::NONE
         };
         (ErrorStatus::None, shapes_out, timing)
+    }
+}
+
+/// Timing since `start` with `on_device` µs of device time, capped by the time the driver
+/// actually took: the HAL requires timeOnDevice <= timeInDriver.
+fn measured(start: Instant, on_device: u64) -> Timing {
+    let in_driver = start.elapsed().as_micros() as u64;
+    Timing {
+        time_on_device: on_device.min(in_driver),
+        time_in_driver: in_driver,
+    }
+}
+
+/// A finished fenced execution's report.
+struct FencedInfo {
+    status: ErrorStatus,
+    since_launch: Timing,
+    since_fence: Timing,
+}
+
+impl IFencedExecutionCallback for FencedInfo {
+    fn get_execution_info(&self) -> (ErrorStatus, Timing, Timing) {
+        (self.status, self.since_launch, self.since_fence)
     }
 }
 
@@ -789,7 +812,64 @@ impl IPreparedModel for VnpuPreparedModel {
         deadline: OptionalTimePoint,
         _loop_timeout: OptionalTimeoutDuration,
     ) -> (ErrorStatus, Vec<OutputShape>, Timing) {
-        self.run(request, measure, deadline)
+        self.run(request, measure, deadline, Instant::now(), false)
+    }
+
+    /// As the sample driver: the fences are waited on and the execution runs on the
+    /// caller's thread; the returned fence is signalled before the call returns.
+    fn execute_fenced(
+        &self,
+        request: &Request,
+        wait_for: &[NativeHandle],
+        measure: MeasureTiming,
+        deadline: OptionalTimePoint,
+        _loop_timeout: OptionalTimeoutDuration,
+        duration: OptionalTimeoutDuration,
+    ) -> FencedResult {
+        let launched = Instant::now();
+        let fail = |s: ErrorStatus| (s, None, None);
+        if let Err(e) = validate_request(request, &self.model, false) {
+            tracing::debug!("fenced request: {e}");
+            return fail(ErrorStatus::InvalidArgument);
+        }
+        if let Err(e) = fence::check_handles(wait_for) {
+            return fail(e.status());
+        }
+        let deadline = fence::earlier(deadline, duration.0);
+        if deadline.has_passed() {
+            return fail(ErrorStatus::MissedDeadlinePersistent);
+        }
+        if let Err(e) = fence::wait_all(wait_for, deadline) {
+            tracing::debug!("fenced execution: {e}");
+            return fail(e.status());
+        }
+        let fenced = Instant::now();
+        let (status, _, since_fence) = self.run(request, measure, deadline, fenced, true);
+        if status != ErrorStatus::None {
+            return fail(status);
+        }
+        let since_launch = match since_fence == Timing::NONE {
+            true => Timing::NONE,
+            false => measured(launched, since_fence.time_on_device),
+        };
+        let done = SyncFence::new().and_then(|f| {
+            f.signal()?;
+            f.handle()
+        });
+        match done {
+            Ok(handle) => {
+                let info = FencedInfo {
+                    status,
+                    since_launch,
+                    since_fence,
+                };
+                (status, Some(handle), Some(Arc::new(info)))
+            }
+            Err(e) => {
+                tracing::debug!("fenced execution: {e}");
+                fail(ErrorStatus::GeneralFailure)
+            }
+        }
     }
 
     fn as_any(&self) -> Option<&dyn Any> {
