@@ -2,6 +2,7 @@
 //! device. Every method takes and returns plain data and file descriptors, so the same
 //! traits can be served across a process boundary.
 
+use std::any::Any;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
@@ -11,11 +12,13 @@ use vnpu_emu::DeviceConfig;
 use crate::cache::{self, Cache, CacheConfig};
 use crate::compile;
 use crate::config::DriverConfig;
+use crate::domain::{self, BufferRegistry, DriverBuffer};
 use crate::hal::{
-    validate_execution_preference, validate_model, validate_priority, Capabilities, DeviceStatus,
-    DeviceType, ErrorStatus, ExecutionPreference, MeasureTiming, Model, NativeHandle,
-    OperandPerformance, OperandType, OptionalTimePoint, OptionalTimeoutDuration, OutputShape,
-    PerformanceInfo, Priority, Request, Timing, BYTE_SIZE_OF_CACHE_TOKEN,
+    validate_execution_preference, validate_model, validate_priority, BufferDesc, BufferRole,
+    Capabilities, DeviceStatus, DeviceType, ErrorStatus, ExecutionPreference, MeasureTiming,
+    Memory, Model, NativeHandle, OperandPerformance, OperandType, OptionalTimePoint,
+    OptionalTimeoutDuration, OutputShape, PerformanceInfo, Priority, Request, Timing,
+    BYTE_SIZE_OF_CACHE_TOKEN,
 };
 use crate::hw::{Hardware, Health, HwError};
 use crate::prepared::VnpuPreparedModel;
@@ -30,6 +33,35 @@ pub trait PreparedModelCallback: Send + Sync {
 pub trait ExecutionCallback: Send + Sync {
     fn notify(&self, status: ErrorStatus, output_shapes: Vec<OutputShape>, timing: Timing);
 }
+
+/// What a fenced execution reports once its fence is signalled
+/// (`IFencedExecutionCallback`, 1.3).
+pub trait IFencedExecutionCallback: Send + Sync {
+    /// (status, timing since the launch, timing since the waited-for fences signalled);
+    /// both timings are `Timing::NONE` unless measured and successful.
+    fn get_execution_info(&self) -> (ErrorStatus, Timing, Timing);
+}
+
+/// The outcome of `IPreparedModel::executeFenced`: status, the fence that signals the
+/// end of the execution and its callback (both `None` on error).
+pub type FencedResult = (
+    ErrorStatus,
+    Option<NativeHandle>,
+    Option<Arc<dyn IFencedExecutionCallback>>,
+);
+
+/// A driver-managed buffer (`IBuffer`, 1.3): a value in device memory that executions
+/// name by its token.
+pub trait IBuffer: Send + Sync {
+    /// Copies the buffer's value into `dst`, which must have exactly the buffer's size.
+    fn copy_to(&self, dst: &Memory) -> ErrorStatus;
+    /// Sets the buffer's value from `src` (exactly the buffer's size), with `dimensions`
+    /// (empty: the dimensions given at allocation).
+    fn copy_from(&self, src: &Memory, dimensions: &[u32]) -> ErrorStatus;
+}
+
+/// The outcome of `IDevice::allocate`: status, buffer, token (0 on error).
+pub type AllocateResult = (ErrorStatus, Option<Arc<dyn IBuffer>>, u32);
 
 /// A vendor extension's operand type (`Extension::OperandTypeInformation`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -76,6 +108,15 @@ pub trait IDevice: Send + Sync {
         token: &[u8; BYTE_SIZE_OF_CACHE_TOKEN],
         callback: Option<Arc<dyn PreparedModelCallback>>,
     ) -> ErrorStatus;
+    /// Allocates a driver-managed buffer for the given roles of `prepared_models` (which
+    /// must be this device's); on error the buffer is `None` and the token 0.
+    fn allocate(
+        &self,
+        desc: &BufferDesc,
+        prepared_models: &[Option<Arc<dyn IPreparedModel>>],
+        input_roles: &[BufferRole],
+        output_roles: &[BufferRole],
+    ) -> AllocateResult;
 }
 
 /// The NN HAL 1.3 `IPreparedModel`.
@@ -95,6 +136,23 @@ pub trait IPreparedModel: Send + Sync {
         deadline: OptionalTimePoint,
         loop_timeout: OptionalTimeoutDuration,
     ) -> (ErrorStatus, Vec<OutputShape>, Timing);
+    /// Executes once every fence of `wait_for` is signalled, before the earlier of
+    /// `deadline` and now + `duration`. Outputs must have fully specified dimensions.
+    #[allow(clippy::too_many_arguments)]
+    fn execute_fenced(
+        &self,
+        request: &Request,
+        wait_for: &[NativeHandle],
+        measure: MeasureTiming,
+        deadline: OptionalTimePoint,
+        loop_timeout: OptionalTimeoutDuration,
+        duration: OptionalTimeoutDuration,
+    ) -> FencedResult;
+    /// The implementation behind the interface, so a device can recognise its own
+    /// prepared models (memory domains); `None` for a model it cannot know.
+    fn as_any(&self) -> Option<&dyn Any> {
+        None
+    }
 }
 
 /// A CPU core's modelled throughput, the yardstick of the performance ratios.
@@ -143,6 +201,8 @@ pub struct ModelContext {
     pub max_instances: usize,
     /// File I/O (io_uring or its fallback) for staging request pools.
     pub io: Arc<crate::cache::CacheIo>,
+    /// The device's driver-managed buffers, by token.
+    pub buffers: Arc<BufferRegistry>,
 }
 
 /// The driver's device: the HAL over one emulated accelerator.
@@ -155,6 +215,7 @@ pub struct VnpuDevice {
     /// Injected preparation panics still to come (see [`crate::config::DriverFaults`]).
     prepare_panics: Arc<AtomicU32>,
     cache: Arc<Cache>,
+    buffers: Arc<BufferRegistry>,
 }
 
 impl VnpuDevice {
@@ -197,6 +258,7 @@ impl VnpuDevice {
             }),
             prepare_panics: Arc::new(AtomicU32::new(config.faults.prepare_panics)),
             cache: Arc::new(Cache::new(config.cache.clone())),
+            buffers: Arc::default(),
             config,
         }))
     }
@@ -233,7 +295,13 @@ impl VnpuDevice {
             submit_wait: self.config.submit_wait,
             max_instances: self.config.max_instances,
             io: Arc::clone(self.cache.io()),
+            buffers: Arc::clone(&self.buffers),
         }
+    }
+
+    /// Driver-managed buffers alive on this device.
+    pub fn buffers(&self) -> usize {
+        self.buffers.len()
     }
 
     /// Prepared models alive on this device.
@@ -475,6 +543,44 @@ impl IDevice for VnpuDevice {
                 status
             }
         }
+    }
+
+    fn allocate(
+        &self,
+        desc: &BufferDesc,
+        prepared_models: &[Option<Arc<dyn IPreparedModel>>],
+        input_roles: &[BufferRole],
+        output_roles: &[BufferRole],
+    ) -> AllocateResult {
+        match self.allocate_buffer(desc, prepared_models, input_roles, output_roles) {
+            Ok((buffer, token)) => (ErrorStatus::None, Some(buffer), token),
+            Err(status) => (status, None, 0),
+        }
+    }
+}
+
+impl VnpuDevice {
+    fn allocate_buffer(
+        &self,
+        desc: &BufferDesc,
+        prepared_models: &[Option<Arc<dyn IPreparedModel>>],
+        input_roles: &[BufferRole],
+        output_roles: &[BufferRole],
+    ) -> Result<(Arc<dyn IBuffer>, u32), ErrorStatus> {
+        if self.hw.is_lost() {
+            return Err(ErrorStatus::DeviceUnavailable);
+        }
+        let spec = domain::desc::check(&self.hw, desc, prepared_models, input_roles, output_roles)
+            .map_err(|e| {
+                tracing::debug!("allocate: {e}");
+                e.status()
+            })?;
+        let buffer = DriverBuffer::new(&self.hw, spec)?;
+        let (buffer, token) = self
+            .buffers
+            .register(buffer)
+            .ok_or(ErrorStatus::ResourceExhaustedPersistent)?;
+        Ok((buffer as Arc<dyn IBuffer>, token))
     }
 }
 

@@ -13,6 +13,8 @@ pub mod config;
 #[cfg(feature = "cli")]
 pub mod conformance;
 pub mod device;
+pub mod domain;
+pub mod fence;
 pub mod hw;
 pub mod memory;
 pub mod ops;

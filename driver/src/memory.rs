@@ -96,6 +96,31 @@ impl PoolRange<'_> {
     }
 }
 
+/// Writes `data` at `offset` within a pool, with positioned writes.
+pub fn write_range(r: &PoolRange<'_>, offset: u64, data: &[u8]) -> Result<(), PoolError> {
+    if offset
+        .checked_add(data.len() as u64)
+        .is_none_or(|end| end > r.size)
+    {
+        return Err(PoolError::TooSmall {
+            size: r.size,
+            file: offset,
+            offset: r.offset,
+        });
+    }
+    let mut done = 0usize;
+    while done < data.len() {
+        let at = r.offset + offset + done as u64;
+        let at = i64::try_from(at).map_err(|_| std::io::Error::from_raw_os_error(libc::EFBIG))?;
+        let n = nix::sys::uio::pwrite(r.fd, &data[done..], at).map_err(std::io::Error::from)?;
+        if n == 0 {
+            return Err(PoolError::Io(std::io::ErrorKind::WriteZero.into()));
+        }
+        done += n;
+    }
+    Ok(())
+}
+
 /// Reads `len` bytes at `offset` within a pool.
 pub fn read_range(r: &PoolRange<'_>, offset: u64, len: usize) -> Result<Vec<u8>, PoolError> {
     let too_small = || PoolError::TooSmall {

@@ -1,7 +1,9 @@
 //! A prepared model: the compiled program and its constants resident in device DRAM,
 //! and execution of requests on the device.
 
+use std::any::Any;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -11,10 +13,15 @@ use vnpu_emu::shm::SharedRegion;
 
 use crate::compile::constants::Constants;
 use crate::compile::{self, Compiled, ConstantBlock};
-use crate::device::{ExecutionCallback, IPreparedModel, ModelContext, ModelLease};
+use crate::device::{
+    ExecutionCallback, FencedResult, IFencedExecutionCallback, IPreparedModel, ModelContext,
+    ModelLease,
+};
+use crate::domain::{transfer, BufferRegistry, DriverBuffer, Io, Role};
+use crate::fence::{self, SyncFence};
 use crate::hal::{
-    validate_request, ErrorStatus, MeasureTiming, Model, OptionalTimePoint,
-    OptionalTimeoutDuration, OutputShape, Request, RequestMemoryPool, Timing,
+    validate_request, ErrorStatus, MeasureTiming, Model, NativeHandle, OptionalTimePoint,
+    OptionalTimeoutDuration, OutputShape, Request, RequestArgument, RequestMemoryPool, Timing,
 };
 use crate::hw::{DramBlock, Hardware, HwError, IoMapping};
 use crate::memory::{pool_range, read_range, PoolRange};
@@ -59,6 +66,10 @@ pub struct CacheParts<'a> {
 pub struct VnpuPreparedModel {
     /// Itself, so asynchronous executions can outlive the caller's borrow.
     me: std::sync::Weak<VnpuPreparedModel>,
+    /// Unique in the process: buffer roles name a prepared model by it.
+    id: u64,
+    /// The device's driver-managed buffers (request pools given by token).
+    buffers: Arc<BufferRegistry>,
     hw: Arc<Hardware>,
     model: Model,
     constants: Constants,
@@ -79,7 +90,8 @@ pub struct VnpuPreparedModel {
     _lease: ModelLease,
 }
 
-fn hw_status(e: &HwError) -> ErrorStatus {
+/// The HAL code for a hardware-layer error.
+pub(crate) fn hw_status(e: &HwError) -> ErrorStatus {
     tracing::debug!("device: {e}");
     match e {
         HwError::Lost => ErrorStatus::DeviceUnavailable,
@@ -167,8 +179,11 @@ impl VnpuPreparedModel {
         lease: ModelLease,
     ) -> Arc<VnpuPreparedModel> {
         let deferred = compile::deferred_inputs(&model.main);
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         Arc::new_cyclic(|me| VnpuPreparedModel {
             me: me.clone(),
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            buffers: Arc::clone(&ctx.buffers),
             hw: Arc::clone(&ctx.hw),
             model,
             constants,
@@ -233,6 +248,61 @@ impl VnpuPreparedModel {
             block: &self.block,
             instance,
         }
+    }
+
+    /// The prepared model's process-unique id.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The device it was prepared on.
+    pub fn hardware(&self) -> &Arc<Hardware> {
+        &self.hw
+    }
+
+    /// The model it was prepared from.
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    /// NN's `HalManagedBuffer::validateRequest` for every driver-managed buffer in the
+    /// request: each argument's role, state and dimensions, and no buffer written by one
+    /// argument and used by another. Returns, per input, the dimensions its buffer gives.
+    fn check_buffers(
+        &self,
+        request: &Request,
+        pools: &[ReqPool<'_>],
+    ) -> Result<Vec<Option<Vec<u32>>>, ErrorStatus> {
+        let mut uses = vec![(0u32, 0u32); pools.len()];
+        let mut input_dims = vec![None; request.inputs.len()];
+        for (io, args) in [(Io::Input, &request.inputs), (Io::Output, &request.outputs)] {
+            for (k, arg) in args.iter().enumerate() {
+                let p = arg.location.pool_index as usize;
+                let Some(ReqPool::Device(b)) = pools.get(p).filter(|_| !arg.has_no_value) else {
+                    continue;
+                };
+                let role = Role {
+                    model: self.id,
+                    io,
+                    index: k as u32,
+                };
+                let dims = b.check_use(role, &arg.dimensions)?;
+                match io {
+                    Io::Input => {
+                        uses[p].0 += 1;
+                        input_dims[k] = Some(dims);
+                    }
+                    Io::Output => uses[p].1 += 1,
+                }
+            }
+        }
+        if uses.iter().any(|&(i, o)| o > 1 || (o == 1 && i > 0)) {
+            tracing::debug!(
+                "request: a driver-managed buffer written by one argument and used by another"
+            );
+            return Err(ErrorStatus::InvalidArgument);
+        }
+        Ok(input_dims)
     }
 
     /// The model's input shapes when it fixes them all.
@@ -350,16 +420,18 @@ impl VnpuPreparedModel {
         Ok(inst)
     }
 
-    /// The whole synchronous execution path.
+    /// The whole synchronous execution path; `start` is when the driver got the work
+    /// (timeInDriver counts from it); fenced execution disallows unspecified outputs.
     fn run(
         &self,
         request: &Request,
         measure: MeasureTiming,
         deadline: OptionalTimePoint,
+        start: Instant,
+        fenced: bool,
     ) -> (ErrorStatus, Vec<OutputShape>, Timing) {
-        let start = Instant::now();
         let fail = |s: ErrorStatus| (s, Vec::new(), Timing::NONE);
-        if let Err(e) = validate_request(request, &self.model, true) {
+        if let Err(e) = validate_request(request, &self.model, !fenced) {
             tracing::debug!("request: {e}");
             return fail(ErrorStatus::InvalidArgument);
         }
@@ -371,25 +443,35 @@ impl VnpuPreparedModel {
         for p in &request.pools {
             match p {
                 RequestMemoryPool::HidlMemory(m) => match pool_range(m) {
-                    Ok(r) => pools.push(r),
+                    Ok(r) => pools.push(ReqPool::Host(r)),
                     Err(e) => {
                         tracing::debug!("request pool: {e}");
                         return fail(ErrorStatus::GeneralFailure);
                     }
                 },
-                // Driver-managed buffers (memory domains) are not offered yet.
-                RequestMemoryPool::Token(_) => return fail(ErrorStatus::InvalidArgument),
+                RequestMemoryPool::Token(t) => match self.buffers.get(*t) {
+                    Some(b) => pools.push(ReqPool::Device(b)),
+                    None => {
+                        tracing::debug!("request pool: unknown token {t}");
+                        return fail(ErrorStatus::InvalidArgument);
+                    }
+                },
             }
         }
+        let buffer_dims = match self.check_buffers(request, &pools) {
+            Ok(d) => d,
+            Err(s) => return fail(s),
+        };
         let shapes: Vec<Vec<usize>> = sg
             .input_indexes
             .iter()
             .zip(&request.inputs)
-            .map(|(&i, a)| {
-                let dims = if a.dimensions.is_empty() {
-                    &sg.operands[i as usize].dimensions
-                } else {
-                    &a.dimensions
+            .zip(&buffer_dims)
+            .map(|((&i, a), from_buffer)| {
+                let dims = match from_buffer {
+                    Some(d) => d,
+                    None if a.dimensions.is_empty() => &sg.operands[i as usize].dimensions,
+                    None => &a.dimensions,
                 };
                 dims.iter().map(|&d| d as usize).collect()
             })
@@ -402,7 +484,7 @@ impl VnpuPreparedModel {
             let loc = &arg.location;
             match pools
                 .get(loc.pool_index as usize)
-                .map(|r| read_range(r, loc.offset as u64, loc.length as usize))
+                .map(|p| p.read(&self.hw, loc.offset as u64, loc.length as usize))
             {
                 Some(Ok(v)) => values.push((i, v)),
                 _ => return fail(ErrorStatus::GeneralFailure),
@@ -423,28 +505,50 @@ impl VnpuPreparedModel {
             Ok(i) => i,
             Err(s) => return fail(s),
         };
+        // A buffer written before a reset that happened since it was checked is lost.
+        let stale = request.inputs.iter().any(|a| {
+            matches!(pools.get(a.location.pool_index as usize),
+                Some(ReqPool::Device(b)) if !a.has_no_value && b.readable_epoch() != Some(epoch))
+        });
+        if stale {
+            return fail(ErrorStatus::GeneralFailure);
+        }
         let inst = inst.lock().unwrap_or_else(|p| p.into_inner());
         let c = &inst.compiled;
+        let room = |a: &RequestArgument| match pools.get(a.location.pool_index as usize) {
+            Some(ReqPool::Device(b)) => b.size(),
+            _ => a.location.length as u64,
+        };
         // An input is read whole: a location shorter than its (now known) size is refused
         // before the device reads anything.
         for (&i, arg) in sg.input_indexes.iter().zip(&request.inputs) {
-            if !arg.has_no_value && c.byte_len(i) > arg.location.length as u64 {
+            if !arg.has_no_value && c.byte_len(i) > room(arg) {
                 tracing::debug!("input operand {i}: location shorter than its data");
                 return fail(ErrorStatus::InvalidArgument);
             }
         }
         let mut shapes_out = Vec::with_capacity(sg.output_indexes.len());
         let mut sufficient = true;
+        let mut device_short = false;
         for (&o, arg) in sg.output_indexes.iter().zip(&request.outputs) {
             let dims: Vec<u32> = c.shapes[o as usize]
                 .as_ref()
                 .map_or(Vec::new(), |s| s.iter().map(|&d| d as u32).collect());
-            let ok = c.byte_len(o) <= arg.location.length as u64;
+            let ok = c.byte_len(o) <= room(arg);
             sufficient &= ok;
+            device_short |= !ok
+                && matches!(
+                    pools.get(arg.location.pool_index as usize),
+                    Some(ReqPool::Device(_))
+                );
             shapes_out.push(OutputShape {
                 dimensions: dims,
                 is_sufficient: ok,
             });
+        }
+        if device_short {
+            // A driver-managed buffer cannot grow: not a size the client can fix.
+            return fail(ErrorStatus::GeneralFailure);
         }
         if !sufficient {
             return (
@@ -453,7 +557,7 @@ impl VnpuPreparedModel {
                 Timing::NONE,
             );
         }
-        let moved = |args: &[crate::hal::RequestArgument], ops: &[u32], pool: usize| -> Vec<Span> {
+        let moved = |args: &[RequestArgument], ops: &[u32], pool: usize| -> Vec<Span> {
             args.iter()
                 .zip(ops)
                 .filter(|(a, &i)| {
@@ -467,6 +571,13 @@ impl VnpuPreparedModel {
         };
         let mut devpools: Vec<DevicePool> = Vec::with_capacity(pools.len());
         for (p, r) in pools.iter().enumerate() {
+            let r = match r {
+                ReqPool::Host(r) => r,
+                ReqPool::Device(b) => {
+                    devpools.push(DevicePool::Driver(b.addr()));
+                    continue;
+                }
+            };
             let pool = if r.mappable() {
                 self.hw
                     .map(r.fd, r.offset, r.size, r.perm)
@@ -519,26 +630,26 @@ impl VnpuPreparedModel {
             Err(e) => return fail(hw_status(&e)),
         };
         for (d, r) in devpools.iter().zip(&pools) {
+            let ReqPool::Host(r) = r else { continue };
             if let Err(e) = d.write_back(&self.io, r) {
                 tracing::debug!("staged pool write-back: {e}");
                 return fail(ErrorStatus::GeneralFailure);
             }
         }
         drop(devpools);
+        for (arg, shape) in request.outputs.iter().zip(&shapes_out) {
+            if let Some(ReqPool::Device(b)) = pools.get(arg.location.pool_index as usize) {
+                b.written(shape.dimensions.clone(), epoch);
+            }
+        }
         // The device cannot stop a program midway; a deadline that passed while it ran is
         // still a missed deadline (as NN's executor reports one found between operations).
         if deadline.has_passed() {
             return fail(ErrorStatus::MissedDeadlineTransient);
         }
         let timing = if measure == MeasureTiming::YES {
-            let in_driver = start.elapsed().as_micros() as u64;
             let on_device = done.iter().map(|c| c.device_ns).sum::<u64>() / 1000;
-            // The modelled device time, capped by the time the driver actually waited:
-            // the HAL requires timeOnDevice <= timeInDriver.
-            Timing {
-                time_on_device: on_device.min(in_driver),
-                time_in_driver: in_driver,
-            }
+            measured(start, on_device)
         } else {
             Timing::NONE
         };
@@ -546,8 +657,54 @@ impl VnpuPreparedModel {
     }
 }
 
-/// A request pool as the device reaches it: mapped directly, or staged.
+/// Timing since `start` with `on_device` µs of device time, capped by the time the driver
+/// actually took: the HAL requires timeOnDevice <= timeInDriver.
+fn measured(start: Instant, on_device: u64) -> Timing {
+    let in_driver = start.elapsed().as_micros() as u64;
+    Timing {
+        time_on_device: on_device.min(in_driver),
+        time_in_driver: in_driver,
+    }
+}
+
+/// A finished fenced execution's report.
+struct FencedInfo {
+    status: ErrorStatus,
+    since_launch: Timing,
+    since_fence: Timing,
+}
+
+impl IFencedExecutionCallback for FencedInfo {
+    fn get_execution_info(&self) -> (ErrorStatus, Timing, Timing) {
+        (self.status, self.since_launch, self.since_fence)
+    }
+}
+
+/// A request pool as the client gave it: host memory or a driver-managed buffer.
+enum ReqPool<'a> {
+    Host(PoolRange<'a>),
+    Device(Arc<DriverBuffer>),
+}
+
+impl ReqPool<'_> {
+    /// Reads `len` bytes at `off` (a driver-managed buffer is read whole).
+    fn read(&self, hw: &Arc<Hardware>, off: u64, len: usize) -> Result<Vec<u8>, ErrorStatus> {
+        match self {
+            ReqPool::Host(r) => read_range(r, off, len).map_err(|e| {
+                tracing::debug!("request pool: {e}");
+                ErrorStatus::GeneralFailure
+            }),
+            ReqPool::Device(b) => {
+                let epoch = b.readable_epoch().ok_or(ErrorStatus::GeneralFailure)?;
+                transfer::dram_to_bytes(hw, b.addr(), b.size(), epoch)
+            }
+        }
+    }
+}
+
+/// A request pool as the device reaches it: mapped directly, staged, or device memory.
 enum DevicePool {
+    Driver(u64),
     Mapped(IoMapping),
     Staged {
         staged: Option<StagedPool>,
@@ -560,6 +717,7 @@ impl DevicePool {
     /// The device address of pool offset `off`.
     fn iova(&self, off: u32) -> Option<u64> {
         match self {
+            DevicePool::Driver(addr) => Some(addr + off as u64),
             DevicePool::Mapped(m) => Some(m.iova + off as u64),
             DevicePool::Staged {
                 staged: Some(s),
@@ -667,6 +825,67 @@ impl IPreparedModel for VnpuPreparedModel {
         deadline: OptionalTimePoint,
         _loop_timeout: OptionalTimeoutDuration,
     ) -> (ErrorStatus, Vec<OutputShape>, Timing) {
-        self.run(request, measure, deadline)
+        self.run(request, measure, deadline, Instant::now(), false)
+    }
+
+    /// As the sample driver: the fences are waited on and the execution runs on the
+    /// caller's thread; the returned fence is signalled before the call returns.
+    fn execute_fenced(
+        &self,
+        request: &Request,
+        wait_for: &[NativeHandle],
+        measure: MeasureTiming,
+        deadline: OptionalTimePoint,
+        _loop_timeout: OptionalTimeoutDuration,
+        duration: OptionalTimeoutDuration,
+    ) -> FencedResult {
+        let launched = Instant::now();
+        let fail = |s: ErrorStatus| (s, None, None);
+        if let Err(e) = validate_request(request, &self.model, false) {
+            tracing::debug!("fenced request: {e}");
+            return fail(ErrorStatus::InvalidArgument);
+        }
+        if let Err(e) = fence::check_handles(wait_for) {
+            return fail(e.status());
+        }
+        let deadline = fence::earlier(deadline, duration.0);
+        if deadline.has_passed() {
+            return fail(ErrorStatus::MissedDeadlinePersistent);
+        }
+        if let Err(e) = fence::wait_all(wait_for, deadline) {
+            tracing::debug!("fenced execution: {e}");
+            return fail(e.status());
+        }
+        let fenced = Instant::now();
+        let (status, _, since_fence) = self.run(request, measure, deadline, fenced, true);
+        if status != ErrorStatus::None {
+            return fail(status);
+        }
+        let since_launch = match since_fence == Timing::NONE {
+            true => Timing::NONE,
+            false => measured(launched, since_fence.time_on_device),
+        };
+        let done = SyncFence::new().and_then(|f| {
+            f.signal()?;
+            f.handle()
+        });
+        match done {
+            Ok(handle) => {
+                let info = FencedInfo {
+                    status,
+                    since_launch,
+                    since_fence,
+                };
+                (status, Some(handle), Some(Arc::new(info)))
+            }
+            Err(e) => {
+                tracing::debug!("fenced execution: {e}");
+                fail(ErrorStatus::GeneralFailure)
+            }
+        }
+    }
+
+    fn as_any(&self) -> Option<&dyn Any> {
+        Some(self)
     }
 }

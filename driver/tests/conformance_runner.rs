@@ -272,3 +272,52 @@ fn cli_conformance_output_does_not_depend_on_jobs() {
     assert!(one.contains("CONV_2D"));
     assert_eq!(one, run("3"));
 }
+
+/// `--path` and `--memory` pass the same cases as the default mode (checked here on
+/// V1_0; the whole corpus is checked by hand, see docs/ARCHITECTURE.md).
+#[test]
+fn cli_conformance_paths_and_memories_agree_with_the_default() {
+    let corpus = common::corpus_path("V1_0.jsonl.gz");
+    let run = |extra: &[&str]| {
+        let mut args = vec!["conformance", corpus.to_str().unwrap(), "--jobs", "2"];
+        args.extend_from_slice(extra);
+        let (code, out, err) = vnpu(&args);
+        assert_eq!(code, 0, "{extra:?}: {out}{err}");
+        out
+    };
+    let default = run(&[]);
+    for extra in [
+        &["--path", "sync"][..],
+        &["--path", "fenced"],
+        &["--memory", "device"],
+        &["--path", "fenced", "--memory", "device"],
+    ] {
+        assert_eq!(run(extra), default, "{extra:?}");
+    }
+    let (code, _, _) = vnpu(&["conformance", corpus.to_str().unwrap(), "--memory", "nope"]);
+    assert_ne!(code, 0);
+}
+
+/// In device mode a case's inputs and outputs really live in driver-managed buffers.
+#[test]
+fn device_memory_mode_uses_driver_managed_buffers() {
+    use vnpu_driver::conformance::exec::{DeviceMemories, ExecOptions, ExecPath, MemoryMode};
+    use vnpu_driver::conformance::{prepare_plain, run_case_opts};
+    let dev = device();
+    let case = cases("V1_0.jsonl.gz")
+        .into_iter()
+        .find(|c| c.name.starts_with("conv_float/"))
+        .unwrap();
+    let prepared = prepare_plain(dev.as_ref(), &case.model).2.unwrap();
+    let (mut request, _, _) = case.make_request().unwrap();
+    let m = DeviceMemories::set_up(dev.as_ref(), &prepared, &case, &mut request).unwrap();
+    assert_eq!(m.buffers(), case.inputs.len() + case.outputs.len());
+    for path in [ExecPath::Async, ExecPath::Sync, ExecPath::Fenced] {
+        let exec = ExecOptions {
+            path,
+            memory: MemoryMode::Device,
+        };
+        let report = run_case_opts(dev.as_ref(), &case, &prepare_plain, exec);
+        assert_eq!(report.verdict, Verdict::Pass, "{path:?}");
+    }
+}

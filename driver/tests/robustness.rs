@@ -243,6 +243,64 @@ fn device_hang_recovers() {
     assert_eq!(run_checked(&again.unwrap(), &case, Mode::Async), Ok(true));
 }
 
+/// A reset clears device memory: a driver-managed buffer written before it is lost
+/// (copyTo and use as an input fail with GENERAL_FAILURE, never read zeros) until it is
+/// written again.
+#[test]
+fn a_reset_loses_driver_managed_buffers() {
+    use vnpu_driver::hal::{BufferDesc, BufferRole, DataLocation};
+    let _serial = serial();
+    // Commands: constants, program (preparation), copyFrom; the execution's first hangs.
+    let dev = device_with(
+        FaultPlan {
+            at: Some((FIRST_EXECUTION_COMMAND + 1, Fault::Hang)),
+            ..Default::default()
+        },
+        DriverFaults::default(),
+    );
+    let case = conv();
+    let prepared = prepare_on(&dev, &case).1.unwrap();
+    let role = BufferRole {
+        model_index: 0,
+        io_index: 0,
+        frequency: 1.0,
+    };
+    let (status, buffer, token) = dev.allocate(
+        &BufferDesc::default(),
+        &[Some(prepared.clone())],
+        &[role],
+        &[],
+    );
+    assert_eq!(status, ErrorStatus::None);
+    let buffer = buffer.unwrap();
+    let data = &case.inputs[0].data;
+    let src = Memory::ashmem_with(data).unwrap();
+    assert_eq!(buffer.copy_from(&src, &[]), ErrorStatus::None);
+    assert_eq!(
+        run_checked(&prepared, &case, Mode::Sync),
+        Err(ErrorStatus::GeneralFailure)
+    );
+    assert_eq!(dev.hardware().epoch(), 1, "the device was reset");
+    let dst = Memory::ashmem(data.len() as u64).unwrap();
+    assert_eq!(buffer.copy_to(&dst), ErrorStatus::GeneralFailure);
+    let (mut request, _, _) = case.make_request().unwrap();
+    request.pools.push(RequestMemoryPool::Token(token));
+    request.inputs[0].location = DataLocation {
+        pool_index: 1,
+        offset: 0,
+        length: 0,
+    };
+    let status = execute(&prepared, &request, Mode::Sync, MeasureTiming::NO).0;
+    assert_eq!(status, ErrorStatus::GeneralFailure, "lost, not zeros");
+    assert_eq!(buffer.copy_from(&src, &[]), ErrorStatus::None);
+    assert_eq!(buffer.copy_to(&dst), ErrorStatus::None);
+    let mut back = vec![0u8; data.len()];
+    nix::sys::uio::pread(dst.fd().unwrap().as_fd(), &mut back, 0).unwrap();
+    assert_eq!(&back, data);
+    let status = execute(&prepared, &request, Mode::Sync, MeasureTiming::NO).0;
+    assert_eq!(status, ErrorStatus::None);
+}
+
 #[test]
 fn engine_panic_is_failure() {
     let _serial = serial();

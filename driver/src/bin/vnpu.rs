@@ -15,7 +15,8 @@ use vnpu_driver::conformance::report::{read_report_file, summarize, write_report
 use vnpu_driver::conformance::suite::{run_suite, SuiteOptions};
 use vnpu_driver::conformance::table;
 use vnpu_driver::conformance::{
-    default_corpus, lookup, prepare_plain, run_case, run_case_with, Preparation, Verdict,
+    default_corpus, lookup, prepare_plain, run_case, run_case_with, ExecOptions, ExecPath,
+    MemoryMode, Preparation, Verdict,
 };
 use vnpu_driver::device::{IDevice, PreparedModelSlot, VnpuDevice};
 use vnpu_driver::hal::{
@@ -70,6 +71,14 @@ enum Command {
         /// Write a per-case JSON report here.
         #[arg(long)]
         json: Option<PathBuf>,
+        /// The execution path: execute_1_3 with a callback, executeSynchronously_1_3, or
+        /// executeFenced.
+        #[arg(long, value_enum, default_value_t = ExecPath::Async)]
+        path: ExecPath,
+        /// Where inputs and outputs live: one shared (ashmem) pool, or driver-managed
+        /// buffers (IDevice::allocate; an operand without one stays shared).
+        #[arg(long, value_enum, default_value_t = MemoryMode::Shared)]
+        memory: MemoryMode,
     },
     /// Render the per-operation x operand-type markdown table (docs/CONFORMANCE.md) of
     /// `conformance --json` reports on stdout.
@@ -113,7 +122,18 @@ fn main() -> ExitCode {
             filter,
             jobs,
             json,
-        } => conformance(&device, &files, filter, jobs, json),
+            path,
+            memory,
+        } => conformance(
+            &device,
+            &files,
+            SuiteOptions {
+                filter,
+                exec: ExecOptions { path, memory },
+                jobs: jobs.unwrap_or(SuiteOptions::default().jobs),
+            },
+            json,
+        ),
         Command::ConformanceTable { reports } => conformance_table(&reports),
     }
 }
@@ -384,17 +404,9 @@ fn prepare_cached(
 fn conformance(
     device: &Arc<VnpuDevice>,
     files: &[PathBuf],
-    filter: Option<String>,
-    jobs: Option<NonZeroUsize>,
+    options: SuiteOptions,
     json: Option<PathBuf>,
 ) -> ExitCode {
-    let mut options = SuiteOptions {
-        filter,
-        ..SuiteOptions::default()
-    };
-    if let Some(jobs) = jobs {
-        options.jobs = jobs;
-    }
     // A progress bar on stderr only when a person is watching (CI has no terminal).
     let bar = if std::io::stderr().is_terminal() {
         let bar = ProgressBar::with_draw_target(

@@ -8,21 +8,23 @@
 
 pub mod compare;
 pub mod corpus;
+pub mod exec;
 pub mod report;
 pub mod suite;
 pub mod table;
 
 pub use compare::{compare, decode, tolerance, OutputReport};
+pub use exec::{ExecOptions, ExecPath, MemoryMode};
 pub use report::OperationUse;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::device::{ExecutionSlot, IDevice, IPreparedModel, PreparedModelSlot};
+use crate::device::{IDevice, IPreparedModel, PreparedModelSlot};
 use crate::hal::{
-    DataLocation, ErrorStatus, ExecutionPreference, MeasureTiming, Memory, Model, OperandType,
-    OperationType, OptionalTimePoint, OptionalTimeoutDuration, Priority, Timing,
+    DataLocation, ErrorStatus, ExecutionPreference, Memory, Model, OperandType, OperationType,
+    OptionalTimePoint, Priority, Timing,
 };
 use corpus::{find_case, CorpusError, TestCase};
 
@@ -148,8 +150,20 @@ pub fn run_case_with(
     case: &TestCase,
     prepare: &dyn Fn(&dyn IDevice, &Model) -> Preparation,
 ) -> CaseReport {
+    run_case_opts(device, case, prepare, ExecOptions::default())
+}
+
+/// Runs one case as [`run_case_with`] does, executing it as `exec` says.
+pub fn run_case_opts(
+    device: &dyn IDevice,
+    case: &TestCase,
+    prepare: &dyn Fn(&dyn IDevice, &Model) -> Preparation,
+    exec: ExecOptions,
+) -> CaseReport {
     let operations = operation_names(case);
-    let result = catch_unwind(AssertUnwindSafe(|| run_case_inner(device, case, prepare)));
+    let result = catch_unwind(AssertUnwindSafe(|| {
+        run_case_inner(device, case, prepare, exec)
+    }));
     let (verdict, outputs, timing) = match result {
         Ok(r) => r,
         Err(p) => {
@@ -179,6 +193,7 @@ fn run_case_inner(
     device: &dyn IDevice,
     case: &TestCase,
     prepare: &dyn Fn(&dyn IDevice, &Model) -> Preparation,
+    exec: ExecOptions,
 ) -> (Verdict, Vec<OutputReport>, Timing) {
     let expected_failure = |what: String| {
         if case.expect_failure {
@@ -222,7 +237,7 @@ fn run_case_inner(
     let Some(prepared) = prepared.filter(|_| status == ErrorStatus::None) else {
         return expected_failure(format!("prepareModel_1_3: {status}"));
     };
-    let (request, pool, locations) = match case.make_request() {
+    let (mut request, pool, locations) = match case.make_request() {
         Ok(r) => r,
         Err(e) => {
             return (
@@ -232,24 +247,21 @@ fn run_case_inner(
             )
         }
     };
-    let exec = ExecutionSlot::new();
-    let ret = prepared.execute_1_3(
-        &request,
-        MeasureTiming::YES,
-        OptionalTimePoint::NONE,
-        OptionalTimeoutDuration(None),
-        Some(exec.clone() as Arc<dyn crate::device::ExecutionCallback>),
-    );
-    let (status, shapes, timing) = exec.wait();
-    if ret != ErrorStatus::None && ret != status {
-        return (
-            Verdict::Fail(format!("execute_1_3 returned {ret} but notified {status}")),
-            Vec::new(),
-            Timing::NONE,
-        );
-    }
+    let memories = match exec.memory {
+        MemoryMode::Shared => exec::DeviceMemories::default(),
+        MemoryMode::Device => {
+            match exec::DeviceMemories::set_up(device, &prepared, case, &mut request) {
+                Ok(m) => m,
+                Err(e) => return (Verdict::Fail(e), Vec::new(), Timing::NONE),
+            }
+        }
+    };
+    let (status, shapes, timing) = match exec::execute(&prepared, &request, exec.path) {
+        Ok(r) => r,
+        Err(e) => return (Verdict::Fail(e), Vec::new(), Timing::NONE),
+    };
     if status != ErrorStatus::None {
-        return expected_failure(format!("execute_1_3: {status}"));
+        return expected_failure(format!("execution ({:?}): {status}", exec.path));
     }
     if case.expect_failure {
         return (
@@ -270,7 +282,10 @@ fn run_case_inner(
             }
         }
         let ty = case.operand_type(want.operand).unwrap_or(OperandType(-1));
-        let bytes = match read_bytes(&pool, loc.offset as u64, want.data.len()) {
+        let read = memories.output(k, want.data.len()).unwrap_or_else(|| {
+            read_bytes(&pool, loc.offset as u64, want.data.len()).map_err(|e| e.to_string())
+        });
+        let bytes = match read {
             Ok(b) => b,
             Err(e) => {
                 return (

@@ -12,7 +12,7 @@ use std::sync::{Mutex, PoisonError};
 
 use super::corpus::{open_lines, parse_line, CorpusError, CorpusLines};
 use super::report::CaseRecord;
-use super::run_case;
+use super::{prepare_plain, run_case_opts, ExecOptions};
 use crate::device::IDevice;
 
 /// Stack of a worker thread (as much as a main thread has: models are parsed and compiled
@@ -26,6 +26,8 @@ pub struct SuiteOptions {
     pub filter: Option<String>,
     /// Worker threads.
     pub jobs: NonZeroUsize,
+    /// The execution path and where inputs and outputs live.
+    pub exec: ExecOptions,
 }
 
 impl Default for SuiteOptions {
@@ -33,6 +35,7 @@ impl Default for SuiteOptions {
     fn default() -> Self {
         SuiteOptions {
             filter: None,
+            exec: ExecOptions::default(),
             jobs: std::thread::available_parallelism().unwrap_or(NonZeroUsize::MIN),
         }
     }
@@ -90,6 +93,7 @@ fn process(
     device: &dyn IDevice,
     files: &[PathBuf],
     filter: Option<&str>,
+    exec: ExecOptions,
     work: Work,
 ) -> Option<CaseRecord> {
     let display = |file: usize| {
@@ -112,7 +116,12 @@ fn process(
                     format!("unreadable case: {e}"),
                 )),
                 Ok(case) if filter.is_some_and(|f| !case.name.contains(f)) => None,
-                Ok(case) => Some(CaseRecord::from(&run_case(device, &case))),
+                Ok(case) => Some(CaseRecord::from(&run_case_opts(
+                    device,
+                    &case,
+                    &prepare_plain,
+                    exec,
+                ))),
             }
         }
     }
@@ -139,7 +148,7 @@ pub fn run_suite(
         let next = source.lock().unwrap_or_else(PoisonError::into_inner).next();
         let Some((seq, work)) = next else { break };
         if tx
-            .send((seq, process(device, files, filter, work)))
+            .send((seq, process(device, files, filter, options.exec, work)))
             .is_err()
         {
             break;

@@ -76,7 +76,11 @@ pub fn prepare_with(
 pub enum Mode {
     Async,
     Sync,
+    Fenced,
 }
+
+/// Every execution path the VTS suites drive.
+pub const MODES: &[Mode] = &[Mode::Async, Mode::Sync, Mode::Fenced];
 
 pub fn execute(
     prepared: &Arc<dyn IPreparedModel>,
@@ -111,6 +115,32 @@ pub fn execute_with(
                 assert_eq!(ret, r.0, "execute_1_3 return and notify disagree");
             }
             r
+        }
+        Mode::Fenced => {
+            let (status, fence, callback) =
+                prepared.execute_fenced(request, &[], measure, deadline, timeout, timeout);
+            if status != ErrorStatus::None {
+                assert!(
+                    fence.is_none() && callback.is_none(),
+                    "null fence and callback on error"
+                );
+                return (status, Vec::new(), Timing::NONE);
+            }
+            let fence = fence.expect("a fence");
+            vnpu_driver::fence::wait_all(&[fence], OptionalTimePoint::NONE).expect("fence");
+            let (status, since_launch, since_fence) =
+                callback.expect("a callback").get_execution_info();
+            if measure == MeasureTiming::NO || status != ErrorStatus::None {
+                assert_eq!(since_launch, Timing::NONE);
+                assert_eq!(since_fence, Timing::NONE);
+            } else {
+                for t in [since_launch, since_fence] {
+                    assert!(t.time_on_device <= t.time_in_driver, "{t:?}");
+                }
+                assert!(since_fence.time_in_driver <= since_launch.time_in_driver);
+            }
+            // Fenced execution reports no output shapes.
+            (status, Vec::new(), since_fence)
         }
     }
 }

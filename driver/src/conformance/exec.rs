@@ -1,0 +1,189 @@
+//! How the runner executes a case: the execution path (`--path`) and where inputs and
+//! outputs live (`--memory`), as the VTS GeneratedTestHarness and its MemoryDomainTest do.
+
+use std::sync::Arc;
+
+use crate::device::{ExecutionCallback, ExecutionSlot, IBuffer, IDevice, IPreparedModel};
+use crate::hal::{
+    BufferDesc, BufferRole, DataLocation, ErrorStatus, MeasureTiming, Memory, OptionalTimePoint,
+    OptionalTimeoutDuration, OutputShape, Request, RequestMemoryPool, Timing,
+};
+
+use super::corpus::TestCase;
+
+/// The execution path.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
+pub enum ExecPath {
+    /// `execute_1_3` with a callback.
+    #[default]
+    Async,
+    /// `executeSynchronously_1_3`.
+    Sync,
+    /// `executeFenced` (no output shapes are reported).
+    Fenced,
+}
+
+/// Where the request's inputs and outputs live.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
+pub enum MemoryMode {
+    /// One shared ("ashmem") pool.
+    #[default]
+    Shared,
+    /// Driver-managed buffers (`IDevice::allocate`), one per input and output; an operand
+    /// the driver declines a buffer for stays in shared memory, as in the VTS harness.
+    Device,
+}
+
+/// The runner's execution options.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExecOptions {
+    /// The execution path.
+    pub path: ExecPath,
+    /// Where inputs and outputs live.
+    pub memory: MemoryMode,
+}
+
+/// Executes `request` on `path` with timing measured. A launch status that disagrees with
+/// the notified one is an error message.
+pub fn execute(
+    prepared: &Arc<dyn IPreparedModel>,
+    request: &Request,
+    path: ExecPath,
+) -> Result<(ErrorStatus, Vec<OutputShape>, Timing), String> {
+    let none = OptionalTimeoutDuration(None);
+    let deadline = OptionalTimePoint::NONE;
+    let measure = MeasureTiming::YES;
+    match path {
+        ExecPath::Sync => Ok(prepared.execute_synchronously_1_3(request, measure, deadline, none)),
+        ExecPath::Async => {
+            let exec = ExecutionSlot::new();
+            let ret = prepared.execute_1_3(
+                request,
+                measure,
+                deadline,
+                none,
+                Some(exec.clone() as Arc<dyn ExecutionCallback>),
+            );
+            let (status, shapes, timing) = exec.wait();
+            if ret != ErrorStatus::None && ret != status {
+                return Err(format!("execute_1_3 returned {ret} but notified {status}"));
+            }
+            Ok((status, shapes, timing))
+        }
+        ExecPath::Fenced => {
+            let (status, fence, callback) =
+                prepared.execute_fenced(request, &[], measure, deadline, none, none);
+            if status != ErrorStatus::None {
+                return Ok((status, Vec::new(), Timing::NONE));
+            }
+            let (Some(fence), Some(callback)) = (fence, callback) else {
+                return Err("executeFenced succeeded without a fence or a callback".into());
+            };
+            crate::fence::wait_all(&[fence], deadline).map_err(|e| e.to_string())?;
+            let (status, _, since_fence) = callback.get_execution_info();
+            Ok((status, Vec::new(), since_fence))
+        }
+    }
+}
+
+/// The driver-managed buffers of one request (inputs already copied in).
+#[derive(Default)]
+pub struct DeviceMemories {
+    /// Per output: its buffer, if it has one.
+    outputs: Vec<Option<Arc<dyn IBuffer>>>,
+    /// Held for the execution (dropping a buffer frees its token).
+    _inputs: Vec<Arc<dyn IBuffer>>,
+}
+
+fn allocate(
+    device: &dyn IDevice,
+    prepared: &Arc<dyn IPreparedModel>,
+    input: Option<u32>,
+    output: Option<u32>,
+) -> Option<(Arc<dyn IBuffer>, u32)> {
+    let role = |io_index| BufferRole {
+        model_index: 0,
+        io_index,
+        frequency: 1.0,
+    };
+    let ins: Vec<_> = input.map(role).into_iter().collect();
+    let outs: Vec<_> = output.map(role).into_iter().collect();
+    match device.allocate(
+        &BufferDesc::default(),
+        &[Some(Arc::clone(prepared))],
+        &ins,
+        &outs,
+    ) {
+        (ErrorStatus::None, Some(b), token) => Some((b, token)),
+        _ => None,
+    }
+}
+
+impl DeviceMemories {
+    /// Moves the case's inputs and outputs into driver-managed buffers where the driver
+    /// gives one, rewriting `request` to name them by token.
+    pub fn set_up(
+        device: &dyn IDevice,
+        prepared: &Arc<dyn IPreparedModel>,
+        case: &TestCase,
+        request: &mut Request,
+    ) -> Result<DeviceMemories, String> {
+        let mut me = DeviceMemories::default();
+        let device_arg = |request: &mut Request, token: u32| {
+            request.pools.push(RequestMemoryPool::Token(token));
+            DataLocation {
+                pool_index: request.pools.len() as u32 - 1,
+                offset: 0,
+                length: 0,
+            }
+        };
+        for (k, input) in case.inputs.iter().enumerate() {
+            let omitted = request.inputs.get(k).is_none_or(|a| a.has_no_value);
+            if omitted || input.data.is_empty() {
+                continue;
+            }
+            let Some((buffer, token)) = allocate(device, prepared, Some(k as u32), None) else {
+                continue;
+            };
+            let src = Memory::ashmem_with(&input.data).map_err(|e| e.to_string())?;
+            let dims: &[u32] = match input.dimensions.contains(&0) {
+                true => &[],
+                false => &input.dimensions,
+            };
+            let status = buffer.copy_from(&src, dims);
+            if status != ErrorStatus::None {
+                return Err(format!("copyFrom of input {k}: {status}"));
+            }
+            request.inputs[k].location = device_arg(request, token);
+            me._inputs.push(buffer);
+        }
+        for k in 0..request.outputs.len() {
+            let buffer = allocate(device, prepared, None, Some(k as u32)).map(|(b, token)| {
+                request.outputs[k].location = device_arg(request, token);
+                b
+            });
+            me.outputs.push(buffer);
+        }
+        Ok(me)
+    }
+
+    /// How many inputs and outputs live in driver-managed buffers.
+    pub fn buffers(&self) -> usize {
+        self._inputs.len() + self.outputs.iter().flatten().count()
+    }
+
+    /// Output `k`'s bytes when it lives in a driver-managed buffer (copyTo), `len` long.
+    pub fn output(&self, k: usize, len: usize) -> Option<Result<Vec<u8>, String>> {
+        let buffer = self.outputs.get(k)?.as_ref()?;
+        Some((|| {
+            let dst = Memory::ashmem(len as u64).map_err(|e| e.to_string())?;
+            let status = buffer.copy_to(&dst);
+            if status != ErrorStatus::None {
+                return Err(format!("copyTo of output {k}: {status}"));
+            }
+            super::read_bytes(&dst, 0, len).map_err(|e| e.to_string())
+        })())
+    }
+}

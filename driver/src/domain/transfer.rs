@@ -1,0 +1,114 @@
+//! Moving a driver-managed buffer's bytes between device DRAM and a host pool: one DMA,
+//! straight through the IOMMU when the pool's file cannot shrink, through a sealed
+//! staging region of the driver's otherwise (see [`crate::staging`]).
+
+use std::sync::Arc;
+
+use vnpu_emu::iommu::Perm;
+use vnpu_emu::shm::SharedRegion;
+
+use crate::hal::ErrorStatus;
+use crate::hw::Hardware;
+use crate::memory::{read_range, write_range, PoolRange};
+use crate::prepared::{dma, hw_status};
+
+fn staging(len: u64) -> Result<SharedRegion, ErrorStatus> {
+    let len = usize::try_from(len).map_err(|_| ErrorStatus::GeneralFailure)?;
+    SharedRegion::new("vnpu-buffer-staging", len).map_err(|e| {
+        tracing::debug!("staging region: {e}");
+        ErrorStatus::GeneralFailure
+    })
+}
+
+fn pool_error(e: crate::memory::PoolError) -> ErrorStatus {
+    tracing::debug!("buffer copy: {e}");
+    ErrorStatus::GeneralFailure
+}
+
+/// Copies the first `len` bytes of `pool` to device address `dst`, in device epoch `epoch`.
+pub fn pool_to_dram(
+    hw: &Arc<Hardware>,
+    pool: &PoolRange<'_>,
+    dst: u64,
+    len: u64,
+    epoch: u64,
+) -> Result<(), ErrorStatus> {
+    if !pool.perm.allows(Perm::READ) {
+        return Err(ErrorStatus::GeneralFailure);
+    }
+    if pool.mappable() {
+        let map = hw
+            .map(pool.fd, pool.offset, len, Perm::READ)
+            .map_err(|e| hw_status(&e))?;
+        hw.run(vec![dma(map.iova, dst, len)], 0, Some(epoch))
+            .map_err(|e| hw_status(&e))?;
+        return Ok(());
+    }
+    let bytes = read_range(pool, 0, len as usize).map_err(pool_error)?;
+    bytes_to_dram(hw, &bytes, dst, epoch)
+}
+
+/// Copies `bytes` to device address `dst` through a staging region, in epoch `epoch`.
+pub fn bytes_to_dram(
+    hw: &Arc<Hardware>,
+    bytes: &[u8],
+    dst: u64,
+    epoch: u64,
+) -> Result<(), ErrorStatus> {
+    let region = staging(bytes.len() as u64)?;
+    region.write(0, bytes).map_err(|e| {
+        tracing::debug!("staging write: {e}");
+        ErrorStatus::GeneralFailure
+    })?;
+    let map = hw
+        .map(region.fd(), 0, bytes.len() as u64, Perm::READ)
+        .map_err(|e| hw_status(&e))?;
+    hw.run(vec![dma(map.iova, dst, bytes.len() as u64)], 0, Some(epoch))
+        .map_err(|e| hw_status(&e))?;
+    Ok(())
+}
+
+/// Copies `len` bytes from device address `src` to the start of `pool`, in epoch `epoch`.
+pub fn dram_to_pool(
+    hw: &Arc<Hardware>,
+    src: u64,
+    pool: &PoolRange<'_>,
+    len: u64,
+    epoch: u64,
+) -> Result<(), ErrorStatus> {
+    if !pool.perm.allows(Perm::WRITE) {
+        return Err(ErrorStatus::GeneralFailure);
+    }
+    if pool.mappable() {
+        let map = hw
+            .map(pool.fd, pool.offset, len, Perm::WRITE)
+            .map_err(|e| hw_status(&e))?;
+        hw.run(vec![dma(src, map.iova, len)], 0, Some(epoch))
+            .map_err(|e| hw_status(&e))?;
+        return Ok(());
+    }
+    let bytes = dram_to_bytes(hw, src, len, epoch)?;
+    write_range(pool, 0, &bytes).map_err(pool_error)
+}
+
+/// Reads `len` bytes at device address `src` through a staging region, in epoch `epoch`.
+pub fn dram_to_bytes(
+    hw: &Arc<Hardware>,
+    src: u64,
+    len: u64,
+    epoch: u64,
+) -> Result<Vec<u8>, ErrorStatus> {
+    let region = staging(len)?;
+    let map = hw
+        .map(region.fd(), 0, len, Perm::WRITE)
+        .map_err(|e| hw_status(&e))?;
+    hw.run(vec![dma(src, map.iova, len)], 0, Some(epoch))
+        .map_err(|e| hw_status(&e))?;
+    drop(map);
+    let mut bytes = vec![0u8; len as usize];
+    region.read(0, &mut bytes).map_err(|e| {
+        tracing::debug!("staging read: {e}");
+        ErrorStatus::GeneralFailure
+    })?;
+    Ok(bytes)
+}
