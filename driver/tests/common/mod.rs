@@ -66,7 +66,12 @@ pub fn prepare_with(
         Some(slot.clone()),
     );
     let (status, prepared) = slot.wait();
-    assert_eq!(ret, status, "prepareModel_1_3 return and notify disagree");
+    // The HAL's rule: a launch that failed is notified with the same status; a launch that
+    // succeeded may still end in an error (a deadline that passes while the work is queued).
+    assert!(
+        ret == ErrorStatus::None || ret == status,
+        "prepareModel_1_3 returned {ret} but notified {status}"
+    );
     assert_eq!(slot.notifications(), 1, "notified exactly once");
     assert_eq!(prepared.is_some(), status == ErrorStatus::None);
     (status, prepared)
