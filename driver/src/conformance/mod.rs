@@ -247,8 +247,15 @@ fn run_case_inner(
             )
         }
     };
+    let pool = match exec.memory {
+        MemoryMode::Blob => match exec::into_blob(&mut request, &pool) {
+            Ok(blob) => blob,
+            Err(e) => return (Verdict::Fail(e), Vec::new(), Timing::NONE),
+        },
+        _ => pool,
+    };
     let memories = match exec.memory {
-        MemoryMode::Shared => exec::DeviceMemories::default(),
+        MemoryMode::Shared | MemoryMode::Blob => exec::DeviceMemories::default(),
         MemoryMode::Device => {
             match exec::DeviceMemories::set_up(device, &prepared, case, &mut request) {
                 Ok(m) => m,
