@@ -318,7 +318,7 @@ impl VnpuDevice {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| {
                 tracing::debug!("model pool: {e}");
-                ErrorStatus::InvalidArgument
+                e.preparation_status()
             })?;
         compile::constant_values(model, &model.main, &pools).map_err(|e| e.status())
     }

@@ -16,6 +16,7 @@ pub mod device;
 pub mod domain;
 pub mod fence;
 pub mod hw;
+pub mod hwbuf;
 pub mod memory;
 pub mod ops;
 pub mod prepared;

@@ -1,17 +1,26 @@
 //! Memory pools: checking a `hidl_memory` and reaching its bytes, either by reading them
 //! (model pools, snapshotted at preparation), by mapping them into the device through the
 //! IOMMU (request pools that cannot shrink), or by staging them ([`crate::staging`]: any
-//! other request pool).
+//! other request pool). Hardware buffers go through the gralloc mapper first
+//! ([`crate::hwbuf`]): [`open_pool`] holds their lock for as long as the pool is used.
 
+use std::ops::Deref;
 use std::os::fd::{AsFd, BorrowedFd};
 
 use thiserror::Error;
 use vnpu_emu::iommu::Perm;
 
-use crate::hal::{Memory, MEMORY_ASHMEM, MEMORY_MMAP_FD};
+use crate::hal::{
+    ErrorStatus, Memory, MEMORY_ASHMEM, MEMORY_HARDWARE_BUFFER, MEMORY_HARDWARE_BUFFER_BLOB,
+    MEMORY_MMAP_FD,
+};
+use crate::hwbuf::{HwBufferError, HwUse, LockedBuffer};
 
+/// Why a pool cannot be used.
 #[derive(Debug, Error)]
 pub enum PoolError {
+    #[error(transparent)]
+    HardwareBuffer(#[from] HwBufferError),
     #[error("memory kind '{0}' is not supported")]
     UnsupportedKind(String),
     #[error("malformed '{kind}' handle: {reason}")]
@@ -32,8 +41,84 @@ pub struct PoolRange<'a> {
     pub perm: Perm,
 }
 
-/// Checks a memory handle and returns the file range it names.
-pub fn pool_range(mem: &Memory) -> Result<PoolRange<'_>, PoolError> {
+impl PoolError {
+    /// The status a preparation reports for a model pool that fails: a handle the
+    /// gralloc mapper refuses is a GENERAL_FAILURE, any other bad pool INVALID_ARGUMENT
+    /// (as the sample driver reports a model pool it cannot map).
+    pub fn preparation_status(&self) -> ErrorStatus {
+        match self {
+            PoolError::HardwareBuffer(HwBufferError::Mapper(_)) => ErrorStatus::GeneralFailure,
+            _ => ErrorStatus::InvalidArgument,
+        }
+    }
+}
+
+/// A pool opened for one use: its file range and, for a hardware buffer, the mapper lock
+/// held until this is dropped.
+#[derive(Debug)]
+pub struct OpenPool<'a> {
+    range: PoolRange<'a>,
+    whole: bool,
+    _lock: Option<LockedBuffer>,
+}
+
+impl OpenPool<'_> {
+    /// The bytes an argument of `length` may use: `length`, or the whole pool for a
+    /// non-BLOB hardware buffer (HAL size 0: its one argument is the whole buffer, with
+    /// offset and length 0).
+    pub fn argument_len(&self, length: u32) -> u64 {
+        match self.whole {
+            true => self.range.size,
+            false => u64::from(length),
+        }
+    }
+}
+
+impl<'a> Deref for OpenPool<'a> {
+    type Target = PoolRange<'a>;
+    fn deref(&self) -> &PoolRange<'a> {
+        &self.range
+    }
+}
+
+/// Checks a memory handle and opens the file range it names for `access`. Shared memory
+/// keeps the access its handle grants; a hardware buffer is imported and locked for
+/// `access` ([`crate::hwbuf`]) and the device gets exactly that.
+pub fn open_pool(mem: &Memory, access: Perm, hw_use: HwUse) -> Result<OpenPool<'_>, PoolError> {
+    if !matches!(
+        mem.name.as_str(),
+        MEMORY_HARDWARE_BUFFER_BLOB | MEMORY_HARDWARE_BUFFER
+    ) {
+        return Ok(OpenPool {
+            range: pool_range(mem)?,
+            whole: false,
+            _lock: None,
+        });
+    }
+    let lock = LockedBuffer::lock(mem, access, hw_use)?;
+    let fd = mem
+        .handle
+        .fds
+        .first()
+        .ok_or_else(|| PoolError::BadHandle {
+            kind: mem.name.clone(),
+            reason: "no fd".into(),
+        })?
+        .as_fd();
+    Ok(OpenPool {
+        range: PoolRange {
+            fd,
+            offset: 0,
+            size: lock.size(),
+            perm: access,
+        },
+        whole: mem.name == MEMORY_HARDWARE_BUFFER,
+        _lock: Some(lock),
+    })
+}
+
+/// Checks a shared-memory handle ("ashmem", "mmap_fd") and returns the file range it names.
+fn pool_range(mem: &Memory) -> Result<PoolRange<'_>, PoolError> {
     let bad = |reason: &str| PoolError::BadHandle {
         kind: mem.name.clone(),
         reason: reason.into(),
@@ -84,7 +169,7 @@ pub fn pool_range(mem: &Memory) -> Result<PoolRange<'_>, PoolError> {
 
 /// Reads a whole pool (a snapshot: the client may change the memory afterwards).
 pub fn read_pool(mem: &Memory) -> Result<Vec<u8>, PoolError> {
-    let r = pool_range(mem)?;
+    let r = open_pool(mem, Perm::READ, HwUse::Data)?;
     read_range(&r, 0, r.size as usize)
 }
 
@@ -167,7 +252,10 @@ mod tests {
         m.handle.ints.push(1);
         assert!(matches!(pool_range(&m), Err(PoolError::BadHandle { .. })));
         let mut m = Memory::ashmem_with(b"abc").unwrap();
-        m.name = "hardware_buffer".into();
+        m.name = "other".into();
         assert!(matches!(pool_range(&m), Err(PoolError::UnsupportedKind(_))));
+        m.name = "hardware_buffer_blob".into();
+        let e = open_pool(&m, Perm::READ, HwUse::Data).unwrap_err();
+        assert_eq!(e.preparation_status(), ErrorStatus::GeneralFailure);
     }
 }

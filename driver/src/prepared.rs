@@ -20,11 +20,13 @@ use crate::device::{
 use crate::domain::{transfer, BufferRegistry, DriverBuffer, Io, Role};
 use crate::fence::{self, SyncFence};
 use crate::hal::{
-    validate_request, ErrorStatus, MeasureTiming, Model, NativeHandle, OptionalTimePoint,
-    OptionalTimeoutDuration, OutputShape, Request, RequestArgument, RequestMemoryPool, Timing,
+    validate_request, DataLocation, ErrorStatus, MeasureTiming, Model, NativeHandle,
+    OptionalTimePoint, OptionalTimeoutDuration, OutputShape, Request, RequestArgument,
+    RequestMemoryPool, Timing,
 };
 use crate::hw::{DramBlock, Hardware, HwError, IoMapping};
-use crate::memory::{pool_range, read_range, PoolRange};
+use crate::hwbuf::HwUse;
+use crate::memory::{open_pool, read_range, OpenPool, PoolRange};
 use crate::staging::{Span, StagedPool};
 use crate::workers::{Job, WorkerPool};
 
@@ -440,15 +442,17 @@ impl VnpuPreparedModel {
         }
         let sg = &self.model.main;
         let mut pools = Vec::with_capacity(request.pools.len());
-        for p in &request.pools {
+        for (k, p) in request.pools.iter().enumerate() {
             match p {
-                RequestMemoryPool::HidlMemory(m) => match pool_range(m) {
-                    Ok(r) => pools.push(ReqPool::Host(r)),
-                    Err(e) => {
-                        tracing::debug!("request pool: {e}");
-                        return fail(ErrorStatus::GeneralFailure);
+                RequestMemoryPool::HidlMemory(m) => {
+                    match open_pool(m, access(request, k), HwUse::Execution) {
+                        Ok(r) => pools.push(ReqPool::Host(r)),
+                        Err(e) => {
+                            tracing::debug!("request pool: {e}");
+                            return fail(ErrorStatus::GeneralFailure);
+                        }
                     }
-                },
+                }
                 RequestMemoryPool::Token(t) => match self.buffers.get(*t) {
                     Some(b) => pools.push(ReqPool::Device(b)),
                     None => {
@@ -484,7 +488,7 @@ impl VnpuPreparedModel {
             let loc = &arg.location;
             match pools
                 .get(loc.pool_index as usize)
-                .map(|p| p.read(&self.hw, loc.offset as u64, loc.length as usize))
+                .map(|p| p.read(&self.hw, loc.offset as u64, p.room(loc) as usize))
             {
                 Some(Ok(v)) => values.push((i, v)),
                 _ => return fail(ErrorStatus::GeneralFailure),
@@ -515,9 +519,10 @@ impl VnpuPreparedModel {
         }
         let inst = inst.lock().unwrap_or_else(|p| p.into_inner());
         let c = &inst.compiled;
-        let room = |a: &RequestArgument| match pools.get(a.location.pool_index as usize) {
-            Some(ReqPool::Device(b)) => b.size(),
-            _ => a.location.length as u64,
+        let room = |a: &RequestArgument| {
+            pools
+                .get(a.location.pool_index as usize)
+                .map_or(a.location.length as u64, |p| p.room(&a.location))
         };
         // An input is read whole: a location shorter than its (now known) size is refused
         // before the device reads anything.
@@ -680,13 +685,35 @@ impl IFencedExecutionCallback for FencedInfo {
     }
 }
 
+/// What the device does with request pool `pool`: reads it, and writes it too when an
+/// output lives there (a hardware buffer is locked for exactly that).
+fn access(request: &Request, pool: usize) -> Perm {
+    let written = request
+        .outputs
+        .iter()
+        .any(|a| !a.has_no_value && a.location.pool_index as usize == pool);
+    match written {
+        true => Perm::READ_WRITE,
+        false => Perm::READ,
+    }
+}
+
 /// A request pool as the client gave it: host memory or a driver-managed buffer.
 enum ReqPool<'a> {
-    Host(PoolRange<'a>),
+    Host(OpenPool<'a>),
     Device(Arc<DriverBuffer>),
 }
 
 impl ReqPool<'_> {
+    /// The bytes an argument at `loc` may use: its length, or the whole pool for a
+    /// driver-managed buffer or a non-BLOB hardware buffer (whose arguments name it whole).
+    fn room(&self, loc: &DataLocation) -> u64 {
+        match self {
+            ReqPool::Host(r) => r.argument_len(loc.length),
+            ReqPool::Device(b) => b.size(),
+        }
+    }
+
     /// Reads `len` bytes at `off` (a driver-managed buffer is read whole).
     fn read(&self, hw: &Arc<Hardware>, off: u64, len: usize) -> Result<Vec<u8>, ErrorStatus> {
         match self {

@@ -291,6 +291,8 @@ fn cli_conformance_paths_and_memories_agree_with_the_default() {
         &["--path", "fenced"],
         &["--memory", "device"],
         &["--path", "fenced", "--memory", "device"],
+        &["--memory", "blob"],
+        &["--path", "sync", "--memory", "blob"],
     ] {
         assert_eq!(run(extra), default, "{extra:?}");
     }

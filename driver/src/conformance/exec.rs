@@ -34,6 +34,22 @@ pub enum MemoryMode {
     /// Driver-managed buffers (`IDevice::allocate`), one per input and output; an operand
     /// the driver declines a buffer for stays in shared memory, as in the VTS harness.
     Device,
+    /// One BLOB hardware buffer ("hardware_buffer_blob") holding the inputs and the outputs,
+    /// as the VTS MemoryDomainTest's BLOB_AHWB memory.
+    Blob,
+}
+
+/// Moves the request's pool 0 (the shared pool [`TestCase::make_request`] built) into a
+/// BLOB hardware buffer with the same bytes and returns the buffer's memory.
+pub fn into_blob(request: &mut Request, pool: &Memory) -> Result<Memory, String> {
+    let bytes = super::read_bytes(pool, 0, pool.size as usize).map_err(|e| e.to_string())?;
+    let blob = crate::hwbuf::allocate_blob(&bytes).map_err(|e| format!("BLOB buffer: {e}"))?;
+    let first = request
+        .pools
+        .first_mut()
+        .ok_or_else(|| "the request has no pool".to_string())?;
+    *first = RequestMemoryPool::HidlMemory(blob.clone());
+    Ok(blob)
 }
 
 /// The runner's execution options.

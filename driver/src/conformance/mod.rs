@@ -247,8 +247,15 @@ fn run_case_inner(
             )
         }
     };
+    let pool = match exec.memory {
+        MemoryMode::Blob => match exec::into_blob(&mut request, &pool) {
+            Ok(blob) => blob,
+            Err(e) => return (Verdict::Fail(e), Vec::new(), Timing::NONE),
+        },
+        _ => pool,
+    };
     let memories = match exec.memory {
-        MemoryMode::Shared => exec::DeviceMemories::default(),
+        MemoryMode::Shared | MemoryMode::Blob => exec::DeviceMemories::default(),
         MemoryMode::Device => {
             match exec::DeviceMemories::set_up(device, &prepared, case, &mut request) {
                 Ok(m) => m,
@@ -325,22 +332,34 @@ fn run_case_inner(
 /// [`TestCase::make_request`] laid them out) match the case's references, within the
 /// corpus's tolerances.
 pub fn outputs_match(case: &TestCase, pool: &Memory, locations: &[DataLocation]) -> bool {
-    case.outputs.iter().zip(locations).all(|(want, loc)| {
-        let Some(ty) = case.operand_type(want.operand) else {
-            return false;
-        };
-        read_bytes(pool, loc.offset as u64, want.data.len()).is_ok_and(|got| {
-            let r = compare(
-                want.operand,
-                ty,
-                &want.data,
-                &got,
-                case.relaxed,
-                want.ignored,
-            );
-            r.mismatches == 0
+    case.outputs
+        .iter()
+        .zip(locations)
+        .enumerate()
+        .all(|(k, (want, loc))| {
+            read_bytes(pool, loc.offset as u64, want.data.len())
+                .is_ok_and(|got| output_matches(case, k, &got))
         })
-    })
+}
+
+/// Whether `got` matches the case's reference for output `k` within the corpus's
+/// tolerances.
+pub fn output_matches(case: &TestCase, k: usize, got: &[u8]) -> bool {
+    let Some(want) = case.outputs.get(k) else {
+        return false;
+    };
+    let Some(ty) = case.operand_type(want.operand) else {
+        return false;
+    };
+    let r = compare(
+        want.operand,
+        ty,
+        &want.data,
+        got,
+        case.relaxed,
+        want.ignored,
+    );
+    r.mismatches == 0
 }
 
 fn read_bytes(pool: &Memory, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {

@@ -11,7 +11,9 @@ use std::sync::{Arc, Mutex};
 
 use crate::hal::{ErrorStatus, Memory};
 use crate::hw::{DramBlock, Hardware};
-use crate::memory::pool_range;
+use crate::hwbuf::HwUse;
+use crate::memory::open_pool;
+use vnpu_emu::iommu::Perm;
 
 use super::desc::{combine_dimensions, BufferSpec, Io, Role};
 use super::transfer;
@@ -93,12 +95,12 @@ impl DriverBuffer {
     pub fn copy_from(&self, src: &Memory, dims: &[u32]) -> ErrorStatus {
         let mut state = self.state();
         state.written = None;
+        let Ok(pool) = open_pool(src, Perm::READ, HwUse::Data) else {
+            return ErrorStatus::GeneralFailure;
+        };
         let dims = match self.check_copy_from(src, dims) {
             Ok(d) => d,
             Err(s) => return s,
-        };
-        let Ok(pool) = pool_range(src) else {
-            return ErrorStatus::GeneralFailure;
         };
         let epoch = self.hw.epoch();
         match transfer::pool_to_dram(&self.hw, &pool, self.mem.addr, self.spec.size, epoch) {
@@ -113,11 +115,9 @@ impl DriverBuffer {
         }
     }
 
-    /// NN's `validateCopyFrom`: the dimensions the value will have.
+    /// NN's `validateCopyFrom` (the memory already opened): the dimensions the value will
+    /// have.
     fn check_copy_from(&self, src: &Memory, dims: &[u32]) -> Result<Vec<u32>, ErrorStatus> {
-        if pool_range(src).is_err() {
-            return Err(ErrorStatus::GeneralFailure);
-        }
         if src.size != self.spec.size {
             return Err(ErrorStatus::InvalidArgument);
         }
@@ -140,7 +140,7 @@ impl DriverBuffer {
 
     /// `IBuffer::copyTo`.
     pub fn copy_to(&self, dst: &Memory) -> ErrorStatus {
-        let Ok(pool) = pool_range(dst) else {
+        let Ok(pool) = open_pool(dst, Perm::WRITE, HwUse::Data) else {
             return ErrorStatus::GeneralFailure;
         };
         if dst.size != self.spec.size {

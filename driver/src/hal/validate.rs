@@ -661,10 +661,11 @@ fn request_arguments(
             );
         };
         match size {
-            // A driver-managed buffer (token): the whole buffer is the argument.
+            // A driver-managed buffer (token) or a non-BLOB hardware buffer: the whole
+            // buffer is the argument.
             None => {
                 if loc.offset != 0 || loc.length != 0 {
-                    bail!(Request, "request {what} {i}: a device memory argument must have offset 0 and length 0");
+                    bail!(Request, "request {what} {i}: a whole-buffer argument must have offset 0 and length 0");
                 }
             }
             Some(size) => {
@@ -766,7 +767,9 @@ pub fn validate_request(
                 validate_memory(m).map_err(|e| {
                     ValidationError::new(ValidationKind::Memory, format!("request pool {i}: {e}"))
                 })?;
-                pool_sizes.push(Some(m.size));
+                // A non-BLOB hardware buffer (size 0), like a driver-managed buffer, is
+                // named whole: offset and length 0.
+                pool_sizes.push((m.name != MEMORY_HARDWARE_BUFFER).then_some(m.size));
             }
             RequestMemoryPool::Token(0) => bail!(Request, "request pool {i}: token 0 is invalid"),
             RequestMemoryPool::Token(_) => pool_sizes.push(None),
