@@ -13,10 +13,7 @@ use vnpu_emu::shm::SharedRegion;
 
 use crate::compile::constants::Constants;
 use crate::compile::{self, Compiled, ConstantBlock};
-use crate::device::{
-    ExecutionCallback, FencedResult, IFencedExecutionCallback, IPreparedModel, ModelContext,
-    ModelLease,
-};
+use crate::device::{ModelContext, ModelLease};
 use crate::domain::{transfer, BufferRegistry, DriverBuffer, Io, Role};
 use crate::fence::{self, SyncFence};
 use crate::hal::{
@@ -24,6 +21,7 @@ use crate::hal::{
     OptionalTimeoutDuration, OutputShape, Request, RequestArgument, RequestMemoryPool, Timing,
 };
 use crate::hw::{DramBlock, Hardware, HwError, IoMapping};
+use crate::interface::{ExecutionCallback, FencedResult, IFencedExecutionCallback, IPreparedModel};
 use crate::memory::{pool_range, read_range, PoolRange};
 use crate::staging::{Span, StagedPool};
 use crate::workers::{Job, WorkerPool};
