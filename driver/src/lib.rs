@@ -20,5 +20,7 @@ pub mod interface;
 pub mod memory;
 pub mod ops;
 pub mod prepared;
+#[cfg(feature = "service")]
+pub mod service;
 pub mod staging;
 pub mod workers;
