@@ -52,6 +52,7 @@ pub trait IBuffer: Send + Sync {
 pub type AllocateResult = (ErrorStatus, Option<Arc<dyn IBuffer>>, u32);
 
 /// A vendor extension's operand type (`Extension::OperandTypeInformation`).
+#[cfg_attr(feature = "service", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExtensionOperandTypeInformation {
     pub r#type: u16,
@@ -60,6 +61,7 @@ pub struct ExtensionOperandTypeInformation {
 }
 
 /// A vendor extension (`Extension`).
+#[cfg_attr(feature = "service", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Extension {
     pub name: String,
