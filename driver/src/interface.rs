@@ -179,6 +179,16 @@ impl<T: Clone> Notified<T> {
         }
     }
 
+    /// Waits for the first notification at most `timeout`; `None` if none came.
+    pub fn wait_for(&self, timeout: std::time::Duration) -> Option<T> {
+        let s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let (s, _) = self
+            .cv
+            .wait_timeout_while(s, timeout, |s| s.value.is_none())
+            .unwrap_or_else(|p| p.into_inner());
+        s.value.clone()
+    }
+
     pub fn notifications(&self) -> u32 {
         self.state.lock().unwrap_or_else(|p| p.into_inner()).count
     }

@@ -10,6 +10,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use nix::sys::socket::{self, ControlMessage, MsgFlags, UnixAddr};
+use vnpu_driver::conformance::{
+    prepare_plain, run_case_opts, ExecOptions, ExecPath, MemoryMode, Verdict,
+};
 use vnpu_driver::device::IDevice;
 use vnpu_driver::hal::{DeviceStatus, ErrorStatus};
 use vnpu_driver::service::client::RemoteDevice;
@@ -95,6 +98,28 @@ fn remote_queries_match_local() {
             case.name
         );
     }
+}
+
+/// The V1_0 corpus gives the same verdicts through a `RemoteDevice` as in process, on the
+/// synchronous execution path (the one remote so far), request pools passed as fds.
+#[test]
+fn remote_matches_local_sync() {
+    let service = Service::start("verdicts");
+    let remote = service.connect();
+    let local = common::device();
+    let exec = ExecOptions {
+        path: ExecPath::Sync,
+        memory: MemoryMode::Shared,
+    };
+    let mut passed = 0;
+    for case in common::cases("V1_0.jsonl.gz") {
+        let here = run_case_opts(local.as_ref(), &case, &prepare_plain, exec);
+        let there = run_case_opts(&remote, &case, &prepare_plain, exec);
+        assert_eq!(there.verdict, here.verdict, "{}", case.name);
+        assert_eq!(there.outputs.len(), here.outputs.len(), "{}", case.name);
+        passed += usize::from(matches!(here.verdict, Verdict::Pass));
+    }
+    assert!(passed > 0);
 }
 
 fn raw_client(service: &Service) -> std::os::fd::OwnedFd {

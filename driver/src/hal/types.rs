@@ -734,6 +734,7 @@ impl Model {
 }
 
 /// `RequestArgument` (1.0).
+#[cfg_attr(feature = "service", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RequestArgument {
     /// The argument is omitted (optional input, or output not wanted).
@@ -754,6 +755,7 @@ pub enum RequestMemoryPool {
 }
 
 /// `Request` (1.3).
+#[cfg_attr(feature = "service", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Request {
     /// One per main input.
@@ -761,6 +763,7 @@ pub struct Request {
     /// One per main output.
     pub outputs: Vec<RequestArgument>,
     /// Pools.
+    #[cfg_attr(feature = "service", serde(skip))]
     pub pools: Vec<RequestMemoryPool>,
 }
 
@@ -845,6 +848,7 @@ pub fn now_ns() -> u64 {
 }
 
 /// `OptionalTimePoint` (1.3): a deadline in nanoseconds on CLOCK_MONOTONIC, or none.
+#[cfg_attr(feature = "service", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OptionalTimePoint(pub Option<u64>);
 
@@ -869,6 +873,7 @@ impl OptionalTimePoint {
 }
 
 /// `OptionalTimeoutDuration` (1.3): a duration in nanoseconds, or none.
+#[cfg_attr(feature = "service", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OptionalTimeoutDuration(pub Option<u64>);
 

@@ -12,7 +12,9 @@ use serde::{Deserialize, Serialize};
 
 use super::transport::TransportError;
 use crate::hal::{
-    Capabilities, DeviceStatus, DeviceType, ErrorStatus, Memory, Model, NativeHandle,
+    Capabilities, DeviceStatus, DeviceType, ErrorStatus, ExecutionPreference, MeasureTiming,
+    Memory, Model, NativeHandle, OptionalTimePoint, OptionalTimeoutDuration, OutputShape, Priority,
+    Request as HalRequest, RequestMemoryPool, Timing,
 };
 use crate::interface::Extension;
 
@@ -29,7 +31,16 @@ pub struct WireMemory {
     pub ints: Vec<i32>,
 }
 
-/// One call of the remote `IDevice`.
+/// A request pool on the wire: a memory (descriptors beside the body) or a token.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum WirePool {
+    /// A shared memory.
+    Memory(WireMemory),
+    /// A driver-managed buffer's token.
+    Token(u32),
+}
+
+/// One call of the remote `IDevice` or of one of its prepared models.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Call {
     /// `getCapabilities_1_3`.
@@ -50,6 +61,39 @@ pub enum Call {
         model: Box<Model>,
         /// The model's constant pools.
         pools: Vec<WireMemory>,
+    },
+    /// `prepareModel_1_3` without cache files; the service waits for the preparation.
+    PrepareModel {
+        /// The model (its `pools` travel in `pools`).
+        model: Box<Model>,
+        /// The model's constant pools.
+        pools: Vec<WireMemory>,
+        /// Execution preference.
+        preference: ExecutionPreference,
+        /// Priority.
+        priority: Priority,
+        /// Deadline.
+        deadline: OptionalTimePoint,
+    },
+    /// `executeSynchronously_1_3` on a prepared model of this connection.
+    ExecuteSynchronously {
+        /// The prepared model's id on this connection.
+        model: u64,
+        /// The request (its `pools` travel in `pools`).
+        request: Box<HalRequest>,
+        /// The request's pools.
+        pools: Vec<WirePool>,
+        /// Whether to measure timing.
+        measure: MeasureTiming,
+        /// Deadline.
+        deadline: OptionalTimePoint,
+        /// Loop timeout.
+        loop_timeout: OptionalTimeoutDuration,
+    },
+    /// The client dropped its prepared model.
+    Release {
+        /// The prepared model's id on this connection.
+        model: u64,
     },
 }
 
@@ -79,6 +123,20 @@ pub enum Reply {
     CacheFiles(ErrorStatus, u32, u32),
     /// To `GetSupportedOperations`.
     SupportedOperations(ErrorStatus, Vec<bool>),
+    /// To `PrepareModel`: what the call returned, what the callback was notified with
+    /// and, on success, the prepared model's id on this connection.
+    Prepared {
+        /// The returned status.
+        returned: ErrorStatus,
+        /// The notified status.
+        notified: ErrorStatus,
+        /// The prepared model's id.
+        model: Option<u64>,
+    },
+    /// To `ExecuteSynchronously`.
+    Executed(ErrorStatus, Vec<OutputShape>, Timing),
+    /// To `Release`.
+    Released,
     /// The request could not be used (malformed, wrong descriptors): why. The id is 0
     /// when the request was too broken to read one.
     Refused(String),
@@ -111,15 +169,60 @@ pub fn put_memories(pools: &[Memory]) -> (Vec<WireMemory>, Vec<BorrowedFd<'_>>) 
     (wire, fds)
 }
 
+/// Splits request pools into their wire form and the descriptors to send beside it.
+pub fn put_pools(pools: &[RequestMemoryPool]) -> (Vec<WirePool>, Vec<BorrowedFd<'_>>) {
+    let mut fds = Vec::new();
+    let wire = pools
+        .iter()
+        .map(|p| match p {
+            RequestMemoryPool::HidlMemory(m) => {
+                let (mut w, f) = put_memories(std::slice::from_ref(m));
+                fds.extend(f);
+                WirePool::Memory(w.remove(0))
+            }
+            RequestMemoryPool::Token(t) => WirePool::Token(*t),
+        })
+        .collect();
+    (wire, fds)
+}
+
 /// Rebuilds memories from their wire form and the descriptors received, which must be
 /// exactly as many as the memories declare (otherwise all are closed and it is an error).
 pub fn take_memories(
     wire: Vec<WireMemory>,
     fds: Vec<OwnedFd>,
 ) -> Result<Vec<Memory>, TransportError> {
-    let declared = wire
-        .iter()
-        .try_fold(0usize, |n, m| n.checked_add(m.fd_count as usize))
+    let mut fds = checked_fds(wire.iter(), fds)?;
+    Ok(wire.into_iter().map(|m| build(m, &mut fds)).collect())
+}
+
+/// Rebuilds request pools as [`take_memories`] does memories.
+pub fn take_pools(
+    wire: Vec<WirePool>,
+    fds: Vec<OwnedFd>,
+) -> Result<Vec<RequestMemoryPool>, TransportError> {
+    let memories = wire.iter().filter_map(|p| match p {
+        WirePool::Memory(m) => Some(m),
+        WirePool::Token(_) => None,
+    });
+    let mut fds = checked_fds(memories, fds)?;
+    Ok(wire
+        .into_iter()
+        .map(|p| match p {
+            WirePool::Memory(m) => RequestMemoryPool::HidlMemory(build(m, &mut fds)),
+            WirePool::Token(t) => RequestMemoryPool::Token(t),
+        })
+        .collect())
+}
+
+/// The descriptors, if exactly as many as `memories` declare.
+fn checked_fds<'a>(
+    memories: impl Iterator<Item = &'a WireMemory>,
+    fds: Vec<OwnedFd>,
+) -> Result<std::vec::IntoIter<OwnedFd>, TransportError> {
+    let declared = memories
+        .map(|m| m.fd_count as usize)
+        .try_fold(0usize, |n, c| n.checked_add(c))
         .unwrap_or(usize::MAX);
     if declared != fds.len() {
         return Err(TransportError::FdCount {
@@ -127,20 +230,21 @@ pub fn take_memories(
             carried: fds.len(),
         });
     }
-    let mut fds = fds.into_iter();
-    Ok(wire
-        .into_iter()
-        .map(|m| Memory {
-            name: m.name,
-            size: m.size,
-            handle: NativeHandle {
-                fds: fds
-                    .by_ref()
-                    .take(m.fd_count as usize)
-                    .map(Arc::new)
-                    .collect(),
-                ints: m.ints,
-            },
-        })
-        .collect())
+    Ok(fds.into_iter())
+}
+
+/// One memory, taking its descriptors from `fds` (counts already checked).
+fn build(m: WireMemory, fds: &mut std::vec::IntoIter<OwnedFd>) -> Memory {
+    Memory {
+        name: m.name,
+        size: m.size,
+        handle: NativeHandle {
+            fds: fds
+                .by_ref()
+                .take(m.fd_count as usize)
+                .map(Arc::new)
+                .collect(),
+            ints: m.ints,
+        },
+    }
 }
