@@ -248,3 +248,43 @@ fn build(m: WireMemory, fds: &mut std::vec::IntoIter<OwnedFd>) -> Memory {
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wire(fd_count: u32) -> WireMemory {
+        WireMemory {
+            name: "ashmem".into(),
+            size: 8,
+            fd_count,
+            ints: vec![],
+        }
+    }
+
+    /// Descriptors are paired with memories in order; a count that does not add up is an
+    /// error that closes every descriptor received.
+    #[test]
+    fn descriptors_pair_exactly_or_are_closed() {
+        let (r, w) = nix::unistd::pipe().unwrap();
+        let fds = vec![r.try_clone().unwrap(), r.try_clone().unwrap()];
+        let pools = vec![WirePool::Token(3), WirePool::Memory(wire(2))];
+        let got = take_pools(pools, fds).unwrap();
+        assert!(matches!(&got[0], RequestMemoryPool::Token(3)));
+        assert!(matches!(&got[1], RequestMemoryPool::HidlMemory(m) if m.handle.fds.len() == 2));
+        drop(got);
+
+        let fds = vec![r.try_clone().unwrap(), r.try_clone().unwrap()];
+        assert!(matches!(
+            take_memories(vec![wire(1)], fds),
+            Err(TransportError::FdCount {
+                declared: 1,
+                carried: 2
+            })
+        ));
+        let fds = vec![r.try_clone().unwrap()];
+        assert!(take_memories(vec![wire(u32::MAX), wire(u32::MAX)], fds).is_err());
+        drop(r);
+        assert_eq!(nix::unistd::write(&w, b"x"), Err(nix::errno::Errno::EPIPE));
+    }
+}
