@@ -246,6 +246,15 @@ fn service_killed() {
     let pid = libc::pid_t::try_from(service.child.id()).unwrap();
     // SAFETY: signals our own child, which is still alive (waited for only below).
     assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    // A signal is delivered asynchronously: wait until the child has really stopped
+    // (WUNTRACED reports the stop without reaping it).
+    let mut status = 0;
+    assert_eq!(
+        // SAFETY: waits on our own child; `status` is a valid out pointer.
+        unsafe { libc::waitpid(pid, &mut status, libc::WUNTRACED) },
+        pid
+    );
+    assert!(libc::WIFSTOPPED(status));
     let t = Instant::now();
     assert_eq!(remote.get_version_string().0, ErrorStatus::GeneralFailure);
     assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());

@@ -273,15 +273,20 @@ pub fn pair() -> Result<(OwnedFd, OwnedFd), TransportError> {
     )?)
 }
 
-/// Creates a listening socket at `path` with mode 0660 (set before `listen`, so no
-/// client can connect under looser permissions). An existing file at `path` is an error.
-pub fn listen(path: &Path) -> Result<OwnedFd, TransportError> {
-    let sock = socket::socket(
+/// A new Unix `SOCK_SEQPACKET` socket (close-on-exec).
+fn seqpacket() -> Result<OwnedFd, TransportError> {
+    Ok(socket::socket(
         AddressFamily::Unix,
         SockType::SeqPacket,
         SockFlag::SOCK_CLOEXEC,
         None,
-    )?;
+    )?)
+}
+
+/// Creates a listening socket at `path` with mode 0660 (set before `listen`, so no
+/// client can connect under looser permissions). An existing file at `path` is an error.
+pub fn listen(path: &Path) -> Result<OwnedFd, TransportError> {
+    let sock = seqpacket()?;
     socket::bind(sock.as_raw_fd(), &UnixAddr::new(path)?)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
         .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))?;
@@ -303,12 +308,7 @@ pub fn accept(listener: BorrowedFd<'_>) -> Result<OwnedFd, TransportError> {
 
 /// Connects to a service socket (close-on-exec).
 pub fn connect(path: &Path) -> Result<OwnedFd, TransportError> {
-    let sock = socket::socket(
-        AddressFamily::Unix,
-        SockType::SeqPacket,
-        SockFlag::SOCK_CLOEXEC,
-        None,
-    )?;
+    let sock = seqpacket()?;
     socket::connect(sock.as_raw_fd(), &UnixAddr::new(path)?)?;
     Ok(sock)
 }
@@ -420,39 +420,38 @@ mod tests {
             send(a.as_fd(), &big, &[]),
             Err(TransportError::Oversized)
         ));
-        let (r, w) = nix::unistd::pipe().unwrap();
-        let iov = [IoSlice::new(&big)];
-        let raw = [r.as_raw_fd()];
-        socket::sendmsg::<UnixAddr>(
-            a.as_raw_fd(),
-            &iov,
-            &[ControlMessage::ScmRights(&raw)],
-            MsgFlags::empty(),
-            None,
-        )
-        .unwrap();
-        drop(r);
-        assert!(matches!(recv(b.as_fd()), Err(TransportError::Oversized)));
-        assert_only_read_end_closed(&w);
+        assert!(matches!(
+            refused_and_closed(&a, &b, &big, 1),
+            TransportError::Oversized
+        ));
     }
 
     #[test]
     fn too_many_fds_rejected_and_closed() {
         let (a, b) = pair().unwrap();
+        assert!(matches!(
+            refused_and_closed(&a, &b, b"x", MAX_FDS + 1),
+            TransportError::TooManyFds
+        ));
+    }
+
+    /// Sends `bytes` with `copies` of a pipe's read end past [`send`]'s checks, and
+    /// returns the error `recv` gives; asserts that every copy received was closed.
+    fn refused_and_closed(a: &OwnedFd, b: &OwnedFd, bytes: &[u8], copies: usize) -> TransportError {
         let (r, w) = nix::unistd::pipe().unwrap();
-        let raw = vec![r.as_raw_fd(); MAX_FDS + 1];
-        let iov = [IoSlice::new(b"x")];
+        let raw = vec![r.as_raw_fd(); copies];
         socket::sendmsg::<UnixAddr>(
             a.as_raw_fd(),
-            &iov,
+            &[IoSlice::new(bytes)],
             &[ControlMessage::ScmRights(&raw)],
             MsgFlags::empty(),
             None,
         )
         .unwrap();
         drop(r);
-        assert!(matches!(recv(b.as_fd()), Err(TransportError::TooManyFds)));
+        let err = recv(b.as_fd()).unwrap_err();
         assert_only_read_end_closed(&w);
+        err
     }
 
     #[test]
