@@ -2,7 +2,7 @@
 //!
 //! Layers (see docs/ARCHITECTURE.md): [`hal`] types and validation, [`compile`] (model to
 //! device program), [`hw`] (the kernel-driver layer over `vnpu-emu`), [`memory`] pools,
-//! [`device`] (the IDevice / IPreparedModel surface), [`execute`], and the
+//! [`interface`] (the IDevice / IPreparedModel traits), [`device`] (the local device), [`execute`], and the
 //! [`conformance`] runner behind the `vnpu` CLI (feature `cli`, on by default).
 pub mod hal;
 
@@ -17,8 +17,11 @@ pub mod domain;
 pub mod fence;
 pub mod hw;
 pub mod hwbuf;
+pub mod interface;
 pub mod memory;
 pub mod ops;
 pub mod prepared;
+#[cfg(feature = "service")]
+pub mod service;
 pub mod staging;
 pub mod workers;

@@ -13,10 +13,7 @@ use vnpu_emu::shm::SharedRegion;
 
 use crate::compile::constants::Constants;
 use crate::compile::{self, Compiled, ConstantBlock};
-use crate::device::{
-    ExecutionCallback, FencedResult, IFencedExecutionCallback, IPreparedModel, ModelContext,
-    ModelLease,
-};
+use crate::device::{ModelContext, ModelLease};
 use crate::domain::{transfer, BufferRegistry, DriverBuffer, Io, Role};
 use crate::fence::{self, SyncFence};
 use crate::hal::{
@@ -26,6 +23,7 @@ use crate::hal::{
 };
 use crate::hw::{DramBlock, Hardware, HwError, IoMapping};
 use crate::hwbuf::HwUse;
+use crate::interface::{ExecutionCallback, FencedResult, IFencedExecutionCallback, IPreparedModel};
 use crate::memory::{open_pool, read_range, OpenPool, PoolRange};
 use crate::staging::{Span, StagedPool};
 use crate::workers::{Job, WorkerPool};

@@ -80,6 +80,16 @@ enum Command {
         #[arg(long, value_enum, default_value_t = MemoryMode::Shared)]
         memory: MemoryMode,
     },
+    /// Serve the device to other processes on a Unix socket (mode 0660). Prints one line,
+    /// `vnpu: serving DEVICE on PATH`, once it is listening.
+    Serve {
+        /// Where to create the socket (must not exist yet).
+        #[arg(long)]
+        socket: PathBuf,
+        /// A group whose members may connect besides this user (repeatable).
+        #[arg(long)]
+        allow_gid: Vec<u32>,
+    },
     /// Render the per-operation x operand-type markdown table (docs/CONFORMANCE.md) of
     /// `conformance --json` reports on stdout.
     ConformanceTable {
@@ -135,6 +145,33 @@ fn main() -> ExitCode {
             json,
         ),
         Command::ConformanceTable { reports } => conformance_table(&reports),
+        Command::Serve { socket, allow_gid } => serve(device, &socket, allow_gid),
+    }
+}
+
+/// `vnpu serve`: listens, says so on one line, then serves until killed.
+fn serve(device: Arc<VnpuDevice>, socket: &Path, allow_gid: Vec<u32>) -> ExitCode {
+    use vnpu_driver::service::{server, transport};
+    let listener = match transport::listen(socket) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("vnpu: cannot listen on {}: {e}", socket.display());
+            return ExitCode::from(2);
+        }
+    };
+    let name = device.name().to_string();
+    println!("vnpu: serving {name} on {}", socket.display());
+    let _ = std::io::stdout().flush();
+    let policy = transport::PeerPolicy {
+        allowed_gids: allow_gid,
+        deny_same_uid: false,
+    };
+    match server::serve(listener, device, name, policy) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("vnpu: serve: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 

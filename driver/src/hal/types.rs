@@ -19,6 +19,7 @@ macro_rules! open_enum {
     ) => {
         $(#[$meta])*
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[cfg_attr(feature = "service", derive(serde::Serialize, serde::Deserialize))]
         pub struct $name(pub i32);
 
         impl $name {
@@ -401,6 +402,7 @@ impl Default for MeasureTiming {
 }
 
 /// `ErrorStatus` (1.3).
+#[cfg_attr(feature = "service", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(i32)]
 pub enum ErrorStatus {
@@ -464,6 +466,7 @@ impl fmt::Display for ErrorStatus {
 }
 
 /// `DeviceType` (1.2).
+#[cfg_attr(feature = "service", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(i32)]
 pub enum DeviceType {
@@ -478,6 +481,7 @@ pub enum DeviceType {
 }
 
 /// `DeviceStatus` (1.0).
+#[cfg_attr(feature = "service", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(i32)]
 pub enum DeviceStatus {
@@ -501,6 +505,7 @@ pub const LOOP_TIMEOUT_DEFAULT_NS: u64 = 2_000_000_000;
 pub const LOOP_TIMEOUT_MAXIMUM_NS: u64 = 15_000_000_000;
 
 /// `DataLocation`: where an operand's or argument's bytes live.
+#[cfg_attr(feature = "service", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct DataLocation {
     /// Index into the model's or request's pools.
@@ -512,6 +517,7 @@ pub struct DataLocation {
 }
 
 /// `SymmPerChannelQuantParams` (1.2).
+#[cfg_attr(feature = "service", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SymmPerChannelQuantParams {
     /// One scale per channel.
@@ -521,6 +527,7 @@ pub struct SymmPerChannelQuantParams {
 }
 
 /// `Operand.ExtraParams` (1.2 safe_union).
+#[cfg_attr(feature = "service", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Clone, Debug, Default, PartialEq)]
 pub enum ExtraParams {
     /// none
@@ -533,6 +540,7 @@ pub enum ExtraParams {
 }
 
 /// `Operand` (1.3).
+#[cfg_attr(feature = "service", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Clone, Debug, PartialEq)]
 pub struct Operand {
     /// Element or scalar type.
@@ -569,6 +577,7 @@ impl Default for Operand {
 }
 
 /// `Operation` (1.3).
+#[cfg_attr(feature = "service", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Operation {
     /// Operation type.
@@ -580,6 +589,7 @@ pub struct Operation {
 }
 
 /// `Subgraph` (1.3).
+#[cfg_attr(feature = "service", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Subgraph {
     /// Operands.
@@ -684,6 +694,7 @@ impl Memory {
 }
 
 /// `Model.ExtensionNameAndPrefix` (1.2).
+#[cfg_attr(feature = "service", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExtensionNameAndPrefix {
     /// Extension name, e.g. "com.example.fibonacci".
@@ -693,6 +704,7 @@ pub struct ExtensionNameAndPrefix {
 }
 
 /// `Model` (1.3).
+#[cfg_attr(feature = "service", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Model {
     /// The main subgraph.
@@ -702,6 +714,7 @@ pub struct Model {
     /// CONSTANT_COPY bytes.
     pub operand_values: Vec<u8>,
     /// CONSTANT_REFERENCE pools.
+    #[cfg_attr(feature = "service", serde(skip))]
     pub pools: Vec<Memory>,
     /// Float32 may be computed with float16 range and precision.
     pub relax_computation_float32_to_float16: bool,
@@ -721,6 +734,7 @@ impl Model {
 }
 
 /// `RequestArgument` (1.0).
+#[cfg_attr(feature = "service", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RequestArgument {
     /// The argument is omitted (optional input, or output not wanted).
@@ -741,6 +755,7 @@ pub enum RequestMemoryPool {
 }
 
 /// `Request` (1.3).
+#[cfg_attr(feature = "service", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Request {
     /// One per main input.
@@ -748,10 +763,12 @@ pub struct Request {
     /// One per main output.
     pub outputs: Vec<RequestArgument>,
     /// Pools.
+    #[cfg_attr(feature = "service", serde(skip))]
     pub pools: Vec<RequestMemoryPool>,
 }
 
 /// `OutputShape` (1.2).
+#[cfg_attr(feature = "service", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OutputShape {
     /// Actual dimensions.
@@ -761,6 +778,7 @@ pub struct OutputShape {
 }
 
 /// `Timing` (1.2), in microseconds; `u64::MAX` means not measured.
+#[cfg_attr(feature = "service", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Timing {
     /// Time on the device.
@@ -784,6 +802,7 @@ impl Default for Timing {
 }
 
 /// `PerformanceInfo` (1.0): relative to the CPU, lower is better.
+#[cfg_attr(feature = "service", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Clone, Copy, Debug, PartialEq, Default)]
 pub struct PerformanceInfo {
     /// Execution time ratio.
@@ -793,6 +812,7 @@ pub struct PerformanceInfo {
 }
 
 /// `Capabilities.OperandPerformance` (1.3).
+#[cfg_attr(feature = "service", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct OperandPerformance {
     /// Operand type.
@@ -802,6 +822,7 @@ pub struct OperandPerformance {
 }
 
 /// `Capabilities` (1.3).
+#[cfg_attr(feature = "service", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct Capabilities {
     /// relaxedFloat32toFloat16PerformanceScalar
@@ -827,6 +848,7 @@ pub fn now_ns() -> u64 {
 }
 
 /// `OptionalTimePoint` (1.3): a deadline in nanoseconds on CLOCK_MONOTONIC, or none.
+#[cfg_attr(feature = "service", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OptionalTimePoint(pub Option<u64>);
 
@@ -851,6 +873,7 @@ impl OptionalTimePoint {
 }
 
 /// `OptionalTimeoutDuration` (1.3): a duration in nanoseconds, or none.
+#[cfg_attr(feature = "service", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OptionalTimeoutDuration(pub Option<u64>);
 

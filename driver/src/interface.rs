@@ -1,0 +1,226 @@
+//! The NN HAL 1.3 interface in one place: the `IDevice`, `IPreparedModel` and `IBuffer`
+//! traits, the callback traits and the [`Notified`] slots a client waits on. The local
+//! device ([`crate::device::VnpuDevice`]) and a remote client implement the same traits;
+//! every method takes and returns plain data and file descriptors, so the interface can
+//! be served across a process boundary.
+
+use std::any::Any;
+use std::sync::{Arc, Condvar, Mutex};
+
+use crate::hal::{
+    BufferDesc, BufferRole, Capabilities, DeviceStatus, DeviceType, ErrorStatus,
+    ExecutionPreference, MeasureTiming, Memory, Model, NativeHandle, OptionalTimePoint,
+    OptionalTimeoutDuration, OutputShape, Priority, Request, Timing, BYTE_SIZE_OF_CACHE_TOKEN,
+};
+/// Notified once with the outcome of a preparation.
+pub trait PreparedModelCallback: Send + Sync {
+    fn notify(&self, status: ErrorStatus, prepared: Option<Arc<dyn IPreparedModel>>);
+}
+
+/// Notified once with the outcome of an asynchronous execution.
+pub trait ExecutionCallback: Send + Sync {
+    fn notify(&self, status: ErrorStatus, output_shapes: Vec<OutputShape>, timing: Timing);
+}
+
+/// What a fenced execution reports once its fence is signalled
+/// (`IFencedExecutionCallback`, 1.3).
+pub trait IFencedExecutionCallback: Send + Sync {
+    /// (status, timing since the launch, timing since the waited-for fences signalled);
+    /// both timings are `Timing::NONE` unless measured and successful.
+    fn get_execution_info(&self) -> (ErrorStatus, Timing, Timing);
+}
+
+/// The outcome of `IPreparedModel::executeFenced`: status, the fence that signals the
+/// end of the execution and its callback (both `None` on error).
+pub type FencedResult = (
+    ErrorStatus,
+    Option<NativeHandle>,
+    Option<Arc<dyn IFencedExecutionCallback>>,
+);
+
+/// A driver-managed buffer (`IBuffer`, 1.3): a value in device memory that executions
+/// name by its token.
+pub trait IBuffer: Send + Sync {
+    /// Copies the buffer's value into `dst`, which must have exactly the buffer's size.
+    fn copy_to(&self, dst: &Memory) -> ErrorStatus;
+    /// Sets the buffer's value from `src` (exactly the buffer's size), with `dimensions`
+    /// (empty: the dimensions given at allocation).
+    fn copy_from(&self, src: &Memory, dimensions: &[u32]) -> ErrorStatus;
+}
+
+/// The outcome of `IDevice::allocate`: status, buffer, token (0 on error).
+pub type AllocateResult = (ErrorStatus, Option<Arc<dyn IBuffer>>, u32);
+
+/// A vendor extension's operand type (`Extension::OperandTypeInformation`).
+#[cfg_attr(feature = "service", derive(serde::Serialize, serde::Deserialize))]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExtensionOperandTypeInformation {
+    pub r#type: u16,
+    pub is_tensor: bool,
+    pub byte_size: u32,
+}
+
+/// A vendor extension (`Extension`).
+#[cfg_attr(feature = "service", derive(serde::Serialize, serde::Deserialize))]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Extension {
+    pub name: String,
+    pub operand_types: Vec<ExtensionOperandTypeInformation>,
+}
+
+/// The NN HAL 1.3 `IDevice` (with the 1.0-1.2 queries it still serves).
+pub trait IDevice: Send + Sync {
+    fn get_capabilities_1_3(&self) -> (ErrorStatus, Capabilities);
+    fn get_version_string(&self) -> (ErrorStatus, String);
+    fn get_type(&self) -> (ErrorStatus, DeviceType);
+    fn get_status(&self) -> DeviceStatus;
+    fn get_supported_extensions(&self) -> (ErrorStatus, Vec<Extension>);
+    fn get_supported_operations_1_3(&self, model: &Model) -> (ErrorStatus, Vec<bool>);
+    /// (status, number of model cache files, number of data cache files).
+    fn get_number_of_cache_files_needed(&self) -> (ErrorStatus, u32, u32);
+    #[allow(clippy::too_many_arguments)]
+    fn prepare_model_1_3(
+        &self,
+        model: &Model,
+        preference: ExecutionPreference,
+        priority: Priority,
+        deadline: OptionalTimePoint,
+        model_cache: &[NativeHandle],
+        data_cache: &[NativeHandle],
+        token: &[u8; BYTE_SIZE_OF_CACHE_TOKEN],
+        callback: Option<Arc<dyn PreparedModelCallback>>,
+    ) -> ErrorStatus;
+    fn prepare_model_from_cache_1_3(
+        &self,
+        deadline: OptionalTimePoint,
+        model_cache: &[NativeHandle],
+        data_cache: &[NativeHandle],
+        token: &[u8; BYTE_SIZE_OF_CACHE_TOKEN],
+        callback: Option<Arc<dyn PreparedModelCallback>>,
+    ) -> ErrorStatus;
+    /// Allocates a driver-managed buffer for the given roles of `prepared_models` (which
+    /// must be this device's); on error the buffer is `None` and the token 0.
+    fn allocate(
+        &self,
+        desc: &BufferDesc,
+        prepared_models: &[Option<Arc<dyn IPreparedModel>>],
+        input_roles: &[BufferRole],
+        output_roles: &[BufferRole],
+    ) -> AllocateResult;
+}
+
+/// The NN HAL 1.3 `IPreparedModel`.
+pub trait IPreparedModel: Send + Sync {
+    fn execute_1_3(
+        &self,
+        request: &Request,
+        measure: MeasureTiming,
+        deadline: OptionalTimePoint,
+        loop_timeout: OptionalTimeoutDuration,
+        callback: Option<Arc<dyn ExecutionCallback>>,
+    ) -> ErrorStatus;
+    fn execute_synchronously_1_3(
+        &self,
+        request: &Request,
+        measure: MeasureTiming,
+        deadline: OptionalTimePoint,
+        loop_timeout: OptionalTimeoutDuration,
+    ) -> (ErrorStatus, Vec<OutputShape>, Timing);
+    /// Executes once every fence of `wait_for` is signalled, before the earlier of
+    /// `deadline` and now + `duration`. Outputs must have fully specified dimensions.
+    #[allow(clippy::too_many_arguments)]
+    fn execute_fenced(
+        &self,
+        request: &Request,
+        wait_for: &[NativeHandle],
+        measure: MeasureTiming,
+        deadline: OptionalTimePoint,
+        loop_timeout: OptionalTimeoutDuration,
+        duration: OptionalTimeoutDuration,
+    ) -> FencedResult;
+    /// The implementation behind the interface, so a device can recognise its own
+    /// prepared models (memory domains); `None` for a model it cannot know.
+    fn as_any(&self) -> Option<&dyn Any> {
+        None
+    }
+}
+
+/// A value delivered once that a client can wait on. Counts deliveries so tests can
+/// check "notified exactly once"; only the first is kept.
+pub struct Notified<T> {
+    state: Mutex<NotifiedState<T>>,
+    cv: Condvar,
+}
+
+struct NotifiedState<T> {
+    count: u32,
+    value: Option<T>,
+}
+
+impl<T: Clone> Notified<T> {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Notified {
+            state: Mutex::new(NotifiedState {
+                count: 0,
+                value: None,
+            }),
+            cv: Condvar::new(),
+        })
+    }
+
+    /// Waits for the first notification.
+    pub fn wait(&self) -> T {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if let Some(v) = &s.value {
+                return v.clone();
+            }
+            s = self.cv.wait(s).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Waits for the first notification at most `timeout`; `None` if none came.
+    pub fn wait_for(&self, timeout: std::time::Duration) -> Option<T> {
+        let s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let (s, _) = self
+            .cv
+            .wait_timeout_while(s, timeout, |s| s.value.is_none())
+            .unwrap_or_else(|p| p.into_inner());
+        s.value.clone()
+    }
+
+    pub fn notifications(&self) -> u32 {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).count
+    }
+
+    fn deliver(&self, v: T) {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.count += 1;
+        if s.value.is_none() {
+            s.value = Some(v);
+        }
+        self.cv.notify_all();
+    }
+}
+
+/// The outcome of a preparation.
+pub type PrepareResult = (ErrorStatus, Option<Arc<dyn IPreparedModel>>);
+/// The outcome of an execution.
+pub type ExecutionResult = (ErrorStatus, Vec<OutputShape>, Timing);
+
+/// A preparation callback a client can wait on.
+pub type PreparedModelSlot = Notified<PrepareResult>;
+/// An execution callback a client can wait on.
+pub type ExecutionSlot = Notified<ExecutionResult>;
+
+impl PreparedModelCallback for Notified<PrepareResult> {
+    fn notify(&self, status: ErrorStatus, prepared: Option<Arc<dyn IPreparedModel>>) {
+        self.deliver((status, prepared));
+    }
+}
+
+impl ExecutionCallback for Notified<ExecutionResult> {
+    fn notify(&self, status: ErrorStatus, output_shapes: Vec<OutputShape>, timing: Timing) {
+        self.deliver((status, output_shapes, timing));
+    }
+}

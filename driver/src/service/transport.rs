@@ -1,0 +1,513 @@
+//! The service's transport: one Unix-domain `SOCK_SEQPACKET` connection (the kernel keeps
+//! message boundaries), file descriptors passed with `SCM_RIGHTS`, and every message a
+//! postcard-encoded serde value.
+//!
+//! Everything received is hostile until validated: a message is at most [`MAX_MESSAGE`]
+//! bytes and [`MAX_FDS`] descriptors (a longer one is refused, never partly used); the
+//! descriptors a message carries are wrapped in [`OwnedFd`] the moment they arrive
+//! (`MSG_CMSG_CLOEXEC`, so they never leak into a child), so every error path closes them;
+//! a body must decode completely, with no trailing bytes.
+
+use std::io::{IoSlice, IoSliceMut};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use nix::errno::Errno;
+use nix::sys::socket::{
+    self, AddressFamily, Backlog, ControlMessage, MsgFlags, SockFlag, SockType, UnixAddr,
+};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+/// The largest message body, in bytes. A `SOCK_SEQPACKET` message must fit the socket's
+/// send buffer (about 208 KiB by default), so bulk data travels in memory fds instead.
+pub const MAX_MESSAGE: usize = 128 * 1024;
+/// The most file descriptors one message may carry.
+pub const MAX_FDS: usize = 64;
+/// Linux's limit on descriptors in one message (`SCM_MAX_FD`): a control buffer this large
+/// is never truncated, so every descriptor that arrives is seen and owned.
+const SCM_MAX_FD: usize = 253;
+
+/// Why a message could not be sent or received.
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    /// The socket call failed.
+    #[error("socket: {0}")]
+    Io(#[from] Errno),
+    /// A body longer than [`MAX_MESSAGE`] (received: truncated by the kernel).
+    #[error("message longer than {MAX_MESSAGE} bytes")]
+    Oversized,
+    /// More descriptors than [`MAX_FDS`] (received: the control data was truncated).
+    #[error("more than {MAX_FDS} file descriptors")]
+    TooManyFds,
+    /// A body that is not a valid message.
+    #[error("malformed message: {0}")]
+    Malformed(String),
+    /// A message carried a different number of descriptors than it declares.
+    #[error("message declares {declared} file descriptors, carries {carried}")]
+    FdCount {
+        /// How many the body refers to.
+        declared: usize,
+        /// How many arrived.
+        carried: usize,
+    },
+    /// The peer closed the connection.
+    #[error("connection closed")]
+    Closed,
+    /// The handshake failed: not our protocol, or a version the other side refused.
+    #[error("handshake: {0}")]
+    Handshake(String),
+}
+
+/// The wire protocol's version; a peer speaking another is refused at the handshake.
+pub const PROTOCOL_VERSION: u32 = 1;
+/// The first bytes of a client's hello.
+pub const MAGIC: [u8; 4] = *b"VNPS";
+
+/// A client's first message.
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+pub struct Hello {
+    /// [`MAGIC`].
+    pub magic: [u8; 4],
+    /// The client's [`PROTOCOL_VERSION`].
+    pub version: u32,
+}
+
+/// The service's answer to a [`Hello`].
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+pub enum Welcome {
+    /// Accepted: the service's protocol version and the device it hosts.
+    Accepted {
+        /// The service's [`PROTOCOL_VERSION`].
+        version: u32,
+        /// The hosted device's name.
+        device: String,
+    },
+    /// Refused, and why (the service closes the connection after sending it).
+    Refused(String),
+}
+
+/// The client side of the handshake: returns the device's name.
+pub fn handshake_client(sock: BorrowedFd<'_>) -> Result<String, TransportError> {
+    let hello = Hello {
+        magic: MAGIC,
+        version: PROTOCOL_VERSION,
+    };
+    send(sock, &encode(&hello)?, &[])?;
+    let frame = recv(sock)?;
+    if !frame.fds.is_empty() {
+        return Err(TransportError::FdCount {
+            declared: 0,
+            carried: frame.fds.len(),
+        });
+    }
+    match decode::<Welcome>(&frame.bytes)? {
+        Welcome::Accepted { version, device } if version == PROTOCOL_VERSION => Ok(device),
+        Welcome::Accepted { version, .. } => Err(TransportError::Handshake(format!(
+            "service speaks version {version}, this client {PROTOCOL_VERSION}"
+        ))),
+        Welcome::Refused(why) => Err(TransportError::Handshake(why)),
+    }
+}
+
+/// The service side of the handshake: reads the client's [`Hello`] and accepts it or
+/// refuses it (telling the client why before the error is returned).
+pub fn handshake_server(sock: BorrowedFd<'_>, device: &str) -> Result<(), TransportError> {
+    let frame = recv(sock)?;
+    let refusal = if !frame.fds.is_empty() {
+        Some("descriptors in the hello".to_string())
+    } else {
+        match decode::<Hello>(&frame.bytes) {
+            Ok(h) if h.magic != MAGIC => Some("not a vnpu client".to_string()),
+            Ok(h) if h.version != PROTOCOL_VERSION => Some(format!(
+                "client speaks version {}, this service {PROTOCOL_VERSION}",
+                h.version
+            )),
+            Ok(_) => None,
+            Err(e) => Some(e.to_string()),
+        }
+    };
+    match refusal {
+        None => send(
+            sock,
+            &encode(&Welcome::Accepted {
+                version: PROTOCOL_VERSION,
+                device: device.to_string(),
+            })?,
+            &[],
+        ),
+        Some(why) => {
+            // Best effort: the client may already be gone.
+            let _ = send(sock, &encode(&Welcome::Refused(why.clone()))?, &[]);
+            Err(TransportError::Handshake(why))
+        }
+    }
+}
+
+/// One received message: its body and the descriptors that came with it (owned: dropped,
+/// they are closed).
+#[derive(Debug)]
+pub struct Frame {
+    /// The encoded body.
+    pub bytes: Vec<u8>,
+    /// The descriptors, in the order they were sent.
+    pub fds: Vec<OwnedFd>,
+}
+
+/// Encodes `msg`, refusing a body over [`MAX_MESSAGE`].
+pub fn encode<T: Serialize>(msg: &T) -> Result<Vec<u8>, TransportError> {
+    let bytes = postcard::to_stdvec(msg).map_err(|e| TransportError::Malformed(e.to_string()))?;
+    if bytes.len() > MAX_MESSAGE {
+        return Err(TransportError::Oversized);
+    }
+    Ok(bytes)
+}
+
+/// Decodes a whole body: a body that does not decode, or has bytes left over, is malformed.
+pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, TransportError> {
+    if bytes.len() > MAX_MESSAGE {
+        return Err(TransportError::Oversized);
+    }
+    let (value, rest) =
+        postcard::take_from_bytes(bytes).map_err(|e| TransportError::Malformed(e.to_string()))?;
+    if !rest.is_empty() {
+        return Err(TransportError::Malformed(format!(
+            "{} trailing bytes",
+            rest.len()
+        )));
+    }
+    Ok(value)
+}
+
+/// Sends one message with its descriptors (which stay owned by the caller).
+pub fn send(
+    sock: BorrowedFd<'_>,
+    bytes: &[u8],
+    fds: &[BorrowedFd<'_>],
+) -> Result<(), TransportError> {
+    if bytes.len() > MAX_MESSAGE {
+        return Err(TransportError::Oversized);
+    }
+    if fds.len() > MAX_FDS {
+        return Err(TransportError::TooManyFds);
+    }
+    let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
+    let cmsgs = [ControlMessage::ScmRights(&raw)];
+    let cmsgs: &[ControlMessage] = if raw.is_empty() { &[] } else { &cmsgs };
+    let iov = [IoSlice::new(bytes)];
+    loop {
+        match socket::sendmsg::<UnixAddr>(
+            sock.as_raw_fd(),
+            &iov,
+            cmsgs,
+            MsgFlags::MSG_NOSIGNAL,
+            None,
+        ) {
+            Ok(_) => return Ok(()),
+            Err(Errno::EINTR) => continue,
+            Err(Errno::EPIPE | Errno::ECONNRESET) => return Err(TransportError::Closed),
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Receives one message. Descriptors are owned from the moment they arrive, so a message
+/// refused for its length or its descriptor count closes them all.
+pub fn recv(sock: BorrowedFd<'_>) -> Result<Frame, TransportError> {
+    // One byte more than the bound, so an oversized message shows as truncated.
+    let mut bytes = vec![0u8; MAX_MESSAGE + 1];
+    // Room for every descriptor the kernel can pass, so an excess is seen (and closed)
+    // here: a truncated control buffer would leave installed descriptors unreachable.
+    let mut cmsg = nix::cmsg_space!([RawFd; SCM_MAX_FD]);
+    let (len, flags, fds) = loop {
+        let mut iov = [IoSliceMut::new(&mut bytes)];
+        match socket::recvmsg::<UnixAddr>(
+            sock.as_raw_fd(),
+            &mut iov,
+            Some(&mut cmsg),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        ) {
+            Ok(msg) => {
+                let mut fds = Vec::new();
+                if let Ok(cmsgs) = msg.cmsgs() {
+                    for c in cmsgs {
+                        if let socket::ControlMessageOwned::ScmRights(raw) = c {
+                            for fd in raw {
+                                // SAFETY: the kernel just installed `fd` in this process
+                                // for this message (SCM_RIGHTS); nothing else owns it.
+                                fds.push(unsafe { OwnedFd::from_raw_fd(fd) });
+                            }
+                        }
+                    }
+                }
+                break (msg.bytes, msg.flags, fds);
+            }
+            Err(Errno::EINTR) => continue,
+            Err(Errno::ECONNRESET) => return Err(TransportError::Closed),
+            Err(e) => return Err(e.into()),
+        }
+    };
+    if flags.contains(MsgFlags::MSG_CTRUNC) || fds.len() > MAX_FDS {
+        return Err(TransportError::TooManyFds);
+    }
+    if flags.contains(MsgFlags::MSG_TRUNC) || len > MAX_MESSAGE {
+        return Err(TransportError::Oversized);
+    }
+    if len == 0 && fds.is_empty() {
+        // A zero-length read on SOCK_SEQPACKET is the peer's orderly shutdown (no message
+        // of ours is empty).
+        return Err(TransportError::Closed);
+    }
+    bytes.truncate(len);
+    Ok(Frame { bytes, fds })
+}
+
+/// A connected pair (for tests and in-process use).
+pub fn pair() -> Result<(OwnedFd, OwnedFd), TransportError> {
+    Ok(socket::socketpair(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )?)
+}
+
+/// A new Unix `SOCK_SEQPACKET` socket (close-on-exec).
+fn seqpacket() -> Result<OwnedFd, TransportError> {
+    Ok(socket::socket(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )?)
+}
+
+/// Creates a listening socket at `path` with mode 0660 (set before `listen`, so no
+/// client can connect under looser permissions). An existing file at `path` is an error.
+pub fn listen(path: &Path) -> Result<OwnedFd, TransportError> {
+    let sock = seqpacket()?;
+    socket::bind(sock.as_raw_fd(), &UnixAddr::new(path)?)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
+        .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))?;
+    socket::listen(&sock, Backlog::new(64).unwrap_or(Backlog::MAXCONN))?;
+    Ok(sock)
+}
+
+/// Accepts one connection (close-on-exec).
+pub fn accept(listener: BorrowedFd<'_>) -> Result<OwnedFd, TransportError> {
+    loop {
+        match socket::accept4(listener.as_raw_fd(), SockFlag::SOCK_CLOEXEC) {
+            // SAFETY: accept4 returned a new descriptor that nothing else owns.
+            Ok(fd) => return Ok(unsafe { OwnedFd::from_raw_fd(fd) }),
+            Err(Errno::EINTR | Errno::ECONNABORTED) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Connects to a service socket (close-on-exec).
+pub fn connect(path: &Path) -> Result<OwnedFd, TransportError> {
+    let sock = seqpacket()?;
+    socket::connect(sock.as_raw_fd(), &UnixAddr::new(path)?)?;
+    Ok(sock)
+}
+
+/// Who may connect: the service's own uid always; other uids only through one of
+/// `allowed_gids` (the peer's primary gid, as `SO_PEERCRED` reports it).
+#[derive(Clone, Debug, Default)]
+pub struct PeerPolicy {
+    /// Groups whose members may connect besides the service's own user.
+    pub allowed_gids: Vec<u32>,
+    /// Refuse even the service's own uid unless its gid is allowed (tests of the policy).
+    pub deny_same_uid: bool,
+}
+
+/// A peer the policy refused.
+#[derive(Debug, thiserror::Error)]
+#[error("peer uid {uid} gid {gid} (pid {pid}) not allowed")]
+pub struct PeerRefused {
+    /// The peer's uid.
+    pub uid: u32,
+    /// The peer's gid.
+    pub gid: u32,
+    /// The peer's pid.
+    pub pid: i32,
+}
+
+impl PeerPolicy {
+    /// Checks the peer of a connected socket with `SO_PEERCRED`.
+    pub fn check(&self, conn: &impl AsFd) -> Result<(), PeerRefused> {
+        let cred = socket::getsockopt(conn, socket::sockopt::PeerCredentials).map_err(|_| {
+            PeerRefused {
+                uid: u32::MAX,
+                gid: u32::MAX,
+                pid: -1,
+            }
+        })?;
+        let (uid, gid) = (cred.uid(), cred.gid());
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let euid = unsafe { libc::geteuid() };
+        let same_uid = !self.deny_same_uid && uid == euid;
+        if same_uid || self.allowed_gids.contains(&gid) {
+            Ok(())
+        } else {
+            Err(PeerRefused {
+                uid,
+                gid,
+                pid: cred.pid(),
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    enum Msg {
+        Ping(u64),
+        Text(String, Vec<u32>),
+    }
+
+    #[test]
+    fn round_trip_with_fds() {
+        let (a, b) = pair().unwrap();
+        let msg = Msg::Text("vnpu".into(), vec![1, 2, 3]);
+        let (r, w) = nix::unistd::pipe().unwrap();
+        send(a.as_fd(), &encode(&msg).unwrap(), &[r.as_fd(), w.as_fd()]).unwrap();
+        let frame = recv(b.as_fd()).unwrap();
+        assert_eq!(decode::<Msg>(&frame.bytes).unwrap(), msg);
+        assert_eq!(frame.fds.len(), 2);
+        let flags = nix::fcntl::fcntl(&frame.fds[0], nix::fcntl::FcntlArg::F_GETFD).unwrap();
+        assert!(
+            flags & libc::FD_CLOEXEC != 0,
+            "received fds are close-on-exec"
+        );
+        // The received write end works.
+        nix::unistd::write(&frame.fds[1], b"x").unwrap();
+        let mut buf = [0u8; 1];
+        nix::unistd::read(&r, &mut buf).unwrap();
+        assert_eq!(&buf, b"x");
+    }
+
+    #[test]
+    fn truncated_and_garbage_bodies_rejected() {
+        let bytes = encode(&Msg::Text("hello".into(), vec![7; 10])).unwrap();
+        for cut in 0..bytes.len() {
+            assert!(decode::<Msg>(&bytes[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut trailing = bytes.clone();
+        trailing.push(0);
+        assert!(matches!(
+            decode::<Msg>(&trailing),
+            Err(TransportError::Malformed(_))
+        ));
+        assert!(decode::<Msg>(&[0xFF; 16]).is_err());
+        // A length prefix claiming far more than the body holds.
+        assert!(decode::<Msg>(&[1, 0xFF, 0xFF, 0xFF, 0xFF, 0x0F]).is_err());
+    }
+
+    #[test]
+    fn oversized_message_rejected_and_its_fds_closed() {
+        let (a, b) = pair().unwrap();
+        // Raise the send buffer so the kernel accepts the oversized packet and the
+        // receiver is the one to refuse it.
+        socket::setsockopt(&a, socket::sockopt::SndBuf, &(4 * MAX_MESSAGE)).unwrap();
+        let big = vec![0u8; MAX_MESSAGE + 100];
+        assert!(matches!(
+            send(a.as_fd(), &big, &[]),
+            Err(TransportError::Oversized)
+        ));
+        assert!(matches!(
+            refused_and_closed(&a, &b, &big, 1),
+            TransportError::Oversized
+        ));
+    }
+
+    #[test]
+    fn too_many_fds_rejected_and_closed() {
+        let (a, b) = pair().unwrap();
+        assert!(matches!(
+            refused_and_closed(&a, &b, b"x", MAX_FDS + 1),
+            TransportError::TooManyFds
+        ));
+    }
+
+    /// Sends `bytes` with `copies` of a pipe's read end past [`send`]'s checks, and
+    /// returns the error `recv` gives; asserts that every copy received was closed.
+    fn refused_and_closed(a: &OwnedFd, b: &OwnedFd, bytes: &[u8], copies: usize) -> TransportError {
+        let (r, w) = nix::unistd::pipe().unwrap();
+        let raw = vec![r.as_raw_fd(); copies];
+        socket::sendmsg::<UnixAddr>(
+            a.as_raw_fd(),
+            &[IoSlice::new(bytes)],
+            &[ControlMessage::ScmRights(&raw)],
+            MsgFlags::empty(),
+            None,
+        )
+        .unwrap();
+        drop(r);
+        let err = recv(b.as_fd()).unwrap_err();
+        assert_only_read_end_closed(&w);
+        err
+    }
+
+    #[test]
+    fn handshake_accepts_our_version_and_refuses_others() {
+        let (a, b) = pair().unwrap();
+        let server = std::thread::spawn(move || handshake_server(b.as_fd(), "vnpu-0"));
+        assert_eq!(handshake_client(a.as_fd()).unwrap(), "vnpu-0");
+        server.join().unwrap().unwrap();
+
+        let (a, b) = pair().unwrap();
+        let old = Hello {
+            magic: MAGIC,
+            version: PROTOCOL_VERSION + 1,
+        };
+        send(a.as_fd(), &encode(&old).unwrap(), &[]).unwrap();
+        assert!(matches!(
+            handshake_server(b.as_fd(), "vnpu-0"),
+            Err(TransportError::Handshake(_))
+        ));
+        let reply = recv(a.as_fd()).unwrap();
+        assert!(matches!(
+            decode::<Welcome>(&reply.bytes).unwrap(),
+            Welcome::Refused(_)
+        ));
+    }
+
+    #[test]
+    fn closed_peer_is_reported() {
+        let (a, b) = pair().unwrap();
+        drop(a);
+        assert!(matches!(recv(b.as_fd()), Err(TransportError::Closed)));
+    }
+
+    #[test]
+    fn listener_mode_and_peer_policy() {
+        let dir = std::env::temp_dir().join(format!("vnpu-transport-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("s");
+        let _ = std::fs::remove_file(&path);
+        let l = listen(&path).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o660);
+        let c = connect(&path).unwrap();
+        let s = accept(l.as_fd()).unwrap();
+        assert!(PeerPolicy::default().check(&s).is_ok());
+        let strict = PeerPolicy {
+            allowed_gids: vec![],
+            deny_same_uid: true,
+        };
+        assert!(strict.check(&s).is_err());
+        drop(c);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Every copy of the pipe's read end was received and closed: a write gets EPIPE.
+    fn assert_only_read_end_closed(w: &OwnedFd) {
+        assert_eq!(nix::unistd::write(w, b"x"), Err(Errno::EPIPE));
+    }
+}
