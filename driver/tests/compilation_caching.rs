@@ -475,35 +475,57 @@ fn miscounted(files: &Files) -> Vec<(Vec<NativeHandle>, Vec<NativeHandle>)> {
     out
 }
 
-#[test]
-fn save_to_cache_invalid_num_cache() {
-    each_path("save_to_cache_invalid_num_cache", |dev| {
+/// Bad handle lists made from a set of cache files.
+type BadHandles = fn(&Files) -> Vec<(Vec<NativeHandle>, Vec<NativeHandle>)>;
+
+/// Saving with each bad handle list still prepares a working model (nothing is saved),
+/// and loading with the same handles fails.
+fn saving_with(name: &str, bad: BadHandles, what: &str) {
+    each_path(name, |dev| {
         for case in models() {
             let files = Files::standard();
-            for (m, d) in miscounted(&files) {
+            for (m, d) in bad(&files) {
                 let token = [0u8; 32];
                 check(&save(dev, case, &m, &d, &token), case);
                 let (status, _) = load(dev, &m, &d, &token);
-                assert_fails(status, "load with the same miscounted handles");
+                assert_fails(status, what);
+            }
+        }
+    });
+}
+
+/// After a good save, loading with each bad handle list fails.
+fn loading_with(name: &str, bad: BadHandles, what: &str) {
+    each_path(name, |dev| {
+        for case in models() {
+            let files = Files::standard();
+            let (m, d) = files.handles();
+            let token = [0u8; 32];
+            save(dev, case, &m, &d, &token);
+            for (m, d) in bad(&files) {
+                let (status, _) = load(dev, &m, &d, &token);
+                assert_fails(status, what);
             }
         }
     });
 }
 
 #[test]
+fn save_to_cache_invalid_num_cache() {
+    saving_with(
+        "save_to_cache_invalid_num_cache",
+        miscounted,
+        "load with the same miscounted handles",
+    );
+}
+
+#[test]
 fn prepare_model_from_cache_invalid_num_cache() {
-    each_path("prepare_model_from_cache_invalid_num_cache", |dev| {
-        for case in models() {
-            let files = Files::standard();
-            let (m, d) = files.handles();
-            let token = [0u8; 32];
-            save(dev, case, &m, &d, &token);
-            for (m, d) in miscounted(&files) {
-                let (status, _) = load(dev, &m, &d, &token);
-                assert_fails(status, "miscounted handles");
-            }
-        }
-    });
+    loading_with(
+        "prepare_model_from_cache_invalid_num_cache",
+        miscounted,
+        "miscounted handles",
+    );
 }
 
 /// Handle lists where one handle holds 0 or 2 fds.
@@ -532,33 +554,20 @@ fn bad_fd_counts(files: &Files) -> Vec<(Vec<NativeHandle>, Vec<NativeHandle>)> {
 
 #[test]
 fn save_to_cache_invalid_num_fd() {
-    each_path("save_to_cache_invalid_num_fd", |dev| {
-        for case in models() {
-            let files = Files::standard();
-            for (m, d) in bad_fd_counts(&files) {
-                let token = [0u8; 32];
-                check(&save(dev, case, &m, &d, &token), case);
-                let (status, _) = load(dev, &m, &d, &token);
-                assert_fails(status, "load with the same bad fd counts");
-            }
-        }
-    });
+    saving_with(
+        "save_to_cache_invalid_num_fd",
+        bad_fd_counts,
+        "load with the same bad fd counts",
+    );
 }
 
 #[test]
 fn prepare_model_from_cache_invalid_num_fd() {
-    each_path("prepare_model_from_cache_invalid_num_fd", |dev| {
-        for case in models() {
-            let files = Files::standard();
-            let (m, d) = files.handles();
-            let token = [0u8; 32];
-            save(dev, case, &m, &d, &token);
-            for (m, d) in bad_fd_counts(&files) {
-                let (status, _) = load(dev, &m, &d, &token);
-                assert_fails(status, "bad fd counts");
-            }
-        }
-    });
+    loading_with(
+        "prepare_model_from_cache_invalid_num_fd",
+        bad_fd_counts,
+        "bad fd counts",
+    );
 }
 
 /// Handle lists where one fd has the access mode `access`.
