@@ -45,16 +45,14 @@ impl StagedPool {
         let region = SharedRegion::new("vnpu-staged-pool", len)
             .map_err(|e| PoolError::Io(std::io::Error::other(e)))?;
         let mut ranges = Vec::with_capacity(reads.len());
-        for &(off, n) in reads {
+        for (off, n) in disjoint(reads) {
             let at = file_offset(pool, off, n)?;
             let dst = region
                 .ptr(off - base, n)
                 .map_err(|e| PoolError::Io(std::io::Error::other(e)))?;
             ranges.push((at, dst, n as usize));
         }
-        // SAFETY: each destination was bounds-checked inside `region`, our own private
-        // mapping that no device maps yet; the spans of one pool's arguments may overlap
-        // only if the client aliases inputs, which then read the same bytes.
+        // SAFETY: bounds-checked, disjoint ranges of our own unmapped region.
         unsafe { io.read_ranges(pool.fd, &ranges) }?;
         Ok(Some(StagedPool { region, base }))
     }
@@ -90,6 +88,21 @@ impl StagedPool {
         unsafe { io.write_ranges(pool.fd, &ranges) }?;
         Ok(())
     }
+}
+
+/// `spans` merged into sorted, non-overlapping ranges (inputs may alias one location).
+fn disjoint(spans: &[Span]) -> Vec<Span> {
+    let mut sorted = spans.to_vec();
+    sorted.sort_unstable();
+    let mut out: Vec<Span> = Vec::with_capacity(sorted.len());
+    for (off, n) in sorted {
+        let end = off.saturating_add(n);
+        match out.last_mut() {
+            Some((o, len)) if off <= *o + *len => *len = (*len).max(end - *o),
+            _ => out.push((off, n)),
+        }
+    }
+    out
 }
 
 /// The file offset of pool range `[off, off + n)`, checked against the pool's size.
@@ -142,6 +155,14 @@ mod tests {
             .unwrap();
         staged.write_back(&io, &pool, &[(20, 8)]).unwrap();
         assert_eq!(crate::memory::read_range(&pool, 20, 8).unwrap(), [9; 8]);
+    }
+
+    #[test]
+    fn aliased_reads_are_merged() {
+        assert_eq!(
+            disjoint(&[(8, 4), (0, 4), (2, 4), (8, 2)]),
+            [(0, 6), (8, 4)]
+        );
     }
 
     #[test]

@@ -491,10 +491,9 @@ impl Ring {
             if let Some((k, got)) = short.take() {
                 let off = k * CHUNK;
                 let want = CHUNK.min(len - off);
-                // SAFETY: the remainder of chunk `k`, inside the caller's buffer; its
-                // request has completed.
-                let r =
-                    unsafe { pread_exact(fd, dst.add(off + got), want - got, (off + got) as u64) };
+                let (rest, at) = (want - got, (off + got) as u64);
+                // SAFETY: the rest of chunk `k`, inside the caller's buffer; its read is done.
+                let r = unsafe { pread_exact(fd, dst.add(off + got), rest, at) };
                 if let Err(e) = r {
                     failure = Some(e);
                     continue;

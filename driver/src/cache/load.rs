@@ -190,10 +190,9 @@ impl Cache {
             hw.run(cmds, 0, Some(epoch)).map(|_| ())
         };
         let mut hash = |off: usize, n: usize| {
-            // SAFETY: `base + off .. + n` lies inside `staging`, our private memfd mapping,
-            // alive for this whole call; the kernel has finished writing these bytes (their
-            // read completed) and nothing writes them again: the device may only read them
-            // (the IOMMU mapping is READ).
+            // Inside `staging`, our private mapping alive for the call; the read of these
+            // bytes completed and nothing writes them again (the device maps them READ).
+            // SAFETY: as just said: in bounds, initialised, and never written meanwhile.
             let bytes = unsafe { std::slice::from_raw_parts(base.add(off), n) };
             hasher.update(bytes);
         };
