@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 pub struct RangeAllocator {
     /// Free ranges: start -> length, coalesced.
     free: BTreeMap<u64, u64>,
+    /// The whole range's length.
+    capacity: u64,
 }
 
 impl RangeAllocator {
@@ -15,7 +17,10 @@ impl RangeAllocator {
         if len > 0 {
             free.insert(start, len);
         }
-        Self { free }
+        Self {
+            free,
+            capacity: len,
+        }
     }
 
     /// Finds `len` bytes aligned to `align` (a power of two).
@@ -58,6 +63,11 @@ impl RangeAllocator {
 
     pub fn free_bytes(&self) -> u64 {
         self.free.values().sum()
+    }
+
+    /// Bytes allocated now.
+    pub fn in_use(&self) -> u64 {
+        self.capacity - self.free_bytes()
     }
 }
 

@@ -78,6 +78,20 @@ pub struct ModelContext {
     pub buffers: Arc<BufferRegistry>,
 }
 
+/// What a device holds at one moment.
+#[cfg_attr(feature = "service", derive(serde::Serialize, serde::Deserialize))]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DeviceUsage {
+    /// Prepared models alive.
+    pub prepared_models: u64,
+    /// Driver-managed buffers alive.
+    pub buffers: u64,
+    /// Device memory (DRAM) allocated, in bytes.
+    pub dram_bytes: u64,
+    /// Device address space (IOMMU) mapped, in bytes.
+    pub iova_bytes: u64,
+}
+
 /// The driver's device: the HAL over one emulated accelerator.
 pub struct VnpuDevice {
     hw: Arc<Hardware>,
@@ -180,6 +194,17 @@ impl VnpuDevice {
     /// Prepared models alive on this device.
     pub fn prepared_models(&self) -> usize {
         self.models.live.load(Ordering::Acquire)
+    }
+
+    /// What the device holds now (for operators, the service's usage call, leak checks).
+    pub fn usage(&self) -> DeviceUsage {
+        let (dram_bytes, iova_bytes) = self.hw.memory_in_use();
+        DeviceUsage {
+            prepared_models: self.prepared_models() as u64,
+            buffers: self.buffers() as u64,
+            dram_bytes,
+            iova_bytes,
+        }
     }
 
     /// The model's pools read into memory and its constant operands resolved.

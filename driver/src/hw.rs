@@ -251,6 +251,12 @@ impl Hardware {
         self.epoch.load(Ordering::Acquire)
     }
 
+    /// Bytes in use now: (device DRAM allocated, device address space mapped).
+    pub fn memory_in_use(&self) -> (u64, u64) {
+        let lock = |m: &Mutex<RangeAllocator>| m.lock().unwrap_or_else(|p| p.into_inner()).in_use();
+        (lock(&self.dram), lock(&self.iova))
+    }
+
     pub fn alloc_dram(self: &Arc<Self>, len: u64) -> Result<DramBlock, HwError> {
         let len = len.max(1).next_multiple_of(64);
         let addr = self

@@ -1,12 +1,13 @@
 //! The service's message decoder: hostile bytes and a list of descriptors, as a client's
-//! message arrives, through decoding and the pairing of descriptors with memories. No
-//! crash, and no leak: every descriptor is closed once the message is dropped.
+//! message arrives, through decoding and the pairing of descriptors with the handles the
+//! call names. No crash, and no leak: every descriptor is closed once the message is
+//! dropped.
 #![no_main]
 
 use std::os::fd::OwnedFd;
 
 use libfuzzer_sys::fuzz_target;
-use vnpu_driver::service::protocol::{take_memories, take_pools, Call, Request};
+use vnpu_driver::service::protocol::{Call, Incoming, Request};
 use vnpu_driver::service::transport::decode;
 
 fuzz_target!(|data: &[u8]| {
@@ -18,14 +19,29 @@ fuzz_target!(|data: &[u8]| {
     let fds: Vec<OwnedFd> = (0..n % 8).map(|_| r.try_clone().expect("dup")).collect();
     drop(r);
     if let Ok(req) = decode::<Request>(body) {
-        match req.call {
-            Call::GetSupportedOperations { pools, .. } | Call::PrepareModel { pools, .. } => {
-                let _ = take_memories(pools, fds);
+        if let Ok(mut incoming) = Incoming::exact(req.call.fd_count(), fds) {
+            // Hand every descriptor to the handle the body gives it, as the server does.
+            match req.call {
+                Call::GetSupportedOperations { pools, .. } => drop(incoming.memories(pools)),
+                Call::PrepareModel { pools, cache, .. } => {
+                    drop(incoming.memories(pools));
+                    drop(incoming.handles(cache.model_cache));
+                    drop(incoming.handles(cache.data_cache));
+                }
+                Call::PrepareModelFromCache { cache, .. } => {
+                    drop(incoming.handles(cache.model_cache));
+                    drop(incoming.handles(cache.data_cache));
+                }
+                Call::CopyTo { dst: m, .. } | Call::CopyFrom { src: m, .. } => {
+                    drop(incoming.memory(m))
+                }
+                Call::Execute(e) | Call::ExecuteSynchronously(e) => drop(incoming.pools(e.pools)),
+                Call::ExecuteFenced { exec, wait_for, .. } => {
+                    drop(incoming.pools(exec.pools));
+                    drop(incoming.handles(wait_for));
+                }
+                _ => {}
             }
-            Call::ExecuteSynchronously { pools, .. } => {
-                let _ = take_pools(pools, fds);
-            }
-            _ => drop(fds),
         }
     } else {
         drop(fds);

@@ -23,6 +23,8 @@ use vnpu_driver::hal::{
     ErrorStatus, ExecutionPreference, Model, NativeHandle, OperationType, OptionalTimePoint,
     Priority,
 };
+use vnpu_driver::service::client::{self, RemoteDevice};
+use vnpu_driver::service::{server, transport};
 use vnpu_emu::regs;
 
 #[derive(Parser)]
@@ -39,7 +41,11 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Device identity, capabilities and the supported-operation table.
-    Info,
+    Info {
+        /// Ask the service on this socket (`vnpu serve`) instead of an embedded device.
+        #[arg(long)]
+        remote: Option<PathBuf>,
+    },
     /// Run one conformance case (a JSON file, or a case name looked up in the corpus).
     Run {
         case: String,
@@ -56,6 +62,9 @@ enum Command {
         /// The cache token, 64 hex digits (default: derived from the model's contents).
         #[arg(long, requires = "cache_dir")]
         token: Option<String>,
+        /// Run on the service on this socket (`vnpu serve`) instead of an embedded device.
+        #[arg(long, conflicts_with = "trace")]
+        remote: Option<PathBuf>,
     },
     /// Run every case of corpus files through the full driver path.
     Conformance {
@@ -79,6 +88,9 @@ enum Command {
         /// buffers (IDevice::allocate; an operand without one stays shared).
         #[arg(long, value_enum, default_value_t = MemoryMode::Shared)]
         memory: MemoryMode,
+        /// Run on the service on this socket (`vnpu serve`) instead of an embedded device.
+        #[arg(long)]
+        remote: Option<PathBuf>,
     },
     /// Serve the device to other processes on a Unix socket (mode 0660). Prints one line,
     /// `vnpu: serving DEVICE on PATH`, once it is listening.
@@ -86,7 +98,10 @@ enum Command {
         /// Where to create the socket (must not exist yet).
         #[arg(long)]
         socket: PathBuf,
-        /// A group whose members may connect besides this user (repeatable).
+        /// A user who may connect (repeatable; default: only this user).
+        #[arg(long)]
+        allow_uid: Vec<u32>,
+        /// A group whose members may connect (repeatable).
         #[arg(long)]
         allow_gid: Vec<u32>,
     },
@@ -111,22 +126,27 @@ fn main() -> ExitCode {
     if let Command::ConformanceTable { reports } = &cli.command {
         return conformance_table(reports);
     }
-    let device = match VnpuDevice::new() {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!("vnpu: cannot start the emulated device: {e}");
-            return ExitCode::from(2);
-        }
+    let remote = match &cli.command {
+        Command::Info { remote }
+        | Command::Run { remote, .. }
+        | Command::Conformance { remote, .. } => remote.clone(),
+        _ => None,
     };
+    let target = match Target::open(remote.as_deref()) {
+        Ok(t) => t,
+        Err(code) => return code,
+    };
+    let device = target.device();
     match cli.command {
-        Command::Info => info(&device),
+        Command::Info { .. } => info(&target),
         Command::Run {
             case,
             corpus,
             trace,
             cache_dir,
             token,
-        } => run(&device, &case, corpus, trace, cache_dir.zip(Some(token))),
+            ..
+        } => run(&target, &case, corpus, trace, cache_dir.zip(Some(token))),
         Command::Conformance {
             files,
             filter,
@@ -134,8 +154,9 @@ fn main() -> ExitCode {
             json,
             path,
             memory,
+            ..
         } => conformance(
-            &device,
+            device,
             &files,
             SuiteOptions {
                 filter,
@@ -145,13 +166,64 @@ fn main() -> ExitCode {
             json,
         ),
         Command::ConformanceTable { reports } => conformance_table(&reports),
-        Command::Serve { socket, allow_gid } => serve(device, &socket, allow_gid),
+        Command::Serve {
+            socket,
+            allow_uid,
+            allow_gid,
+        } => match target {
+            Target::Local(device) => serve(
+                device,
+                &socket,
+                transport::PeerPolicy {
+                    allowed_uids: allow_uid,
+                    allowed_gids: allow_gid,
+                },
+            ),
+            Target::Remote(_) => unreachable!("serve has no --remote"),
+        },
+    }
+}
+
+/// The device a command runs on: embedded in this process, or served by `vnpu serve`.
+enum Target {
+    Local(Arc<VnpuDevice>),
+    Remote(RemoteDevice),
+}
+
+impl Target {
+    /// The embedded device, or a connection to the service at `remote`.
+    fn open(remote: Option<&Path>) -> Result<Target, ExitCode> {
+        match remote {
+            Some(path) => RemoteDevice::connect(path, client::DEFAULT_TIMEOUT)
+                .map(Target::Remote)
+                .map_err(|e| {
+                    eprintln!("vnpu: cannot reach the service at {}: {e}", path.display());
+                    ExitCode::from(2)
+                }),
+            None => VnpuDevice::new().map(Target::Local).map_err(|e| {
+                eprintln!("vnpu: cannot start the emulated device: {e}");
+                ExitCode::from(2)
+            }),
+        }
+    }
+
+    fn device(&self) -> &dyn IDevice {
+        match self {
+            Target::Local(d) => d.as_ref(),
+            Target::Remote(r) => r,
+        }
+    }
+
+    fn name(&self) -> &str {
+        match self {
+            Target::Local(d) => d.name(),
+            Target::Remote(r) => r.name(),
+        }
     }
 }
 
 /// `vnpu serve`: listens, says so on one line, then serves until killed.
-fn serve(device: Arc<VnpuDevice>, socket: &Path, allow_gid: Vec<u32>) -> ExitCode {
-    use vnpu_driver::service::{server, transport};
+fn serve(device: Arc<VnpuDevice>, socket: &Path, policy: transport::PeerPolicy) -> ExitCode {
     let listener = match transport::listen(socket) {
         Ok(l) => l,
         Err(e) => {
@@ -162,11 +234,11 @@ fn serve(device: Arc<VnpuDevice>, socket: &Path, allow_gid: Vec<u32>) -> ExitCod
     let name = device.name().to_string();
     println!("vnpu: serving {name} on {}", socket.display());
     let _ = std::io::stdout().flush();
-    let policy = transport::PeerPolicy {
-        allowed_gids: allow_gid,
-        deny_same_uid: false,
-    };
-    match server::serve(listener, device, name, policy) {
+    let mut options = server::ServeOptions::new(name);
+    options.policy = policy;
+    let probe = device.clone();
+    options.usage = Some(Arc::new(move || probe.usage()));
+    match server::serve(listener, device, options) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("vnpu: serve: {e}");
@@ -175,14 +247,10 @@ fn serve(device: Arc<VnpuDevice>, socket: &Path, allow_gid: Vec<u32>) -> ExitCod
     }
 }
 
-fn info(device: &Arc<VnpuDevice>) -> ExitCode {
+/// The embedded device's registers and memory.
+fn local_info(device: &VnpuDevice) {
     let dev = device.hardware().device();
     let id = dev.read_reg(regs::ID);
-    println!(
-        "device       {} ({})",
-        device.name(),
-        device.get_version_string().1
-    );
     println!(
         "id           {id:#010x} {:?}",
         String::from_utf8_lossy(&id.to_le_bytes())
@@ -194,16 +262,44 @@ fn info(device: &Arc<VnpuDevice>) -> ExitCode {
         dev.dram_size() >> 20,
         dev.dram_base()
     );
+}
+
+fn info(target: &Target) -> ExitCode {
+    let device = target.device();
+    println!(
+        "device       {} ({})",
+        target.name(),
+        device.get_version_string().1
+    );
+    match target {
+        Target::Local(local) => local_info(local),
+        Target::Remote(remote) => match remote.usage() {
+            Ok(u) => {
+                println!("service      {} client(s) connected", u.connections);
+                let d = u.device;
+                println!(
+                    "in use       {} prepared model(s), {} buffer(s), {} KiB device memory, {} KiB mapped",
+                    d.prepared_models,
+                    d.buffers,
+                    d.dram_bytes >> 10,
+                    d.iova_bytes >> 10
+                );
+            }
+            Err(e) => println!("service      usage unavailable: {e}"),
+        },
+    }
     println!("type         {:?}", device.get_type().1);
     println!("status       {:?}", device.get_status());
     let (_, m, d) = device.get_number_of_cache_files_needed();
     println!("cache files  model {m}, data {d}");
     println!("cache holds  {}", vnpu_driver::cache::DESCRIPTION);
-    println!("cache I/O    {}", device.cache().io().describe());
-    println!(
-        "cache key    {} (created on first use, mode 0600; set VNPU_CACHE_KEY to move it)",
-        device.cache().config().key_path.display()
-    );
+    if let Target::Local(local) = target {
+        println!("cache I/O    {}", local.cache().io().describe());
+        println!(
+            "cache key    {} (created on first use, mode 0600; set VNPU_CACHE_KEY to move it)",
+            local.cache().config().key_path.display()
+        );
+    }
     let caps = device.get_capabilities_1_3().1;
     println!("\ncapabilities (execTime, powerUsage; relative to a CPU, lower is better)");
     let p = caps.relaxed_float32_to_float16_performance_tensor;
@@ -251,7 +347,7 @@ fn load_case(name: &str, corpus: Vec<PathBuf>) -> Result<TestCase, String> {
 }
 
 fn run(
-    device: &Arc<VnpuDevice>,
+    target: &Target,
     name: &str,
     corpus: Vec<PathBuf>,
     trace: Option<PathBuf>,
@@ -264,11 +360,17 @@ fn run(
             return ExitCode::from(2);
         }
     };
-    let dev = device.hardware().device();
-    dev.set_tracing(trace.is_some());
+    let device = target.device();
+    let dev = match target {
+        Target::Local(local) => Some(local.hardware().device()),
+        Target::Remote(_) => None,
+    };
+    if let Some(dev) = dev {
+        dev.set_tracing(trace.is_some());
+    }
     let start = std::time::Instant::now();
     let report = match &cache {
-        None => run_case(device.as_ref(), &case),
+        None => run_case(device, &case),
         Some((dir, token)) => {
             let token = match cache_token(&case, token.as_deref()) {
                 Ok(t) => t,
@@ -282,11 +384,11 @@ fn run(
                 println!("{outcome}");
                 prepared
             };
-            run_case_with(device.as_ref(), &case, &prepare)
+            run_case_with(device, &case, &prepare)
         }
     };
     let wall = start.elapsed();
-    if let Some(path) = &trace {
+    if let (Some(path), Some(dev)) = (&trace, dev) {
         let events = dev.take_trace();
         match std::fs::write(path, vnpu_emu::trace::chrome_json(&events)) {
             Ok(()) => println!("trace       {} events in {}", events.len(), path.display()),
@@ -439,7 +541,7 @@ fn prepare_cached(
 }
 
 fn conformance(
-    device: &Arc<VnpuDevice>,
+    device: &dyn IDevice,
     files: &[PathBuf],
     options: SuiteOptions,
     json: Option<PathBuf>,
@@ -459,7 +561,7 @@ fn conformance(
     } else {
         ProgressBar::hidden()
     };
-    let records = run_suite(device.as_ref(), files, &options, &mut || bar.inc(1));
+    let records = run_suite(device, files, &options, &mut || bar.inc(1));
     bar.finish_and_clear();
 
     let summary = summarize(&records);

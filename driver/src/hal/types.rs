@@ -878,6 +878,7 @@ impl OptionalTimePoint {
 pub struct OptionalTimeoutDuration(pub Option<u64>);
 
 /// `BufferRole` (1.3).
+#[cfg_attr(feature = "service", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Clone, Copy, Debug, PartialEq, Default)]
 pub struct BufferRole {
     /// Index into the prepared models given to allocate.
@@ -889,6 +890,7 @@ pub struct BufferRole {
 }
 
 /// `BufferDesc` (1.3).
+#[cfg_attr(feature = "service", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct BufferDesc {
     /// Dimensions (may be partially unknown).

@@ -1,40 +1,50 @@
 //! `RemoteDevice`: the `IDevice` of a device served by `vnpu serve`, over its socket.
+//! Its prepared models, buffers and fenced-execution callbacks are the same interfaces
+//! as the local device's, so every caller works unchanged against either.
 //!
-//! Covered so far: the queries (capabilities, version string, type, status, extensions,
-//! cache file counts, supported operations), `prepareModel_1_3` without cache files and,
-//! on the prepared models, `executeSynchronously_1_3` (request pools passed as fds).
-//! Not yet remote, returning GENERAL_FAILURE (and notifying any callback with it) so
-//! callers see a clean refusal rather than a hang: preparation with cache files or from
-//! cache, `allocate`, `execute_1_3` and `executeFenced`.
+//! One connection carries many calls at once: each call waits for the reply with its id,
+//! routed by the connection's reader thread; work a call launches (preparations,
+//! asynchronous executions) ends with a notification message, which a delivery thread
+//! hands to the caller's callback (so a callback may itself call the device).
 //!
-//! Every wait is bounded: a reply that does not arrive within [`RemoteDevice::timeout`]
-//! (a service that died or hung) is an error, GENERAL_FAILURE to the caller (the HAL 1.3
-//! types have no DEAD_OBJECT), and the status OFFLINE.
+//! Every wait is bounded by [`RemoteDevice::connect`]'s timeout: a reply or notification
+//! that does not arrive in time (a service that hung) fails the call or notifies its
+//! callback with GENERAL_FAILURE (the HAL 1.3 types have no DEAD_OBJECT); a service that
+//! died fails everything outstanding at once, and later calls fail without waiting
+//! (status OFFLINE).
 
+use std::any::Any;
+use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use nix::sys::socket::{setsockopt, sockopt};
 use nix::sys::time::TimeVal;
 
-use super::protocol::{put_memories, put_pools, Call, Reply, Request, Response, WireMemory};
+use super::protocol::{
+    Call, Incoming, Notification, Object, Outgoing, Reply, Request, Response, ServiceUsage,
+    WireRequest,
+};
 use super::transport::{self, TransportError};
 use crate::hal::{
     BufferDesc, BufferRole, Capabilities, DeviceStatus, DeviceType, ErrorStatus,
-    ExecutionPreference, MeasureTiming, Model, NativeHandle, OptionalTimePoint,
+    ExecutionPreference, MeasureTiming, Memory, Model, NativeHandle, OptionalTimePoint,
     OptionalTimeoutDuration, OutputShape, Priority, Request as HalRequest, Timing,
     BYTE_SIZE_OF_CACHE_TOKEN,
 };
 use crate::interface::{
-    AllocateResult, ExecutionCallback, Extension, FencedResult, IDevice, IPreparedModel,
-    PreparedModelCallback,
+    AllocateResult, ExecutionCallback, Extension, FencedResult, IBuffer, IDevice,
+    IFencedExecutionCallback, IPreparedModel, PreparedModelCallback,
 };
 
-/// The default bound on waiting for one reply.
+/// The default bound on waiting for one reply or notification.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often the reader thread wakes to fail notifications that are overdue.
+const SWEEP: Duration = Duration::from_millis(100);
 
 /// A device served by another process.
 pub struct RemoteDevice {
@@ -42,40 +52,139 @@ pub struct RemoteDevice {
     name: String,
 }
 
-/// The connection, shared by the device and its prepared models.
+/// What a call's waiter receives: the reply and the descriptors that came with it.
+type Delivered = (Reply, Vec<OwnedFd>);
+
+/// The connection, shared by the device and the objects it made.
 struct Link {
-    sock: Mutex<OwnedFd>,
+    sock: Arc<OwnedFd>,
+    routes: Arc<Routes>,
     next_id: AtomicU64,
-    /// Set by the first transport error (a timeout leaves a reply in flight, a dead
-    /// service leaves nothing to read): later calls fail at once.
-    broken: AtomicBool,
+    timeout: Duration,
+}
+
+/// Where the reader thread sends what arrives.
+struct Routes {
+    state: Mutex<RouteState>,
+    /// Callbacks run on the delivery thread, never on the reader.
+    deliver: Mutex<Sender<Box<dyn FnOnce() + Send>>>,
+}
+
+#[derive(Default)]
+struct RouteState {
+    /// Set when the connection failed: later calls fail at once.
+    broken: bool,
+    replies: HashMap<u64, SyncSender<Delivered>>,
+    callbacks: HashMap<u64, Pending>,
+}
+
+/// A callback waiting for its notification.
+struct Pending {
+    deadline: Instant,
+    waiter: Waiter,
+}
+
+enum Waiter {
+    /// A preparation's callback, and the link its prepared model will use.
+    Prepare(Option<Arc<dyn PreparedModelCallback>>, Arc<Link>),
+    Execute(Option<Arc<dyn ExecutionCallback>>),
+}
+
+impl Waiter {
+    /// Notifies the callback with `n` (a notification that does not fit the call is a
+    /// failure).
+    fn deliver(self, n: Option<Notification>, routes: &Routes) {
+        let job: Box<dyn FnOnce() + Send> = match self {
+            Waiter::Prepare(cb, link) => {
+                let (status, model) = match n {
+                    Some(Notification::Prepared(s, m)) => (s, m),
+                    _ => (ErrorStatus::GeneralFailure, None),
+                };
+                let prepared = model.map(|id| {
+                    Arc::new(RemotePreparedModel { link, id }) as Arc<dyn IPreparedModel>
+                });
+                let status = if status == ErrorStatus::None && prepared.is_none() {
+                    ErrorStatus::GeneralFailure
+                } else {
+                    status
+                };
+                Box::new(move || {
+                    if let Some(cb) = cb {
+                        cb.notify(status, prepared);
+                    }
+                })
+            }
+            Waiter::Execute(cb) => {
+                let (s, shapes, timing) = match n {
+                    Some(Notification::Executed(s, shapes, t)) => (s, shapes, t),
+                    _ => (ErrorStatus::GeneralFailure, Vec::new(), Timing::NONE),
+                };
+                Box::new(move || {
+                    if let Some(cb) = cb {
+                        cb.notify(s, shapes, timing);
+                    }
+                })
+            }
+        };
+        let tx = routes.deliver.lock().unwrap_or_else(|p| p.into_inner());
+        if let Err(mpsc::SendError(job)) = tx.send(job) {
+            // The delivery thread is gone (the connection ended): deliver here.
+            job();
+        }
+    }
 }
 
 impl RemoteDevice {
-    /// Connects to the service at `path` and completes the handshake, waiting at most
-    /// `timeout` for any one reply.
+    /// Connects to the service at `path` and completes the handshake; any one reply or
+    /// notification is then waited for at most `timeout`.
     pub fn connect(path: &Path, timeout: Duration) -> Result<Self, TransportError> {
         let sock = transport::connect(path)?;
-        let tv = TimeVal::new(
-            i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX),
-            i64::from(timeout.subsec_micros()),
-        );
-        setsockopt(&sock, sockopt::ReceiveTimeout, &tv)?;
-        setsockopt(&sock, sockopt::SendTimeout, &tv)?;
+        let tv = |d: Duration| {
+            TimeVal::new(
+                i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+                i64::from(d.subsec_micros()),
+            )
+        };
+        setsockopt(&sock, sockopt::ReceiveTimeout, &tv(timeout))?;
+        setsockopt(&sock, sockopt::SendTimeout, &tv(timeout))?;
         let name = transport::handshake_client(sock.as_fd())?;
-        Ok(RemoteDevice {
-            link: Arc::new(Link {
-                sock: Mutex::new(sock),
-                next_id: AtomicU64::new(1),
-                broken: AtomicBool::new(false),
-            }),
-            name,
-        })
+        // From here only the reader receives: it wakes every SWEEP to fail overdue work.
+        setsockopt(&sock, sockopt::ReceiveTimeout, &tv(SWEEP))?;
+        let sock = Arc::new(sock);
+        let (deliver_tx, deliver_rx) = mpsc::channel();
+        let routes = Arc::new(Routes {
+            state: Mutex::new(RouteState::default()),
+            deliver: Mutex::new(deliver_tx),
+        });
+        std::thread::Builder::new()
+            .name("vnpu-remote-cb".into())
+            .spawn(move || delivery(deliver_rx))
+            .map_err(|_| TransportError::Io(nix::errno::Errno::EAGAIN))?;
+        let link = Arc::new(Link {
+            sock: sock.clone(),
+            routes: routes.clone(),
+            next_id: AtomicU64::new(1),
+            timeout,
+        });
+        let weak = Arc::downgrade(&link);
+        std::thread::Builder::new()
+            .name("vnpu-remote-rx".into())
+            .spawn(move || reader(sock, routes, weak))
+            .map_err(|_| TransportError::Io(nix::errno::Errno::EAGAIN))?;
+        Ok(RemoteDevice { link, name })
     }
 
     /// The served device's name (from the handshake).
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The service's load (connections, the device's models, buffers and memory).
+    pub fn usage(&self) -> Result<ServiceUsage, TransportError> {
+        match self.link.call(Call::Usage, &[])? {
+            Reply::Usage(u) => Ok(u),
+            other => Err(unexpected(other)),
+        }
     }
 
     /// One call without descriptors.
@@ -84,65 +193,232 @@ impl RemoteDevice {
     }
 }
 
-/// The model without its pools, and the pools' wire form and descriptors.
-type SplitModel<'a> = (Box<Model>, Vec<WireMemory>, Vec<BorrowedFd<'a>>);
+fn unexpected(reply: Reply) -> TransportError {
+    match reply {
+        Reply::Refused(why) => TransportError::Malformed(format!("refused by the service: {why}")),
+        other => TransportError::Malformed(format!("unexpected reply {other:?}")),
+    }
+}
 
-/// Splits a model for the wire: its pools travel as descriptors.
-fn split_model(model: &Model) -> SplitModel<'_> {
-    let (pools, fds) = put_memories(&model.pools);
-    let mut bare = Box::new(model.clone());
-    bare.pools = Vec::new();
-    (bare, pools, fds)
+/// Runs callbacks in order until the connection's reader is gone.
+fn delivery(rx: Receiver<Box<dyn FnOnce() + Send>>) {
+    for job in rx {
+        job();
+    }
+}
+
+/// Routes what the service sends until the connection ends, then fails what is left.
+fn reader(sock: Arc<OwnedFd>, routes: Arc<Routes>, link: std::sync::Weak<Link>) {
+    loop {
+        match transport::recv(sock.as_fd()) {
+            Ok(frame) => {
+                let Ok(response) = transport::decode::<Response>(&frame.bytes) else {
+                    tracing::warn!("the service sent a malformed message: disconnecting");
+                    break;
+                };
+                route(&routes, response, frame.fds, &link);
+            }
+            Err(TransportError::Io(nix::errno::Errno::EAGAIN)) => sweep(&routes),
+            Err(e) => {
+                tracing::debug!("connection to the service ended: {e}");
+                break;
+            }
+        }
+    }
+    transport::shutdown(sock.as_fd());
+    let (replies, callbacks) = {
+        let mut s = routes.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.broken = true;
+        (
+            std::mem::take(&mut s.replies),
+            std::mem::take(&mut s.callbacks),
+        )
+    };
+    // Dropping a waiter's sender wakes it with an error.
+    drop(replies);
+    for (_, p) in callbacks {
+        p.waiter.deliver(None, &routes);
+    }
+}
+
+/// Hands one message to whoever waits for it.
+fn route(routes: &Routes, r: Response, fds: Vec<OwnedFd>, link: &std::sync::Weak<Link>) {
+    let mut s = routes.state.lock().unwrap_or_else(|p| p.into_inner());
+    if let Reply::Notified(n) = r.reply {
+        let pending = s.callbacks.remove(&r.id);
+        drop(s);
+        match pending {
+            Some(p) => p.waiter.deliver(Some(n), routes),
+            // Its caller gave up waiting: a model prepared for nobody is released.
+            None => {
+                if let (Notification::Prepared(_, Some(m)), Some(link)) = (n, link.upgrade()) {
+                    link.post(Call::Release(Object::Model(m)));
+                }
+            }
+        }
+    } else if let Some(tx) = s.replies.remove(&r.id) {
+        // The waiter may have given up already: then the reply (and its fds) drops.
+        let _ = tx.try_send((r.reply, fds));
+    }
+}
+
+/// Fails the notifications that are overdue.
+fn sweep(routes: &Routes) {
+    let now = Instant::now();
+    let overdue: Vec<Pending> = {
+        let mut s = routes.state.lock().unwrap_or_else(|p| p.into_inner());
+        let ids: Vec<u64> = s
+            .callbacks
+            .iter()
+            .filter(|(_, p)| p.deadline <= now)
+            .map(|(id, _)| *id)
+            .collect();
+        ids.iter().filter_map(|id| s.callbacks.remove(id)).collect()
+    };
+    for p in overdue {
+        tracing::warn!("a notification from the service is overdue: failing its callback");
+        p.waiter.deliver(None, routes);
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        // Ends the reader thread, and with it the connection.
+        transport::shutdown(self.sock.as_fd());
+    }
 }
 
 impl Link {
-    /// One call and its reply. Calls on one connection are serialised.
-    fn call(&self, call: Call, fds: &[BorrowedFd<'_>]) -> Result<Reply, TransportError> {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let sock = self.sock.lock().unwrap_or_else(|p| p.into_inner());
-        if self.broken.load(Ordering::Relaxed) {
-            return Err(TransportError::Closed);
-        }
-        let bytes = transport::encode(&Request { id, call })?;
-        let result =
-            transport::send(sock.as_fd(), &bytes, fds).and_then(|()| Self::reply(&sock, id));
-        if result.is_err() {
-            self.broken.store(true, Ordering::Relaxed);
-        }
-        result
+    fn state(&self) -> std::sync::MutexGuard<'_, RouteState> {
+        self.routes.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn reply(sock: &OwnedFd, id: u64) -> Result<Reply, TransportError> {
-        let frame = transport::recv(sock.as_fd()).map_err(|e| match e {
-            TransportError::Io(nix::errno::Errno::EAGAIN) => {
-                TransportError::Malformed("no reply within the timeout".into())
-            }
-            e => e,
-        })?;
-        if !frame.fds.is_empty() {
+    fn is_broken(&self) -> bool {
+        self.state().broken
+    }
+
+    /// An id no other call on this connection uses.
+    fn fresh_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// One call and its reply (which must carry no descriptors).
+    fn call(&self, call: Call, fds: &[BorrowedFd<'_>]) -> Result<Reply, TransportError> {
+        self.call_as(self.fresh_id(), call, fds)
+    }
+
+    /// [`Link::call`] under a given id.
+    fn call_as(
+        &self,
+        id: u64,
+        call: Call,
+        fds: &[BorrowedFd<'_>],
+    ) -> Result<Reply, TransportError> {
+        let (reply, received) = self.exchange(id, call, fds)?;
+        if !received.is_empty() {
             return Err(TransportError::FdCount {
                 declared: 0,
-                carried: frame.fds.len(),
+                carried: received.len(),
             });
         }
-        let response: Response = transport::decode(&frame.bytes)?;
-        if response.id != id {
-            return Err(TransportError::Malformed(format!(
-                "reply to {} while waiting for {id}",
-                response.id
-            )));
+        Ok(reply)
+    }
+
+    /// One call and its reply with the descriptors that came with it.
+    fn call_with_fds(
+        &self,
+        call: Call,
+        fds: &[BorrowedFd<'_>],
+    ) -> Result<Delivered, TransportError> {
+        self.exchange(self.fresh_id(), call, fds)
+    }
+
+    /// Sends a call under `id` and waits (at most the timeout) for its reply.
+    fn exchange(
+        &self,
+        id: u64,
+        call: Call,
+        fds: &[BorrowedFd<'_>],
+    ) -> Result<Delivered, TransportError> {
+        let (tx, rx) = mpsc::sync_channel(1);
+        {
+            let mut s = self.state();
+            if s.broken {
+                return Err(TransportError::Closed);
+            }
+            s.replies.insert(id, tx);
         }
-        Ok(response.reply)
+        if let Err(e) = self.send(id, call, fds) {
+            self.state().replies.remove(&id);
+            return Err(e);
+        }
+        match rx.recv_timeout(self.timeout) {
+            Ok(d) => Ok(d),
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                self.state().replies.remove(&id);
+                Err(TransportError::Malformed(
+                    "no reply within the timeout".into(),
+                ))
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => Err(TransportError::Closed),
+        }
+    }
+
+    /// Sends one request; a connection that cannot take it is broken.
+    fn send(&self, id: u64, call: Call, fds: &[BorrowedFd<'_>]) -> Result<(), TransportError> {
+        let bytes = transport::encode(&Request { id, call })?;
+        transport::send(self.sock.as_fd(), &bytes, fds).inspect_err(|_| {
+            self.state().broken = true;
+            transport::shutdown(self.sock.as_fd());
+        })
+    }
+
+    /// Sends a call that gets no reply (a release); best effort.
+    fn post(&self, call: Call) {
+        if !self.is_broken() {
+            let _ = self.send(self.fresh_id(), call, &[]);
+        }
+    }
+
+    /// A call that launches work: `waiter` gets the work's notification (or, if the
+    /// launch fails here, GENERAL_FAILURE). Returns what the launch returned.
+    fn launch(&self, call: Call, fds: &[BorrowedFd<'_>], waiter: Waiter) -> ErrorStatus {
+        let id = self.fresh_id();
+        // Registered before the call is sent: the notification may beat the reply.
+        self.state().callbacks.insert(
+            id,
+            Pending {
+                deadline: Instant::now() + self.timeout,
+                waiter,
+            },
+        );
+        match self.call_as(id, call, fds) {
+            Ok(Reply::Launched(s)) => s,
+            r => {
+                tracing::warn!("launching work on the service: {}", describe(r));
+                // Refused or lost: no notification will come; notify here (unless the
+                // reader already failed it).
+                let pending = self.state().callbacks.remove(&id);
+                if let Some(p) = pending {
+                    p.waiter.deliver(None, &self.routes);
+                }
+                ErrorStatus::GeneralFailure
+            }
+        }
+    }
+}
+
+fn describe(r: Result<Reply, TransportError>) -> String {
+    match r {
+        Ok(Reply::Refused(why)) => format!("refused by the service: {why}"),
+        Ok(other) => format!("unexpected reply {other:?}"),
+        Err(e) => e.to_string(),
     }
 }
 
 /// Logs a failed call and gives the caller GENERAL_FAILURE.
 fn failed(what: &str, r: Result<Reply, TransportError>) -> ErrorStatus {
-    match r {
-        Ok(Reply::Refused(why)) => tracing::warn!("{what}: refused by the service: {why}"),
-        Ok(other) => tracing::warn!("{what}: unexpected reply {other:?}"),
-        Err(e) => tracing::warn!("{what}: {e}"),
-    }
+    tracing::warn!("{what}: {}", describe(r));
     ErrorStatus::GeneralFailure
 }
 
@@ -186,11 +462,13 @@ impl IDevice for RemoteDevice {
     }
 
     fn get_supported_operations_1_3(&self, model: &Model) -> (ErrorStatus, Vec<bool>) {
-        let (model, pools, fds) = split_model(model);
-        match self
-            .link
-            .call(Call::GetSupportedOperations { model, pools }, &fds)
-        {
+        let mut out = Outgoing::default();
+        let pools = out.memories(&model.pools);
+        let call = Call::GetSupportedOperations {
+            model: bare_model(model),
+            pools,
+        };
+        match self.link.call(call, &out.fds) {
             Ok(Reply::SupportedOperations(s, ops)) => (s, ops),
             r => (failed("getSupportedOperations", r), Vec::new()),
         }
@@ -203,9 +481,8 @@ impl IDevice for RemoteDevice {
         }
     }
 
-    /// Prepared in the service, which waits for the preparation; the callback is
-    /// notified here with a [`RemotePreparedModel`]. With cache files: not remote yet
-    /// (GENERAL_FAILURE, returned and notified).
+    /// Launched in the service; the callback is notified from this connection's delivery
+    /// thread with a [`RemotePreparedModel`].
     fn prepare_model_1_3(
         &self,
         model: &Model,
@@ -214,68 +491,88 @@ impl IDevice for RemoteDevice {
         deadline: OptionalTimePoint,
         model_cache: &[NativeHandle],
         data_cache: &[NativeHandle],
-        _token: &[u8; BYTE_SIZE_OF_CACHE_TOKEN],
+        token: &[u8; BYTE_SIZE_OF_CACHE_TOKEN],
         callback: Option<Arc<dyn PreparedModelCallback>>,
     ) -> ErrorStatus {
-        if !model_cache.is_empty() || !data_cache.is_empty() {
-            return not_remote_yet("prepareModel_1_3 with cache files", callback);
-        }
-        let (model, pools, fds) = split_model(model);
+        let mut out = Outgoing::default();
+        let pools = out.memories(&model.pools);
+        let cache = out.cache(model_cache, data_cache, token);
         let call = Call::PrepareModel {
-            model,
+            model: bare_model(model),
             pools,
             preference,
             priority,
             deadline,
+            cache,
         };
-        let (returned, notified, prepared) = match self.link.call(call, &fds) {
-            Ok(Reply::Prepared {
-                returned,
-                notified,
-                model,
-            }) => {
-                let prepared = model.map(|id| {
-                    Arc::new(RemotePreparedModel {
-                        link: self.link.clone(),
-                        id,
-                    }) as Arc<dyn IPreparedModel>
-                });
-                (returned, notified, prepared)
-            }
-            r => {
-                let s = failed("prepareModel_1_3", r);
-                (s, s, None)
-            }
-        };
-        if let Some(cb) = callback {
-            cb.notify(notified, prepared);
-        }
-        returned
+        let waiter = Waiter::Prepare(callback, self.link.clone());
+        self.link.launch(call, &out.fds, waiter)
     }
 
-    /// Not remote yet: GENERAL_FAILURE, returned and notified.
     fn prepare_model_from_cache_1_3(
         &self,
-        _deadline: OptionalTimePoint,
-        _model_cache: &[NativeHandle],
-        _data_cache: &[NativeHandle],
-        _token: &[u8; BYTE_SIZE_OF_CACHE_TOKEN],
+        deadline: OptionalTimePoint,
+        model_cache: &[NativeHandle],
+        data_cache: &[NativeHandle],
+        token: &[u8; BYTE_SIZE_OF_CACHE_TOKEN],
         callback: Option<Arc<dyn PreparedModelCallback>>,
     ) -> ErrorStatus {
-        not_remote_yet("prepareModelFromCache_1_3", callback)
+        let mut out = Outgoing::default();
+        let cache = out.cache(model_cache, data_cache, token);
+        let call = Call::PrepareModelFromCache { deadline, cache };
+        let waiter = Waiter::Prepare(callback, self.link.clone());
+        self.link.launch(call, &out.fds, waiter)
     }
 
-    /// Not remote yet: GENERAL_FAILURE.
+    /// The prepared models must be this connection's; any other is INVALID_ARGUMENT.
     fn allocate(
         &self,
-        _desc: &BufferDesc,
-        _prepared_models: &[Option<Arc<dyn IPreparedModel>>],
-        _input_roles: &[BufferRole],
-        _output_roles: &[BufferRole],
+        desc: &BufferDesc,
+        prepared_models: &[Option<Arc<dyn IPreparedModel>>],
+        input_roles: &[BufferRole],
+        output_roles: &[BufferRole],
     ) -> AllocateResult {
-        tracing::warn!("allocate: not remote yet");
-        (ErrorStatus::GeneralFailure, None, 0)
+        let mut models = Vec::with_capacity(prepared_models.len());
+        for p in prepared_models {
+            let Some(p) = p else {
+                models.push(None);
+                continue;
+            };
+            match p
+                .as_any()
+                .and_then(|a| a.downcast_ref::<RemotePreparedModel>())
+            {
+                Some(r) if Arc::ptr_eq(&r.link, &self.link) => models.push(Some(r.id)),
+                _ => return (ErrorStatus::InvalidArgument, None, 0),
+            }
+        }
+        let call = Call::Allocate {
+            desc: desc.clone(),
+            models,
+            input_roles: input_roles.to_vec(),
+            output_roles: output_roles.to_vec(),
+        };
+        match self.call(call) {
+            Ok(Reply::Allocated(s, id, token)) => {
+                let buffer = id.map(|id| {
+                    Arc::new(RemoteBuffer {
+                        link: self.link.clone(),
+                        id,
+                    }) as Arc<dyn IBuffer>
+                });
+                (s, buffer, token)
+            }
+            r => (failed("allocate", r), None, 0),
+        }
     }
+}
+
+/// The model without its pools (which travel as descriptors).
+fn bare_model(model: &Model) -> Box<Model> {
+    Box::new(Model {
+        pools: Vec::new(),
+        ..model.clone()
+    })
 }
 
 /// A model prepared in the service, owned by this connection; dropping it releases it
@@ -287,26 +584,48 @@ pub struct RemotePreparedModel {
 
 impl Drop for RemotePreparedModel {
     fn drop(&mut self) {
-        // Best effort: if the service is gone, so is the model.
-        let _ = self.link.call(Call::Release { model: self.id }, &[]);
+        self.link.post(Call::Release(Object::Model(self.id)));
+    }
+}
+
+impl RemotePreparedModel {
+    /// The request's wire form; its pools' descriptors go into `out`.
+    fn wire<'a>(
+        &self,
+        request: &'a HalRequest,
+        measure: MeasureTiming,
+        deadline: OptionalTimePoint,
+        loop_timeout: OptionalTimeoutDuration,
+        out: &mut Outgoing<'a>,
+    ) -> WireRequest {
+        let pools = out.pools(&request.pools);
+        WireRequest {
+            model: self.id,
+            request: Box::new(HalRequest {
+                pools: Vec::new(),
+                ..request.clone()
+            }),
+            pools,
+            measure,
+            deadline,
+            loop_timeout,
+        }
     }
 }
 
 impl IPreparedModel for RemotePreparedModel {
-    /// Not remote yet: GENERAL_FAILURE, returned and notified.
     fn execute_1_3(
         &self,
-        _request: &HalRequest,
-        _measure: MeasureTiming,
-        _deadline: OptionalTimePoint,
-        _loop_timeout: OptionalTimeoutDuration,
+        request: &HalRequest,
+        measure: MeasureTiming,
+        deadline: OptionalTimePoint,
+        loop_timeout: OptionalTimeoutDuration,
         callback: Option<Arc<dyn ExecutionCallback>>,
     ) -> ErrorStatus {
-        tracing::warn!("execute_1_3: not remote yet");
-        if let Some(cb) = callback {
-            cb.notify(ErrorStatus::GeneralFailure, Vec::new(), Timing::NONE);
-        }
-        ErrorStatus::GeneralFailure
+        let mut out = Outgoing::default();
+        let exec = self.wire(request, measure, deadline, loop_timeout, &mut out);
+        self.link
+            .launch(Call::Execute(exec), &out.fds, Waiter::Execute(callback))
     }
 
     fn execute_synchronously_1_3(
@@ -316,18 +635,9 @@ impl IPreparedModel for RemotePreparedModel {
         deadline: OptionalTimePoint,
         loop_timeout: OptionalTimeoutDuration,
     ) -> (ErrorStatus, Vec<OutputShape>, Timing) {
-        let (pools, fds) = put_pools(&request.pools);
-        let mut bare = Box::new(request.clone());
-        bare.pools = Vec::new();
-        let call = Call::ExecuteSynchronously {
-            model: self.id,
-            request: bare,
-            pools,
-            measure,
-            deadline,
-            loop_timeout,
-        };
-        match self.link.call(call, &fds) {
+        let mut out = Outgoing::default();
+        let exec = self.wire(request, measure, deadline, loop_timeout, &mut out);
+        match self.link.call(Call::ExecuteSynchronously(exec), &out.fds) {
             Ok(Reply::Executed(s, shapes, timing)) => (s, shapes, timing),
             r => (
                 failed("executeSynchronously_1_3", r),
@@ -337,25 +647,110 @@ impl IPreparedModel for RemotePreparedModel {
         }
     }
 
-    /// Not remote yet: GENERAL_FAILURE, no fence, no callback.
     fn execute_fenced(
         &self,
-        _request: &HalRequest,
-        _wait_for: &[NativeHandle],
-        _measure: MeasureTiming,
-        _deadline: OptionalTimePoint,
-        _loop_timeout: OptionalTimeoutDuration,
-        _duration: OptionalTimeoutDuration,
+        request: &HalRequest,
+        wait_for: &[NativeHandle],
+        measure: MeasureTiming,
+        deadline: OptionalTimePoint,
+        loop_timeout: OptionalTimeoutDuration,
+        duration: OptionalTimeoutDuration,
     ) -> FencedResult {
-        tracing::warn!("executeFenced: not remote yet");
-        (ErrorStatus::GeneralFailure, None, None)
+        let mut out = Outgoing::default();
+        let exec = self.wire(request, measure, deadline, loop_timeout, &mut out);
+        let wait_for = out.handles(wait_for);
+        let call = Call::ExecuteFenced {
+            exec,
+            wait_for,
+            duration,
+        };
+        let (reply, fds) = match self.link.call_with_fds(call, &out.fds) {
+            Ok(d) => d,
+            Err(e) => return (failed("executeFenced", Err(e)), None, None),
+        };
+        let Reply::Fenced(status, fence, callback) = reply else {
+            return (failed("executeFenced", Ok(reply)), None, None);
+        };
+        let declared = fence.as_ref().map_or(0, |h| h.fd_count as usize);
+        let mut fds = match Incoming::exact(declared, fds) {
+            Ok(f) => f,
+            Err(e) => return (failed("executeFenced", Err(e)), None, None),
+        };
+        let fence = fence.map(|h| fds.handle(h));
+        let callback = callback.map(|id| {
+            Arc::new(RemoteFencedCallback {
+                link: self.link.clone(),
+                id,
+            }) as Arc<dyn IFencedExecutionCallback>
+        });
+        (status, fence, callback)
+    }
+
+    fn as_any(&self) -> Option<&dyn Any> {
+        Some(self)
     }
 }
 
-fn not_remote_yet(what: &str, callback: Option<Arc<dyn PreparedModelCallback>>) -> ErrorStatus {
-    tracing::warn!("{what}: not remote yet");
-    if let Some(cb) = callback {
-        cb.notify(ErrorStatus::GeneralFailure, None);
+/// A fenced execution's callback in the service.
+struct RemoteFencedCallback {
+    link: Arc<Link>,
+    id: u64,
+}
+
+impl Drop for RemoteFencedCallback {
+    fn drop(&mut self) {
+        self.link.post(Call::Release(Object::Fenced(self.id)));
     }
-    ErrorStatus::GeneralFailure
+}
+
+impl IFencedExecutionCallback for RemoteFencedCallback {
+    fn get_execution_info(&self) -> (ErrorStatus, Timing, Timing) {
+        match self.link.call(Call::FencedInfo { callback: self.id }, &[]) {
+            Ok(Reply::FencedInfo(s, a, b)) => (s, a, b),
+            r => (failed("getExecutionInfo", r), Timing::NONE, Timing::NONE),
+        }
+    }
+}
+
+/// A driver-managed buffer in the service, owned by this connection.
+struct RemoteBuffer {
+    link: Arc<Link>,
+    id: u64,
+}
+
+impl Drop for RemoteBuffer {
+    fn drop(&mut self) {
+        self.link.post(Call::Release(Object::Buffer(self.id)));
+    }
+}
+
+impl RemoteBuffer {
+    /// Sends a copy call and gives its status.
+    fn copied(&self, what: &str, call: Call, out: &Outgoing<'_>) -> ErrorStatus {
+        match self.link.call(call, &out.fds) {
+            Ok(Reply::Copied(s)) => s,
+            r => failed(what, r),
+        }
+    }
+}
+
+impl IBuffer for RemoteBuffer {
+    fn copy_to(&self, dst: &Memory) -> ErrorStatus {
+        let mut out = Outgoing::default();
+        let call = Call::CopyTo {
+            buffer: self.id,
+            dst: out.memory(dst),
+        };
+        self.copied("copyTo", call, &out)
+    }
+
+    fn copy_from(&self, src: &Memory, dimensions: &[u32]) -> ErrorStatus {
+        let mut out = Outgoing::default();
+        let call = Call::CopyFrom {
+            buffer: self.id,
+            src: out.memory(src),
+            dimensions: dimensions.to_vec(),
+        };
+        self.copied("copyFrom", call, &out)
+    }
 }

@@ -1,9 +1,11 @@
 //! The messages of the service protocol (after the handshake): a client sends
-//! [`Request`]s, the service answers each with one [`Response`] carrying the same id.
+//! [`Request`]s; the service answers each with one [`Response`] carrying the same id and,
+//! for the calls that launch work ([`Call::launches`]), later sends exactly one
+//! [`Reply::Notified`] under that id when the work ends: the HAL's callbacks as messages.
 //!
-//! Memory crosses as [`WireMemory`]: the handle's descriptors travel with the message
-//! (`SCM_RIGHTS`), in order, and each `WireMemory` says how many of them are its own;
-//! [`take_memories`] checks that the counts add up to exactly the descriptors received.
+//! Descriptors travel beside the body (`SCM_RIGHTS`), in the order the body names them:
+//! every [`WireHandle`] says how many of them are its own, and [`Incoming`] hands them out
+//! only after checking that the counts add up to exactly the descriptors received.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
@@ -11,36 +13,73 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::transport::TransportError;
+use crate::device::DeviceUsage;
 use crate::hal::{
-    Capabilities, DeviceStatus, DeviceType, ErrorStatus, ExecutionPreference, MeasureTiming,
-    Memory, Model, NativeHandle, OptionalTimePoint, OptionalTimeoutDuration, OutputShape, Priority,
-    Request as HalRequest, RequestMemoryPool, Timing,
+    BufferDesc, BufferRole, Capabilities, DeviceStatus, DeviceType, ErrorStatus,
+    ExecutionPreference, MeasureTiming, Memory, Model, NativeHandle, OptionalTimePoint,
+    OptionalTimeoutDuration, OutputShape, Priority, Request as HalRequest, RequestMemoryPool,
+    Timing, BYTE_SIZE_OF_CACHE_TOKEN,
 };
 use crate::interface::Extension;
 
-/// A memory whose descriptors travel beside the message body.
+/// A native handle whose descriptors travel beside the message body.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WireHandle {
+    /// How many of the message's descriptors, taken in order, are this handle's.
+    pub fd_count: u32,
+    /// The handle's integers.
+    pub ints: Vec<i32>,
+}
+
+/// A memory whose handle's descriptors travel beside the message body.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct WireMemory {
     /// The memory's kind ("ashmem", "mmap_fd", ...).
     pub name: String,
     /// Its size in bytes.
     pub size: u64,
-    /// How many of the message's descriptors, taken in order, form its handle.
-    pub fd_count: u32,
-    /// The handle's integers.
-    pub ints: Vec<i32>,
+    /// Its handle.
+    pub handle: WireHandle,
 }
 
-/// A request pool on the wire: a memory (descriptors beside the body) or a token.
+/// A request pool on the wire: a memory or a driver-managed buffer's token.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum WirePool {
     /// A shared memory.
     Memory(WireMemory),
-    /// A driver-managed buffer's token.
+    /// A driver-managed buffer's token (one this connection allocated).
     Token(u32),
 }
 
-/// One call of the remote `IDevice` or of one of its prepared models.
+/// What an execution is given, on the wire: the request without its pools, and the pools.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WireRequest {
+    /// The prepared model's id on this connection.
+    pub model: u64,
+    /// The request (its `pools` travel in `pools`).
+    pub request: Box<HalRequest>,
+    /// The request's pools.
+    pub pools: Vec<WirePool>,
+    /// Whether to measure timing.
+    pub measure: MeasureTiming,
+    /// Deadline (CLOCK_MONOTONIC, the same clock on both sides of the socket).
+    pub deadline: OptionalTimePoint,
+    /// Loop timeout.
+    pub loop_timeout: OptionalTimeoutDuration,
+}
+
+/// Compilation cache files and token, on the wire.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WireCache {
+    /// The model cache handles.
+    pub model_cache: Vec<WireHandle>,
+    /// The data cache handles.
+    pub data_cache: Vec<WireHandle>,
+    /// The token.
+    pub token: [u8; BYTE_SIZE_OF_CACHE_TOKEN],
+}
+
+/// One call of the remote `IDevice`, of one of its prepared models or buffers.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Call {
     /// `getCapabilities_1_3`.
@@ -62,7 +101,7 @@ pub enum Call {
         /// The model's constant pools.
         pools: Vec<WireMemory>,
     },
-    /// `prepareModel_1_3` without cache files; the service waits for the preparation.
+    /// `prepareModel_1_3`: answered [`Reply::Launched`], then [`Notification::Prepared`].
     PrepareModel {
         /// The model (its `pools` travel in `pools`).
         model: Box<Model>,
@@ -74,36 +113,142 @@ pub enum Call {
         priority: Priority,
         /// Deadline.
         deadline: OptionalTimePoint,
+        /// Cache files and token (no files: no caching).
+        cache: WireCache,
     },
-    /// `executeSynchronously_1_3` on a prepared model of this connection.
-    ExecuteSynchronously {
-        /// The prepared model's id on this connection.
-        model: u64,
-        /// The request (its `pools` travel in `pools`).
-        request: Box<HalRequest>,
-        /// The request's pools.
-        pools: Vec<WirePool>,
-        /// Whether to measure timing.
-        measure: MeasureTiming,
+    /// `prepareModelFromCache_1_3`: answered [`Reply::Launched`], then
+    /// [`Notification::Prepared`].
+    PrepareModelFromCache {
         /// Deadline.
         deadline: OptionalTimePoint,
-        /// Loop timeout.
-        loop_timeout: OptionalTimeoutDuration,
+        /// Cache files and token.
+        cache: WireCache,
     },
-    /// The client dropped its prepared model.
-    Release {
-        /// The prepared model's id on this connection.
-        model: u64,
+    /// `allocate`: a driver-managed buffer owned by this connection.
+    Allocate {
+        /// The buffer's description.
+        desc: BufferDesc,
+        /// The prepared models (ids on this connection) the roles refer to.
+        models: Vec<Option<u64>>,
+        /// Input roles.
+        input_roles: Vec<BufferRole>,
+        /// Output roles.
+        output_roles: Vec<BufferRole>,
     },
+    /// `IBuffer::copyTo`.
+    CopyTo {
+        /// The buffer's id on this connection.
+        buffer: u64,
+        /// Where to copy to.
+        dst: WireMemory,
+    },
+    /// `IBuffer::copyFrom`.
+    CopyFrom {
+        /// The buffer's id on this connection.
+        buffer: u64,
+        /// Where to copy from.
+        src: WireMemory,
+        /// The value's dimensions (empty: those given at allocation).
+        dimensions: Vec<u32>,
+    },
+    /// `execute_1_3`: answered [`Reply::Launched`], then [`Notification::Executed`].
+    Execute(WireRequest),
+    /// `executeSynchronously_1_3`.
+    ExecuteSynchronously(WireRequest),
+    /// `executeFenced`: answered [`Reply::Fenced`] (the fence's descriptors beside it).
+    ExecuteFenced {
+        /// The execution.
+        exec: WireRequest,
+        /// Sync fences to wait for.
+        wait_for: Vec<WireHandle>,
+        /// Time allowed after the fences signal.
+        duration: OptionalTimeoutDuration,
+    },
+    /// `IFencedExecutionCallback::getExecutionInfo`.
+    FencedInfo {
+        /// The fenced execution's id on this connection.
+        callback: u64,
+    },
+    /// Gives a usage snapshot of the service ([`Reply::Usage`]).
+    Usage,
+    /// The client dropped an object (no reply is sent).
+    Release(Object),
+}
+
+/// An object a connection owns, by its id on that connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Object {
+    /// A prepared model.
+    Model(u64),
+    /// A driver-managed buffer.
+    Buffer(u64),
+    /// A fenced execution's callback.
+    Fenced(u64),
+}
+
+impl Call {
+    /// Whether the call launches work that ends with one [`Reply::Notified`] (sent iff the
+    /// call was answered [`Reply::Launched`]).
+    pub fn launches(&self) -> bool {
+        matches!(
+            self,
+            Call::PrepareModel { .. } | Call::PrepareModelFromCache { .. } | Call::Execute(_)
+        )
+    }
+
+    /// How many descriptors travel with this call: the sum of its handles' counts
+    /// (saturating, so a lying count can never match).
+    pub fn fd_count(&self) -> usize {
+        fn sum<'a>(handles: impl IntoIterator<Item = &'a WireHandle>) -> usize {
+            handles
+                .into_iter()
+                .try_fold(0usize, |n, h| n.checked_add(h.fd_count as usize))
+                .unwrap_or(usize::MAX)
+        }
+        fn memories(m: &[WireMemory]) -> usize {
+            sum(m.iter().map(|m| &m.handle))
+        }
+        fn pools(p: &[WirePool]) -> usize {
+            sum(p.iter().filter_map(|p| match p {
+                WirePool::Memory(m) => Some(&m.handle),
+                WirePool::Token(_) => None,
+            }))
+        }
+        fn cache(c: &WireCache) -> usize {
+            sum(c.model_cache.iter().chain(&c.data_cache))
+        }
+        let parts = match self {
+            Call::GetSupportedOperations { pools: p, .. } => [memories(p), 0],
+            Call::PrepareModel {
+                pools: p, cache: c, ..
+            } => [memories(p), cache(c)],
+            Call::PrepareModelFromCache { cache: c, .. } => [cache(c), 0],
+            Call::CopyTo { dst: m, .. } | Call::CopyFrom { src: m, .. } => [sum([&m.handle]), 0],
+            Call::Execute(e) | Call::ExecuteSynchronously(e) => [pools(&e.pools), 0],
+            Call::ExecuteFenced { exec, wait_for, .. } => [pools(&exec.pools), sum(wait_for)],
+            _ => [0, 0],
+        };
+        parts[0].saturating_add(parts[1])
+    }
 }
 
 /// A client's message.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Request {
-    /// Chosen by the client; echoed in the response.
+    /// Chosen by the client, unique on its connection; echoed in the response and in the
+    /// notification of the work the call launched.
     pub id: u64,
     /// What is asked.
     pub call: Call,
+}
+
+/// A snapshot of the service's load, for operators and leak checks.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServiceUsage {
+    /// Clients connected now.
+    pub connections: u64,
+    /// The device's side.
+    pub device: DeviceUsage,
 }
 
 /// The answer to one [`Call`].
@@ -123,23 +268,37 @@ pub enum Reply {
     CacheFiles(ErrorStatus, u32, u32),
     /// To `GetSupportedOperations`.
     SupportedOperations(ErrorStatus, Vec<bool>),
-    /// To `PrepareModel`: what the call returned, what the callback was notified with
-    /// and, on success, the prepared model's id on this connection.
-    Prepared {
-        /// The returned status.
-        returned: ErrorStatus,
-        /// The notified status.
-        notified: ErrorStatus,
-        /// The prepared model's id.
-        model: Option<u64>,
-    },
+    /// To a call that launches work: what the call returned. One [`Reply::Notified`]
+    /// follows under the same id.
+    Launched(ErrorStatus),
+    /// To `Allocate`: status, the buffer's id on this connection, its token.
+    Allocated(ErrorStatus, Option<u64>, u32),
+    /// To `CopyTo` and `CopyFrom`.
+    Copied(ErrorStatus),
     /// To `ExecuteSynchronously`.
     Executed(ErrorStatus, Vec<OutputShape>, Timing),
-    /// To `Release`.
-    Released,
-    /// The request could not be used (malformed, wrong descriptors): why. The id is 0
-    /// when the request was too broken to read one.
+    /// To `ExecuteFenced`: status, the fence (its descriptors beside the message) and the
+    /// callback's id on this connection.
+    Fenced(ErrorStatus, Option<WireHandle>, Option<u64>),
+    /// To `FencedInfo`.
+    FencedInfo(ErrorStatus, Timing, Timing),
+    /// To `Usage`.
+    Usage(ServiceUsage),
+    /// The end of launched work: the callback's notification.
+    Notified(Notification),
+    /// The request could not be used (malformed, wrong descriptors, unknown object):
+    /// why. The id is 0 when the request was too broken to read one. A launching call
+    /// refused so gets no notification.
     Refused(String),
+}
+
+/// A callback's notification, sent when launched work ends.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Notification {
+    /// A preparation ended: status and, on success, the prepared model's id.
+    Prepared(ErrorStatus, Option<u64>),
+    /// An execution ended.
+    Executed(ErrorStatus, Vec<OutputShape>, Timing),
 }
 
 /// The service's message.
@@ -151,101 +310,129 @@ pub struct Response {
     pub reply: Reply,
 }
 
-/// Splits memories into their wire form and the descriptors to send beside it.
-pub fn put_memories(pools: &[Memory]) -> (Vec<WireMemory>, Vec<BorrowedFd<'_>>) {
-    let mut fds = Vec::new();
-    let wire = pools
-        .iter()
-        .map(|m| {
-            fds.extend(m.handle.fds.iter().map(|f| f.as_fd()));
-            WireMemory {
-                name: m.name.clone(),
-                size: m.size,
-                fd_count: u32::try_from(m.handle.fds.len()).unwrap_or(u32::MAX),
-                ints: m.handle.ints.clone(),
-            }
-        })
-        .collect();
-    (wire, fds)
+/// Builds a message's wire form: handles become [`WireHandle`]s and their descriptors
+/// are collected, in order, to send beside the body.
+#[derive(Default)]
+pub struct Outgoing<'a> {
+    /// The descriptors, in the order the body names them.
+    pub fds: Vec<BorrowedFd<'a>>,
 }
 
-/// Splits request pools into their wire form and the descriptors to send beside it.
-pub fn put_pools(pools: &[RequestMemoryPool]) -> (Vec<WirePool>, Vec<BorrowedFd<'_>>) {
-    let mut fds = Vec::new();
-    let wire = pools
-        .iter()
-        .map(|p| match p {
-            RequestMemoryPool::HidlMemory(m) => {
-                let (mut w, f) = put_memories(std::slice::from_ref(m));
-                fds.extend(f);
-                WirePool::Memory(w.remove(0))
-            }
-            RequestMemoryPool::Token(t) => WirePool::Token(*t),
-        })
-        .collect();
-    (wire, fds)
-}
-
-/// Rebuilds memories from their wire form and the descriptors received, which must be
-/// exactly as many as the memories declare (otherwise all are closed and it is an error).
-pub fn take_memories(
-    wire: Vec<WireMemory>,
-    fds: Vec<OwnedFd>,
-) -> Result<Vec<Memory>, TransportError> {
-    let mut fds = checked_fds(wire.iter(), fds)?;
-    Ok(wire.into_iter().map(|m| build(m, &mut fds)).collect())
-}
-
-/// Rebuilds request pools as [`take_memories`] does memories.
-pub fn take_pools(
-    wire: Vec<WirePool>,
-    fds: Vec<OwnedFd>,
-) -> Result<Vec<RequestMemoryPool>, TransportError> {
-    let memories = wire.iter().filter_map(|p| match p {
-        WirePool::Memory(m) => Some(m),
-        WirePool::Token(_) => None,
-    });
-    let mut fds = checked_fds(memories, fds)?;
-    Ok(wire
-        .into_iter()
-        .map(|p| match p {
-            WirePool::Memory(m) => RequestMemoryPool::HidlMemory(build(m, &mut fds)),
-            WirePool::Token(t) => RequestMemoryPool::Token(t),
-        })
-        .collect())
-}
-
-/// The descriptors, if exactly as many as `memories` declare.
-fn checked_fds<'a>(
-    memories: impl Iterator<Item = &'a WireMemory>,
-    fds: Vec<OwnedFd>,
-) -> Result<std::vec::IntoIter<OwnedFd>, TransportError> {
-    let declared = memories
-        .map(|m| m.fd_count as usize)
-        .try_fold(0usize, |n, c| n.checked_add(c))
-        .unwrap_or(usize::MAX);
-    if declared != fds.len() {
-        return Err(TransportError::FdCount {
-            declared,
-            carried: fds.len(),
-        });
+impl<'a> Outgoing<'a> {
+    /// A handle's wire form; its descriptors join the message.
+    pub fn handle(&mut self, h: &'a NativeHandle) -> WireHandle {
+        self.fds.extend(h.fds.iter().map(|f| f.as_fd()));
+        WireHandle {
+            fd_count: u32::try_from(h.fds.len()).unwrap_or(u32::MAX),
+            ints: h.ints.clone(),
+        }
     }
-    Ok(fds.into_iter())
+
+    /// A memory's wire form.
+    pub fn memory(&mut self, m: &'a Memory) -> WireMemory {
+        WireMemory {
+            name: m.name.clone(),
+            size: m.size,
+            handle: self.handle(&m.handle),
+        }
+    }
+
+    /// Memories' wire forms.
+    pub fn memories(&mut self, m: &'a [Memory]) -> Vec<WireMemory> {
+        m.iter().map(|m| self.memory(m)).collect()
+    }
+
+    /// Handles' wire forms.
+    pub fn handles(&mut self, h: &'a [NativeHandle]) -> Vec<WireHandle> {
+        h.iter().map(|h| self.handle(h)).collect()
+    }
+
+    /// Request pools' wire forms.
+    pub fn pools(&mut self, pools: &'a [RequestMemoryPool]) -> Vec<WirePool> {
+        pools
+            .iter()
+            .map(|p| match p {
+                RequestMemoryPool::HidlMemory(m) => WirePool::Memory(self.memory(m)),
+                RequestMemoryPool::Token(t) => WirePool::Token(*t),
+            })
+            .collect()
+    }
+
+    /// The cache files' wire form.
+    pub fn cache(
+        &mut self,
+        model_cache: &'a [NativeHandle],
+        data_cache: &'a [NativeHandle],
+        token: &[u8; BYTE_SIZE_OF_CACHE_TOKEN],
+    ) -> WireCache {
+        WireCache {
+            model_cache: self.handles(model_cache),
+            data_cache: self.handles(data_cache),
+            token: *token,
+        }
+    }
 }
 
-/// One memory, taking its descriptors from `fds` (counts already checked).
-fn build(m: WireMemory, fds: &mut std::vec::IntoIter<OwnedFd>) -> Memory {
-    Memory {
-        name: m.name,
-        size: m.size,
-        handle: NativeHandle {
-            fds: fds
+/// Hands a received message's descriptors to the handles its body names, in order.
+pub struct Incoming {
+    fds: std::vec::IntoIter<OwnedFd>,
+}
+
+impl Incoming {
+    /// The descriptors, if exactly as many as the body declares (`declared`); otherwise
+    /// all are closed and it is an error.
+    pub fn exact(declared: usize, fds: Vec<OwnedFd>) -> Result<Incoming, TransportError> {
+        if declared != fds.len() {
+            return Err(TransportError::FdCount {
+                declared,
+                carried: fds.len(),
+            });
+        }
+        Ok(Incoming {
+            fds: fds.into_iter(),
+        })
+    }
+
+    /// A handle, taking its descriptors (the counts were checked by [`Incoming::exact`]).
+    pub fn handle(&mut self, h: WireHandle) -> NativeHandle {
+        NativeHandle {
+            fds: self
+                .fds
                 .by_ref()
-                .take(m.fd_count as usize)
+                .take(h.fd_count as usize)
                 .map(Arc::new)
                 .collect(),
-            ints: m.ints,
-        },
+            ints: h.ints,
+        }
+    }
+
+    /// A memory.
+    pub fn memory(&mut self, m: WireMemory) -> Memory {
+        Memory {
+            name: m.name,
+            size: m.size,
+            handle: self.handle(m.handle),
+        }
+    }
+
+    /// Memories.
+    pub fn memories(&mut self, m: Vec<WireMemory>) -> Vec<Memory> {
+        m.into_iter().map(|m| self.memory(m)).collect()
+    }
+
+    /// Handles.
+    pub fn handles(&mut self, h: Vec<WireHandle>) -> Vec<NativeHandle> {
+        h.into_iter().map(|h| self.handle(h)).collect()
+    }
+
+    /// Request pools.
+    pub fn pools(&mut self, p: Vec<WirePool>) -> Vec<RequestMemoryPool> {
+        p.into_iter()
+            .map(|p| match p {
+                WirePool::Memory(m) => RequestMemoryPool::HidlMemory(self.memory(m)),
+                WirePool::Token(t) => RequestMemoryPool::Token(t),
+            })
+            .collect()
     }
 }
 
@@ -253,38 +440,103 @@ fn build(m: WireMemory, fds: &mut std::vec::IntoIter<OwnedFd>) -> Memory {
 mod tests {
     use super::*;
 
-    fn wire(fd_count: u32) -> WireMemory {
+    fn memory(fd_count: u32) -> WireMemory {
         WireMemory {
             name: "ashmem".into(),
             size: 8,
-            fd_count,
-            ints: vec![],
+            handle: WireHandle {
+                fd_count,
+                ints: vec![],
+            },
         }
     }
 
-    /// Descriptors are paired with memories in order; a count that does not add up is an
+    fn execution(pools: Vec<WirePool>) -> WireRequest {
+        WireRequest {
+            model: 1,
+            request: Box::default(),
+            pools,
+            measure: MeasureTiming::NO,
+            deadline: OptionalTimePoint::NONE,
+            loop_timeout: OptionalTimeoutDuration::default(),
+        }
+    }
+
+    /// Descriptors are paired with handles in order; a count that does not add up is an
     /// error that closes every descriptor received.
     #[test]
     fn descriptors_pair_exactly_or_are_closed() {
         let (r, w) = nix::unistd::pipe().unwrap();
         let fds = vec![r.try_clone().unwrap(), r.try_clone().unwrap()];
-        let pools = vec![WirePool::Token(3), WirePool::Memory(wire(2))];
-        let got = take_pools(pools, fds).unwrap();
+        let call = Call::Execute(execution(vec![
+            WirePool::Token(3),
+            WirePool::Memory(memory(2)),
+        ]));
+        assert_eq!(call.fd_count(), 2);
+        let Call::Execute(e) = call else {
+            unreachable!()
+        };
+        let got = Incoming::exact(2, fds).unwrap().pools(e.pools);
         assert!(matches!(&got[0], RequestMemoryPool::Token(3)));
         assert!(matches!(&got[1], RequestMemoryPool::HidlMemory(m) if m.handle.fds.len() == 2));
         drop(got);
 
         let fds = vec![r.try_clone().unwrap(), r.try_clone().unwrap()];
         assert!(matches!(
-            take_memories(vec![wire(1)], fds),
+            Incoming::exact(1, fds),
             Err(TransportError::FdCount {
                 declared: 1,
                 carried: 2
             })
         ));
+        let lying = Call::GetSupportedOperations {
+            model: Box::default(),
+            pools: vec![memory(u32::MAX), memory(u32::MAX)],
+        };
         let fds = vec![r.try_clone().unwrap()];
-        assert!(take_memories(vec![wire(u32::MAX), wire(u32::MAX)], fds).is_err());
+        assert!(Incoming::exact(lying.fd_count(), fds).is_err());
         drop(r);
         assert_eq!(nix::unistd::write(&w, b"x"), Err(nix::errno::Errno::EPIPE));
+    }
+
+    /// Every handle a call carries counts: pools, cache files, fences, copy memories.
+    #[test]
+    fn fd_count_covers_every_handle() {
+        let handle = |n| WireHandle {
+            fd_count: n,
+            ints: vec![],
+        };
+        let cache = WireCache {
+            model_cache: vec![handle(1), handle(1)],
+            data_cache: vec![handle(1)],
+            token: [0; 32],
+        };
+        let prepare = Call::PrepareModel {
+            model: Box::default(),
+            pools: vec![memory(1)],
+            preference: ExecutionPreference::FAST_SINGLE_ANSWER,
+            priority: Priority::MEDIUM,
+            deadline: OptionalTimePoint::NONE,
+            cache: cache.clone(),
+        };
+        assert_eq!(prepare.fd_count(), 4);
+        let from_cache = Call::PrepareModelFromCache {
+            deadline: OptionalTimePoint::NONE,
+            cache,
+        };
+        assert_eq!(from_cache.fd_count(), 3);
+        let fenced = Call::ExecuteFenced {
+            exec: execution(vec![WirePool::Memory(memory(1))]),
+            wait_for: vec![handle(1), handle(2)],
+            duration: OptionalTimeoutDuration::default(),
+        };
+        assert_eq!(fenced.fd_count(), 4);
+        let copy = Call::CopyTo {
+            buffer: 1,
+            dst: memory(1),
+        };
+        assert_eq!(copy.fd_count(), 1);
+        assert_eq!(Call::GetStatus.fd_count(), 0);
+        assert_eq!(Call::Release(Object::Model(1)).fd_count(), 0);
     }
 }

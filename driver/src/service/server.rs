@@ -1,41 +1,125 @@
-//! The service: hosts one device and answers each client on its own thread.
+//! The service: hosts one device and serves each client on its own connection.
 //!
 //! A connection is checked against the [`PeerPolicy`], then must complete the handshake.
 //! After that every message is validated before use: a message that cannot be read gets a
 //! [`Reply::Refused`] and the connection carries on; a socket error or the client's
 //! disconnection ends that connection only. Nothing a client sends can end the service.
+//!
+//! Each connection has a reader thread (which answers calls in order) and a writer thread
+//! draining a bounded outbox; work a call launches (preparations, asynchronous executions)
+//! runs on the device's workers and posts its notification to the outbox when it ends.
+//! What a connection owns (prepared models, buffers, fenced callbacks) lives in its
+//! [`Session`] and is released when the client disconnects or dies. A client that stops
+//! reading cannot make the service grow: see [`ClientLimits`].
 
 use std::collections::HashMap;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::Arc;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::protocol::{take_memories, take_pools, Call, Reply, Request, Response};
+use nix::sys::socket::{setsockopt, sockopt};
+use nix::sys::time::TimeVal;
+
+use super::protocol::{
+    Call, Incoming, Notification, Object, Reply, Request, Response, ServiceUsage, WireHandle,
+    WirePool,
+};
 use super::transport::{self, PeerPolicy, TransportError};
-use crate::hal::{ErrorStatus, BYTE_SIZE_OF_CACHE_TOKEN};
-use crate::interface::{IDevice, IPreparedModel, PreparedModelSlot};
+use crate::device::DeviceUsage;
+use crate::hal::{ErrorStatus, OutputShape, Request as HalRequest, RequestMemoryPool, Timing};
+use crate::interface::{
+    ExecutionCallback, IBuffer, IDevice, IFencedExecutionCallback, IPreparedModel,
+    PreparedModelCallback,
+};
 
-/// The most prepared models one client may hold at once; a preparation beyond it is
-/// RESOURCE_EXHAUSTED_TRANSIENT.
-pub const MAX_MODELS_PER_CLIENT: usize = 256;
-/// How long the service waits for a preparation's notification after the call returned.
-const PREPARE_WAIT: Duration = Duration::from_secs(120);
-
-/// What one connection owns: released when the client disconnects.
-#[derive(Default)]
-struct Session {
-    models: HashMap<u64, Arc<dyn IPreparedModel>>,
-    next_model: u64,
+/// What one client may hold or have queued at once. Together they bound what a client
+/// costs the service, whatever it sends and however slowly it reads.
+#[derive(Clone, Debug)]
+pub struct ClientLimits {
+    /// Prepared models (alive and being prepared); beyond it a preparation is
+    /// RESOURCE_EXHAUSTED_TRANSIENT.
+    pub models: usize,
+    /// Driver-managed buffers; beyond it `allocate` is RESOURCE_EXHAUSTED_TRANSIENT.
+    pub buffers: usize,
+    /// Fenced-execution callbacks kept for `getExecutionInfo`; beyond it `executeFenced`
+    /// is RESOURCE_EXHAUSTED_TRANSIENT.
+    pub fenced: usize,
+    /// Launched work (preparations and asynchronous executions) not yet notified; beyond
+    /// it a launch is RESOURCE_EXHAUSTED_TRANSIENT.
+    pub in_flight: usize,
+    /// Replies and notifications queued for a client that is not reading. The reader
+    /// waits for room (so a client that sends without reading stops being read); a
+    /// notification that finds no room ends the connection.
+    pub queued_replies: usize,
+    /// How long one reply may wait for the client to take it before the connection ends.
+    pub reply_timeout: Duration,
 }
 
-/// Serves `device` on `listener` until accepting fails; one thread per connection.
+impl Default for ClientLimits {
+    fn default() -> Self {
+        ClientLimits {
+            models: 256,
+            buffers: 1024,
+            fenced: 1024,
+            in_flight: 64,
+            // Room for every notification in flight plus the reply being written, so a
+            // client that reads at all never loses its connection to a full outbox.
+            queued_replies: 64 + 16,
+            reply_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The hosted device's usage, as [`Call::Usage`] reports it (a local device knows).
+pub type UsageProbe = Arc<dyn Fn() -> DeviceUsage + Send + Sync>;
+
+/// How the service runs.
+pub struct ServeOptions {
+    /// The hosted device's name (told to clients at the handshake).
+    pub device_name: String,
+    /// Who may connect.
+    pub policy: PeerPolicy,
+    /// Per-client bounds.
+    pub limits: ClientLimits,
+    /// The most clients connected at once; a client beyond it is closed at once.
+    pub max_connections: usize,
+    /// Reports the device's usage.
+    pub usage: Option<UsageProbe>,
+}
+
+impl ServeOptions {
+    /// Default limits and policy for a device called `device_name`.
+    pub fn new(device_name: impl Into<String>) -> Self {
+        ServeOptions {
+            device_name: device_name.into(),
+            policy: PeerPolicy::default(),
+            limits: ClientLimits::default(),
+            max_connections: 256,
+            usage: None,
+        }
+    }
+}
+
+/// What every connection shares.
+struct Shared {
+    device: Arc<dyn IDevice>,
+    options: ServeOptions,
+    connections: AtomicU64,
+}
+
+/// Serves `device` on `listener` until accepting fails; two threads per connection.
 pub fn serve(
     listener: OwnedFd,
     device: Arc<dyn IDevice>,
-    device_name: String,
-    policy: PeerPolicy,
+    options: ServeOptions,
 ) -> Result<(), TransportError> {
-    let device_name: Arc<str> = device_name.into();
+    let shared = Arc::new(Shared {
+        device,
+        options,
+        connections: AtomicU64::new(0),
+    });
     loop {
         let conn = match transport::accept(listener.as_fd()) {
             Ok(c) => c,
@@ -47,181 +131,578 @@ pub fn serve(
                 | nix::errno::Errno::ENOMEM),
             )) => {
                 tracing::warn!("accept: {e}");
-                std::thread::sleep(std::time::Duration::from_millis(10));
+                std::thread::sleep(Duration::from_millis(10));
                 continue;
             }
             Err(e) => return Err(e),
         };
-        if let Err(e) = policy.check(&conn) {
+        if let Err(e) = shared.options.policy.check(&conn) {
             tracing::warn!("refused: {e}");
             continue;
         }
-        let device = device.clone();
-        let name = device_name.clone();
+        let live = shared.connections.fetch_add(1, Ordering::AcqRel);
+        if live >= shared.options.max_connections as u64 {
+            shared.connections.fetch_sub(1, Ordering::AcqRel);
+            tracing::warn!("refused: {live} clients connected already");
+            continue;
+        }
+        let shared2 = shared.clone();
         let spawned = std::thread::Builder::new()
             .name("vnpu-conn".into())
             .spawn(move || {
-                if let Err(e) = connection(conn.as_fd(), device.as_ref(), &name) {
+                if let Err(e) = connection(Arc::new(conn), &shared2) {
                     tracing::debug!("connection ended: {e}");
                 }
+                shared2.connections.fetch_sub(1, Ordering::AcqRel);
             });
         if let Err(e) = spawned {
+            shared.connections.fetch_sub(1, Ordering::AcqRel);
             tracing::warn!("cannot start a connection thread: {e}");
         }
     }
 }
 
-/// One client, from the handshake until it disconnects or the socket fails.
-fn connection(
-    sock: BorrowedFd<'_>,
-    device: &dyn IDevice,
-    name: &str,
-) -> Result<(), TransportError> {
-    transport::handshake_server(sock, name)?;
-    // Dropped when this returns (disconnection, socket error): the client's prepared
-    // models go with it.
-    let mut session = Session::default();
-    loop {
-        let (id, reply) = match transport::recv(sock) {
-            Ok(frame) => match transport::decode::<Request>(&frame.bytes) {
-                Ok(req) => (req.id, answer(device, &mut session, req.call, frame.fds)),
-                Err(e) => (0, Reply::Refused(e.to_string())),
-            },
-            // Refused before use (its descriptors already closed): say so, carry on.
-            Err(e @ (TransportError::Oversized | TransportError::TooManyFds)) => {
-                (0, Reply::Refused(e.to_string()))
-            }
-            Err(e) => return Err(e),
+/// A message waiting for the writer: body and descriptors (kept open until sent).
+type Outgoing = (Vec<u8>, Vec<Arc<OwnedFd>>);
+
+/// The connection's bounded queue of messages to the client.
+struct Outbox {
+    tx: SyncSender<Outgoing>,
+    sock: Arc<OwnedFd>,
+}
+
+impl Outbox {
+    /// Queues a reply, waiting for room (back-pressure on a client that does not read).
+    fn reply(&self, id: u64, reply: Reply, fds: Vec<Arc<OwnedFd>>) -> Result<(), TransportError> {
+        let bytes = transport::encode(&Response { id, reply })?;
+        self.tx
+            .send((bytes, fds))
+            .map_err(|_| TransportError::Closed)
+    }
+
+    /// Queues a notification without waiting (it comes from a device worker, which must
+    /// never block on a client): no room means the client is not reading, and its
+    /// connection ends.
+    fn notify(&self, id: u64, n: Notification) {
+        let Ok(bytes) = transport::encode(&Response {
+            id,
+            reply: Reply::Notified(n),
+        }) else {
+            return;
         };
-        transport::send(sock, &transport::encode(&Response { id, reply })?, &[])?;
+        match self.tx.try_send((bytes, Vec::new())) {
+            Ok(()) | Err(TrySendError::Disconnected(_)) => {}
+            Err(TrySendError::Full(_)) => {
+                tracing::warn!("a client is not reading its notifications: disconnecting it");
+                transport::shutdown(self.sock.as_fd());
+            }
+        }
     }
 }
 
-/// Runs one call against the device. Descriptors a call does not take are refused.
-fn answer(device: &dyn IDevice, session: &mut Session, call: Call, fds: Vec<OwnedFd>) -> Reply {
-    let takes_fds = matches!(
-        call,
-        Call::GetSupportedOperations { .. }
-            | Call::PrepareModel { .. }
-            | Call::ExecuteSynchronously { .. }
-    );
-    if !takes_fds && !fds.is_empty() {
-        return Reply::Refused(
-            TransportError::FdCount {
-                declared: 0,
-                carried: fds.len(),
-            }
-            .to_string(),
-        );
+/// Sends queued messages until every sender is gone or the client stops taking them.
+fn writer(sock: Arc<OwnedFd>, rx: Receiver<Outgoing>) {
+    for (bytes, fds) in rx {
+        let borrowed: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
+        if let Err(e) = transport::send(sock.as_fd(), &bytes, &borrowed) {
+            tracing::debug!("writing to a client: {e}");
+            // Ends the reader too; queued messages are dropped with the receiver.
+            transport::shutdown(sock.as_fd());
+            return;
+        }
     }
+}
+
+/// What one connection owns: released when the client disconnects.
+#[derive(Default)]
+struct Session {
+    /// Set when the connection ended: work finishing later releases what it made.
+    closed: bool,
+    next_id: u64,
+    models: HashMap<u64, Arc<dyn IPreparedModel>>,
+    /// Preparations launched and not yet notified (they count against the model limit).
+    preparing: usize,
+    buffers: HashMap<u64, (Arc<dyn IBuffer>, u32)>,
+    fenced: HashMap<u64, Arc<dyn IFencedExecutionCallback>>,
+}
+
+impl Session {
+    fn next(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+}
+
+/// One client's connection.
+struct Conn {
+    session: Mutex<Session>,
+    outbox: Outbox,
+    in_flight: AtomicUsize,
+    limits: ClientLimits,
+}
+
+impl Conn {
+    fn session(&self) -> std::sync::MutexGuard<'_, Session> {
+        self.session.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// One client, from the handshake until it disconnects or the socket fails.
+fn connection(sock: Arc<OwnedFd>, shared: &Shared) -> Result<(), TransportError> {
+    transport::handshake_server(sock.as_fd(), &shared.options.device_name)?;
+    let limits = shared.options.limits.clone();
+    let tv = TimeVal::new(
+        i64::try_from(limits.reply_timeout.as_secs()).unwrap_or(i64::MAX),
+        i64::from(limits.reply_timeout.subsec_micros()),
+    );
+    setsockopt(&*sock, sockopt::SendTimeout, &tv)?;
+    let (tx, rx) = sync_channel(limits.queued_replies.max(1));
+    let writer_sock = sock.clone();
+    std::thread::Builder::new()
+        .name("vnpu-conn-w".into())
+        .spawn(move || writer(writer_sock, rx))
+        .map_err(|_| TransportError::Io(nix::errno::Errno::EAGAIN))?;
+    let conn = Arc::new(Conn {
+        session: Mutex::new(Session::default()),
+        outbox: Outbox {
+            tx,
+            sock: sock.clone(),
+        },
+        in_flight: AtomicUsize::new(0),
+        limits,
+    });
+    let result = serve_calls(&sock, shared, &conn);
+    // The client is gone (or must go): release everything it owned. Work still running
+    // holds its own references and lets go when it ends.
+    transport::shutdown(sock.as_fd());
+    let released = {
+        let mut s = conn.session();
+        s.closed = true;
+        (
+            std::mem::take(&mut s.models),
+            std::mem::take(&mut s.buffers),
+            std::mem::take(&mut s.fenced),
+        )
+    };
+    drop(released);
+    result
+}
+
+/// Reads and answers calls until the client disconnects or the socket fails.
+fn serve_calls(sock: &OwnedFd, shared: &Shared, conn: &Arc<Conn>) -> Result<(), TransportError> {
+    loop {
+        let frame = match transport::recv(sock.as_fd()) {
+            Ok(frame) => frame,
+            // Refused before use (its descriptors already closed): say so, carry on.
+            Err(e @ (TransportError::Oversized | TransportError::TooManyFds)) => {
+                conn.outbox
+                    .reply(0, Reply::Refused(e.to_string()), vec![])?;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let req = match transport::decode::<Request>(&frame.bytes) {
+            Ok(req) => req,
+            Err(e) => {
+                conn.outbox
+                    .reply(0, Reply::Refused(e.to_string()), vec![])?;
+                continue;
+            }
+        };
+        let id = req.id;
+        let fds = match Incoming::exact(req.call.fd_count(), frame.fds) {
+            Ok(fds) => fds,
+            Err(e) => {
+                conn.outbox
+                    .reply(id, Reply::Refused(e.to_string()), vec![])?;
+                continue;
+            }
+        };
+        if let Some((reply, fds)) = answer(shared, conn, id, req.call, fds) {
+            conn.outbox.reply(id, reply, fds)?;
+        }
+    }
+}
+
+/// A refusal: the message was readable but names something this connection lacks.
+fn refused(why: impl Into<String>) -> Option<(Reply, Vec<Arc<OwnedFd>>)> {
+    Some((Reply::Refused(why.into()), Vec::new()))
+}
+
+/// A reply without descriptors.
+fn plain(reply: Reply) -> Option<(Reply, Vec<Arc<OwnedFd>>)> {
+    Some((reply, Vec::new()))
+}
+
+/// Runs one call against the device; `None` for a call that gets no reply.
+fn answer(
+    shared: &Shared,
+    conn: &Arc<Conn>,
+    id: u64,
+    call: Call,
+    mut fds: Incoming,
+) -> Option<(Reply, Vec<Arc<OwnedFd>>)> {
+    let device = shared.device.as_ref();
+    let limits = &conn.limits;
     match call {
         Call::GetCapabilities => {
             let (s, c) = device.get_capabilities_1_3();
-            Reply::Capabilities(s, c)
+            plain(Reply::Capabilities(s, c))
         }
         Call::GetVersionString => {
             let (s, v) = device.get_version_string();
-            Reply::VersionString(s, v)
+            plain(Reply::VersionString(s, v))
         }
         Call::GetType => {
             let (s, t) = device.get_type();
-            Reply::Type(s, t)
+            plain(Reply::Type(s, t))
         }
-        Call::GetStatus => Reply::Status(device.get_status()),
+        Call::GetStatus => plain(Reply::Status(device.get_status())),
         Call::GetSupportedExtensions => {
             let (s, e) = device.get_supported_extensions();
-            Reply::Extensions(s, e)
+            plain(Reply::Extensions(s, e))
         }
         Call::GetNumberOfCacheFilesNeeded => {
             let (s, m, d) = device.get_number_of_cache_files_needed();
-            Reply::CacheFiles(s, m, d)
+            plain(Reply::CacheFiles(s, m, d))
         }
-        Call::GetSupportedOperations { mut model, pools } => match take_memories(pools, fds) {
-            Ok(pools) => {
-                model.pools = pools;
-                let (s, ops) = device.get_supported_operations_1_3(&model);
-                Reply::SupportedOperations(s, ops)
-            }
-            Err(e) => Reply::Refused(e.to_string()),
-        },
+        Call::GetSupportedOperations { mut model, pools } => {
+            model.pools = fds.memories(pools);
+            let (s, ops) = device.get_supported_operations_1_3(&model);
+            plain(Reply::SupportedOperations(s, ops))
+        }
         Call::PrepareModel {
             mut model,
             pools,
             preference,
             priority,
             deadline,
+            cache,
         } => {
-            model.pools = match take_memories(pools, fds) {
-                Ok(p) => p,
-                Err(e) => return Reply::Refused(e.to_string()),
-            };
-            if session.models.len() >= MAX_MODELS_PER_CLIENT {
-                let s = ErrorStatus::ResourceExhaustedTransient;
-                return Reply::Prepared {
-                    returned: s,
-                    notified: s,
-                    model: None,
-                };
+            model.pools = fds.memories(pools);
+            let model_cache = fds.handles(cache.model_cache);
+            let data_cache = fds.handles(cache.data_cache);
+            plain(launch_preparation(conn, id, |cb| {
+                device.prepare_model_1_3(
+                    &model,
+                    preference,
+                    priority,
+                    deadline,
+                    &model_cache,
+                    &data_cache,
+                    &cache.token,
+                    Some(cb),
+                )
+            }))
+        }
+        Call::PrepareModelFromCache { deadline, cache } => {
+            let model_cache = fds.handles(cache.model_cache);
+            let data_cache = fds.handles(cache.data_cache);
+            plain(launch_preparation(conn, id, |cb| {
+                device.prepare_model_from_cache_1_3(
+                    deadline,
+                    &model_cache,
+                    &data_cache,
+                    &cache.token,
+                    Some(cb),
+                )
+            }))
+        }
+        Call::Allocate {
+            desc,
+            models,
+            input_roles,
+            output_roles,
+        } => {
+            let mut s = conn.session();
+            let mut prepared = Vec::with_capacity(models.len());
+            for m in models {
+                match m {
+                    None => prepared.push(None),
+                    Some(m) => match s.models.get(&m) {
+                        Some(p) => prepared.push(Some(p.clone())),
+                        None => return refused(format!("no prepared model {m}")),
+                    },
+                }
             }
-            let slot = PreparedModelSlot::new();
-            let returned = device.prepare_model_1_3(
-                &model,
-                preference,
-                priority,
-                deadline,
-                &[],
-                &[],
-                &[0; BYTE_SIZE_OF_CACHE_TOKEN],
-                Some(slot.clone()),
+            if s.buffers.len() >= limits.buffers {
+                return plain(Reply::Allocated(
+                    ErrorStatus::ResourceExhaustedTransient,
+                    None,
+                    0,
+                ));
+            }
+            let (status, buffer, token) =
+                device.allocate(&desc, &prepared, &input_roles, &output_roles);
+            let buffer = buffer.map(|b| {
+                let id = s.next();
+                s.buffers.insert(id, (b, token));
+                id
+            });
+            plain(Reply::Allocated(status, buffer, token))
+        }
+        Call::CopyTo { buffer, dst } => {
+            let Some(b) = conn.session().buffers.get(&buffer).map(|b| b.0.clone()) else {
+                return refused(format!("no buffer {buffer}"));
+            };
+            plain(Reply::Copied(b.copy_to(&fds.memory(dst))))
+        }
+        Call::CopyFrom {
+            buffer,
+            src,
+            dimensions,
+        } => {
+            let Some(b) = conn.session().buffers.get(&buffer).map(|b| b.0.clone()) else {
+                return refused(format!("no buffer {buffer}"));
+            };
+            plain(Reply::Copied(b.copy_from(&fds.memory(src), &dimensions)))
+        }
+        Call::Execute(exec) => {
+            let (prepared, request) = match execution(conn, exec.model, exec.pools, &mut fds) {
+                Ok(x) => x,
+                Err(why) => return refused(why),
+            };
+            let request = HalRequest {
+                pools: request,
+                ..*exec.request
+            };
+            let notifier = Notifier::new(conn, id);
+            if conn.in_flight.fetch_add(1, Ordering::AcqRel) >= limits.in_flight {
+                let s = ErrorStatus::ResourceExhaustedTransient;
+                ExecutionCallback::notify(notifier.as_ref(), s, Vec::new(), Timing::NONE);
+                return plain(Reply::Launched(s));
+            }
+            let returned = prepared.execute_1_3(
+                &request,
+                exec.measure,
+                exec.deadline,
+                exec.loop_timeout,
+                Some(notifier.clone()),
             );
-            // A refused call has notified already (the device notifies before returning).
-            let wait = if returned == ErrorStatus::None {
-                PREPARE_WAIT
-            } else {
-                Duration::ZERO
+            if returned != ErrorStatus::None {
+                // A refused launch has notified already (the HAL's rule); make sure.
+                ExecutionCallback::notify(notifier.as_ref(), returned, Vec::new(), Timing::NONE);
+            }
+            plain(Reply::Launched(returned))
+        }
+        Call::ExecuteSynchronously(exec) => {
+            let (prepared, pools) = match execution(conn, exec.model, exec.pools, &mut fds) {
+                Ok(x) => x,
+                Err(why) => return refused(why),
             };
-            let fallback = if returned == ErrorStatus::None {
-                ErrorStatus::GeneralFailure
-            } else {
-                returned
+            let request = HalRequest {
+                pools,
+                ..*exec.request
             };
-            let (notified, prepared) = slot.wait_for(wait).unwrap_or((fallback, None));
-            let model = match prepared {
-                Some(p) if notified == ErrorStatus::None => {
-                    session.next_model += 1;
-                    session.models.insert(session.next_model, p);
-                    Some(session.next_model)
+            let (s, shapes, timing) = prepared.execute_synchronously_1_3(
+                &request,
+                exec.measure,
+                exec.deadline,
+                exec.loop_timeout,
+            );
+            plain(Reply::Executed(s, shapes, timing))
+        }
+        Call::ExecuteFenced {
+            exec,
+            wait_for,
+            duration,
+        } => {
+            let (prepared, pools) = match execution(conn, exec.model, exec.pools, &mut fds) {
+                Ok(x) => x,
+                Err(why) => return refused(why),
+            };
+            let wait_for = fds.handles(wait_for);
+            if conn.session().fenced.len() >= limits.fenced {
+                return plain(Reply::Fenced(
+                    ErrorStatus::ResourceExhaustedTransient,
+                    None,
+                    None,
+                ));
+            }
+            let request = HalRequest {
+                pools,
+                ..*exec.request
+            };
+            let (status, fence, callback) = prepared.execute_fenced(
+                &request,
+                &wait_for,
+                exec.measure,
+                exec.deadline,
+                exec.loop_timeout,
+                duration,
+            );
+            let callback = callback.map(|cb| {
+                let mut s = conn.session();
+                let id = s.next();
+                s.fenced.insert(id, cb);
+                id
+            });
+            let (wire, fence_fds) = match fence {
+                Some(h) => (
+                    Some(WireHandle {
+                        fd_count: u32::try_from(h.fds.len()).unwrap_or(u32::MAX),
+                        ints: h.ints,
+                    }),
+                    h.fds,
+                ),
+                None => (None, Vec::new()),
+            };
+            Some((Reply::Fenced(status, wire, callback), fence_fds))
+        }
+        Call::FencedInfo { callback } => {
+            let Some(cb) = conn.session().fenced.get(&callback).cloned() else {
+                return refused(format!("no fenced execution {callback}"));
+            };
+            let (s, launched, fenced) = cb.get_execution_info();
+            plain(Reply::FencedInfo(s, launched, fenced))
+        }
+        Call::Usage => plain(Reply::Usage(ServiceUsage {
+            connections: shared.connections.load(Ordering::Acquire),
+            device: shared
+                .options
+                .usage
+                .as_ref()
+                .map(|u| u())
+                .unwrap_or_default(),
+        })),
+        Call::Release(object) => {
+            let mut s = conn.session();
+            match object {
+                Object::Model(m) => drop(s.models.remove(&m)),
+                Object::Buffer(b) => drop(s.buffers.remove(&b)),
+                Object::Fenced(f) => drop(s.fenced.remove(&f)),
+            }
+            None
+        }
+    }
+}
+
+/// The prepared model and the request pools of an execution on this connection: the
+/// model must be one of its own, and so must every buffer a token names.
+fn execution(
+    conn: &Conn,
+    model: u64,
+    pools: Vec<WirePool>,
+    fds: &mut Incoming,
+) -> Result<(Arc<dyn IPreparedModel>, Vec<RequestMemoryPool>), String> {
+    let s = conn.session();
+    let prepared = s
+        .models
+        .get(&model)
+        .cloned()
+        .ok_or_else(|| format!("no prepared model {model} on this connection"))?;
+    for p in &pools {
+        if let WirePool::Token(t) = p {
+            if !s.buffers.values().any(|(_, token)| token == t) {
+                return Err(format!("no buffer with token {t} on this connection"));
+            }
+        }
+    }
+    Ok((prepared, fds.pools(pools)))
+}
+
+/// Launches a preparation through `start` (given the callback); returns the reply.
+/// Exactly one [`Notification::Prepared`] follows it.
+fn launch_preparation(
+    conn: &Arc<Conn>,
+    id: u64,
+    start: impl FnOnce(Arc<dyn PreparedModelCallback>) -> ErrorStatus,
+) -> Reply {
+    let notifier = Notifier::new(conn, id);
+    let full = {
+        let mut s = conn.session();
+        let full = s.models.len() + s.preparing >= conn.limits.models;
+        if !full {
+            s.preparing += 1;
+        }
+        full
+    };
+    let busy = conn.in_flight.fetch_add(1, Ordering::AcqRel) >= conn.limits.in_flight;
+    if full || busy {
+        if !full {
+            conn.session().preparing -= 1;
+        }
+        let s = ErrorStatus::ResourceExhaustedTransient;
+        notifier.finish(Notification::Prepared(s, None));
+        return Reply::Launched(s);
+    }
+    notifier.preparing.store(true, Ordering::Release);
+    let returned = start(notifier.clone());
+    if returned != ErrorStatus::None {
+        PreparedModelCallback::notify(notifier.as_ref(), returned, None);
+    }
+    Reply::Launched(returned)
+}
+
+/// The callback a launched call's work notifies: posts exactly one notification.
+struct Notifier {
+    conn: Arc<Conn>,
+    id: u64,
+    done: AtomicBool,
+    /// Whether this notifier counts against the session's `preparing`.
+    preparing: AtomicBool,
+}
+
+impl Notifier {
+    fn new(conn: &Arc<Conn>, id: u64) -> Arc<Notifier> {
+        Arc::new(Notifier {
+            conn: conn.clone(),
+            id,
+            done: AtomicBool::new(false),
+            preparing: AtomicBool::new(false),
+        })
+    }
+
+    /// Whether this is the first notification (only the first is posted).
+    fn claim(&self) -> bool {
+        !self.done.swap(true, Ordering::AcqRel)
+    }
+
+    /// Posts the notification of a claimed notifier.
+    fn post(&self, n: Notification) {
+        self.conn.in_flight.fetch_sub(1, Ordering::AcqRel);
+        self.conn.outbox.notify(self.id, n);
+    }
+
+    /// Posts `n` if nothing was posted yet.
+    fn finish(&self, n: Notification) {
+        if self.claim() {
+            self.post(n);
+        }
+    }
+}
+
+impl PreparedModelCallback for Notifier {
+    fn notify(&self, status: ErrorStatus, prepared: Option<Arc<dyn IPreparedModel>>) {
+        if !self.claim() {
+            return;
+        }
+        let model = {
+            let mut s = self.conn.session();
+            if self.preparing.swap(false, Ordering::AcqRel) {
+                s.preparing = s.preparing.saturating_sub(1);
+            }
+            match prepared {
+                Some(p) if status == ErrorStatus::None && !s.closed => {
+                    let id = s.next();
+                    s.models.insert(id, p);
+                    Some(id)
                 }
                 _ => None,
-            };
-            Reply::Prepared {
-                returned,
-                notified,
-                model,
             }
-        }
-        Call::ExecuteSynchronously {
-            model,
-            mut request,
-            pools,
-            measure,
-            deadline,
-            loop_timeout,
-        } => {
-            let Some(prepared) = session.models.get(&model) else {
-                return Reply::Refused(format!("no prepared model {model} on this connection"));
-            };
-            request.pools = match take_pools(pools, fds) {
-                Ok(p) => p,
-                Err(e) => return Reply::Refused(e.to_string()),
-            };
-            let (s, shapes, timing) =
-                prepared.execute_synchronously_1_3(&request, measure, deadline, loop_timeout);
-            Reply::Executed(s, shapes, timing)
-        }
-        Call::Release { model } => match session.models.remove(&model) {
-            Some(_) => Reply::Released,
-            None => Reply::Refused(format!("no prepared model {model} on this connection")),
-        },
+        };
+        let notified = if status == ErrorStatus::None && model.is_none() {
+            // Prepared for a client that has gone, or a success without a model.
+            ErrorStatus::GeneralFailure
+        } else {
+            status
+        };
+        self.post(Notification::Prepared(notified, model));
+    }
+}
+
+impl ExecutionCallback for Notifier {
+    fn notify(&self, status: ErrorStatus, output_shapes: Vec<OutputShape>, timing: Timing) {
+        self.finish(Notification::Executed(status, output_shapes, timing));
     }
 }

@@ -263,6 +263,12 @@ pub fn recv(sock: BorrowedFd<'_>) -> Result<Frame, TransportError> {
     Ok(Frame { bytes, fds })
 }
 
+/// Shuts a connection down both ways: the peer sees the end, and a thread blocked
+/// receiving on it wakes. Best effort (the peer may be gone already).
+pub fn shutdown(sock: BorrowedFd<'_>) {
+    let _ = socket::shutdown(sock.as_raw_fd(), socket::Shutdown::Both);
+}
+
 /// A connected pair (for tests and in-process use).
 pub fn pair() -> Result<(OwnedFd, OwnedFd), TransportError> {
     Ok(socket::socketpair(
@@ -313,14 +319,14 @@ pub fn connect(path: &Path) -> Result<OwnedFd, TransportError> {
     Ok(sock)
 }
 
-/// Who may connect: the service's own uid always; other uids only through one of
-/// `allowed_gids` (the peer's primary gid, as `SO_PEERCRED` reports it).
+/// Who may connect: the users of `allowed_uids` (none given: the service's own user),
+/// and members of `allowed_gids` (the peer's primary gid, as `SO_PEERCRED` reports it).
 #[derive(Clone, Debug, Default)]
 pub struct PeerPolicy {
-    /// Groups whose members may connect besides the service's own user.
+    /// Users who may connect; empty means the service's own user.
+    pub allowed_uids: Vec<u32>,
+    /// Groups whose members may connect, whatever their user.
     pub allowed_gids: Vec<u32>,
-    /// Refuse even the service's own uid unless its gid is allowed (tests of the policy).
-    pub deny_same_uid: bool,
 }
 
 /// A peer the policy refused.
@@ -346,10 +352,12 @@ impl PeerPolicy {
             }
         })?;
         let (uid, gid) = (cred.uid(), cred.gid());
-        // SAFETY: geteuid has no preconditions and cannot fail.
-        let euid = unsafe { libc::geteuid() };
-        let same_uid = !self.deny_same_uid && uid == euid;
-        if same_uid || self.allowed_gids.contains(&gid) {
+        let user_allowed = if self.allowed_uids.is_empty() {
+            uid == nix::unistd::geteuid().as_raw()
+        } else {
+            self.allowed_uids.contains(&uid)
+        };
+        if user_allowed || self.allowed_gids.contains(&gid) {
             Ok(())
         } else {
             Err(PeerRefused {
@@ -497,11 +505,18 @@ mod tests {
         let c = connect(&path).unwrap();
         let s = accept(l.as_fd()).unwrap();
         assert!(PeerPolicy::default().check(&s).is_ok());
-        let strict = PeerPolicy {
+        let me = nix::unistd::geteuid().as_raw();
+        let group = nix::unistd::getegid().as_raw();
+        let others = PeerPolicy {
+            allowed_uids: vec![me.wrapping_add(1)],
             allowed_gids: vec![],
-            deny_same_uid: true,
         };
-        assert!(strict.check(&s).is_err());
+        assert!(others.check(&s).is_err());
+        let by_group = PeerPolicy {
+            allowed_uids: vec![me.wrapping_add(1)],
+            allowed_gids: vec![group],
+        };
+        assert!(by_group.check(&s).is_ok());
         drop(c);
         std::fs::remove_dir_all(&dir).unwrap();
     }
