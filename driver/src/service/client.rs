@@ -2,10 +2,13 @@
 //! Its prepared models, buffers and fenced-execution callbacks are the same interfaces
 //! as the local device's, so every caller works unchanged against either.
 //!
-//! One connection carries many calls at once: each call waits for the reply with its id,
-//! routed by the connection's reader thread; work a call launches (preparations,
-//! asynchronous executions) ends with a notification message, which a delivery thread
-//! hands to the caller's callback (so a callback may itself call the device).
+//! One connection carries many calls at once, each matched to its reply by id. There is
+//! no reader thread in the way of a call: a caller waiting for its reply reads the socket
+//! itself when no other thread is (one wake-up per reply, as a bare request/response),
+//! and routes whatever it reads to whoever waits for it. A background thread reads only
+//! while launched work (preparations, asynchronous executions) awaits its notification
+//! and no caller is reading; notifications go to the caller's callbacks on a delivery
+//! thread (so a callback may itself call the device).
 //!
 //! Every wait is bounded by [`RemoteDevice::connect`]'s timeout: a reply or notification
 //! that does not arrive in time (a service that hung) fails the call or notifies its
@@ -18,8 +21,8 @@ use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
-use std::sync::{Arc, Mutex};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use nix::sys::socket::{setsockopt, sockopt};
@@ -43,7 +46,7 @@ use crate::interface::{
 
 /// The default bound on waiting for one reply or notification.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
-/// How often the reader thread wakes to fail notifications that are overdue.
+/// The longest one read of the socket blocks, so overdue work is noticed this often.
 const SWEEP: Duration = Duration::from_millis(100);
 
 /// A device served by another process.
@@ -54,28 +57,33 @@ pub struct RemoteDevice {
 
 /// What a call's waiter receives: the reply and the descriptors that came with it.
 type Delivered = (Reply, Vec<OwnedFd>);
+/// A callback's notification, run on the delivery thread.
+type Job = Box<dyn FnOnce() + Send>;
 
 /// The connection, shared by the device and the objects it made.
 struct Link {
-    sock: Arc<OwnedFd>,
-    routes: Arc<Routes>,
+    sock: OwnedFd,
     next_id: AtomicU64,
     timeout: Duration,
-}
-
-/// Where the reader thread sends what arrives.
-struct Routes {
     state: Mutex<RouteState>,
-    /// Callbacks run on the delivery thread, never on the reader.
-    deliver: Mutex<Sender<Box<dyn FnOnce() + Send>>>,
+    /// Signalled whenever a read ends (a reply may have arrived; the socket is free).
+    read_done: Condvar,
+    deliver: Mutex<Sender<Job>>,
 }
 
 #[derive(Default)]
 struct RouteState {
     /// Set when the connection failed: later calls fail at once.
     broken: bool,
-    replies: HashMap<u64, SyncSender<Delivered>>,
+    /// A thread is reading the socket now.
+    reading: bool,
+    /// Calls waiting for their reply (filled by whoever reads it).
+    replies: HashMap<u64, Option<Delivered>>,
+    /// Launched work waiting for its notification.
     callbacks: HashMap<u64, Pending>,
+    /// Models the service prepared for callers that gave up waiting: released after
+    /// the read that found them.
+    orphans: Vec<u64>,
 }
 
 /// A callback waiting for its notification.
@@ -91,17 +99,17 @@ enum Waiter {
 }
 
 impl Waiter {
-    /// Notifies the callback with `n` (a notification that does not fit the call is a
-    /// failure).
-    fn deliver(self, n: Option<Notification>, routes: &Routes) {
-        let job: Box<dyn FnOnce() + Send> = match self {
-            Waiter::Prepare(cb, link) => {
+    /// Queues the callback's notification with `n` on the delivery thread (no
+    /// notification, or one that does not fit the call, is a failure).
+    fn deliver(self, n: Option<Notification>, link: &Link) {
+        let job: Job = match self {
+            Waiter::Prepare(cb, owner) => {
                 let (status, model) = match n {
                     Some(Notification::Prepared(s, m)) => (s, m),
                     _ => (ErrorStatus::GeneralFailure, None),
                 };
                 let prepared = model.map(|id| {
-                    Arc::new(RemotePreparedModel { link, id }) as Arc<dyn IPreparedModel>
+                    Arc::new(RemotePreparedModel { link: owner, id }) as Arc<dyn IPreparedModel>
                 });
                 let status = if status == ErrorStatus::None && prepared.is_none() {
                     ErrorStatus::GeneralFailure
@@ -126,9 +134,9 @@ impl Waiter {
                 })
             }
         };
-        let tx = routes.deliver.lock().unwrap_or_else(|p| p.into_inner());
+        let tx = link.deliver.lock().unwrap_or_else(|p| p.into_inner());
         if let Err(mpsc::SendError(job)) = tx.send(job) {
-            // The delivery thread is gone (the connection ended): deliver here.
+            // The delivery thread is gone: deliver here.
             job();
         }
     }
@@ -148,28 +156,25 @@ impl RemoteDevice {
         setsockopt(&sock, sockopt::ReceiveTimeout, &tv(timeout))?;
         setsockopt(&sock, sockopt::SendTimeout, &tv(timeout))?;
         let name = transport::handshake_client(sock.as_fd())?;
-        // From here only the reader receives: it wakes every SWEEP to fail overdue work.
+        // From here a read blocks at most SWEEP, so readers notice overdue work.
         setsockopt(&sock, sockopt::ReceiveTimeout, &tv(SWEEP))?;
-        let sock = Arc::new(sock);
         let (deliver_tx, deliver_rx) = mpsc::channel();
-        let routes = Arc::new(Routes {
-            state: Mutex::new(RouteState::default()),
-            deliver: Mutex::new(deliver_tx),
-        });
         std::thread::Builder::new()
             .name("vnpu-remote-cb".into())
             .spawn(move || delivery(deliver_rx))
             .map_err(|_| TransportError::Io(nix::errno::Errno::EAGAIN))?;
         let link = Arc::new(Link {
-            sock: sock.clone(),
-            routes: routes.clone(),
+            sock,
             next_id: AtomicU64::new(1),
             timeout,
+            state: Mutex::new(RouteState::default()),
+            read_done: Condvar::new(),
+            deliver: Mutex::new(deliver_tx),
         });
         let weak = Arc::downgrade(&link);
         std::thread::Builder::new()
             .name("vnpu-remote-rx".into())
-            .spawn(move || reader(sock, routes, weak))
+            .spawn(move || background(weak))
             .map_err(|_| TransportError::Io(nix::errno::Errno::EAGAIN))?;
         Ok(RemoteDevice { link, name })
     }
@@ -183,7 +188,12 @@ impl RemoteDevice {
     pub fn usage(&self) -> Result<ServiceUsage, TransportError> {
         match self.link.call(Call::Usage, &[])? {
             Reply::Usage(u) => Ok(u),
-            other => Err(unexpected(other)),
+            Reply::Refused(why) => Err(TransportError::Malformed(format!(
+                "refused by the service: {why}"
+            ))),
+            other => Err(TransportError::Malformed(format!(
+                "unexpected reply {other:?}"
+            ))),
         }
     }
 
@@ -193,108 +203,120 @@ impl RemoteDevice {
     }
 }
 
-fn unexpected(reply: Reply) -> TransportError {
-    match reply {
-        Reply::Refused(why) => TransportError::Malformed(format!("refused by the service: {why}")),
-        other => TransportError::Malformed(format!("unexpected reply {other:?}")),
-    }
-}
-
-/// Runs callbacks in order until the connection's reader is gone.
-fn delivery(rx: Receiver<Box<dyn FnOnce() + Send>>) {
+/// Runs callbacks in order until the connection is gone.
+fn delivery(rx: Receiver<Job>) {
     for job in rx {
         job();
     }
 }
 
-/// Routes what the service sends until the connection ends, then fails what is left.
-fn reader(sock: Arc<OwnedFd>, routes: Arc<Routes>, link: std::sync::Weak<Link>) {
-    loop {
-        match transport::recv(sock.as_fd()) {
-            Ok(frame) => {
-                let Ok(response) = transport::decode::<Response>(&frame.bytes) else {
-                    tracing::warn!("the service sent a malformed message: disconnecting");
-                    break;
-                };
-                route(&routes, response, frame.fds, &link);
-            }
-            Err(TransportError::Io(nix::errno::Errno::EAGAIN)) => sweep(&routes),
-            Err(e) => {
-                tracing::debug!("connection to the service ended: {e}");
-                break;
-            }
+/// Reads for launched work while no caller does, fails overdue notifications, and ends
+/// with the connection.
+fn background(link: Weak<Link>) {
+    // The strong reference lives for one round (at most SWEEP), so the connection ends
+    // soon after its last user lets go.
+    while let Some(link) = link.upgrade() {
+        let mut s = link.state();
+        if s.broken {
+            return;
         }
-    }
-    transport::shutdown(sock.as_fd());
-    let (replies, callbacks) = {
-        let mut s = routes.state.lock().unwrap_or_else(|p| p.into_inner());
-        s.broken = true;
-        (
-            std::mem::take(&mut s.replies),
-            std::mem::take(&mut s.callbacks),
-        )
-    };
-    // Dropping a waiter's sender wakes it with an error.
-    drop(replies);
-    for (_, p) in callbacks {
-        p.waiter.deliver(None, &routes);
-    }
-}
-
-/// Hands one message to whoever waits for it.
-fn route(routes: &Routes, r: Response, fds: Vec<OwnedFd>, link: &std::sync::Weak<Link>) {
-    let mut s = routes.state.lock().unwrap_or_else(|p| p.into_inner());
-    if let Reply::Notified(n) = r.reply {
-        let pending = s.callbacks.remove(&r.id);
-        drop(s);
-        match pending {
-            Some(p) => p.waiter.deliver(Some(n), routes),
-            // Its caller gave up waiting: a model prepared for nobody is released.
-            None => {
-                if let (Notification::Prepared(_, Some(m)), Some(link)) = (n, link.upgrade()) {
-                    link.post(Call::Release(Object::Model(m)));
-                }
-            }
+        link.sweep(&mut s);
+        if s.callbacks.is_empty() || s.reading {
+            drop(link.read_done.wait_timeout(s, SWEEP));
+        } else {
+            drop(link.read_one(s));
         }
-    } else if let Some(tx) = s.replies.remove(&r.id) {
-        // The waiter may have given up already: then the reply (and its fds) drops.
-        let _ = tx.try_send((r.reply, fds));
-    }
-}
-
-/// Fails the notifications that are overdue.
-fn sweep(routes: &Routes) {
-    let now = Instant::now();
-    let overdue: Vec<Pending> = {
-        let mut s = routes.state.lock().unwrap_or_else(|p| p.into_inner());
-        let ids: Vec<u64> = s
-            .callbacks
-            .iter()
-            .filter(|(_, p)| p.deadline <= now)
-            .map(|(id, _)| *id)
-            .collect();
-        ids.iter().filter_map(|id| s.callbacks.remove(id)).collect()
-    };
-    for p in overdue {
-        tracing::warn!("a notification from the service is overdue: failing its callback");
-        p.waiter.deliver(None, routes);
     }
 }
 
 impl Drop for Link {
     fn drop(&mut self) {
-        // Ends the reader thread, and with it the connection.
+        // Tells the service, which releases everything this connection owned.
         transport::shutdown(self.sock.as_fd());
     }
 }
 
 impl Link {
-    fn state(&self) -> std::sync::MutexGuard<'_, RouteState> {
-        self.routes.state.lock().unwrap_or_else(|p| p.into_inner())
+    fn state(&self) -> MutexGuard<'_, RouteState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn is_broken(&self) -> bool {
-        self.state().broken
+    /// Reads one message (or times out after SWEEP) with the state unlocked, routes it
+    /// and wakes every waiter. The caller must have seen `reading` false.
+    fn read_one<'a>(&'a self, mut s: MutexGuard<'a, RouteState>) -> MutexGuard<'a, RouteState> {
+        s.reading = true;
+        drop(s);
+        let got = transport::recv(self.sock.as_fd());
+        let mut s = self.state();
+        s.reading = false;
+        match got {
+            Ok(frame) => match transport::decode::<Response>(&frame.bytes) {
+                Ok(r) => self.route(&mut s, r, frame.fds),
+                Err(e) => {
+                    tracing::warn!("the service sent a malformed message ({e}): disconnecting");
+                    self.fail(&mut s);
+                }
+            },
+            Err(TransportError::Io(nix::errno::Errno::EAGAIN)) => {}
+            Err(e) => {
+                tracing::debug!("connection to the service ended: {e}");
+                self.fail(&mut s);
+            }
+        }
+        self.read_done.notify_all();
+        if !s.orphans.is_empty() && !s.broken {
+            let orphans = std::mem::take(&mut s.orphans);
+            drop(s);
+            for m in orphans {
+                self.post(Call::Release(Object::Model(m)));
+            }
+            s = self.state();
+        }
+        s
+    }
+
+    /// Hands one message to whoever waits for it.
+    fn route(&self, s: &mut RouteState, r: Response, fds: Vec<OwnedFd>) {
+        if let Reply::Notified(n) = r.reply {
+            match s.callbacks.remove(&r.id) {
+                Some(p) => p.waiter.deliver(Some(n), self),
+                // Its caller gave up waiting: a model prepared for nobody is released.
+                None => {
+                    if let Notification::Prepared(_, Some(m)) = n {
+                        s.orphans.push(m);
+                    }
+                }
+            }
+        } else if let Some(slot @ None) = s.replies.get_mut(&r.id) {
+            *slot = Some((r.reply, fds));
+        }
+    }
+
+    /// The connection failed: later calls fail at once; waiting callers wake to an
+    /// error; every callback still waiting is notified with GENERAL_FAILURE.
+    fn fail(&self, s: &mut RouteState) {
+        s.broken = true;
+        transport::shutdown(self.sock.as_fd());
+        for (_, p) in std::mem::take(&mut s.callbacks) {
+            p.waiter.deliver(None, self);
+        }
+    }
+
+    /// Fails the notifications that are overdue.
+    fn sweep(&self, s: &mut RouteState) {
+        let now = Instant::now();
+        let overdue: Vec<u64> = s
+            .callbacks
+            .iter()
+            .filter(|(_, p)| p.deadline <= now)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in overdue {
+            if let Some(p) = s.callbacks.remove(&id) {
+                tracing::warn!("a notification from the service is overdue: failing its callback");
+                p.waiter.deliver(None, self);
+            }
+        }
     }
 
     /// An id no other call on this connection uses.
@@ -333,34 +355,50 @@ impl Link {
         self.exchange(self.fresh_id(), call, fds)
     }
 
-    /// Sends a call under `id` and waits (at most the timeout) for its reply.
+    /// Sends a call under `id` and waits (at most the timeout) for its reply, reading the
+    /// socket itself whenever no other thread is.
     fn exchange(
         &self,
         id: u64,
         call: Call,
         fds: &[BorrowedFd<'_>],
     ) -> Result<Delivered, TransportError> {
-        let (tx, rx) = mpsc::sync_channel(1);
         {
             let mut s = self.state();
             if s.broken {
                 return Err(TransportError::Closed);
             }
-            s.replies.insert(id, tx);
+            s.replies.insert(id, None);
         }
         if let Err(e) = self.send(id, call, fds) {
             self.state().replies.remove(&id);
             return Err(e);
         }
-        match rx.recv_timeout(self.timeout) {
-            Ok(d) => Ok(d),
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                self.state().replies.remove(&id);
-                Err(TransportError::Malformed(
-                    "no reply within the timeout".into(),
-                ))
+        let deadline = Instant::now() + self.timeout;
+        let mut s = self.state();
+        loop {
+            if let Some(Some(_)) = s.replies.get(&id) {
+                if let Some(Some(d)) = s.replies.remove(&id) {
+                    return Ok(d);
+                }
             }
-            Err(mpsc::RecvTimeoutError::Disconnected) => Err(TransportError::Closed),
+            let now = Instant::now();
+            if s.broken || now >= deadline {
+                s.replies.remove(&id);
+                return Err(if s.broken {
+                    TransportError::Closed
+                } else {
+                    TransportError::Malformed("no reply within the timeout".into())
+                });
+            }
+            s = if s.reading {
+                self.read_done
+                    .wait_timeout(s, (deadline - now).min(SWEEP))
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0
+            } else {
+                self.read_one(s)
+            };
         }
     }
 
@@ -368,14 +406,15 @@ impl Link {
     fn send(&self, id: u64, call: Call, fds: &[BorrowedFd<'_>]) -> Result<(), TransportError> {
         let bytes = transport::encode(&Request { id, call })?;
         transport::send(self.sock.as_fd(), &bytes, fds).inspect_err(|_| {
-            self.state().broken = true;
-            transport::shutdown(self.sock.as_fd());
+            let mut s = self.state();
+            self.fail(&mut s);
+            self.read_done.notify_all();
         })
     }
 
     /// Sends a call that gets no reply (a release); best effort.
     fn post(&self, call: Call) {
-        if !self.is_broken() {
+        if !self.state().broken {
             let _ = self.send(self.fresh_id(), call, &[]);
         }
     }
@@ -396,11 +435,11 @@ impl Link {
             Ok(Reply::Launched(s)) => s,
             r => {
                 tracing::warn!("launching work on the service: {}", describe(r));
-                // Refused or lost: no notification will come; notify here (unless the
+                // Refused or lost: no notification will come; notify here (unless a
                 // reader already failed it).
                 let pending = self.state().callbacks.remove(&id);
                 if let Some(p) = pending {
-                    p.waiter.deliver(None, &self.routes);
+                    p.waiter.deliver(None, self);
                 }
                 ErrorStatus::GeneralFailure
             }

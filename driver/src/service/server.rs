@@ -5,9 +5,10 @@
 //! [`Reply::Refused`] and the connection carries on; a socket error or the client's
 //! disconnection ends that connection only. Nothing a client sends can end the service.
 //!
-//! Each connection has a reader thread (which answers calls in order) and a writer thread
-//! draining a bounded outbox; work a call launches (preparations, asynchronous executions)
-//! runs on the device's workers and posts its notification to the outbox when it ends.
+//! Each connection has a reader thread, which answers calls in order and sends each reply
+//! itself, and a writer thread draining a bounded queue of notifications: work a call
+//! launches (preparations, asynchronous executions) runs on the device's workers and
+//! queues its notification when it ends, never blocking on the client.
 //! What a connection owns (prepared models, buffers, fenced callbacks) lives in its
 //! [`Session`] and is released when the client disconnects or dies. A client that stops
 //! reading cannot make the service grow: see [`ClientLimits`].
@@ -49,11 +50,12 @@ pub struct ClientLimits {
     /// Launched work (preparations and asynchronous executions) not yet notified; beyond
     /// it a launch is RESOURCE_EXHAUSTED_TRANSIENT.
     pub in_flight: usize,
-    /// Replies and notifications queued for a client that is not reading. The reader
-    /// waits for room (so a client that sends without reading stops being read); a
-    /// notification that finds no room ends the connection.
-    pub queued_replies: usize,
-    /// How long one reply may wait for the client to take it before the connection ends.
+    /// Notifications queued for a client that is not reading; one that finds no room
+    /// ends the connection. (Replies are sent by the connection's reader itself, so a
+    /// client that sends without reading simply stops being read.)
+    pub queued_notifications: usize,
+    /// How long one message may wait for the client to take it before the connection
+    /// ends.
     pub reply_timeout: Duration,
 }
 
@@ -64,9 +66,9 @@ impl Default for ClientLimits {
             buffers: 1024,
             fenced: 1024,
             in_flight: 64,
-            // Room for every notification in flight plus the reply being written, so a
-            // client that reads at all never loses its connection to a full outbox.
-            queued_replies: 64 + 16,
+            // Room for every notification in flight, so a client that reads at all never
+            // loses its connection to a full queue.
+            queued_notifications: 64,
             reply_timeout: Duration::from_secs(10),
         }
     }
@@ -162,22 +164,22 @@ pub fn serve(
     }
 }
 
-/// A message waiting for the writer: body and descriptors (kept open until sent).
-type Outgoing = (Vec<u8>, Vec<Arc<OwnedFd>>);
-
-/// The connection's bounded queue of messages to the client.
+/// Messages to the client: replies sent by the reader itself, notifications through a
+/// bounded queue and a writer thread.
 struct Outbox {
-    tx: SyncSender<Outgoing>,
+    tx: SyncSender<Vec<u8>>,
     sock: Arc<OwnedFd>,
 }
 
 impl Outbox {
-    /// Queues a reply, waiting for room (back-pressure on a client that does not read).
+    /// Sends a reply from the reader's thread (blocking at most the reply timeout: a
+    /// client that does not read stops being read).
     fn reply(&self, id: u64, reply: Reply, fds: Vec<Arc<OwnedFd>>) -> Result<(), TransportError> {
         let bytes = transport::encode(&Response { id, reply })?;
-        self.tx
-            .send((bytes, fds))
-            .map_err(|_| TransportError::Closed)
+        let borrowed: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
+        transport::send(self.sock.as_fd(), &bytes, &borrowed).inspect_err(|_| {
+            transport::shutdown(self.sock.as_fd());
+        })
     }
 
     /// Queues a notification without waiting (it comes from a device worker, which must
@@ -190,7 +192,7 @@ impl Outbox {
         }) else {
             return;
         };
-        match self.tx.try_send((bytes, Vec::new())) {
+        match self.tx.try_send(bytes) {
             Ok(()) | Err(TrySendError::Disconnected(_)) => {}
             Err(TrySendError::Full(_)) => {
                 tracing::warn!("a client is not reading its notifications: disconnecting it");
@@ -200,11 +202,11 @@ impl Outbox {
     }
 }
 
-/// Sends queued messages until every sender is gone or the client stops taking them.
-fn writer(sock: Arc<OwnedFd>, rx: Receiver<Outgoing>) {
-    for (bytes, fds) in rx {
-        let borrowed: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
-        if let Err(e) = transport::send(sock.as_fd(), &bytes, &borrowed) {
+/// Sends queued notifications until every sender is gone or the client stops taking
+/// them.
+fn writer(sock: Arc<OwnedFd>, rx: Receiver<Vec<u8>>) {
+    for bytes in rx {
+        if let Err(e) = transport::send(sock.as_fd(), &bytes, &[]) {
             tracing::debug!("writing to a client: {e}");
             // Ends the reader too; queued messages are dropped with the receiver.
             transport::shutdown(sock.as_fd());
@@ -256,7 +258,7 @@ fn connection(sock: Arc<OwnedFd>, shared: &Shared) -> Result<(), TransportError>
         i64::from(limits.reply_timeout.subsec_micros()),
     );
     setsockopt(&*sock, sockopt::SendTimeout, &tv)?;
-    let (tx, rx) = sync_channel(limits.queued_replies.max(1));
+    let (tx, rx) = sync_channel(limits.queued_notifications.max(1));
     let writer_sock = sock.clone();
     std::thread::Builder::new()
         .name("vnpu-conn-w".into())

@@ -215,13 +215,26 @@ pub fn send(
 /// Receives one message. Descriptors are owned from the moment they arrive, so a message
 /// refused for its length or its descriptor count closes them all.
 pub fn recv(sock: BorrowedFd<'_>) -> Result<Frame, TransportError> {
-    // One byte more than the bound, so an oversized message shows as truncated.
-    let mut bytes = vec![0u8; MAX_MESSAGE + 1];
+    thread_local! {
+        /// One receive buffer per thread, reused: a fresh 128 KiB buffer per message
+        /// would cost an mmap, page faults and an munmap each time.
+        static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    BUF.with(|buf| {
+        let mut buf = buf.borrow_mut();
+        // One byte more than the bound, so an oversized message shows as truncated.
+        buf.resize(MAX_MESSAGE + 1, 0);
+        recv_into(sock, &mut buf)
+    })
+}
+
+/// [`recv`] through `bytes` (at least [`MAX_MESSAGE`] + 1 long).
+fn recv_into(sock: BorrowedFd<'_>, bytes: &mut [u8]) -> Result<Frame, TransportError> {
     // Room for every descriptor the kernel can pass, so an excess is seen (and closed)
     // here: a truncated control buffer would leave installed descriptors unreachable.
     let mut cmsg = nix::cmsg_space!([RawFd; SCM_MAX_FD]);
     let (len, flags, fds) = loop {
-        let mut iov = [IoSliceMut::new(&mut bytes)];
+        let mut iov = [IoSliceMut::new(bytes)];
         match socket::recvmsg::<UnixAddr>(
             sock.as_raw_fd(),
             &mut iov,
@@ -259,8 +272,10 @@ pub fn recv(sock: BorrowedFd<'_>) -> Result<Frame, TransportError> {
         // of ours is empty).
         return Err(TransportError::Closed);
     }
-    bytes.truncate(len);
-    Ok(Frame { bytes, fds })
+    Ok(Frame {
+        bytes: bytes[..len].to_vec(),
+        fds,
+    })
 }
 
 /// Shuts a connection down both ways: the peer sees the end, and a thread blocked
