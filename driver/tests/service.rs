@@ -517,3 +517,136 @@ fn slow_reader() {
         "the slow client's connection outlived it"
     );
 }
+
+/// A model too large for one socket packet (MobileNet with every weight inline,
+/// CONSTANT_COPY, several MiB) crosses in a memfd and gives the same result as in
+/// process.
+#[test]
+fn large_model_crosses_whole() {
+    use vnpu_driver::hal::{DataLocation, OperandLifeTime};
+    let service = Service::start("large");
+    let remote = service.connect();
+    let mut case = common::cases("V1_0.jsonl.gz")
+        .into_iter()
+        .find(|c| c.name.starts_with("mobilenet_224_gender_basic_fixed"))
+        .expect("the MobileNet case");
+    let pools: Vec<Vec<u8>> = case
+        .model
+        .pools
+        .iter()
+        .map(|p| vnpu_driver::memory::read_pool(p).unwrap())
+        .collect();
+    let model = &mut case.model;
+    for op in &mut model.main.operands {
+        if op.lifetime == OperandLifeTime::CONSTANT_REFERENCE {
+            let loc = op.location;
+            let start = loc.offset as usize;
+            let bytes = &pools[loc.pool_index as usize][start..start + loc.length as usize];
+            op.location = DataLocation {
+                pool_index: 0,
+                offset: u32::try_from(model.operand_values.len()).unwrap(),
+                length: loc.length,
+            };
+            model.operand_values.extend_from_slice(bytes);
+            op.lifetime = OperandLifeTime::CONSTANT_COPY;
+        }
+    }
+    model.pools.clear();
+    assert!(
+        model.operand_values.len() > transport::MAX_MESSAGE,
+        "{} bytes inline",
+        model.operand_values.len()
+    );
+    let local = common::device();
+    let here = run_case_opts(
+        local.as_ref(),
+        &case,
+        &prepare_plain,
+        ExecOptions::default(),
+    );
+    let there = run_case_opts(&remote, &case, &prepare_plain, ExecOptions::default());
+    assert_eq!(here.verdict, Verdict::Pass);
+    assert_eq!(there.verdict, here.verdict);
+}
+
+/// Socket activation: a service manager's listening socket (descriptor 3, LISTEN_PID,
+/// LISTEN_FDS) is served, readiness is announced on NOTIFY_SOCKET; and a socket left by a
+/// service that died is replaced by the next one.
+#[test]
+fn socket_activation_and_stale_socket() {
+    use std::os::unix::process::CommandExt;
+    let dir = std::env::temp_dir().join(format!("vnpu-service-activation-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("vnpu.sock");
+    let listener = transport::listen(&path).unwrap();
+    let notify_path = dir.join("notify");
+    let notify = socket::socket(
+        socket::AddressFamily::Unix,
+        socket::SockType::Datagram,
+        socket::SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .unwrap();
+    socket::bind(notify.as_raw_fd(), &UnixAddr::new(&notify_path).unwrap()).unwrap();
+
+    let raw = listener.as_raw_fd();
+    let mut cmd = Command::new("/bin/sh");
+    cmd.args(["-c", "LISTEN_PID=$$ LISTEN_FDS=1 exec \"$0\" serve"])
+        .arg(env!("CARGO_BIN_EXE_vnpu"))
+        .env("NOTIFY_SOCKET", &notify_path)
+        .stdout(Stdio::piped());
+    // SAFETY: only dup2 runs between fork and exec (async-signal-safe); it puts the
+    // listener at descriptor 3 without close-on-exec, as a service manager does.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::dup2(raw, 3) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
+    drop(listener);
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(
+        line.contains("inherited socket"),
+        "readiness line: {line:?}"
+    );
+    let mut ready = [0u8; 64];
+    let tv = nix::sys::time::TimeVal::new(10, 0);
+    socket::setsockopt(&notify, socket::sockopt::ReceiveTimeout, &tv).unwrap();
+    let n = nix::unistd::read(&notify, &mut ready).unwrap();
+    assert_eq!(&ready[..n], b"READY=1");
+    let remote = RemoteDevice::connect(&path, Duration::from_secs(10)).unwrap();
+    assert_eq!(remote.get_status(), DeviceStatus::Available);
+    drop(remote);
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    // The activated service died; its socket file stays. `vnpu serve --socket` replaces
+    // it (a live one would be refused: see the transport's tests).
+    assert!(path.exists());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vnpu"))
+        .args(["serve", "--socket"])
+        .arg(&path)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(
+        line.starts_with("vnpu: serving "),
+        "readiness line: {line:?}"
+    );
+    let remote = RemoteDevice::connect(&path, Duration::from_secs(10)).unwrap();
+    assert_eq!(remote.get_status(), DeviceStatus::Available);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -93,11 +93,13 @@ enum Command {
         remote: Option<PathBuf>,
     },
     /// Serve the device to other processes on a Unix socket (mode 0660). Prints one line,
-    /// `vnpu: serving DEVICE on PATH`, once it is listening.
+    /// `vnpu: serving DEVICE on PATH`, once it is listening (and notifies NOTIFY_SOCKET).
+    /// Under socket activation (LISTEN_PID/LISTEN_FDS) it serves the inherited socket.
     Serve {
-        /// Where to create the socket (must not exist yet).
+        /// Where to create the socket (a stale one left by a dead service is replaced).
+        /// Required unless a socket is inherited.
         #[arg(long)]
-        socket: PathBuf,
+        socket: Option<PathBuf>,
         /// A user who may connect (repeatable; default: only this user).
         #[arg(long)]
         allow_uid: Vec<u32>,
@@ -125,6 +127,18 @@ fn main() -> ExitCode {
         .init();
     if let Command::ConformanceTable { reports } = &cli.command {
         return conformance_table(reports);
+    }
+    if let Command::Serve {
+        socket,
+        allow_uid,
+        allow_gid,
+    } = cli.command
+    {
+        let policy = transport::PeerPolicy {
+            allowed_uids: allow_uid,
+            allowed_gids: allow_gid,
+        };
+        return serve(socket.as_deref(), policy);
     }
     let remote = match &cli.command {
         Command::Info { remote }
@@ -165,22 +179,8 @@ fn main() -> ExitCode {
             },
             json,
         ),
-        Command::ConformanceTable { reports } => conformance_table(&reports),
-        Command::Serve {
-            socket,
-            allow_uid,
-            allow_gid,
-        } => match target {
-            Target::Local(device) => serve(
-                device,
-                &socket,
-                transport::PeerPolicy {
-                    allowed_uids: allow_uid,
-                    allowed_gids: allow_gid,
-                },
-            ),
-            Target::Remote(_) => unreachable!("serve has no --remote"),
-        },
+        // Answered above, before a device is opened.
+        Command::ConformanceTable { .. } | Command::Serve { .. } => ExitCode::SUCCESS,
     }
 }
 
@@ -223,17 +223,41 @@ impl Target {
 }
 
 /// `vnpu serve`: listens, says so on one line, then serves until killed.
-fn serve(device: Arc<VnpuDevice>, socket: &Path, policy: transport::PeerPolicy) -> ExitCode {
-    let listener = match transport::listen(socket) {
+fn serve(socket: Option<&Path>, policy: transport::PeerPolicy) -> ExitCode {
+    use vnpu_driver::service::activation;
+    // First, before any thread exists: it edits the environment.
+    let inherited = match activation::inherited_listener() {
         Ok(l) => l,
         Err(e) => {
-            eprintln!("vnpu: cannot listen on {}: {e}", socket.display());
+            eprintln!("vnpu: serve: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let (listener, place) = match (inherited, socket) {
+        (Some(l), _) => (l, "the inherited socket".to_string()),
+        (None, Some(path)) => match transport::listen(path) {
+            Ok(l) => (l, path.display().to_string()),
+            Err(e) => {
+                eprintln!("vnpu: cannot listen on {}: {e}", path.display());
+                return ExitCode::from(2);
+            }
+        },
+        (None, None) => {
+            eprintln!("vnpu: serve needs --socket PATH (or an inherited socket)");
+            return ExitCode::from(2);
+        }
+    };
+    let device = match VnpuDevice::new() {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("vnpu: cannot start the emulated device: {e}");
             return ExitCode::from(2);
         }
     };
     let name = device.name().to_string();
-    println!("vnpu: serving {name} on {}", socket.display());
+    println!("vnpu: serving {name} on {place}");
     let _ = std::io::stdout().flush();
+    activation::notify_ready();
     let mut options = server::ServeOptions::new(name);
     options.policy = policy;
     let probe = device.clone();

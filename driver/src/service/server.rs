@@ -295,8 +295,13 @@ fn serve_calls(sock: &OwnedFd, shared: &Shared, conn: &Arc<Conn>) -> Result<(), 
     loop {
         let frame = match transport::recv(sock.as_fd()) {
             Ok(frame) => frame,
-            // Refused before use (its descriptors already closed): say so, carry on.
-            Err(e @ (TransportError::Oversized | TransportError::TooManyFds)) => {
+            // A whole packet refused before use (its descriptors already closed): say
+            // so, carry on.
+            Err(
+                e @ (TransportError::Oversized
+                | TransportError::TooManyFds
+                | TransportError::Malformed(_)),
+            ) => {
                 conn.outbox
                     .reply(0, Reply::Refused(e.to_string()), vec![])?;
                 continue;

@@ -2,7 +2,13 @@
 //! message boundaries), file descriptors passed with `SCM_RIGHTS`, and every message a
 //! postcard-encoded serde value.
 //!
-//! Everything received is hostile until validated: a message is at most [`MAX_MESSAGE`]
+//! Every message starts with a one-byte frame tag: [`INLINE`] (the body follows in the
+//! same packet, at most [`MAX_MESSAGE`] bytes) or [`IN_MEMFD`] (a body too long for one
+//! packet, up to [`MAX_LARGE_MESSAGE`], travels in a memfd passed as the message's last
+//! descriptor, its length beside the tag): a model with many inline constants crosses
+//! whole, never truncated.
+//!
+//! Everything received is hostile until validated: a packet is at most [`MAX_MESSAGE`]
 //! bytes and [`MAX_FDS`] descriptors (a longer one is refused, never partly used); the
 //! descriptors a message carries are wrapped in [`OwnedFd`] the moment they arrive
 //! (`MSG_CMSG_CLOEXEC`, so they never leak into a child), so every error path closes them;
@@ -20,9 +26,16 @@ use nix::sys::socket::{
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-/// The largest message body, in bytes. A `SOCK_SEQPACKET` message must fit the socket's
-/// send buffer (about 208 KiB by default), so bulk data travels in memory fds instead.
+/// The largest packet, in bytes. A `SOCK_SEQPACKET` message must fit the socket's send
+/// buffer (about 208 KiB by default), so a longer body travels in a memfd instead.
 pub const MAX_MESSAGE: usize = 128 * 1024;
+/// The largest message body (carried in a memfd when over [`MAX_MESSAGE`] - 1 bytes).
+pub const MAX_LARGE_MESSAGE: usize = 64 << 20;
+/// Frame tag: the body follows in the packet.
+pub const INLINE: u8 = 0;
+/// Frame tag: the body's length (u64, little-endian) follows; the body is in the memfd
+/// that is the packet's last descriptor.
+pub const IN_MEMFD: u8 = 1;
 /// The most file descriptors one message may carry.
 pub const MAX_FDS: usize = 64;
 /// Linux's limit on descriptors in one message (`SCM_MAX_FD`): a control buffer this large
@@ -35,8 +48,9 @@ pub enum TransportError {
     /// The socket call failed.
     #[error("socket: {0}")]
     Io(#[from] Errno),
-    /// A body longer than [`MAX_MESSAGE`] (received: truncated by the kernel).
-    #[error("message longer than {MAX_MESSAGE} bytes")]
+    /// A packet longer than [`MAX_MESSAGE`] (received: truncated by the kernel), or a
+    /// body longer than [`MAX_LARGE_MESSAGE`].
+    #[error("message too long")]
     Oversized,
     /// More descriptors than [`MAX_FDS`] (received: the control data was truncated).
     #[error("more than {MAX_FDS} file descriptors")]
@@ -155,10 +169,10 @@ pub struct Frame {
     pub fds: Vec<OwnedFd>,
 }
 
-/// Encodes `msg`, refusing a body over [`MAX_MESSAGE`].
+/// Encodes `msg`, refusing a body over [`MAX_LARGE_MESSAGE`].
 pub fn encode<T: Serialize>(msg: &T) -> Result<Vec<u8>, TransportError> {
     let bytes = postcard::to_stdvec(msg).map_err(|e| TransportError::Malformed(e.to_string()))?;
-    if bytes.len() > MAX_MESSAGE {
+    if bytes.len() > MAX_LARGE_MESSAGE {
         return Err(TransportError::Oversized);
     }
     Ok(bytes)
@@ -166,7 +180,7 @@ pub fn encode<T: Serialize>(msg: &T) -> Result<Vec<u8>, TransportError> {
 
 /// Decodes a whole body: a body that does not decode, or has bytes left over, is malformed.
 pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, TransportError> {
-    if bytes.len() > MAX_MESSAGE {
+    if bytes.len() > MAX_LARGE_MESSAGE {
         return Err(TransportError::Oversized);
     }
     let (value, rest) =
@@ -180,26 +194,72 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, TransportError> {
     Ok(value)
 }
 
-/// Sends one message with its descriptors (which stay owned by the caller).
+/// Sends one message with its descriptors (which stay owned by the caller): in one
+/// packet when it fits, else its body in a memfd.
 pub fn send(
     sock: BorrowedFd<'_>,
     bytes: &[u8],
     fds: &[BorrowedFd<'_>],
 ) -> Result<(), TransportError> {
-    if bytes.len() > MAX_MESSAGE {
+    if bytes.len() > MAX_LARGE_MESSAGE {
         return Err(TransportError::Oversized);
     }
     if fds.len() > MAX_FDS {
         return Err(TransportError::TooManyFds);
     }
+    if bytes.len() < MAX_MESSAGE {
+        let tag = [INLINE];
+        return send_packet(sock, &[IoSlice::new(&tag), IoSlice::new(bytes)], fds);
+    }
+    if fds.len() == MAX_FDS {
+        return Err(TransportError::TooManyFds);
+    }
+    let body = body_memfd(bytes)?;
+    let mut head = [0u8; 9];
+    head[0] = IN_MEMFD;
+    head[1..].copy_from_slice(&(bytes.len() as u64).to_le_bytes());
+    let mut all = fds.to_vec();
+    all.push(body.as_fd());
+    send_packet(sock, &[IoSlice::new(&head)], &all)
+}
+
+/// A memfd holding `bytes`, sealed against every change (the receiver copies it out).
+fn body_memfd(bytes: &[u8]) -> Result<OwnedFd, TransportError> {
+    use nix::fcntl::{fcntl, FcntlArg, SealFlag};
+    use nix::sys::memfd::{memfd_create, MFdFlags};
+    let fd = memfd_create(
+        "vnpu-message",
+        MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING,
+    )?;
+    let mut written = 0;
+    while written < bytes.len() {
+        written += nix::sys::uio::pwrite(&fd, &bytes[written..], written as i64)?;
+    }
+    fcntl(
+        &fd,
+        FcntlArg::F_ADD_SEALS(
+            SealFlag::F_SEAL_SHRINK
+                | SealFlag::F_SEAL_GROW
+                | SealFlag::F_SEAL_WRITE
+                | SealFlag::F_SEAL_SEAL,
+        ),
+    )?;
+    Ok(fd)
+}
+
+/// One packet with its descriptors.
+fn send_packet(
+    sock: BorrowedFd<'_>,
+    iov: &[IoSlice<'_>],
+    fds: &[BorrowedFd<'_>],
+) -> Result<(), TransportError> {
     let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
     let cmsgs = [ControlMessage::ScmRights(&raw)];
     let cmsgs: &[ControlMessage] = if raw.is_empty() { &[] } else { &cmsgs };
-    let iov = [IoSlice::new(bytes)];
     loop {
         match socket::sendmsg::<UnixAddr>(
             sock.as_raw_fd(),
-            &iov,
+            iov,
             cmsgs,
             MsgFlags::MSG_NOSIGNAL,
             None,
@@ -272,10 +332,41 @@ fn recv_into(sock: BorrowedFd<'_>, bytes: &mut [u8]) -> Result<Frame, TransportE
         // of ours is empty).
         return Err(TransportError::Closed);
     }
-    Ok(Frame {
-        bytes: bytes[..len].to_vec(),
-        fds,
-    })
+    unframe(&bytes[..len], fds)
+}
+
+/// The body of a received packet: inline, or read out of its memfd (which must hold
+/// exactly the declared length, at most [`MAX_LARGE_MESSAGE`]).
+fn unframe(packet: &[u8], mut fds: Vec<OwnedFd>) -> Result<Frame, TransportError> {
+    let malformed = |why: &str| TransportError::Malformed(format!("frame: {why}"));
+    match packet.split_first() {
+        Some((&INLINE, body)) => Ok(Frame {
+            bytes: body.to_vec(),
+            fds,
+        }),
+        Some((&IN_MEMFD, len)) => {
+            let len: [u8; 8] = len.try_into().map_err(|_| malformed("bad length"))?;
+            let len = u64::from_le_bytes(len);
+            if len > MAX_LARGE_MESSAGE as u64 {
+                return Err(TransportError::Oversized);
+            }
+            let body = fds.pop().ok_or_else(|| malformed("no body descriptor"))?;
+            let size = nix::sys::stat::fstat(&body)?.st_size;
+            if u64::try_from(size).ok() != Some(len) {
+                return Err(malformed("body length differs from the declared one"));
+            }
+            let mut bytes = vec![0u8; len as usize];
+            let mut read = 0;
+            while read < bytes.len() {
+                match nix::sys::uio::pread(&body, &mut bytes[read..], read as i64)? {
+                    0 => return Err(malformed("body shorter than declared")),
+                    n => read += n,
+                }
+            }
+            Ok(Frame { bytes, fds })
+        }
+        _ => Err(malformed("unknown tag")),
+    }
 }
 
 /// Shuts a connection down both ways: the peer sees the end, and a thread blocked
@@ -305,14 +396,31 @@ fn seqpacket() -> Result<OwnedFd, TransportError> {
 }
 
 /// Creates a listening socket at `path` with mode 0660 (set before `listen`, so no
-/// client can connect under looser permissions). An existing file at `path` is an error.
+/// client can connect under looser permissions). A stale socket left at `path` by a
+/// service that died is replaced; a socket someone still serves on (`EADDRINUSE`) or any
+/// other file there is an error.
 pub fn listen(path: &Path) -> Result<OwnedFd, TransportError> {
     let sock = seqpacket()?;
-    socket::bind(sock.as_raw_fd(), &UnixAddr::new(path)?)?;
+    let addr = UnixAddr::new(path)?;
+    match socket::bind(sock.as_raw_fd(), &addr) {
+        Err(Errno::EADDRINUSE) if is_stale_socket(path) => {
+            std::fs::remove_file(path)
+                .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))?;
+            socket::bind(sock.as_raw_fd(), &addr)?;
+        }
+        r => r?,
+    }
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
         .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))?;
     socket::listen(&sock, Backlog::new(64).unwrap_or(Backlog::MAXCONN))?;
     Ok(sock)
+}
+
+/// Whether `path` is a socket nobody listens on (a connection is refused).
+fn is_stale_socket(path: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    let is_socket = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket());
+    is_socket && matches!(connect(path), Err(TransportError::Io(Errno::ECONNREFUSED)))
 }
 
 /// Accepts one connection (close-on-exec).
@@ -438,15 +546,64 @@ mod tests {
         // Raise the send buffer so the kernel accepts the oversized packet and the
         // receiver is the one to refuse it.
         socket::setsockopt(&a, socket::sockopt::SndBuf, &(4 * MAX_MESSAGE)).unwrap();
-        let big = vec![0u8; MAX_MESSAGE + 100];
+        let huge = vec![0u8; MAX_LARGE_MESSAGE + 1];
         assert!(matches!(
-            send(a.as_fd(), &big, &[]),
+            send(a.as_fd(), &huge, &[]),
             Err(TransportError::Oversized)
         ));
+        let big = vec![0u8; MAX_MESSAGE + 100];
         assert!(matches!(
             refused_and_closed(&a, &b, &big, 1),
             TransportError::Oversized
         ));
+    }
+
+    /// A body too long for one packet crosses in a memfd, whole, with the message's own
+    /// descriptors beside it.
+    #[test]
+    fn large_message_travels_in_a_memfd() {
+        let (a, b) = pair().unwrap();
+        let msg = Msg::Text("big".into(), (0..200_000).collect());
+        let bytes = encode(&msg).unwrap();
+        assert!(bytes.len() > MAX_MESSAGE);
+        let (r, _w) = nix::unistd::pipe().unwrap();
+        let sender = std::thread::spawn(move || send(a.as_fd(), &bytes, &[r.as_fd()]));
+        let frame = recv(b.as_fd()).unwrap();
+        sender.join().unwrap().unwrap();
+        assert_eq!(decode::<Msg>(&frame.bytes).unwrap(), msg);
+        assert_eq!(frame.fds.len(), 1, "the body's memfd is not handed on");
+    }
+
+    /// A memfd frame that lies about its length, or has no descriptor, is refused and
+    /// every descriptor it carried is closed.
+    #[test]
+    fn lying_memfd_frames_refused() {
+        let (a, b) = pair().unwrap();
+        let mut head = [0u8; 9];
+        head[0] = IN_MEMFD;
+        head[1..].copy_from_slice(&100u64.to_le_bytes());
+        // No descriptor at all.
+        send_packet(a.as_fd(), &[IoSlice::new(&head)], &[]).unwrap();
+        assert!(matches!(recv(b.as_fd()), Err(TransportError::Malformed(_))));
+        // A body of another length (the pipe's read end also rides along).
+        let body = body_memfd(&[7u8; 10]).unwrap();
+        let (r, w) = nix::unistd::pipe().unwrap();
+        send_packet(
+            a.as_fd(),
+            &[IoSlice::new(&head)],
+            &[r.as_fd(), body.as_fd()],
+        )
+        .unwrap();
+        drop(r);
+        assert!(matches!(recv(b.as_fd()), Err(TransportError::Malformed(_))));
+        assert_only_read_end_closed(&w);
+        // A declared length past the bound.
+        head[1..].copy_from_slice(&u64::MAX.to_le_bytes());
+        send_packet(a.as_fd(), &[IoSlice::new(&head)], &[body.as_fd()]).unwrap();
+        assert!(matches!(recv(b.as_fd()), Err(TransportError::Oversized)));
+        // An unknown tag.
+        send_packet(a.as_fd(), &[IoSlice::new(&[9u8, 1, 2])], &[]).unwrap();
+        assert!(matches!(recv(b.as_fd()), Err(TransportError::Malformed(_))));
     }
 
     #[test]
@@ -517,6 +674,11 @@ mod tests {
         let l = listen(&path).unwrap();
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o660);
+        // Someone serves there: a second service is refused.
+        assert!(matches!(
+            listen(&path),
+            Err(TransportError::Io(Errno::EADDRINUSE))
+        ));
         let c = connect(&path).unwrap();
         let s = accept(l.as_fd()).unwrap();
         assert!(PeerPolicy::default().check(&s).is_ok());
@@ -533,6 +695,16 @@ mod tests {
         };
         assert!(by_group.check(&s).is_ok());
         drop(c);
+        // The service died and left its socket: the next one replaces it.
+        drop(l);
+        let l = listen(&path).unwrap();
+        assert!(connect(&path).is_ok());
+        drop(l);
+        // Any other file is left alone.
+        std::fs::remove_file(&path).unwrap();
+        std::fs::write(&path, b"not a socket").unwrap();
+        assert!(listen(&path).is_err());
+        assert_eq!(std::fs::read(&path).unwrap(), b"not a socket");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
