@@ -7,6 +7,7 @@
 pub mod hal;
 
 pub mod alloc;
+pub mod burst;
 pub mod cache;
 pub mod compile;
 pub mod config;
