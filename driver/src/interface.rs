@@ -5,6 +5,7 @@
 //! be served across a process boundary.
 
 use std::any::Any;
+use std::os::fd::BorrowedFd;
 use std::sync::{Arc, Condvar, Mutex};
 
 use crate::hal::{
@@ -47,6 +48,23 @@ pub trait IBuffer: Send + Sync {
     /// (empty: the dimensions given at allocation).
     fn copy_from(&self, src: &Memory, dimensions: &[u32]) -> ErrorStatus;
 }
+
+/// The client's side of a burst (`IBurstCallback`, 1.2): the service asks it for the
+/// memories of slots it has not cached.
+pub trait IBurstCallback: Send + Sync {
+    /// The memories of `slots`, in order; INVALID_ARGUMENT (and no memories) if any slot
+    /// is unknown.
+    fn get_memories(&self, slots: &[i32]) -> (ErrorStatus, Vec<Memory>);
+}
+
+/// The service's side of a burst (`IBurstContext`, 1.2): dropping it ends the burst.
+pub trait IBurstContext: Send + Sync {
+    /// Forgets the memory cached under `slot` (an unknown slot is ignored).
+    fn free_memory(&self, slot: i32);
+}
+
+/// The outcome of `configureExecutionBurst`: status and, on success, the burst.
+pub type BurstResult = (ErrorStatus, Option<Arc<dyn IBurstContext>>);
 
 /// The outcome of `IDevice::allocate`: status, buffer, token (0 on error).
 pub type AllocateResult = (ErrorStatus, Option<Arc<dyn IBuffer>>, u32);
@@ -138,6 +156,15 @@ pub trait IPreparedModel: Send + Sync {
         loop_timeout: OptionalTimeoutDuration,
         duration: OptionalTimeoutDuration,
     ) -> FencedResult;
+    /// Starts a burst (`configureExecutionBurst`, 1.2): requests arrive as packets on the
+    /// queue in `request_channel`'s memfd, results leave on `result_channel`'s (see
+    /// [`crate::burst`]); memories are named by slots and fetched through `callback`.
+    fn configure_execution_burst(
+        &self,
+        callback: Arc<dyn IBurstCallback>,
+        request_channel: BorrowedFd<'_>,
+        result_channel: BorrowedFd<'_>,
+    ) -> BurstResult;
     /// The implementation behind the interface, so a device can recognise its own
     /// prepared models (memory domains); `None` for a model it cannot know.
     fn as_any(&self) -> Option<&dyn Any> {

@@ -910,6 +910,25 @@ impl IPreparedModel for VnpuPreparedModel {
         }
     }
 
+    /// The burst runs on its own thread, executing each packet synchronously.
+    fn configure_execution_burst(
+        &self,
+        callback: Arc<dyn crate::interface::IBurstCallback>,
+        request_channel: std::os::fd::BorrowedFd<'_>,
+        result_channel: std::os::fd::BorrowedFd<'_>,
+    ) -> crate::interface::BurstResult {
+        let Some(me) = self.me.upgrade() else {
+            return (ErrorStatus::GeneralFailure, None);
+        };
+        crate::burst::server::start(
+            me,
+            callback,
+            request_channel,
+            result_channel,
+            crate::burst::server::DEFAULT_SPIN,
+        )
+    }
+
     fn as_any(&self) -> Option<&dyn Any> {
         Some(self)
     }

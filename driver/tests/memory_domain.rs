@@ -299,6 +299,14 @@ fn allocate_invalid_prepared_model() {
         ) -> vnpu_driver::device::FencedResult {
             (ErrorStatus::GeneralFailure, None, None)
         }
+        fn configure_execution_burst(
+            &self,
+            _: Arc<dyn vnpu_driver::interface::IBurstCallback>,
+            _: std::os::fd::BorrowedFd<'_>,
+            _: std::os::fd::BorrowedFd<'_>,
+        ) -> vnpu_driver::interface::BurstResult {
+            (ErrorStatus::GeneralFailure, None)
+        }
     }
     let foreign: Arc<dyn IPreparedModel> = Arc::new(Foreign);
     assert_refused(allocate_with(

@@ -22,6 +22,10 @@ pub enum ExecPath {
     Sync,
     /// `executeFenced` (no output shapes are reported).
     Fenced,
+    /// A burst (`configureExecutionBurst`, requests and results over fast message
+    /// queues). A request naming driver-managed buffers has no slots: it runs
+    /// synchronously instead, as the runtime falls back.
+    Burst,
 }
 
 /// Where the request's inputs and outputs live.
@@ -100,6 +104,26 @@ pub fn execute(
             crate::fence::wait_all(&[fence], deadline).map_err(|e| e.to_string())?;
             let (status, _, since_fence) = callback.get_execution_info();
             Ok((status, Vec::new(), since_fence))
+        }
+        ExecPath::Burst => {
+            let tokens = request
+                .pools
+                .iter()
+                .any(|p| matches!(p, crate::hal::RequestMemoryPool::Token(_)));
+            if tokens {
+                return Ok(prepared.execute_synchronously_1_3(request, measure, deadline, none));
+            }
+            use crate::burst::{controller, server};
+            let burst = match controller::BurstController::new(
+                prepared.as_ref(),
+                controller::CHANNEL_LENGTH,
+                server::DEFAULT_SPIN,
+                std::time::Duration::from_secs(60),
+            ) {
+                Ok(b) => b,
+                Err(s) => return Err(format!("configureExecutionBurst: {s}")),
+            };
+            Ok(burst.execute(request, measure))
         }
     }
 }

@@ -725,6 +725,17 @@ impl IPreparedModel for RemotePreparedModel {
         (status, fence, callback)
     }
 
+    /// Not across the socket yet: GENERAL_FAILURE.
+    fn configure_execution_burst(
+        &self,
+        _callback: Arc<dyn crate::interface::IBurstCallback>,
+        _request_channel: BorrowedFd<'_>,
+        _result_channel: BorrowedFd<'_>,
+    ) -> crate::interface::BurstResult {
+        tracing::warn!("configureExecutionBurst: not remote yet");
+        (ErrorStatus::GeneralFailure, None)
+    }
+
     fn as_any(&self) -> Option<&dyn Any> {
         Some(self)
     }

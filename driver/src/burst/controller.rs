@@ -1,0 +1,271 @@
+//! The client's side of a burst: creates the two queues, configures the burst on a
+//! prepared model, assigns slots to memories (the slot cache's client half, which is the
+//! [`IBurstCallback`] the service asks on a miss) and runs executions as packets.
+//!
+//! A memory is known by its first descriptor's allocation: the controller keeps only weak
+//! references to its descriptors, so a memory the client drops is noticed at the next
+//! execution and its slot freed in the service too (and a dropped memory cannot be given
+//! out under its old slot).
+
+use std::os::fd::OwnedFd;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use super::datum::{deserialize_result, serialize_request};
+use super::fmq::{Element, Fmq, FmqError};
+use crate::hal::{
+    ErrorStatus, MeasureTiming, Memory, NativeHandle, OutputShape, Request, RequestMemoryPool,
+    Timing,
+};
+use crate::interface::{IBurstCallback, IBurstContext, IPreparedModel};
+
+/// Elements in each queue (the HAL's controllers use 1 024).
+pub const CHANNEL_LENGTH: u32 = 1024;
+
+/// Slots the client has handed out.
+#[derive(Default)]
+pub struct Slots {
+    entries: Mutex<Vec<Option<SlotEntry>>>,
+}
+
+/// A memory as the slot table holds it: weakly, so the client's dropping it is seen.
+struct SlotEntry {
+    name: String,
+    size: u64,
+    fds: Vec<Weak<OwnedFd>>,
+    ints: Vec<i32>,
+}
+
+impl SlotEntry {
+    /// Whether this entry is `memory` (the same first descriptor and size).
+    fn is(&self, memory: &Memory) -> bool {
+        let key = memory.handle.fds.first().map(Arc::downgrade);
+        self.size == memory.size
+            && key.is_some_and(|k| self.fds.first().is_some_and(|f| f.ptr_eq(&k)))
+    }
+
+    /// The memory, if the client still holds it, with descriptors of its own (as if it
+    /// had crossed a process boundary): what the service caches never keeps the client's
+    /// memory alive, so its dropping stays visible here.
+    fn memory(&self) -> Option<Memory> {
+        let fds: Option<Vec<Arc<OwnedFd>>> = self
+            .fds
+            .iter()
+            .map(|f| f.upgrade()?.try_clone().ok().map(Arc::new))
+            .collect();
+        Some(Memory {
+            name: self.name.clone(),
+            size: self.size,
+            handle: NativeHandle {
+                fds: fds?,
+                ints: self.ints.clone(),
+            },
+        })
+    }
+
+    fn dead(&self) -> bool {
+        self.fds.iter().any(|f| f.strong_count() == 0)
+    }
+}
+
+impl Slots {
+    /// The slot of `memory` (which has a descriptor), assigning a free one the first time
+    /// it is seen.
+    fn slot_of(&self, memory: &Memory) -> i32 {
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(i) = entries
+            .iter()
+            .position(|e| e.as_ref().is_some_and(|e| e.is(memory)))
+        {
+            return i as i32;
+        }
+        let entry = SlotEntry {
+            name: memory.name.clone(),
+            size: memory.size,
+            fds: memory.handle.fds.iter().map(Arc::downgrade).collect(),
+            ints: memory.handle.ints.clone(),
+        };
+        match entries.iter().position(Option::is_none) {
+            Some(i) => {
+                entries[i] = Some(entry);
+                i as i32
+            }
+            None => {
+                entries.push(Some(entry));
+                entries.len() as i32 - 1
+            }
+        }
+    }
+
+    /// Slots whose memory the client has dropped: forgotten here, to free in the service.
+    fn reap(&self) -> Vec<i32> {
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let mut dead = Vec::new();
+        for (i, e) in entries.iter_mut().enumerate() {
+            if e.as_ref().is_some_and(SlotEntry::dead) {
+                *e = None;
+                dead.push(i as i32);
+            }
+        }
+        dead
+    }
+}
+
+impl IBurstCallback for Slots {
+    fn get_memories(&self, slots: &[i32]) -> (ErrorStatus, Vec<Memory>) {
+        let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let found: Option<Vec<Memory>> = slots
+            .iter()
+            .map(|&s| {
+                usize::try_from(s)
+                    .ok()
+                    .and_then(|i| entries.get(i))
+                    .and_then(|e| e.as_ref())
+                    .and_then(SlotEntry::memory)
+            })
+            .collect();
+        match found {
+            Some(m) => (ErrorStatus::None, m),
+            None => (ErrorStatus::InvalidArgument, Vec::new()),
+        }
+    }
+}
+
+/// A burst on one prepared model, used by one execution at a time.
+pub struct BurstController {
+    requests: Fmq,
+    results: Fmq,
+    slots: Arc<Slots>,
+    context: Arc<dyn IBurstContext>,
+    /// How long to spin for a result before sleeping.
+    spin: Duration,
+    /// The longest wait for one result.
+    timeout: Duration,
+    busy: Mutex<()>,
+}
+
+impl BurstController {
+    /// Configures a burst on `model`, with queues of `CHANNEL_LENGTH` elements (the
+    /// result queue `result_length`).
+    pub fn new(
+        model: &dyn IPreparedModel,
+        result_length: u32,
+        spin: Duration,
+        timeout: Duration,
+    ) -> Result<BurstController, ErrorStatus> {
+        let queue = |n| {
+            Fmq::create(n).map_err(|e| {
+                tracing::warn!("burst queue: {e}");
+                ErrorStatus::GeneralFailure
+            })
+        };
+        let requests = queue(CHANNEL_LENGTH)?;
+        let results = queue(result_length)?;
+        let slots = Arc::new(Slots::default());
+        let (status, context) =
+            model.configure_execution_burst(slots.clone(), requests.fd(), results.fd());
+        match (status, context) {
+            (ErrorStatus::None, Some(context)) => Ok(BurstController {
+                requests,
+                results,
+                slots,
+                context,
+                spin,
+                timeout,
+                busy: Mutex::new(()),
+            }),
+            (ErrorStatus::None, None) => Err(ErrorStatus::GeneralFailure),
+            (s, _) => Err(s),
+        }
+    }
+
+    /// Runs `request` as a burst execution. Its pools must be memories (a driver-managed
+    /// buffer's token has no slot: INVALID_ARGUMENT, so the caller can fall back to
+    /// another path, as the runtime does).
+    pub fn execute(
+        &self,
+        request: &Request,
+        measure: MeasureTiming,
+    ) -> (ErrorStatus, Vec<OutputShape>, Timing) {
+        let fail = |s| (s, Vec::new(), Timing::NONE);
+        let _one = self.busy.lock().unwrap_or_else(|p| p.into_inner());
+        let slots = match self.slots_of(&request.pools) {
+            Ok(s) => s,
+            Err(s) => return fail(s),
+        };
+        let bare = Request {
+            inputs: request.inputs.clone(),
+            outputs: request.outputs.clone(),
+            pools: Vec::new(),
+        };
+        let packet = serialize_request(&bare, &slots, measure);
+        if let Err(e) = self.requests.write(&packet) {
+            tracing::warn!("burst request: {e}");
+            return fail(ErrorStatus::GeneralFailure);
+        }
+        self.result()
+    }
+
+    /// The slots of request pools (assigned on first sight); a pool that is not a memory
+    /// with a descriptor has none (INVALID_ARGUMENT).
+    pub fn slots_of(&self, pools: &[RequestMemoryPool]) -> Result<Vec<i32>, ErrorStatus> {
+        // Slots of memories the client dropped are freed first (here and in the service),
+        // so a slot is never reused while the service still caches its old memory.
+        for dead in self.slots.reap() {
+            self.context.free_memory(dead);
+        }
+        pools
+            .iter()
+            .map(|p| match p {
+                RequestMemoryPool::HidlMemory(m) if !m.handle.fds.is_empty() => {
+                    Ok(self.slots.slot_of(m))
+                }
+                _ => Err(ErrorStatus::InvalidArgument),
+            })
+            .collect()
+    }
+
+    /// Sends a raw request packet and returns the raw result packet (for validation
+    /// tests and fuzzing).
+    pub fn send_raw(&self, packet: &[Element]) -> Result<Vec<Element>, FmqError> {
+        let _one = self.busy.lock().unwrap_or_else(|p| p.into_inner());
+        self.requests.write(packet)?;
+        self.results
+            .read_blocking(self.spin, Some(self.timeout), &|| false)
+    }
+
+    /// Waits for and reads one result packet.
+    fn result(&self) -> (ErrorStatus, Vec<OutputShape>, Timing) {
+        let fail = |s| (s, Vec::new(), Timing::NONE);
+        let packet = match self
+            .results
+            .read_blocking(self.spin, Some(self.timeout), &|| false)
+        {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!("burst result: {e}");
+                return fail(ErrorStatus::GeneralFailure);
+            }
+        };
+        deserialize_result(&packet).unwrap_or_else(|e| {
+            tracing::warn!("burst result: {e}");
+            fail(ErrorStatus::GeneralFailure)
+        })
+    }
+
+    /// Stops using `memory`: its slot is freed here and in the service.
+    pub fn forget(&self, memory: &Memory) {
+        let mut entries = self.slots.entries.lock().unwrap_or_else(|p| p.into_inner());
+        for (i, e) in entries.iter_mut().enumerate() {
+            if e.as_ref().is_some_and(|e| e.is(memory)) {
+                *e = None;
+                self.context.free_memory(i as i32);
+            }
+        }
+    }
+
+    /// The service's side of the burst (to free slots directly in tests).
+    pub fn context(&self) -> &Arc<dyn IBurstContext> {
+        &self.context
+    }
+}

@@ -1,0 +1,211 @@
+//! The service's side of a burst: a thread per burst that reads request packets, resolves
+//! their slots through the slot cache (asking the client's [`IBurstCallback`] for the
+//! slots it lacks, each only once), runs the execution synchronously on the prepared
+//! model, and writes the result packet.
+//!
+//! Every request is validated before use: a packet that breaks the rules, an unknown
+//! slot, or a request the model refuses gets a failure result (status, no shapes, no
+//! timing), never a crash or a hang. A result too large for the result queue is replaced
+//! by a failure packet. Dropping the [`BurstContext`] stops the thread.
+
+use std::collections::HashMap;
+use std::os::fd::BorrowedFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::datum::{deserialize_request, serialize_result};
+use super::fmq::{Element, Fmq, FmqError};
+use crate::hal::{
+    ErrorStatus, Memory, OptionalTimePoint, OptionalTimeoutDuration, OutputShape,
+    RequestMemoryPool, Timing,
+};
+use crate::interface::{BurstResult, IBurstCallback, IBurstContext, IPreparedModel};
+
+/// How long the burst thread spins on an empty request queue before it sleeps. A futex
+/// wake-up costs tens of microseconds on a small VM, a spin round trip well under one;
+/// the sample driver polls 50 µs too.
+pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
+
+/// What the burst thread and its context share.
+struct Shared {
+    stop: AtomicBool,
+    /// Slot → memory, as the client's callback gave them.
+    slots: Mutex<HashMap<i32, Memory>>,
+}
+
+/// A running burst; dropping it stops the thread and forgets the slots.
+pub struct BurstContext {
+    shared: Arc<Shared>,
+    requests: Arc<Fmq>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl IBurstContext for BurstContext {
+    fn free_memory(&self, slot: i32) {
+        self.shared
+            .slots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&slot);
+    }
+}
+
+impl Drop for BurstContext {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        self.requests.wake();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Starts a burst serving `model`: opens both queues (their memfds are duplicated, so the
+/// caller keeps its own) and starts the thread.
+pub fn start(
+    model: Arc<dyn IPreparedModel>,
+    callback: Arc<dyn IBurstCallback>,
+    request_channel: BorrowedFd<'_>,
+    result_channel: BorrowedFd<'_>,
+    spin: Duration,
+) -> BurstResult {
+    let open = |fd: BorrowedFd<'_>| {
+        fd.try_clone_to_owned()
+            .map_err(|e| tracing::debug!("burst queue: {e}"))
+            .and_then(|fd| Fmq::open(fd).map_err(|e| tracing::debug!("burst queue: {e}")))
+    };
+    let (Ok(requests), Ok(results)) = (open(request_channel), open(result_channel)) else {
+        return (ErrorStatus::InvalidArgument, None);
+    };
+    let requests = Arc::new(requests);
+    let shared = Arc::new(Shared {
+        stop: AtomicBool::new(false),
+        slots: Mutex::new(HashMap::new()),
+    });
+    let thread = {
+        let shared = shared.clone();
+        let requests = requests.clone();
+        std::thread::Builder::new()
+            .name("vnpu-burst".into())
+            .spawn(move || serve(&model, &*callback, &requests, &results, &shared, spin))
+    };
+    match thread {
+        Ok(t) => (
+            ErrorStatus::None,
+            Some(Arc::new(BurstContext {
+                shared,
+                requests,
+                thread: Some(t),
+            })),
+        ),
+        Err(e) => {
+            tracing::warn!("cannot start a burst thread: {e}");
+            (ErrorStatus::GeneralFailure, None)
+        }
+    }
+}
+
+/// The burst thread: one request packet in, one result packet out, until stopped.
+fn serve(
+    model: &Arc<dyn IPreparedModel>,
+    callback: &dyn IBurstCallback,
+    requests: &Fmq,
+    results: &Fmq,
+    shared: &Shared,
+    spin: Duration,
+) {
+    let stop = || shared.stop.load(Ordering::Acquire);
+    loop {
+        let packet = match requests.read_blocking(spin, None, &stop) {
+            Ok(p) => p,
+            Err(FmqError::Stopped) => return,
+            Err(e) => {
+                // The queue itself is broken: nothing more can be read from it.
+                tracing::warn!("burst request queue: {e}; ending the burst");
+                let _ = results.write(&failure());
+                return;
+            }
+        };
+        let (status, shapes, timing) = execute(model, callback, shared, &packet);
+        let out = serialize_result(status, &shapes, timing);
+        if let Err(e) = results.write(&out) {
+            tracing::debug!("burst result does not fit ({e}): sending a failure instead");
+            let _ = results.write(&failure());
+        }
+    }
+}
+
+/// The failure packet: GENERAL_FAILURE, no shapes, no timing.
+fn failure() -> Vec<Element> {
+    serialize_result(ErrorStatus::GeneralFailure, &[], Timing::NONE)
+}
+
+/// Runs one request packet.
+fn execute(
+    model: &Arc<dyn IPreparedModel>,
+    callback: &dyn IBurstCallback,
+    shared: &Shared,
+    packet: &[Element],
+) -> (ErrorStatus, Vec<OutputShape>, Timing) {
+    let fail = |s: ErrorStatus| (s, Vec::new(), Timing::NONE);
+    let (mut request, slots, measure) = match deserialize_request(packet) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::debug!("burst request: {e}");
+            return fail(ErrorStatus::GeneralFailure);
+        }
+    };
+    let memories = match resolve(callback, shared, &slots) {
+        Ok(m) => m,
+        Err(s) => return fail(s),
+    };
+    request.pools = memories
+        .into_iter()
+        .map(RequestMemoryPool::HidlMemory)
+        .collect();
+    let (status, shapes, timing) = model.execute_synchronously_1_3(
+        &request,
+        measure,
+        OptionalTimePoint::NONE,
+        OptionalTimeoutDuration::default(),
+    );
+    match status {
+        ErrorStatus::None => (status, shapes, timing),
+        // Shapes tell the client how large the outputs must be.
+        ErrorStatus::OutputInsufficientSize => (status, shapes, Timing::NONE),
+        s => fail(s),
+    }
+}
+
+/// The memories of `slots`, fetching the uncached ones (each once) from the client.
+fn resolve(
+    callback: &dyn IBurstCallback,
+    shared: &Shared,
+    slots: &[i32],
+) -> Result<Vec<Memory>, ErrorStatus> {
+    let mut missing: Vec<i32> = {
+        let cache = shared.slots.lock().unwrap_or_else(|p| p.into_inner());
+        slots
+            .iter()
+            .copied()
+            .filter(|s| !cache.contains_key(s))
+            .collect()
+    };
+    missing.sort_unstable();
+    missing.dedup();
+    if !missing.is_empty() {
+        let (status, memories) = callback.get_memories(&missing);
+        if status != ErrorStatus::None || memories.len() != missing.len() {
+            tracing::debug!("burst: getMemories gave {status} for slots {missing:?}");
+            return Err(ErrorStatus::GeneralFailure);
+        }
+        let mut cache = shared.slots.lock().unwrap_or_else(|p| p.into_inner());
+        cache.extend(missing.into_iter().zip(memories));
+    }
+    let cache = shared.slots.lock().unwrap_or_else(|p| p.into_inner());
+    slots
+        .iter()
+        .map(|s| cache.get(s).cloned().ok_or(ErrorStatus::GeneralFailure))
+        .collect()
+}
