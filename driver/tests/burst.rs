@@ -317,3 +317,48 @@ fn burst_free_memory() {
         vnpu_driver::hal::DeviceStatus::Available
     );
 }
+
+/// Both ends in two processes: the burst runs in a `vnpu serve` child, its queues' and
+/// pools' memfds passed through the socket, getMemories answered over it. Results match
+/// the references, packets are validated there too, slots are freed there, and the
+/// service releases everything when the burst and the client go.
+#[test]
+fn burst_cross_process() {
+    use common::service::{eventually, Service};
+    let service = Service::start("burst");
+    let remote = service.connect();
+    for (case, _) in prepared_cases(8) {
+        let (_, status, prepared) = prepare_plain(&remote, &case.model);
+        assert_eq!(status, ErrorStatus::None, "{}", case.name);
+        let prepared = prepared.unwrap();
+        let b = burst(&prepared, CHANNEL_LENGTH);
+        for _ in 0..3 {
+            let (request, pool, locations) = case.make_request().unwrap();
+            let (status, shapes, _) = b.execute(&request, MeasureTiming::YES);
+            assert_eq!(status, ErrorStatus::None, "{}", case.name);
+            assert_eq!(shapes.len(), case.outputs.len());
+            assert!(outputs_match(&case, &pool, &locations), "{}", case.name);
+        }
+        // A malformed packet gets a failure from the other process, too.
+        let (request, _pool, _) = case.make_request().unwrap();
+        let mut p = packet(&b, &request);
+        p.pop();
+        expect_failure(&b, &p, &case.name);
+        // An unknown slot: the service's getMemories comes back INVALID_ARGUMENT.
+        let mut p = packet(&b, &request);
+        let last = p.len() - 2;
+        p[last] = RequestDatum::PoolIdentifier(i32::MAX - 1).encode();
+        expect_failure(&b, &p, &case.name);
+        // freeMemory crosses too; the slot is fetched again on its next use.
+        let slot = b.slots_of(&request.pools).unwrap()[0];
+        b.context().free_memory(slot);
+        assert_eq!(b.execute(&request, MeasureTiming::NO).0, ErrorStatus::None);
+    }
+    let usage = remote.usage().unwrap();
+    assert_eq!(usage.device.prepared_models, 0, "{usage:?}");
+    drop(remote);
+    let monitor = service.connect();
+    assert!(eventually(Duration::from_secs(10), || monitor
+        .usage()
+        .is_ok_and(|u| u.connections == 1)));
+}

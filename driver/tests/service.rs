@@ -3,10 +3,11 @@
 
 mod common;
 
+use common::service::{eventually, Service};
+
 use std::io::{BufRead, BufReader, IoSlice};
 use std::os::fd::{AsFd, AsRawFd};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,91 +22,6 @@ use vnpu_driver::hal::{
 use vnpu_driver::service::client::RemoteDevice;
 use vnpu_driver::service::protocol::{Call, Reply, Request, Response, ServiceUsage};
 use vnpu_driver::service::transport::{self, Hello, Welcome, MAGIC, MAX_MESSAGE, PROTOCOL_VERSION};
-
-/// A `vnpu serve` child on a socket in its own temp directory; killed when dropped.
-struct Service {
-    child: Child,
-    dir: PathBuf,
-    socket: PathBuf,
-}
-
-impl Service {
-    fn start(tag: &str) -> Service {
-        Self::start_with(tag, &[])
-    }
-
-    /// A service started with extra `vnpu serve` arguments.
-    fn start_with(tag: &str, args: &[&str]) -> Service {
-        let dir = std::env::temp_dir().join(format!("vnpu-service-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let socket = dir.join("vnpu.sock");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_vnpu"))
-            .arg("serve")
-            .arg("--socket")
-            .arg(&socket)
-            .args(args)
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start vnpu serve");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert!(
-            line.starts_with("vnpu: serving ")
-                && line.trim_end().ends_with(&*socket.to_string_lossy()),
-            "readiness line: {line:?}"
-        );
-        Service { child, dir, socket }
-    }
-
-    fn connect(&self) -> RemoteDevice {
-        RemoteDevice::connect(&self.socket, Duration::from_secs(10)).expect("connect")
-    }
-
-    fn alive(&mut self) -> bool {
-        self.child.try_wait().unwrap().is_none()
-    }
-
-    /// Descriptors the service holds open now.
-    fn open_fds(&self) -> usize {
-        std::fs::read_dir(format!("/proc/{}/fd", self.child.id()))
-            .unwrap()
-            .count()
-    }
-
-    /// The service's resident memory, in KiB.
-    fn rss_kib(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .unwrap()
-    }
-}
-
-/// Polls `probe` until it holds, for at most `bound` (the service releases a client's
-/// objects on its own threads, a little after the client is gone).
-fn eventually(bound: Duration, mut probe: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < bound {
-        if probe() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    probe()
-}
-
-impl Drop for Service {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
 
 /// The device queries give the same answers over the socket as in process, including
 /// getSupportedOperations for every V1_0 corpus model.

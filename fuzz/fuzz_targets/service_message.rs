@@ -40,6 +40,15 @@ fuzz_target!(|data: &[u8]| {
                     drop(incoming.pools(exec.pools));
                     drop(incoming.handles(wait_for));
                 }
+                Call::ConfigureBurst {
+                    request_channel,
+                    result_channel,
+                    ..
+                } => {
+                    drop(incoming.handle(request_channel));
+                    drop(incoming.handle(result_channel));
+                }
+                Call::BurstMemories { memories, .. } => drop(incoming.memories(memories)),
                 _ => {}
             }
         }

@@ -30,7 +30,7 @@ use nix::sys::time::TimeVal;
 
 use super::protocol::{
     Call, Incoming, Notification, Object, Outgoing, Reply, Request, Response, ServiceUsage,
-    WireRequest,
+    WireHandle, WireRequest,
 };
 use super::transport::{self, TransportError};
 use crate::hal::{
@@ -40,8 +40,9 @@ use crate::hal::{
     BYTE_SIZE_OF_CACHE_TOKEN,
 };
 use crate::interface::{
-    AllocateResult, ExecutionCallback, Extension, FencedResult, IBuffer, IDevice,
-    IFencedExecutionCallback, IPreparedModel, PreparedModelCallback,
+    AllocateResult, BurstResult, ExecutionCallback, Extension, FencedResult, IBuffer,
+    IBurstCallback, IBurstContext, IDevice, IFencedExecutionCallback, IPreparedModel,
+    PreparedModelCallback,
 };
 
 /// The default bound on waiting for one reply or notification.
@@ -69,6 +70,8 @@ struct Link {
     /// Signalled whenever a read ends (a reply may have arrived; the socket is free).
     read_done: Condvar,
     deliver: Mutex<Sender<Job>>,
+    /// Itself, for work queued on the delivery thread.
+    me: Weak<Link>,
 }
 
 #[derive(Default)]
@@ -81,6 +84,8 @@ struct RouteState {
     replies: HashMap<u64, Option<Delivered>>,
     /// Launched work waiting for its notification.
     callbacks: HashMap<u64, Pending>,
+    /// Bursts, whose service side may ask for memories at any time.
+    bursts: HashMap<u64, Arc<dyn IBurstCallback>>,
     /// Models the service prepared for callers that gave up waiting: released after
     /// the read that found them.
     orphans: Vec<u64>,
@@ -163,13 +168,14 @@ impl RemoteDevice {
             .name("vnpu-remote-cb".into())
             .spawn(move || delivery(deliver_rx))
             .map_err(|_| TransportError::Io(nix::errno::Errno::EAGAIN))?;
-        let link = Arc::new(Link {
+        let link = Arc::new_cyclic(|me| Link {
             sock,
             next_id: AtomicU64::new(1),
             timeout,
             state: Mutex::new(RouteState::default()),
             read_done: Condvar::new(),
             deliver: Mutex::new(deliver_tx),
+            me: me.clone(),
         });
         let weak = Arc::downgrade(&link);
         std::thread::Builder::new()
@@ -221,7 +227,7 @@ fn background(link: Weak<Link>) {
             return;
         }
         link.sweep(&mut s);
-        if s.callbacks.is_empty() || s.reading {
+        if (s.callbacks.is_empty() && s.bursts.is_empty()) || s.reading {
             drop(link.read_done.wait_timeout(s, SWEEP));
         } else {
             drop(link.read_one(s));
@@ -277,7 +283,10 @@ impl Link {
 
     /// Hands one message to whoever waits for it.
     fn route(&self, s: &mut RouteState, r: Response, fds: Vec<OwnedFd>) {
-        if let Reply::Notified(n) = r.reply {
+        if let Reply::Notified(Notification::GetMemories { burst, slots }) = r.reply {
+            let callback = s.bursts.get(&burst).cloned();
+            self.answer_memories(r.id, callback, slots);
+        } else if let Reply::Notified(n) = r.reply {
             match s.callbacks.remove(&r.id) {
                 Some(p) => p.waiter.deliver(Some(n), self),
                 // Its caller gave up waiting: a model prepared for nobody is released.
@@ -289,6 +298,39 @@ impl Link {
             }
         } else if let Some(slot @ None) = s.replies.get_mut(&r.id) {
             *slot = Some((r.reply, fds));
+        }
+    }
+
+    /// Answers a burst's getMemories, on the delivery thread (the callback is the
+    /// client's code).
+    fn answer_memories(
+        &self,
+        token: u64,
+        callback: Option<Arc<dyn IBurstCallback>>,
+        slots: Vec<i32>,
+    ) {
+        let Some(link) = self.me.upgrade() else {
+            return;
+        };
+        let job: Job = Box::new(move || {
+            let (status, memories) = match callback {
+                Some(cb) => cb.get_memories(&slots),
+                None => (ErrorStatus::InvalidArgument, Vec::new()),
+            };
+            let mut out = Outgoing::default();
+            let memories = out.memories(&memories);
+            let call = Call::BurstMemories {
+                token,
+                status,
+                memories,
+            };
+            if !link.state().broken {
+                let _ = link.send(link.fresh_id(), call, &out.fds);
+            }
+        });
+        let tx = self.deliver.lock().unwrap_or_else(|p| p.into_inner());
+        if let Err(mpsc::SendError(job)) = tx.send(job) {
+            job();
         }
     }
 
@@ -725,19 +767,68 @@ impl IPreparedModel for RemotePreparedModel {
         (status, fence, callback)
     }
 
-    /// Not across the socket yet: GENERAL_FAILURE.
+    /// The queues' memfds cross to the service, which runs the burst there; its
+    /// getMemories calls come back as messages and are answered from `callback`.
     fn configure_execution_burst(
         &self,
-        _callback: Arc<dyn crate::interface::IBurstCallback>,
-        _request_channel: BorrowedFd<'_>,
-        _result_channel: BorrowedFd<'_>,
-    ) -> crate::interface::BurstResult {
-        tracing::warn!("configureExecutionBurst: not remote yet");
-        (ErrorStatus::GeneralFailure, None)
+        callback: Arc<dyn IBurstCallback>,
+        request_channel: BorrowedFd<'_>,
+        result_channel: BorrowedFd<'_>,
+    ) -> BurstResult {
+        let one = || WireHandle {
+            fd_count: 1,
+            ints: Vec::new(),
+        };
+        let call = Call::ConfigureBurst {
+            model: self.id,
+            request_channel: one(),
+            result_channel: one(),
+        };
+        match self.link.call(call, &[request_channel, result_channel]) {
+            Ok(Reply::Burst(status, Some(id))) => {
+                self.link.state().bursts.insert(id, callback);
+                // The background reader now listens for the burst's questions.
+                self.link.read_done.notify_all();
+                let context = Arc::new(RemoteBurstContext {
+                    link: self.link.clone(),
+                    id,
+                });
+                (status, Some(context as Arc<dyn IBurstContext>))
+            }
+            Ok(Reply::Burst(status, None)) => (status, None),
+            r => (failed("configureExecutionBurst", r), None),
+        }
     }
 
     fn as_any(&self) -> Option<&dyn Any> {
         Some(self)
+    }
+}
+
+/// A burst in the service, owned by this connection.
+struct RemoteBurstContext {
+    link: Arc<Link>,
+    id: u64,
+}
+
+impl IBurstContext for RemoteBurstContext {
+    /// Waits for the service's answer, so a packet sent afterwards cannot meet the old
+    /// memory.
+    fn free_memory(&self, slot: i32) {
+        let call = Call::FreeBurstMemory {
+            burst: self.id,
+            slot,
+        };
+        if let r @ (Err(_) | Ok(Reply::Refused(_))) = self.link.call(call, &[]) {
+            failed("freeMemory", r);
+        }
+    }
+}
+
+impl Drop for RemoteBurstContext {
+    fn drop(&mut self) {
+        self.link.state().bursts.remove(&self.id);
+        self.link.post(Call::Release(Object::Burst(self.id)));
     }
 }
 

@@ -169,6 +169,32 @@ pub enum Call {
         /// The fenced execution's id on this connection.
         callback: u64,
     },
+    /// `configureExecutionBurst`: the two queues' memfds travel as descriptors.
+    ConfigureBurst {
+        /// The prepared model's id on this connection.
+        model: u64,
+        /// The request queue's memfd.
+        request_channel: WireHandle,
+        /// The result queue's memfd.
+        result_channel: WireHandle,
+    },
+    /// `IBurstContext::freeMemory`: answered once the slot is forgotten (so a packet sent
+    /// after the answer cannot find the old memory).
+    FreeBurstMemory {
+        /// The burst's id on this connection.
+        burst: u64,
+        /// The slot.
+        slot: i32,
+    },
+    /// The client's answer to [`Notification::GetMemories`] (no reply).
+    BurstMemories {
+        /// The notification's id.
+        token: u64,
+        /// What `IBurstCallback::getMemories` returned.
+        status: ErrorStatus,
+        /// The memories, in the order of the slots asked for.
+        memories: Vec<WireMemory>,
+    },
     /// Gives a usage snapshot of the service ([`Reply::Usage`]).
     Usage,
     /// The client dropped an object (no reply is sent).
@@ -184,6 +210,8 @@ pub enum Object {
     Buffer(u64),
     /// A fenced execution's callback.
     Fenced(u64),
+    /// A burst.
+    Burst(u64),
 }
 
 impl Call {
@@ -226,6 +254,12 @@ impl Call {
             Call::CopyTo { dst: m, .. } | Call::CopyFrom { src: m, .. } => [sum([&m.handle]), 0],
             Call::Execute(e) | Call::ExecuteSynchronously(e) => [pools(&e.pools), 0],
             Call::ExecuteFenced { exec, wait_for, .. } => [pools(&exec.pools), sum(wait_for)],
+            Call::ConfigureBurst {
+                request_channel: r,
+                result_channel: q,
+                ..
+            } => [sum([r]), sum([q])],
+            Call::BurstMemories { memories: m, .. } => [memories(m), 0],
             _ => [0, 0],
         };
         parts[0].saturating_add(parts[1])
@@ -284,6 +318,10 @@ pub enum Reply {
     FencedInfo(ErrorStatus, Timing, Timing),
     /// To `Usage`.
     Usage(ServiceUsage),
+    /// To `ConfigureBurst`: status and the burst's id on this connection.
+    Burst(ErrorStatus, Option<u64>),
+    /// To `FreeBurstMemory`.
+    Freed,
     /// The end of launched work: the callback's notification.
     Notified(Notification),
     /// The request could not be used (malformed, wrong descriptors, unknown object):
@@ -299,6 +337,15 @@ pub enum Notification {
     Prepared(ErrorStatus, Option<u64>),
     /// An execution ended.
     Executed(ErrorStatus, Vec<OutputShape>, Timing),
+    /// Not an ending: a burst of this connection asks for the memories of slots it has
+    /// not cached (`IBurstCallback::getMemories`); answered with
+    /// [`Call::BurstMemories`] under this message's id.
+    GetMemories {
+        /// The burst's id.
+        burst: u64,
+        /// The slots.
+        slots: Vec<i32>,
+    },
 }
 
 /// The service's message.

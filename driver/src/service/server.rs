@@ -29,10 +29,12 @@ use super::protocol::{
 };
 use super::transport::{self, PeerPolicy, TransportError};
 use crate::device::DeviceUsage;
-use crate::hal::{ErrorStatus, OutputShape, Request as HalRequest, RequestMemoryPool, Timing};
+use crate::hal::{
+    ErrorStatus, Memory, OutputShape, Request as HalRequest, RequestMemoryPool, Timing,
+};
 use crate::interface::{
-    ExecutionCallback, IBuffer, IDevice, IFencedExecutionCallback, IPreparedModel,
-    PreparedModelCallback,
+    ExecutionCallback, IBuffer, IBurstCallback, IBurstContext, IDevice, IFencedExecutionCallback,
+    IPreparedModel, PreparedModelCallback,
 };
 
 /// What one client may hold or have queued at once. Together they bound what a client
@@ -47,6 +49,8 @@ pub struct ClientLimits {
     /// Fenced-execution callbacks kept for `getExecutionInfo`; beyond it `executeFenced`
     /// is RESOURCE_EXHAUSTED_TRANSIENT.
     pub fenced: usize,
+    /// Bursts; beyond it `configureExecutionBurst` is RESOURCE_EXHAUSTED_TRANSIENT.
+    pub bursts: usize,
     /// Launched work (preparations and asynchronous executions) not yet notified; beyond
     /// it a launch is RESOURCE_EXHAUSTED_TRANSIENT.
     pub in_flight: usize,
@@ -65,6 +69,7 @@ impl Default for ClientLimits {
             models: 256,
             buffers: 1024,
             fenced: 1024,
+            bursts: 64,
             in_flight: 64,
             // Room for every notification in flight, so a client that reads at all never
             // loses its connection to a full queue.
@@ -226,6 +231,7 @@ struct Session {
     preparing: usize,
     buffers: HashMap<u64, (Arc<dyn IBuffer>, u32)>,
     fenced: HashMap<u64, Arc<dyn IFencedExecutionCallback>>,
+    bursts: HashMap<u64, Arc<dyn IBurstContext>>,
 }
 
 impl Session {
@@ -241,6 +247,9 @@ struct Conn {
     outbox: Outbox,
     in_flight: AtomicUsize,
     limits: ClientLimits,
+    /// Bursts' getMemories calls waiting for the client's answer, by notification id.
+    memory_requests: Mutex<HashMap<u64, SyncSender<(ErrorStatus, Vec<Memory>)>>>,
+    next_token: AtomicU64,
 }
 
 impl Conn {
@@ -272,6 +281,9 @@ fn connection(sock: Arc<OwnedFd>, shared: &Shared) -> Result<(), TransportError>
         },
         in_flight: AtomicUsize::new(0),
         limits,
+        memory_requests: Mutex::new(HashMap::new()),
+        // Notification ids of our own: far from the client's request ids.
+        next_token: AtomicU64::new(1 << 63),
     });
     let result = serve_calls(&sock, shared, &conn);
     // The client is gone (or must go): release everything it owned. Work still running
@@ -281,11 +293,17 @@ fn connection(sock: Arc<OwnedFd>, shared: &Shared) -> Result<(), TransportError>
         let mut s = conn.session();
         s.closed = true;
         (
+            std::mem::take(&mut s.bursts),
             std::mem::take(&mut s.models),
             std::mem::take(&mut s.buffers),
             std::mem::take(&mut s.fenced),
         )
     };
+    // Bursts first: a burst thread waiting for memories is failed and stops.
+    conn.memory_requests
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clear();
     drop(released);
     result
 }
@@ -578,6 +596,65 @@ fn answer(
                 Object::Model(m) => drop(s.models.remove(&m)),
                 Object::Buffer(b) => drop(s.buffers.remove(&b)),
                 Object::Fenced(f) => drop(s.fenced.remove(&f)),
+                Object::Burst(b) => {
+                    let burst = s.bursts.remove(&b);
+                    // Stopping it joins its thread: not under the session's lock.
+                    drop(s);
+                    drop(burst);
+                }
+            }
+            None
+        }
+        Call::ConfigureBurst {
+            model,
+            request_channel,
+            result_channel,
+        } => {
+            let Some(prepared) = conn.session().models.get(&model).cloned() else {
+                return refused(format!("no prepared model {model} on this connection"));
+            };
+            let requests = fds.handle(request_channel);
+            let results = fds.handle(result_channel);
+            let (Some(rq), Some(rs)) = (requests.fds.first(), results.fds.first()) else {
+                return plain(Reply::Burst(ErrorStatus::InvalidArgument, None));
+            };
+            if conn.session().bursts.len() >= limits.bursts {
+                return plain(Reply::Burst(ErrorStatus::ResourceExhaustedTransient, None));
+            }
+            let id = conn.session().next();
+            let callback = Arc::new(RemoteSlots {
+                conn: Arc::downgrade(conn),
+                burst: id,
+            });
+            let (status, context) =
+                prepared.configure_execution_burst(callback, rq.as_fd(), rs.as_fd());
+            let burst = context.map(|c| {
+                conn.session().bursts.insert(id, c);
+                id
+            });
+            plain(Reply::Burst(status, burst))
+        }
+        Call::FreeBurstMemory { burst, slot } => {
+            let Some(b) = conn.session().bursts.get(&burst).cloned() else {
+                return refused(format!("no burst {burst}"));
+            };
+            b.free_memory(slot);
+            plain(Reply::Freed)
+        }
+        Call::BurstMemories {
+            token,
+            status,
+            memories,
+        } => {
+            let memories = fds.memories(memories);
+            let waiter = conn
+                .memory_requests
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&token);
+            // Unasked or late: dropped (its descriptors closed).
+            if let Some(tx) = waiter {
+                let _ = tx.try_send((status, memories));
             }
             None
         }
@@ -639,6 +716,47 @@ fn launch_preparation(
         PreparedModelCallback::notify(notifier.as_ref(), returned, None);
     }
     Reply::Launched(returned)
+}
+
+/// A burst's [`IBurstCallback`] in the service: asks the client over the connection and
+/// waits (at most the reply timeout) for its answer.
+struct RemoteSlots {
+    /// Weak: the connection owns its bursts, not the other way round.
+    conn: std::sync::Weak<Conn>,
+    burst: u64,
+}
+
+impl IBurstCallback for RemoteSlots {
+    fn get_memories(&self, slots: &[i32]) -> (ErrorStatus, Vec<Memory>) {
+        let failed = (ErrorStatus::GeneralFailure, Vec::new());
+        let Some(conn) = self.conn.upgrade() else {
+            return failed;
+        };
+        let token = conn.next_token.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = sync_channel(1);
+        conn.memory_requests
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(token, tx);
+        conn.outbox.notify(
+            token,
+            Notification::GetMemories {
+                burst: self.burst,
+                slots: slots.to_vec(),
+            },
+        );
+        let timeout = conn.limits.reply_timeout;
+        // Not holding the connection while waiting: its end must be able to come.
+        drop(conn);
+        let answer = rx.recv_timeout(timeout);
+        if let Some(conn) = self.conn.upgrade() {
+            conn.memory_requests
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&token);
+        }
+        answer.unwrap_or(failed)
+    }
 }
 
 /// The callback a launched call's work notifies: posts exactly one notification.

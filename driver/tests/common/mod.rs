@@ -1,6 +1,8 @@
 //! Shared helpers of the driver's integration tests.
 #![allow(dead_code)]
 
+pub mod service;
+
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
