@@ -241,6 +241,9 @@ impl Session {
     }
 }
 
+/// A client's answer to a burst's getMemories.
+type MemoriesAnswer = (ErrorStatus, Vec<Memory>);
+
 /// One client's connection.
 struct Conn {
     session: Mutex<Session>,
@@ -248,7 +251,7 @@ struct Conn {
     in_flight: AtomicUsize,
     limits: ClientLimits,
     /// Bursts' getMemories calls waiting for the client's answer, by notification id.
-    memory_requests: Mutex<HashMap<u64, SyncSender<(ErrorStatus, Vec<Memory>)>>>,
+    memory_requests: Mutex<HashMap<u64, SyncSender<MemoriesAnswer>>>,
     next_token: AtomicU64,
 }
 
