@@ -2,7 +2,8 @@
 //! across processes, by a synchronous execute over the service's socket and in process,
 //! and a plain busy-poll shared-memory ping-pong between two processes (the physical
 //! limit of any cross-process round trip). Goals: cross-process burst ≤ 3 × the
-//! ping-pong; socket execute ≥ 10 × the cross-process burst.
+//! ping-pong; socket execute ≥ 10 × the cross-process burst. `local_execute_threaded`
+//! is `local_execute` on a device without the inline doorbell.
 //!
 //! The other process is this bench binary started again in a helper role (an environment
 //! variable picks it): a service on a socket (the service and its device run there), or
@@ -78,6 +79,14 @@ fn bench(c: &mut Criterion) {
     let (request, _pool, _) = case.make_request().expect("request");
     let local = VnpuDevice::new().expect("device");
     let local_model = prepared(local.as_ref(), &case);
+    // The same device without the inline doorbell: every command hops to the command
+    // processor's and an engine's thread (what the plain path gains from it).
+    let threaded = VnpuDevice::with_config(vnpu_emu::DeviceConfig {
+        inline_small_commands: false,
+        ..Default::default()
+    })
+    .expect("device");
+    let threaded_model = prepared(threaded.as_ref(), &case);
     let local_burst = BurstController::new(
         local_model.as_ref(),
         CHANNEL_LENGTH,
@@ -123,10 +132,15 @@ fn bench(c: &mut Criterion) {
         );
         assert_eq!(status, ErrorStatus::None);
     };
-    g.bench_function("burst_cross_process", |b| b.iter(|| by_burst(&remote_burst)));
+    g.bench_function("burst_cross_process", |b| {
+        b.iter(|| by_burst(&remote_burst))
+    });
     g.bench_function("burst_in_process", |b| b.iter(|| by_burst(&local_burst)));
     g.bench_function("socket_execute", |b| b.iter(|| sync(&remote_model)));
     g.bench_function("local_execute", |b| b.iter(|| sync(&local_model)));
+    g.bench_function("local_execute_threaded", |b| {
+        b.iter(|| sync(&threaded_model))
+    });
     drop((remote_burst, remote_model, remote));
     let _ = service.kill();
     let _ = service.wait();
@@ -157,7 +171,9 @@ fn bench(c: &mut Criterion) {
             }
         })
     });
-    page.atomic_u32(64).expect("stop word").store(1, Ordering::Release);
+    page.atomic_u32(64)
+        .expect("stop word")
+        .store(1, Ordering::Release);
     let _ = other.wait();
     g.finish();
     let _ = std::fs::remove_dir_all(&dir);
