@@ -16,6 +16,7 @@ use vnpu_driver::conformance::{run_case, CaseReport, Verdict};
 use vnpu_driver::device::IDevice;
 use vnpu_driver::extensions::encode_type;
 use vnpu_driver::extensions::fibonacci::Quant64Params;
+use vnpu_driver::extensions::fused::gelu_models;
 use vnpu_driver::hal::{
     validate_model, DataLocation, ErrorStatus, ExtensionNameAndPrefix, ExtraParams, Model, Operand,
     OperandLifeTime, OperandType, Operation, OperationType, Subgraph, SymmPerChannelQuantParams,
@@ -300,29 +301,6 @@ fn gelu_exact_and_tanh_forms_give_the_reference_values() {
     }
 }
 
-/// The tanh form of GELU from NNAPI operations, as a client without the extension builds it:
-/// y = x * (tanh(k * (x + c * x^3)) + 1) * 0.5.
-fn unfused_gelu(b: &mut Builder, x: u32, dims: &[u32], out: u32) {
-    let f = OperandType::TENSOR_FLOAT32;
-    let scalar = |b: &mut Builder, v: f32| b.constant(f, &[1], &v.to_le_bytes());
-    let none = b.constant(OperandType::INT32, &[], &0i32.to_le_bytes());
-    let c = scalar(b, 0.044_715);
-    let k = scalar(b, (2.0f32 / std::f32::consts::PI).sqrt());
-    let one = scalar(b, 1.0);
-    let half = scalar(b, 0.5);
-    let t: Vec<u32> = (0..8).map(|_| b.temp(f, dims)).collect();
-    let (mul, add) = (OperationType::MUL, OperationType::ADD);
-    b.op(mul, &[x, x, none], &[t[0]]); // x^2
-    b.op(mul, &[t[0], x, none], &[t[1]]); // x^3
-    b.op(mul, &[t[1], c, none], &[t[2]]); // c x^3
-    b.op(add, &[x, t[2], none], &[t[3]]); // x + c x^3
-    b.op(mul, &[t[3], k, none], &[t[4]]); // k (..)
-    b.op(OperationType::TANH, &[t[4]], &[t[5]]);
-    b.op(add, &[t[5], one, none], &[t[6]]);
-    b.op(mul, &[x, t[6], none], &[t[7]]);
-    b.op(mul, &[t[7], half, none], &[out]);
-}
-
 /// `x` of `len` values spread over [-6, 6].
 fn ramp(len: usize) -> Vec<f32> {
     (0..len)
@@ -330,8 +308,8 @@ fn ramp(len: usize) -> Vec<f32> {
         .collect()
 }
 
-/// The fused GELU and the unfused chain on the same input; each case's expected output is
-/// the other's formula evaluated here, and both reports are returned.
+/// The fused GELU and the unfused NNAPI chain (`extensions::fused::gelu_models`) on the
+/// same input, each checked against the tanh form evaluated here; both reports.
 fn fused_and_unfused(dims: &[u32]) -> (CaseReport, CaseReport) {
     let len = dims.iter().product::<u32>() as usize;
     let xs = ramp(len);
@@ -340,19 +318,33 @@ fn fused_and_unfused(dims: &[u32]) -> (CaseReport, CaseReport) {
         .iter()
         .map(|&x| x * ((x + x * x * x * 0.044_715) * k).tanh().mul_add(0.5, 0.5))
         .collect();
-    let f = OperandType::TENSOR_FLOAT32;
-    let mut fused = Builder::new(&[(FUSED, 3)]);
-    let x = fused.input(f, dims, f32_bytes(&xs));
-    let flag = fused.constant(OperandType::BOOL, &[], &[1]);
-    let out = fused.output(f, dims, f32_bytes(&want));
-    fused.op(ext_op(3, GELU), &[x, flag], &[out]);
-    let mut unfused = Builder::new(&[]);
-    let x = unfused.input(f, dims, f32_bytes(&xs));
-    let out = unfused.output(f, dims, f32_bytes(&want));
-    unfused_gelu(&mut unfused, x, dims, out);
+    let (fused, unfused) = gelu_models(dims, 3);
+    let case = |name: &str, model: Model| TestCase {
+        name: name.into(),
+        spec: "extensions".into(),
+        min_hal_version: "V1_2".into(),
+        inputs: vec![TestBuffer {
+            operand: model.main.input_indexes[0],
+            dimensions: dims.to_vec(),
+            data: f32_bytes(&xs),
+            has_no_value: false,
+        }],
+        outputs: vec![TestOutput {
+            operand: model.main.output_indexes[0],
+            dimensions: dims.to_vec(),
+            data: f32_bytes(&want),
+            ignored: false,
+        }],
+        model,
+        expect_failure: false,
+        multinomial_tolerance: 0.0,
+        relaxed: false,
+    };
+    assert_eq!(fused.main.operations.len(), 1);
+    assert_eq!(unfused.main.operations.len(), 9);
     (
-        run_passing(&fused.case("gelu_fused")),
-        run_passing(&unfused.case("gelu_unfused")),
+        run_passing(&case("gelu_fused", fused)),
+        run_passing(&case("gelu_unfused", unfused)),
     )
 }
 

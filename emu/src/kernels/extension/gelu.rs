@@ -5,8 +5,9 @@
 //! form from nine MUL / ADD / TANH operations, each a kernel that reads and writes a whole
 //! tensor. Fused, the device reads the input once and writes the output once.
 //!
-//! erf is evaluated in f64 with the Chebyshev-fitted erfc of Numerical Recipes (fractional
-//! error below 1.2e-7), far inside float32 tolerance after rounding.
+//! The tanh form computes in float32; erf is evaluated in f64 with the Chebyshev-fitted
+//! erfc of Numerical Recipes (fractional error below 1.2e-7), far inside float32
+//! tolerance after rounding.
 //!
 //! Parameter words: approximate (bool).
 
@@ -41,16 +42,19 @@ pub fn erf(x: f64) -> f64 {
     }
 }
 
-/// GELU of one value.
+/// sqrt(2 / pi).
+const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+
+/// GELU of one value: the tanh form in float32 (as the NNAPI chain it replaces computes),
+/// the erf form through the f64 erf.
 pub fn gelu(x: f32, approximate: bool) -> f32 {
-    let v = f64::from(x);
-    let y = if approximate {
-        let k = (2.0 / std::f64::consts::PI).sqrt();
-        0.5 * v * (1.0 + (k * (v + 0.044_715 * v * v * v)).tanh())
+    if approximate {
+        let inner = SQRT_2_OVER_PI * x.mul_add(x * x * 0.044_715, x);
+        0.5 * x * (1.0 + inner.tanh())
     } else {
-        0.5 * v * (1.0 + erf(v / std::f64::consts::SQRT_2))
-    };
-    y as f32
+        let v = f64::from(x);
+        (0.5 * v * (1.0 + erf(v / std::f64::consts::SQRT_2))) as f32
+    }
 }
 
 impl Kernel for Gelu {
