@@ -334,6 +334,23 @@ pub fn canonical_operand_type(model: &Model, t: OperandType) -> Option<OperandTy
     Canon { map: &map }.operand(t).ok()
 }
 
+/// An extension operation of `model` as `extension:OPERATION` (or `extension:number` for
+/// an extension the driver lacks), through the model's prefix map; `None` for a standard
+/// operation or a prefix the map does not declare.
+pub fn describe_operation(model: &Model, t: OperationType) -> Option<String> {
+    let (prefix, ty) = decode_type(t.0)?;
+    let name = &model
+        .extension_name_to_prefix
+        .iter()
+        .find(|e| e.prefix == prefix)?
+        .name;
+    let op = by_name(name).and_then(|e| e.operation(ty));
+    Some(match op {
+        Some(op) => format!("{name}:{op}"),
+        None => format!("{name}:{ty}"),
+    })
+}
+
 /// The checks every operand of an extension type gets (the operand's type is canonical):
 /// scale and zero point 0, extra parameters none or extension, a scalar has rank 0; for a
 /// supported extension, the extension's own validator.
