@@ -745,6 +745,9 @@ fn case_files_pass_through_vnpu_run() {
             "{f:?}: {stdout}{}",
             String::from_utf8_lossy(&out.stderr)
         );
+        // The report names extension operations through the case's prefix map.
+        let ext = &case.model.extension_name_to_prefix[0].name;
+        assert!(stdout.contains(&format!("{ext}:")), "{f:?}: {stdout}");
     }
 }
 

@@ -905,6 +905,68 @@ mod tests {
         assert!(pool.size >= 136);
     }
 
+    const FIB: &str = include_str!("../../../cases/extensions/fibonacci_quant64.json");
+
+    #[test]
+    fn parses_extension_fields() {
+        let c = parse_case(FIB.trim()).unwrap();
+        let m = &c.model;
+        assert_eq!(m.extension_name_to_prefix.len(), 1);
+        assert_eq!(m.extension_name_to_prefix[0].prefix, 7);
+        assert_eq!(m.main.operands[0].r#type, OperandType(7 << 16));
+        assert_eq!(m.main.operations[0].r#type, OperationType(7 << 16));
+        assert!(
+            matches!(&m.main.operands[1].extra_params, ExtraParams::Extension(b) if b.len() == 16)
+        );
+        assert_eq!(c.inputs[0].data, 10i64.to_le_bytes());
+        assert_eq!(c.outputs[0].data.len(), 80);
+        // Buffers are decoded by the driver's internal type.
+        assert_eq!(
+            c.operand_type(1),
+            Some(crate::extensions::fibonacci::TENSOR_QUANT64_ASYMM)
+        );
+        let (_, _, locs) = c.make_request().unwrap();
+        assert_eq!(locs[0].length, 80);
+        // Raw values and numbered types.
+        let raw = FIB
+            .replace("\"com.example.fibonacci:EXAMPLE_FIBONACCI\"", "458752")
+            .replace(
+                "com.example.fibonacci:EXAMPLE_INT64",
+                "com.example.fibonacci:0",
+            );
+        let r = parse_case(raw.trim()).unwrap();
+        assert_eq!(r.model, c.model);
+    }
+
+    #[test]
+    fn hostile_extension_fields_are_errors() {
+        for bad in [
+            FIB.replace("\"prefix\":7", "\"prefix\":70000"),
+            FIB.replace("\"prefix\":7", "\"prefix\":-1"),
+            FIB.replace(
+                "com.example.fibonacci:EXAMPLE_INT64",
+                "com.example.fibonacci:NOPE",
+            ),
+            FIB.replace("com.example.fibonacci:EXAMPLE_INT64", "com.other.x:0"),
+            FIB.replace(
+                "com.example.fibonacci:EXAMPLE_INT64",
+                "com.example.fibonacci:70000",
+            ),
+            FIB.replace("\"extension_params\":[0,", "\"extension_params\":[300,"),
+            FIB.replace(
+                "\"extension_params\":[",
+                "\"channel_quant\":{\"channel_dim\":0,\"scales\":[1.0]},\"extension_params\":[",
+            ),
+            FIB.replace("\"data\":[10]", "\"data\":[1.5]"),
+            FIB.replace("\"data\":[12,", "\"data\":[-12,"),
+            FIB.replace("\"data\":[12,", "\"data\":[\"x\","),
+            FIB.replace("\"data\":[10]", "\"data\":[99999999999999999999]"),
+        ] {
+            assert_ne!(bad, FIB, "the mutation applies");
+            assert!(parse_case(bad.trim()).is_err(), "{bad}");
+        }
+    }
+
     #[test]
     fn hostile_lines_are_errors() {
         for bad in [
