@@ -751,6 +751,121 @@ fn case_files_pass_through_vnpu_run() {
     }
 }
 
+/// An extension model saved to the compilation cache and loaded back (the cache holds the
+/// model with the driver's internal prefixes) runs with the same results.
+#[test]
+fn extension_models_survive_the_compilation_cache() {
+    use std::sync::Arc;
+    use vnpu_driver::cache::{CacheConfig, IoChoice};
+    use vnpu_driver::conformance::{run_case_with, Preparation};
+    use vnpu_driver::device::{PreparedModelSlot, VnpuDevice};
+    use vnpu_driver::hal::{ExecutionPreference, NativeHandle, OptionalTimePoint, Priority};
+
+    let dir = std::env::temp_dir().join(format!("vnpu-ext-cache-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    let config = CacheConfig {
+        key_path: dir.join("cache.key"),
+        io: IoChoice::Auto,
+    };
+    let dev = VnpuDevice::with_cache(vnpu_emu::DeviceConfig::default(), config).expect("device");
+    let handle = |name: &str| {
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(dir.join(name))
+            .expect("cache file");
+        vec![NativeHandle {
+            fds: vec![Arc::new(std::os::fd::OwnedFd::from(f))],
+            ints: Vec::new(),
+        }]
+    };
+    let cases = [
+        fibonacci_quant64(
+            0x4321,
+            12,
+            Quant64Params {
+                scale: 2.0,
+                zero_point: 5,
+            },
+        ),
+        {
+            let (fused, _) = gelu_models(&[8], 0xABCD);
+            let xs = ramp(8);
+            let want: Vec<f32> = xs.iter().map(|&x| gelu_tanh(f64::from(x)) as f32).collect();
+            TestCase {
+                name: "gelu_cached".into(),
+                spec: "extensions".into(),
+                min_hal_version: "V1_2".into(),
+                inputs: vec![TestBuffer {
+                    operand: fused.main.input_indexes[0],
+                    dimensions: vec![8],
+                    data: f32_bytes(&xs),
+                    has_no_value: false,
+                }],
+                outputs: vec![TestOutput {
+                    operand: fused.main.output_indexes[0],
+                    dimensions: vec![8],
+                    data: f32_bytes(&want),
+                    ignored: false,
+                }],
+                model: fused,
+                expect_failure: false,
+                multinomial_tolerance: 0.0,
+                relaxed: false,
+            }
+        },
+    ];
+    for (k, case) in cases.iter().enumerate() {
+        let token = [k as u8 + 1; 32];
+        let (model_file, data_file) = (format!("{k}.model"), format!("{k}.data"));
+        let slot = PreparedModelSlot::new();
+        dev.prepare_model_1_3(
+            &case.model,
+            ExecutionPreference::FAST_SINGLE_ANSWER,
+            Priority::MEDIUM,
+            OptionalTimePoint::NONE,
+            &handle(&model_file),
+            &handle(&data_file),
+            &token,
+            Some(slot.clone()),
+        );
+        assert_eq!(slot.wait().0, ErrorStatus::None, "{}: saved", case.name);
+        let load = |dev: &dyn IDevice, _model: &Model| -> Preparation {
+            let reopen = |name: &str| {
+                let f = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(dir.join(name))
+                    .expect("cache file");
+                vec![NativeHandle {
+                    fds: vec![Arc::new(std::os::fd::OwnedFd::from(f))],
+                    ints: Vec::new(),
+                }]
+            };
+            let slot = PreparedModelSlot::new();
+            let ret = dev.prepare_model_from_cache_1_3(
+                OptionalTimePoint::NONE,
+                &reopen(&model_file),
+                &reopen(&data_file),
+                &token,
+                Some(slot.clone()),
+            );
+            let (status, prepared) = slot.wait();
+            (ret, status, prepared)
+        };
+        let report = run_case_with(dev.as_ref(), case, &load);
+        assert_eq!(
+            report.verdict,
+            Verdict::Pass,
+            "{}: from the cache",
+            case.name
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
 
