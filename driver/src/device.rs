@@ -281,7 +281,7 @@ impl IDevice for VnpuDevice {
     }
 
     fn get_supported_extensions(&self) -> (ErrorStatus, Vec<Extension>) {
-        (ErrorStatus::None, Vec::new())
+        (ErrorStatus::None, crate::extensions::supported_extensions())
     }
 
     fn get_supported_operations_1_3(&self, model: &Model) -> (ErrorStatus, Vec<bool>) {
@@ -290,9 +290,13 @@ impl IDevice for VnpuDevice {
             return (ErrorStatus::InvalidArgument, Vec::new());
         }
         // The model's pools must be readable, as at preparation.
-        match Self::model_constants(model) {
-            Ok(_) => (ErrorStatus::None, compile::supported_operations(model)),
-            Err(s) => (s, Vec::new()),
+        match (
+            Self::model_constants(model),
+            crate::extensions::canonical_model(model),
+        ) {
+            (Ok(_), Ok(model)) => (ErrorStatus::None, compile::supported_operations(&model)),
+            (Err(s), _) => (s, Vec::new()),
+            (_, Err(e)) => (e.status(), Vec::new()),
         }
     }
 
@@ -333,7 +337,12 @@ impl IDevice for VnpuDevice {
             Ok(c) => c,
             Err(s) => return fail(s),
         };
-        if compile::supported_operations(model).contains(&false) {
+        // Extension types under the driver's own prefixes from here on.
+        let model = match crate::extensions::canonical_model(model) {
+            Ok(m) => m,
+            Err(e) => return fail(e.status()),
+        };
+        if compile::supported_operations(&model).contains(&false) {
             return fail(ErrorStatus::InvalidArgument);
         }
         if deadline.has_passed() {
@@ -347,7 +356,7 @@ impl IDevice for VnpuDevice {
             return fail(ErrorStatus::ResourceExhaustedTransient);
         };
         let ctx = self.model_context();
-        let model = model.clone();
+        let model = model.into_owned();
         let panics = Arc::clone(&self.prepare_panics);
         let cache = Arc::clone(&self.cache);
         let token = *token;

@@ -15,6 +15,7 @@ pub mod config;
 pub mod conformance;
 pub mod device;
 pub mod domain;
+pub mod extensions;
 pub mod fence;
 pub mod hw;
 pub mod hwbuf;

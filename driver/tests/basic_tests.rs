@@ -50,10 +50,21 @@ fn identity() {
     let name = d.name();
     let (vendor, rest) = name.split_once('-').expect("name has the form vendor-x");
     assert!(!vendor.is_empty() && !rest.is_empty());
-    assert_eq!(
-        d.get_supported_extensions(),
-        (ErrorStatus::None, Vec::new())
-    );
+    // VTS 1.2: every extension name is lowercase [a-z0-9_.] with a '.', listed once.
+    let (status, extensions) = d.get_supported_extensions();
+    assert_eq!(status, ErrorStatus::None);
+    assert!(!extensions.is_empty());
+    for (i, e) in extensions.iter().enumerate() {
+        assert!(e.name.contains('.'), "{}", e.name);
+        assert!(
+            e.name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'.'),
+            "{}",
+            e.name
+        );
+        assert!(extensions[..i].iter().all(|o| o.name != e.name));
+    }
 }
 
 #[test]

@@ -30,11 +30,14 @@ pub enum DType {
     U16 = 7,
     /// One byte per element, 0 = false, 1 = true.
     Bool8 = 8,
+    /// Unsigned 64-bit integer (vendor-extension tensors such as the example extension's
+    /// 64-bit asymmetric quantised type, whose parameters travel as kernel parameters).
+    U64 = 9,
 }
 
 impl DType {
     /// Every element type, in encoding order.
-    pub const ALL: [DType; 8] = [
+    pub const ALL: [DType; 9] = [
         DType::F32,
         DType::I32,
         DType::F16,
@@ -43,6 +46,7 @@ impl DType {
         DType::I16,
         DType::U16,
         DType::Bool8,
+        DType::U64,
     ];
 
     /// Decodes the program format's number.
@@ -53,6 +57,7 @@ impl DType {
     /// Bytes per element.
     pub fn size(self) -> u64 {
         match self {
+            DType::U64 => 8,
             DType::F32 | DType::I32 => 4,
             DType::F16 | DType::I16 | DType::U16 => 2,
             DType::U8 | DType::I8 | DType::Bool8 => 1,
@@ -256,6 +261,7 @@ accessors! {
     i16s, i16s_mut, i16, DType::I16;
     u16s, u16s_mut, u16, DType::U16;
     bools, bools_mut, u8, DType::Bool8;
+    u64s, u64s_mut, u64, DType::U64;
 }
 
 impl<'a> View<'a> {
@@ -280,6 +286,7 @@ impl<'a> View<'a> {
             DType::I16 => deq(i32::from(i16::from_le_bytes(b.try_into().ok()?))),
             DType::U16 => deq(i32::from(u16::from_le_bytes(b.try_into().ok()?))),
             DType::Bool8 => f64::from(u8::from(b[0] != 0)),
+            DType::U64 => u64::from_le_bytes(b.try_into().ok()?) as f64,
         })
     }
 }

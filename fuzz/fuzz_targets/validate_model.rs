@@ -2,11 +2,19 @@
 //! models decoded from arbitrary bytes by a small structured decoder: every byte string is
 //! a model, biased towards plausible values (known types, small indexes) so that the fuzzer
 //! reaches the deep checks. Neither validator may panic.
+//!
+//! Extension models too: the prefix map names the supported extensions, a foreign one and
+//! malformed names under small (sometimes repeated or 0) prefixes; operand and operation
+//! types are often `prefix << 16 | type` with small prefixes and types, and extension
+//! parameters are often a well-formed `{double scale, int64 zeroPoint}`. A model that
+//! validates must stay valid once its extension types are rewritten to the driver's
+//! internal prefixes, and getSupportedOperations' support check must not panic on it.
 #![no_main]
 
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
+use vnpu_driver::extensions::{canonical_model, encode_type};
 use vnpu_driver::hal::{
     validate_model, validate_request, DataLocation, ExtensionNameAndPrefix, ExtraParams, Memory,
     Model, NativeHandle, Operand, OperandLifeTime, OperandType, Operation, OperationType, Request,
@@ -90,10 +98,22 @@ fn memory(b: &mut Bytes) -> Memory {
     }
 }
 
+/// A prefix: usually one of the few the prefix map uses.
+fn prefix(b: &mut Bytes) -> u16 {
+    if b.u8() < 240 {
+        u16::from(b.u8() % 5)
+    } else {
+        b.u32() as u16
+    }
+}
+
 fn operand(b: &mut Bytes) -> Operand {
     let tag = b.u8();
-    let r#type = if tag < 200 {
+    let r#type = if tag < 160 {
         OperandType::ALL[usize::from(tag) % OperandType::ALL.len()]
+    } else if tag < 230 {
+        let p = prefix(b);
+        OperandType(encode_type(p, u16::from(b.u8() % 3)))
     } else {
         OperandType(b.u32() as i32)
     };
@@ -112,6 +132,18 @@ fn operand(b: &mut Bytes) -> Operand {
             channel_dim: b.small(5),
         }),
         2 => ExtraParams::Extension((0..b.small(4)).map(|_| b.u8()).collect()),
+        3 => {
+            let scale = [1.0f64, 0.25, 0.0, -1.0, f64::NAN][usize::from(b.u8() % 5)];
+            let zero_point = i64::from(b.u8()) - 8;
+            let mut bytes = scale.to_le_bytes().to_vec();
+            bytes.extend_from_slice(&zero_point.to_le_bytes());
+            bytes.truncate(if b.u8() < 240 {
+                16
+            } else {
+                usize::from(b.u8() % 16)
+            });
+            ExtraParams::Extension(bytes)
+        }
         _ => ExtraParams::None,
     };
     Operand {
@@ -144,8 +176,11 @@ fn subgraph(b: &mut Bytes) -> Subgraph {
     let operations = (0..b.small(8))
         .map(|_| {
             let tag = b.u8();
-            let r#type = if tag < 230 {
+            let r#type = if tag < 170 {
                 OperationType(i32::from(tag % 110))
+            } else if tag < 230 {
+                let p = prefix(b);
+                OperationType(encode_type(p, u16::from(b.u8() % 2)))
             } else {
                 OperationType(b.u32() as i32)
             };
@@ -198,10 +233,19 @@ fuzz_target!(|data: &[u8]| {
     let referenced = (0..b.small(3)).map(|_| subgraph(&mut b)).collect();
     let operand_values = vec![0u8; usize::from(b.u8())];
     let pools = (0..b.small(3)).map(|_| memory(&mut b)).collect();
-    let extension_name_to_prefix = (0..b.small(3))
+    const NAMES: [&str; 7] = [
+        "com.example.fibonacci",
+        "dev.vnpu.fused",
+        "com.other.vendor",
+        "",
+        "Com.Example.x",
+        "nodot",
+        "com..x",
+    ];
+    let extension_name_to_prefix = (0..b.small(4))
         .map(|_| ExtensionNameAndPrefix {
-            name: ["com.example.a", "", "com.example.b"][usize::from(b.u8() % 3)].to_string(),
-            prefix: u16::from(b.u8() % 4),
+            name: NAMES[usize::from(b.u8()) % NAMES.len()].to_string(),
+            prefix: prefix(&mut b),
         })
         .collect();
     let model = Model {
@@ -213,6 +257,14 @@ fuzz_target!(|data: &[u8]| {
         extension_name_to_prefix,
     };
     let valid = validate_model(&model).is_ok();
+    if valid {
+        let canonical = canonical_model(&model).expect("a valid model has canonical types");
+        assert!(
+            validate_model(&canonical).is_ok(),
+            "canonical types stay valid"
+        );
+        let _ = vnpu_driver::compile::supported_operations(&canonical);
+    }
     let req = request(&mut b);
     if valid || b.u8() & 1 == 1 {
         let _ = validate_request(&req, &model, b.u8() & 1 == 1);

@@ -125,7 +125,7 @@ pub fn device_dtype(t: OperandType) -> Option<DType> {
         T::TENSOR_QUANT16_SYMM => DType::I16,
         T::TENSOR_QUANT16_ASYMM => DType::U16,
         T::TENSOR_BOOL8 | T::BOOL => DType::Bool8,
-        _ => return None,
+        _ => return crate::extensions::device_dtype(t),
     })
 }
 

@@ -21,11 +21,22 @@ pub struct OutputReport {
     pub ignored: bool,
 }
 
-/// Decodes little-endian elements of `ty` to f64.
+/// Decodes little-endian elements of `ty` to f64 (an extension type under the driver's
+/// internal prefix by its extension's value kind).
 pub fn decode(ty: OperandType, b: &[u8]) -> Vec<f64> {
-    let w = ty.element_size().unwrap_or(1).max(1);
+    let ext = crate::extensions::operand_type_def(ty).map(|(_, d)| d.value);
+    let w = super::corpus::element_size(ty).unwrap_or(1).max(1);
     b.chunks_exact(w)
         .map(|c| match ty {
+            _ if ext.is_some() => {
+                let mut v = [0u8; 8];
+                let n = c.len().min(8);
+                v[..n].copy_from_slice(&c[..n]);
+                match ext {
+                    Some(crate::extensions::ValueKind::I64) => i64::from_le_bytes(v) as f64,
+                    _ => u64::from_le_bytes(v) as f64,
+                }
+            }
             OperandType::TENSOR_FLOAT32 | OperandType::FLOAT32 => {
                 f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64
             }

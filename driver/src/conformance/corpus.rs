@@ -9,6 +9,14 @@
 //! in the operand's element type. AIDL-only operations (BATCH_MATMUL, PACK, MIRROR_PAD,
 //! REVERSE, DENSIFY) are loaded with their AIDL values; `hal::validate_model` rejects them.
 //!
+//! Vendor extensions: a model may carry `extension_name_to_prefix` (`[{"name": ..,
+//! "prefix": ..}]`, the HAL's `Model.extensionNameToPrefix`); an operand or operation type
+//! is then either a HAL name, `"<extension name>:<type name or number>"` (encoded with the
+//! prefix the model gives that extension; type names are those of the extensions this
+//! driver supports), or the raw 32-bit HAL value as a JSON number. An operand's
+//! `extension_params` (an array of bytes) becomes its `extraParams.extension`. Values of an
+//! extension type are written as integers (64-bit types of the supported extensions).
+//!
 //! Every line is hostile input: malformed JSON, wrong types, out-of-range values and unknown
 //! names are reported as [`CorpusError`]s, never panics.
 
@@ -19,9 +27,10 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::extensions::{self, ValueKind};
 use crate::hal::{
-    DataLocation, ExtraParams, Memory, Model, Operand, OperandLifeTime, OperandType, Operation,
-    OperationType, Request, RequestArgument, RequestMemoryPool, Subgraph,
+    DataLocation, ExtensionNameAndPrefix, ExtraParams, Memory, Model, Operand, OperandLifeTime,
+    OperandType, Operation, OperationType, Request, RequestArgument, RequestMemoryPool, Subgraph,
     SymmPerChannelQuantParams,
 };
 
@@ -121,9 +130,10 @@ pub struct TestOutput {
     pub ignored: bool,
 }
 
-/// Bytes per element of `t` (`None` for types without a fixed size).
+/// Bytes per element of `t` (`None` for types without a fixed size); an extension type
+/// with the driver's internal prefix has its extension's size.
 pub fn element_size(t: OperandType) -> Option<usize> {
-    t.element_size()
+    t.element_size().or_else(|| extensions::element_size(t))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -149,6 +159,22 @@ struct RawModel {
     referenced: Vec<RawSubgraph>,
     #[serde(default)]
     relax_fp32_to_fp16: bool,
+    #[serde(default)]
+    extension_name_to_prefix: Vec<RawExtensionPrefix>,
+}
+
+#[derive(Deserialize)]
+struct RawExtensionPrefix {
+    name: String,
+    prefix: u16,
+}
+
+/// A type: a name (HAL, or `extension:type`) or the raw HAL value.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawType {
+    Name(String),
+    Value(i32),
 }
 
 #[derive(Deserialize)]
@@ -161,7 +187,7 @@ struct RawSubgraph {
 
 #[derive(Deserialize)]
 struct RawOperand {
-    r#type: String,
+    r#type: RawType,
     dimensions: Vec<u32>,
     #[serde(default)]
     scale: f32,
@@ -172,6 +198,8 @@ struct RawOperand {
     channel_quant: Option<RawChannelQuant>,
     #[serde(default)]
     data: Option<Vec<Value>>,
+    #[serde(default)]
+    extension_params: Option<Vec<u8>>,
 }
 
 #[derive(Deserialize)]
@@ -182,7 +210,7 @@ struct RawChannelQuant {
 
 #[derive(Deserialize)]
 struct RawOperation {
-    r#type: String,
+    r#type: RawType,
     inputs: Vec<u32>,
     outputs: Vec<u32>,
 }
@@ -240,8 +268,20 @@ fn value_int(v: &Value, min: i64, max: i64, what: &str) -> Result<i64, CorpusErr
     Ok(n)
 }
 
-/// Encode JSON values as little-endian bytes of `t`'s element type.
-fn encode(t: OperandType, values: &[Value]) -> Result<Vec<u8>, CorpusError> {
+/// How values of a type of `model` are written: the extension's value kind for an
+/// extension type of a supported extension.
+fn extension_kind(model: &Model, t: OperandType) -> Option<ValueKind> {
+    let canonical = extensions::canonical_operand_type(model, t)?;
+    extensions::operand_type_def(canonical).map(|(_, d)| d.value)
+}
+
+/// Encode JSON values as little-endian bytes of `t`'s element type (`ext`: the value kind
+/// of an extension type).
+fn encode(
+    t: OperandType,
+    ext: Option<ValueKind>,
+    values: &[Value],
+) -> Result<Vec<u8>, CorpusError> {
     let size = t.element_size().unwrap_or(match t {
         OperandType::SUBGRAPH => 4,
         OperandType::OEM => 1,
@@ -249,6 +289,24 @@ fn encode(t: OperandType, values: &[Value]) -> Result<Vec<u8>, CorpusError> {
     });
     let mut out = Vec::with_capacity(values.len().saturating_mul(size));
     for v in values {
+        if t.is_extension() {
+            match ext {
+                Some(ValueKind::I64) => {
+                    let n = value_int(v, i64::MIN, i64::MAX, "int64")?;
+                    out.extend_from_slice(&n.to_le_bytes());
+                }
+                Some(ValueKind::U64) => {
+                    let n = match v {
+                        Value::Number(n) => n.as_u64(),
+                        _ => None,
+                    }
+                    .ok_or_else(|| invalid(format!("expected a uint64, got {v}")))?;
+                    out.extend_from_slice(&n.to_le_bytes());
+                }
+                None => return Err(invalid(format!("cannot encode values of type {t}"))),
+            }
+            continue;
+        }
         match t {
             OperandType::FLOAT32 | OperandType::TENSOR_FLOAT32 => {
                 let f = value_f64(v)?;
@@ -316,9 +374,70 @@ fn element_count(dims: &[u32]) -> Option<usize> {
 struct ModelBuilder {
     operand_values: Vec<u8>,
     pool_bytes: Vec<u8>,
+    /// The model's extension prefixes (and nothing else), to resolve types.
+    prefixes: Model,
 }
 
 impl ModelBuilder {
+    /// A type given as `extension:type` (type by name or number), encoded with the
+    /// model's prefix for the extension.
+    fn extension_type(&self, s: &str, operand: bool) -> Result<Option<i32>, CorpusError> {
+        let Some((name, t)) = s.split_once(':') else {
+            return Ok(None);
+        };
+        let prefix = self
+            .prefixes
+            .extension_name_to_prefix
+            .iter()
+            .find(|e| e.name == name)
+            .map(|e| e.prefix)
+            .ok_or_else(|| {
+                invalid(format!(
+                    "{s:?}: {name:?} is not in extension_name_to_prefix"
+                ))
+            })?;
+        let number = match t.parse::<u16>() {
+            Ok(n) => n,
+            Err(_) => {
+                let ext = extensions::by_name(name)
+                    .ok_or_else(|| invalid(format!("{s:?}: unknown extension {name:?}")))?;
+                let found = if operand {
+                    ext.operand_types
+                        .iter()
+                        .find(|d| d.name == t)
+                        .map(|d| d.r#type)
+                } else {
+                    ext.operations.iter().find(|o| o.1 == t).map(|o| o.0)
+                };
+                found.ok_or_else(|| invalid(format!("{s:?}: {name} declares no {t:?}")))?
+            }
+        };
+        Ok(Some(extensions::encode_type(prefix, number)))
+    }
+
+    fn operand_type(&self, raw: &RawType) -> Result<OperandType, CorpusError> {
+        match raw {
+            RawType::Value(v) => Ok(OperandType(*v)),
+            RawType::Name(n) => match self.extension_type(n, true)? {
+                Some(v) => Ok(OperandType(v)),
+                None => {
+                    OperandType::from_name(n).ok_or_else(|| invalid(format!("unknown type {n:?}")))
+                }
+            },
+        }
+    }
+
+    fn operation_type(&self, raw: &RawType) -> Result<OperationType, CorpusError> {
+        match raw {
+            RawType::Value(v) => Ok(OperationType(*v)),
+            RawType::Name(n) => match self.extension_type(n, false)? {
+                Some(v) => Ok(OperationType(v)),
+                None => OperationType::from_name_any(n)
+                    .ok_or_else(|| invalid(format!("unknown type {n:?}"))),
+            },
+        }
+    }
+
     fn subgraph(
         &mut self,
         raw: &RawSubgraph,
@@ -328,12 +447,9 @@ impl ModelBuilder {
         let mut operations = Vec::with_capacity(raw.operations.len());
         let mut consumers = vec![0u32; raw.operands.len()];
         for (i, op) in raw.operations.iter().enumerate() {
-            let t = OperationType::from_name_any(&op.r#type).ok_or_else(|| {
-                invalid(format!(
-                    "{where_} operation {i}: unknown type {:?}",
-                    op.r#type
-                ))
-            })?;
+            let t = self
+                .operation_type(&op.r#type)
+                .map_err(|e| invalid(format!("{where_} operation {i}: {e}")))?;
             for &input in &op.inputs {
                 let c = consumers.get_mut(input as usize).ok_or_else(|| {
                     invalid(format!(
@@ -351,8 +467,9 @@ impl ModelBuilder {
         let mut operands = Vec::with_capacity(raw.operands.len());
         for (i, o) in raw.operands.iter().enumerate() {
             let what = format!("{where_} operand {i}");
-            let t = OperandType::from_name(&o.r#type)
-                .ok_or_else(|| invalid(format!("{what}: unknown type {:?}", o.r#type)))?;
+            let t = self
+                .operand_type(&o.r#type)
+                .map_err(|e| invalid(format!("{what}: {e}")))?;
             let lifetime = OperandLifeTime::from_name(&o.lifetime)
                 .ok_or_else(|| invalid(format!("{what}: unknown lifetime {:?}", o.lifetime)))?;
             let mut location = DataLocation::default();
@@ -362,7 +479,9 @@ impl ModelBuilder {
                         .data
                         .as_deref()
                         .ok_or_else(|| invalid(format!("{what}: constant without data")))?;
-                    let bytes = encode(t, data).map_err(|e| invalid(format!("{what}: {e}")))?;
+                    let kind = extension_kind(&self.prefixes, t);
+                    let bytes =
+                        encode(t, kind, data).map_err(|e| invalid(format!("{what}: {e}")))?;
                     let buf = if lifetime == OperandLifeTime::CONSTANT_COPY {
                         &mut self.operand_values
                     } else {
@@ -400,12 +519,18 @@ impl ModelBuilder {
                 }
                 _ => {}
             }
-            let extra_params = match &o.channel_quant {
-                Some(cq) => ExtraParams::ChannelQuant(SymmPerChannelQuantParams {
+            let extra_params = match (&o.channel_quant, &o.extension_params) {
+                (Some(cq), None) => ExtraParams::ChannelQuant(SymmPerChannelQuantParams {
                     scales: cq.scales.clone(),
                     channel_dim: cq.channel_dim,
                 }),
-                None => ExtraParams::None,
+                (None, Some(bytes)) => ExtraParams::Extension(bytes.clone()),
+                (None, None) => ExtraParams::None,
+                (Some(_), Some(_)) => {
+                    return Err(invalid(format!(
+                        "{what}: both channel_quant and extension_params"
+                    )))
+                }
             };
             operands.push(Operand {
                 r#type: t,
@@ -431,9 +556,22 @@ impl ModelBuilder {
 pub fn parse_case(json_line: &str) -> Result<TestCase, CorpusError> {
     let raw: RawCase = serde_json::from_str(json_line)?;
     let n_ref = raw.model.referenced.len();
+    let extension_name_to_prefix: Vec<ExtensionNameAndPrefix> = raw
+        .model
+        .extension_name_to_prefix
+        .iter()
+        .map(|e| ExtensionNameAndPrefix {
+            name: e.name.clone(),
+            prefix: e.prefix,
+        })
+        .collect();
     let mut b = ModelBuilder {
         operand_values: Vec::new(),
         pool_bytes: Vec::new(),
+        prefixes: Model {
+            extension_name_to_prefix: extension_name_to_prefix.clone(),
+            ..Model::default()
+        },
     };
     let main = b.subgraph(&raw.model.main, n_ref, "main")?;
     let mut referenced = Vec::with_capacity(n_ref);
@@ -451,7 +589,7 @@ pub fn parse_case(json_line: &str) -> Result<TestCase, CorpusError> {
         operand_values: b.operand_values,
         pools,
         relax_computation_float32_to_float16: raw.model.relax_fp32_to_fp16,
-        extension_name_to_prefix: Vec::new(),
+        extension_name_to_prefix,
     };
 
     let main_type = |operand: u32, what: &str| -> Result<OperandType, CorpusError> {
@@ -465,7 +603,8 @@ pub fn parse_case(json_line: &str) -> Result<TestCase, CorpusError> {
     let mut inputs = Vec::with_capacity(raw.inputs.len());
     for (i, io) in raw.inputs.iter().enumerate() {
         let t = main_type(io.operand, &format!("input {i}"))?;
-        let data = encode(t, &io.data).map_err(|e| invalid(format!("input {i}: {e}")))?;
+        let kind = extension_kind(&model, t);
+        let data = encode(t, kind, &io.data).map_err(|e| invalid(format!("input {i}: {e}")))?;
         // As the VTS harness does: an input without data is omitted ("has no value"), whatever
         // its dimensions (optional LSTM inputs are given as `[0]` with no data).
         let has_no_value = io.data.is_empty();
@@ -479,7 +618,8 @@ pub fn parse_case(json_line: &str) -> Result<TestCase, CorpusError> {
     let mut outputs = Vec::with_capacity(raw.outputs.len());
     for (i, io) in raw.outputs.iter().enumerate() {
         let t = main_type(io.operand, &format!("output {i}"))?;
-        let data = encode(t, &io.data).map_err(|e| invalid(format!("output {i}: {e}")))?;
+        let kind = extension_kind(&model, t);
+        let data = encode(t, kind, &io.data).map_err(|e| invalid(format!("output {i}: {e}")))?;
         outputs.push(TestOutput {
             operand: io.operand,
             dimensions: io.dimensions.clone(),
@@ -511,13 +651,15 @@ pub fn parse_case(json_line: &str) -> Result<TestCase, CorpusError> {
 }
 
 impl TestCase {
-    /// The main-subgraph operand type of `operand` (for decoding buffers).
+    /// The main-subgraph operand type of `operand` (for decoding buffers); an extension
+    /// type under the driver's internal prefix (see `crate::extensions`), so that its
+    /// values can be decoded without the model's prefix map.
     pub fn operand_type(&self, operand: u32) -> Option<OperandType> {
-        self.model
-            .main
-            .operands
-            .get(operand as usize)
-            .map(|o| o.r#type)
+        let t = self.model.main.operands.get(operand as usize)?.r#type;
+        if t.is_extension() {
+            return extensions::canonical_operand_type(&self.model, t);
+        }
+        Some(t)
     }
 
     /// Build a request with one "ashmem" pool holding every input's bytes, then space for
@@ -556,8 +698,7 @@ impl TestCase {
             let t = self
                 .operand_type(output.operand)
                 .ok_or_else(|| bad(format!("output operand {} out of range", output.operand)))?;
-            let size = t
-                .element_size()
+            let size = element_size(t)
                 .and_then(|es| element_count(&output.dimensions).and_then(|n| n.checked_mul(es)))
                 .ok_or_else(|| bad(format!("output operand {} has no size", output.operand)))?;
             let offset = align_up(bytes.len(), POOL_ALIGN);
@@ -762,6 +903,68 @@ mod tests {
             }]
         );
         assert!(pool.size >= 136);
+    }
+
+    const FIB: &str = include_str!("../../../cases/extensions/fibonacci_quant64.json");
+
+    #[test]
+    fn parses_extension_fields() {
+        let c = parse_case(FIB.trim()).unwrap();
+        let m = &c.model;
+        assert_eq!(m.extension_name_to_prefix.len(), 1);
+        assert_eq!(m.extension_name_to_prefix[0].prefix, 7);
+        assert_eq!(m.main.operands[0].r#type, OperandType(7 << 16));
+        assert_eq!(m.main.operations[0].r#type, OperationType(7 << 16));
+        assert!(
+            matches!(&m.main.operands[1].extra_params, ExtraParams::Extension(b) if b.len() == 16)
+        );
+        assert_eq!(c.inputs[0].data, 10i64.to_le_bytes());
+        assert_eq!(c.outputs[0].data.len(), 80);
+        // Buffers are decoded by the driver's internal type.
+        assert_eq!(
+            c.operand_type(1),
+            Some(crate::extensions::fibonacci::TENSOR_QUANT64_ASYMM)
+        );
+        let (_, _, locs) = c.make_request().unwrap();
+        assert_eq!(locs[0].length, 80);
+        // Raw values and numbered types.
+        let raw = FIB
+            .replace("\"com.example.fibonacci:EXAMPLE_FIBONACCI\"", "458752")
+            .replace(
+                "com.example.fibonacci:EXAMPLE_INT64",
+                "com.example.fibonacci:0",
+            );
+        let r = parse_case(raw.trim()).unwrap();
+        assert_eq!(r.model, c.model);
+    }
+
+    #[test]
+    fn hostile_extension_fields_are_errors() {
+        for bad in [
+            FIB.replace("\"prefix\":7", "\"prefix\":70000"),
+            FIB.replace("\"prefix\":7", "\"prefix\":-1"),
+            FIB.replace(
+                "com.example.fibonacci:EXAMPLE_INT64",
+                "com.example.fibonacci:NOPE",
+            ),
+            FIB.replace("com.example.fibonacci:EXAMPLE_INT64", "com.other.x:0"),
+            FIB.replace(
+                "com.example.fibonacci:EXAMPLE_INT64",
+                "com.example.fibonacci:70000",
+            ),
+            FIB.replace("\"extension_params\":[0,", "\"extension_params\":[300,"),
+            FIB.replace(
+                "\"extension_params\":[",
+                "\"channel_quant\":{\"channel_dim\":0,\"scales\":[1.0]},\"extension_params\":[",
+            ),
+            FIB.replace("\"data\":[10]", "\"data\":[1.5]"),
+            FIB.replace("\"data\":[12,", "\"data\":[-12,"),
+            FIB.replace("\"data\":[12,", "\"data\":[\"x\","),
+            FIB.replace("\"data\":[10]", "\"data\":[99999999999999999999]"),
+        ] {
+            assert_ne!(bad, FIB, "the mutation applies");
+            assert!(parse_case(bad.trim()).is_err(), "{bad}");
+        }
     }
 
     #[test]

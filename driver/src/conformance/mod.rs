@@ -87,14 +87,18 @@ pub fn lookup(paths: &[PathBuf], name: &str) -> Result<TestCase, CorpusError> {
     }
 }
 
-fn operation_name(t: OperationType) -> String {
-    t.name_any().map_or_else(|| t.to_string(), str::to_string)
+/// An operation's name; an extension operation as `extension:OPERATION`, through the
+/// model's prefix map.
+fn operation_name(model: &Model, t: OperationType) -> String {
+    crate::extensions::describe_operation(model, t)
+        .or_else(|| t.name_any().map(str::to_string))
+        .unwrap_or_else(|| t.to_string())
 }
 
 fn operation_names(case: &TestCase) -> Vec<String> {
     let mut names: Vec<String> = Vec::new();
     for op in &case.model.main.operations {
-        let n = operation_name(op.r#type);
+        let n = operation_name(&case.model, op.r#type);
         if !names.contains(&n) {
             names.push(n);
         }
@@ -108,7 +112,7 @@ pub fn operation_uses(case: &TestCase) -> Vec<OperationUse> {
     main.operations
         .iter()
         .map(|op| OperationUse {
-            operation: operation_name(op.r#type),
+            operation: operation_name(&case.model, op.r#type),
             input_type: op
                 .inputs
                 .first()
@@ -215,7 +219,7 @@ fn run_case_inner(
             .main
             .operations
             .get(k)
-            .map_or_else(|| "?".to_string(), |o| operation_name(o.r#type));
+            .map_or_else(|| "?".to_string(), |o| operation_name(model, o.r#type));
         return (
             Verdict::Skip(format!("{name} (operation {k}) is not supported")),
             Vec::new(),

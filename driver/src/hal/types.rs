@@ -93,10 +93,11 @@ pub const EXTENSION_HIGH_BITS_PREFIX: u32 = 16;
 pub const EXTENSION_LOW_BITS_TYPE: u32 = 16;
 
 /// Split a type value into (extension prefix, type within the extension) if it is an
-/// extension value (above BASE_MAX), else `None`.
+/// extension value (non-zero prefix: above BASE_MAX as an unsigned 32-bit value, so
+/// prefixes 0x8000 and up, whose values are negative as `i32`, count), else `None`.
 pub fn extension_parts(value: i32) -> Option<(u16, u16)> {
-    if value > TYPE_BASE_MAX {
-        let v = value as u32;
+    let v = value as u32;
+    if v > TYPE_BASE_MAX as u32 {
         Some(((v >> EXTENSION_LOW_BITS_TYPE) as u16, (v & 0xFFFF) as u16))
     } else {
         None
@@ -111,9 +112,9 @@ impl OperandType {
             || self == Self::TENSOR_OEM_BYTE
     }
 
-    /// An extension type (value above 0xFFFF).
+    /// An extension type (non-zero prefix in the high 16 bits).
     pub fn is_extension(self) -> bool {
-        self.0 > TYPE_BASE_MAX
+        extension_parts(self.0).is_some()
     }
 
     /// A non-extension tensor type.
@@ -338,9 +339,9 @@ impl OperationType {
         (0..=OPERATION_TYPE_FUNDAMENTAL_MAX).contains(&self.0) || self == Self::OEM_OPERATION
     }
 
-    /// An extension operation (value above 0xFFFF).
+    /// An extension operation (non-zero prefix in the high 16 bits).
     pub fn is_extension(self) -> bool {
-        self.0 > TYPE_BASE_MAX
+        extension_parts(self.0).is_some()
     }
 }
 
@@ -928,6 +929,8 @@ mod tests {
         assert!(!OperandType(0x10001).is_scalar());
         assert_eq!(extension_parts(0x0003_0002), Some((3, 2)));
         assert_eq!(extension_parts(10001), None);
+        assert_eq!(extension_parts(-1), Some((0xFFFF, 0xFFFF)));
+        assert!(OperandType(i32::MIN).is_extension() && !OperandType::OEM.is_extension());
     }
 
     #[test]

@@ -2,21 +2,28 @@
 //! checks for a HAL 1.3 model and request. Every failure is INVALID_ARGUMENT.
 //!
 //! Model (`validate_model`), for the main subgraph and each referenced one:
-//! - operands: type known (fundamental, OEM, or an extension type whose prefix is declared
-//!   in `extension_name_to_prefix`); scalars have rank 0; constant tensors have a rank;
+//! - extensions (`crate::extensions::canonical_model`): the prefix map is one-to-one with
+//!   well-formed names and no prefix 0; every extension type's prefix is in it and, for an
+//!   extension the driver supports, the type is one the extension declares; the rest of
+//!   the checks run on the model with the driver's internal prefixes;
+//! - operands: type known (fundamental, or extension); OEM and TENSOR_OEM_BYTE are
+//!   deprecated and refused; scalars have rank 0; constant tensors have a rank;
 //!   scale and zero point per type; per-channel parameters; lifetime known and location
 //!   consistent with it (CONSTANT_COPY within `operand_values`, CONSTANT_REFERENCE within
 //!   its pool, SUBGRAPH indexing `referenced`, others all zero); SUBGRAPH type iff SUBGRAPH
-//!   lifetime; constant lengths equal the operand's size;
-//! - operations: type known, operand indexes in range, signature (see
+//!   lifetime; constant lengths equal the operand's size; extension operands have scale
+//!   and zero point 0, extra parameters none or extension, and pass their extension's own
+//!   validator (`crate::extensions::check_operand`);
+//! - operations: type known (OEM_OPERATION is deprecated and refused; an extension
+//!   operation is checked against its definition like any other), operand indexes in
+//!   range, signature (see
 //!   [`super::operations`]), each input written before it is read, each output a temporary
 //!   or subgraph output written exactly once, every temporary and output written, and
 //!   `number_of_consumers` equal to the real count (which, with write-before-read, also
 //!   rules out cycles);
 //! - input/output indexes: in range, no duplicates, lifetimes SUBGRAPH_INPUT/OUTPUT, and
 //!   every operand with such a lifetime listed;
-//! - no subgraph references itself directly or indirectly; pools are valid memories;
-//!   extension prefixes are unique.
+//! - no subgraph references itself directly or indirectly; pools are valid memories.
 //!
 //! Not checked here (left to preparation): IF/WHILE operand compatibility with the
 //! referenced subgraphs, and values of constant parameters.
@@ -187,39 +194,38 @@ pub fn operand_size(t: OperandType, dims: &[u32]) -> Option<u64> {
 
 /// Whether a tensor operand has unknown rank or any unknown dimension.
 pub fn has_unspecified_dimensions(t: OperandType, dims: &[u32]) -> bool {
-    !t.is_scalar() && (dims.is_empty() || dims.contains(&0))
+    !is_scalar_type(t) && (dims.is_empty() || dims.contains(&0))
+}
+
+/// A scalar type: a non-extension scalar, or an extension type (with the driver's internal
+/// prefix) its extension declares a scalar.
+pub fn is_scalar_type(t: OperandType) -> bool {
+    t.is_scalar() || crate::extensions::operand_type_def(t).is_some_and(|(_, d)| !d.is_tensor)
+}
+
+/// Whether the model holds OEM operand types or OEM_OPERATION (deprecated since NN HAL
+/// 1.2 in favour of vendor extensions; refused).
+fn is_oem_operand(t: OperandType) -> bool {
+    t == OperandType::OEM || t == OperandType::TENSOR_OEM_BYTE
 }
 
 struct ModelCtx<'a> {
     model: &'a Model,
-    prefixes: HashSet<u16>,
 }
 
 impl ModelCtx<'_> {
-    fn operand_type_known(&self, t: OperandType) -> bool {
-        if t.is_known() {
-            return true;
-        }
-        match extension_parts(t.0) {
-            Some((prefix, _)) => self.prefixes.contains(&prefix),
-            None => false,
-        }
-    }
-
-    fn operation_type_known(&self, t: OperationType) -> bool {
-        if t.is_known() {
-            return true;
-        }
-        match extension_parts(t.0) {
-            Some((prefix, _)) => self.prefixes.contains(&prefix),
-            None => false,
-        }
-    }
-
     fn operand(&self, i: usize, o: &Operand, where_: &str) -> Result<(), ValidationError> {
         let t = o.r#type;
         let w = format!("{where_} operand {i}");
-        if !self.operand_type_known(t) {
+        if is_oem_operand(t) {
+            bail!(
+                Operand,
+                "{w}: {t} is deprecated (OEM types are replaced by vendor extensions)"
+            );
+        }
+        // Extension types were checked against the prefix map and the declarations when
+        // the model was made canonical.
+        if !t.is_known() && !t.is_extension() {
             bail!(Operand, "{w}: invalid operand type {}", t.0);
         }
         let extension = t.is_extension();
@@ -231,7 +237,8 @@ impl ModelCtx<'_> {
         if t.is_scalar() && !o.dimensions.is_empty() {
             bail!(Operand, "{w}: scalar {t} has rank {}", o.dimensions.len());
         }
-        if t.is_tensor() && constant && o.dimensions.is_empty() {
+        let tensor = t.is_tensor() || (extension && !is_scalar_type(t));
+        if tensor && constant && o.dimensions.is_empty() {
             bail!(Operand, "{w}: constant tensor has rank 0");
         }
         // Scale.
@@ -309,6 +316,11 @@ impl ModelCtx<'_> {
             (ExtraParams::Extension(_), _) if extension => {}
             (_, _) => bail!(Operand, "{w}: {t} has unexpected extra parameters"),
         }
+        if extension {
+            if let Err(e) = crate::extensions::check_operand(o) {
+                bail!(Operand, "{w}: {e}");
+            }
+        }
         // Lifetime and location.
         let loc = o.location;
         match o.lifetime {
@@ -373,7 +385,19 @@ impl ModelCtx<'_> {
         if (t == T::SUBGRAPH) != (o.lifetime == OperandLifeTime::SUBGRAPH) {
             bail!(Operand, "{w}: type {t} with lifetime {}", o.lifetime);
         }
-        if constant && !extension && t != T::OEM && t != T::TENSOR_OEM_BYTE {
+        if constant && extension {
+            // The size of a supported extension's type is known; a foreign one's is not.
+            if crate::extensions::operand_type_def(t).is_some() {
+                let size = crate::extensions::byte_size(t, &o.dimensions);
+                if size != Some(u64::from(loc.length)) {
+                    bail!(
+                        Operand,
+                        "{w}: constant length {} does not match its size {size:?}",
+                        loc.length
+                    );
+                }
+            }
+        } else if constant {
             let Some(size) = operand_size(t, &o.dimensions) else {
                 bail!(Operand, "{w}: size of {t} {:?} overflows", o.dimensions);
             };
@@ -397,7 +421,13 @@ impl ModelCtx<'_> {
         let mut consumers = vec![0u64; n];
         for (k, op) in s.operations.iter().enumerate() {
             let w = format!("{where_} operation {k}");
-            if !self.operation_type_known(op.r#type) {
+            if op.r#type == OperationType::OEM_OPERATION {
+                bail!(
+                    Operation,
+                    "{w}: OEM_OPERATION is deprecated (replaced by vendor extensions)"
+                );
+            }
+            if !op.r#type.is_known() && !op.r#type.is_extension() {
                 bail!(Operation, "{w}: invalid operation type {}", op.r#type.0);
             }
             for &i in op.inputs.iter().chain(&op.outputs) {
@@ -579,29 +609,14 @@ fn check_no_reference_cycles(model: &Model) -> Result<(), ValidationError> {
 
 /// Validate a HAL 1.3 model (see the module documentation for what is checked).
 pub fn validate_model(model: &Model) -> Result<(), ValidationError> {
-    let mut prefixes = HashSet::new();
-    let mut names = HashSet::new();
-    for e in &model.extension_name_to_prefix {
-        if e.name.is_empty() {
-            bail!(Extension, "extension with an empty name");
-        }
-        if !names.insert(e.name.as_str()) {
-            bail!(Extension, "extension {:?} is listed more than once", e.name);
-        }
-        if !prefixes.insert(e.prefix) {
-            bail!(
-                Extension,
-                "extension prefix {} is used more than once",
-                e.prefix
-            );
-        }
-    }
+    let canonical = crate::extensions::canonical_model(model)?;
+    let model: &Model = &canonical;
     for (i, pool) in model.pools.iter().enumerate() {
         validate_memory(pool).map_err(|e| {
             ValidationError::new(ValidationKind::Memory, format!("model pool {i}: {e}"))
         })?;
     }
-    let ctx = ModelCtx { model, prefixes };
+    let ctx = ModelCtx { model };
     ctx.subgraph(&model.main, "main")?;
     for (i, s) in model.referenced.iter().enumerate() {
         ctx.subgraph(s, &format!("referenced[{i}]"))?;
@@ -689,7 +704,7 @@ fn request_arguments(
                     operand.dimensions.len()
                 );
             }
-            if operand.r#type.is_scalar() {
+            if is_scalar_type(operand.r#type) {
                 bail!(Request, "request {what} {i} gives dimensions for a scalar");
             }
             for (d, (&r, &m)) in dims
@@ -740,6 +755,9 @@ fn request_arguments(
 /// The byte size of a value of `ty` with these dimensions, when every dimension is known
 /// (saturating: no real buffer is `u64::MAX` bytes).
 pub fn known_byte_size(ty: OperandType, dims: &[u32]) -> Option<u64> {
+    if ty.is_extension() {
+        return crate::extensions::byte_size(ty, dims);
+    }
     let element = ty.element_size()? as u64;
     if ty.is_scalar() {
         return Some(element);

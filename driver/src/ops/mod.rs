@@ -20,6 +20,8 @@ pub mod arith;
 pub mod cast;
 pub mod comparison;
 pub mod conv;
+pub mod fibonacci;
+pub mod gelu;
 pub mod image;
 pub mod instance_norm;
 pub mod log_softmax;
@@ -76,6 +78,9 @@ pub enum Ty {
     Is(OperandType),
     /// One of these types.
     OneOf(&'static [OperandType]),
+    /// One of these types, whose value the compiler reads (a scalar or a one-element
+    /// tensor, e.g. an extension operation's size argument).
+    Value(&'static [OperandType]),
 }
 
 impl Ty {
@@ -102,14 +107,17 @@ impl Ty {
             }
             Ty::Filter => t == main || (is_quant8(main) && t == T::TENSOR_QUANT8_SYMM_PER_CHANNEL),
             Ty::Is(x) => t == x,
-            Ty::OneOf(xs) => xs.contains(&t),
+            Ty::OneOf(xs) | Ty::Value(xs) => xs.contains(&t),
         }
     }
 
     /// Whether the compiler reads this argument's value (so it must be a constant, or a
     /// model input the host reads at execution).
     pub fn is_value(self) -> bool {
-        matches!(self, Ty::Scalar | Ty::Int | Ty::Bool | Ty::Ints)
+        matches!(
+            self,
+            Ty::Scalar | Ty::Int | Ty::Bool | Ty::Ints | Ty::Value(_)
+        )
     }
 }
 
@@ -268,9 +276,12 @@ pub struct OpDef {
 }
 
 impl OpDef {
-    /// The operation's name.
+    /// The operation's name (an extension operation's as its extension declares it).
     pub fn name(&self) -> &'static str {
-        self.op.name().unwrap_or("?")
+        self.op
+            .name()
+            .or_else(|| crate::extensions::operation_name(self.op))
+            .unwrap_or("?")
     }
 
     /// The first signature the operands fit, with the argument each input stands for.

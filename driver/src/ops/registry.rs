@@ -1,9 +1,9 @@
 //! The one list of operation definitions.
 
 use super::{
-    activation, argminmax, arith, cast, comparison, conv, image, instance_norm, log_softmax,
-    logical, math, movement, normalization, pool, reduce, reduction, resize_nearest, topk,
-    unsupported, OpDef,
+    activation, argminmax, arith, cast, comparison, conv, fibonacci, gelu, image, instance_norm,
+    log_softmax, logical, math, movement, normalization, pool, reduce, reduction, resize_nearest,
+    topk, unsupported, OpDef,
 };
 use crate::hal::OperationType;
 
@@ -95,6 +95,9 @@ pub static REGISTRY: &[&OpDef] = &[
     &unsupported::RNN,
     &unsupported::SVDF,
     &unsupported::LSTM,
+    // Vendor extensions (`crate::extensions`), under the driver's internal prefixes.
+    &fibonacci::EXAMPLE_FIBONACCI,
+    &gelu::VNPU_GELU,
 ];
 
 /// The definition of `op`, if it has one.

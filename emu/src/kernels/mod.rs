@@ -28,6 +28,7 @@
 pub mod activation;
 pub mod conv;
 pub mod elementwise;
+pub mod extension;
 pub mod image;
 pub mod index;
 pub mod kernel;
@@ -75,6 +76,7 @@ pub use elementwise::logical::{Logical, LogicalKind};
 pub use elementwise::math::{Math, MathKind};
 pub use elementwise::minmax::{MinMax, MinMaxKind};
 pub use elementwise::unary::{Unary, UnaryKind};
+pub use extension::{fibonacci::Fibonacci, gelu::Gelu};
 pub use image::{resize_bilinear::ResizeBilinear, resize_nearest::ResizeNearest};
 pub use index::{argminmax::ArgMinMax, topk::TopK};
 pub use movement::{
@@ -184,6 +186,8 @@ registry! {
     66 => LogSoftmax(activation::log_softmax::LogSoftmax),
     87 => Fill(movement::fill::Fill),
     88 => Rank(movement::fill::Rank),
+    100 => Fibonacci(extension::fibonacci::Fibonacci),
+    101 => Gelu(extension::gelu::Gelu),
 }
 
 /// The object-safe face of [`Kernel`], implemented for every kernel.

@@ -36,6 +36,8 @@ pub(crate) fn fill_bytes(dtype: DType, value: f32) -> Option<Vec<u8>> {
         DType::I8 => vec![int(-128, 127)? as i8 as u8],
         DType::I16 => (int(-32768, 32767)? as i16).to_le_bytes().to_vec(),
         DType::U16 => (int(0, 65535)? as u16).to_le_bytes().to_vec(),
+        // Extension tensors only: nothing pads them.
+        DType::U64 => return None,
     })
 }
 
