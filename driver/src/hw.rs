@@ -425,6 +425,10 @@ impl Hardware {
 
     fn wait_batch(&self, batch: &Batch) -> Result<Vec<CompletionEntry>, HwError> {
         let deadline = Instant::now() + COMMAND_TIMEOUT;
+        // Polled completion (as blk-mq polls): a batch the device ran inline on the
+        // doorbell is complete already; reaping it here saves waiting for the interrupt
+        // thread to wake and route it. (Not under the batch's lock: routing takes it.)
+        self.route_completions();
         let mut got = batch.got.lock().unwrap_or_else(|p| p.into_inner());
         while got.entries.len() < batch.expected {
             if got.hung {
