@@ -313,6 +313,45 @@ impl Program {
     }
 }
 
+/// Rewrites the device address of every tensor of encoded program `bytes` through
+/// `map(addr, byte_len)` (`None` refuses the program): how a driver moves a program it
+/// encoded once to other device memory without encoding it again. Only the tensor
+/// table's address fields change; the device validates the result as any program.
+pub fn relocate(
+    bytes: &mut [u8],
+    mut map: impl FnMut(u64, u64) -> Option<u64>,
+) -> Result<(), ProgramError> {
+    let word = |b: &[u8], at: usize| -> Result<u32, ProgramError> {
+        b.get(at..at + 4)
+            .map(|s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+            .ok_or(ProgramError::Truncated("header"))
+    };
+    if word(bytes, 0)? != MAGIC || word(bytes, 4)? != VERSION {
+        return Err(ProgramError::Header("not a program".into()));
+    }
+    let count = word(bytes, 8)? as usize;
+    if count > MAX_TENSORS as usize {
+        return Err(ProgramError::Header("too many tensors".into()));
+    }
+    for index in 0..count {
+        let at = HEADER_SIZE + index * TENSOR_SIZE + ADDR_AT;
+        let field = bytes
+            .get_mut(at..at + 16)
+            .ok_or(ProgramError::Truncated("tensor table"))?;
+        let addr = u64::from_le_bytes(field[..8].try_into().unwrap_or_default());
+        let len = u64::from_le_bytes(field[8..].try_into().unwrap_or_default());
+        let moved = map(addr, len).ok_or_else(|| ProgramError::Tensor {
+            index: index as u32,
+            reason: format!("address {addr:#x} cannot be relocated"),
+        })?;
+        field[..8].copy_from_slice(&moved.to_le_bytes());
+    }
+    Ok(())
+}
+
+/// Where a tensor-table entry holds its device address (then its byte length).
+const ADDR_AT: usize = 8 + 4 * MAX_RANK;
+
 fn overlaps(a: &TensorDesc, b: &TensorDesc) -> bool {
     a.byte_len > 0 && b.byte_len > 0 && a.addr < b.addr + b.byte_len && b.addr < a.addr + a.byte_len
 }
@@ -386,6 +425,19 @@ mod tests {
     fn round_trip() {
         let p = add_program();
         assert_eq!(Program::decode(&p.encode(), BASE, 4096).unwrap(), p);
+    }
+
+    #[test]
+    fn relocation_moves_every_address() {
+        let p = add_program();
+        let mut b = p.encode();
+        relocate(&mut b, |a, len| (len == 24).then_some(a + 4096)).unwrap();
+        let q = Program::decode(&b, BASE, 8192).unwrap();
+        for (t, u) in p.tensors.iter().zip(&q.tensors) {
+            assert_eq!(u.addr, t.addr + 4096);
+        }
+        assert!(relocate(&mut b, |_, _| None).is_err());
+        assert!(relocate(&mut b[..40], |a, _| Some(a)).is_err(), "truncated");
     }
 
     #[test]

@@ -23,7 +23,11 @@ use crate::hal::{
 };
 
 /// The cache format version (part of the build id the MAC binds).
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
+/// Where the saved program's arena starts: its constants are encoded at their offsets in
+/// the data cache (base 0), its arena tensors at this plus their arena offsets, and a
+/// load relocates both ([`vnpu_emu::program::relocate`]).
+pub const ARENA_TAG: u64 = 1 << 56;
 const MAGIC: &[u8; 8] = b"VNPUCACH";
 /// Bytes of the header.
 pub const HEADER_LEN: usize = 64;
@@ -107,6 +111,11 @@ pub struct Instance {
     pub input_shapes: Vec<Vec<usize>>,
     /// The compilation.
     pub compiled: Compiled,
+    /// Its device program, encoded with constants at base 0 and the arena at
+    /// [`ARENA_TAG`] (a load relocates it instead of encoding it again).
+    pub program: Vec<u8>,
+    /// The timing model's time for the program.
+    pub program_ns: u64,
 }
 
 /// Everything a model cache holds.
@@ -285,6 +294,8 @@ pub fn encode_body(image: &Image) -> Vec<u8> {
             w.u8(1);
             w.list(&inst.input_shapes, |w, s| w.usizes(s));
             put_compiled(&mut w, &inst.compiled);
+            w.bytes(&inst.program);
+            w.u64(inst.program_ns);
         }
     }
     w.into_bytes()
@@ -324,6 +335,8 @@ pub fn decode_body(body: &[u8], data_len: u64) -> Result<Image, CacheError> {
             Some(Instance {
                 input_shapes,
                 compiled,
+                program: r.bytes()?,
+                program_ns: r.u64()?,
             })
         }
         _ => return Err(CacheError::Malformed("instance")),
