@@ -12,6 +12,7 @@
 //! holds it.
 
 use vnpu_emu::kernels::KernelOp;
+use vnpu_emu::tensor::Layout;
 
 use super::mac::MAC_LEN;
 use super::wire::{Reader, Writer};
@@ -99,8 +100,11 @@ pub enum ConstValue {
     Data {
         /// Offset in the data cache.
         offset: u64,
-        /// Bytes.
+        /// Bytes of the value (plain).
         len: u64,
+        /// How it lies in the data cache (a float32 filter may be pre-packed: then it
+        /// takes the packed size of its operand's shape there).
+        layout: Layout,
     },
 }
 
@@ -281,8 +285,15 @@ pub fn encode_body(image: &Image) -> Vec<u8> {
                 w.u8(0);
                 w.bytes(b);
             }
-            ConstValue::Data { offset, len } => {
-                w.u8(1);
+            ConstValue::Data {
+                offset,
+                len,
+                layout,
+            } => {
+                w.u8(match layout {
+                    Layout::Plain => 1,
+                    Layout::GemmPanels => 2,
+                });
                 w.u64(*offset);
                 w.u64(*len);
             }
@@ -319,9 +330,13 @@ pub fn decode_body(body: &[u8], data_len: u64) -> Result<Image, CacheError> {
         let i = r.u32()?;
         let v = match r.u8()? {
             0 => ConstValue::Inline(r.bytes()?),
-            1 => ConstValue::Data {
+            tag @ (1 | 2) => ConstValue::Data {
                 offset: r.u64()?,
                 len: r.u64()?,
+                layout: match tag {
+                    1 => Layout::Plain,
+                    _ => Layout::GemmPanels,
+                },
             },
             _ => return Err(CacheError::Malformed("constant")),
         };
@@ -384,8 +399,30 @@ pub fn check(image: &Image, data_len: u64) -> Result<(), CacheError> {
         if *i as usize >= n {
             return Err(bad("constant index"));
         }
-        if let ConstValue::Data { offset, len } = v {
-            if offset.checked_add(*len).is_none_or(|e| e > data_len) {
+        if let ConstValue::Data {
+            offset,
+            len,
+            layout,
+        } = v
+        {
+            let held = match layout {
+                Layout::Plain => Some(*len),
+                Layout::GemmPanels => {
+                    let dims: Vec<usize> = m.main.operands[*i as usize]
+                        .dimensions
+                        .iter()
+                        .map(|&d| d as usize)
+                        .collect();
+                    let plain = dims.iter().try_fold(4u64, |a, &d| a.checked_mul(d as u64));
+                    layout
+                        .byte_len(vnpu_emu::tensor::DType::F32, &dims)
+                        .filter(|_| plain == Some(*len))
+                }
+            };
+            if held
+                .and_then(|h| offset.checked_add(h))
+                .is_none_or(|e| e > data_len)
+            {
                 return Err(bad("constant range"));
             }
         }

@@ -21,6 +21,7 @@ use crate::hal::BYTE_SIZE_OF_CACHE_TOKEN;
 use crate::hw::{DramBlock, Hardware, IoMapping};
 use crate::prepared::{dma, upload_into, BuiltProgram, VnpuPreparedModel};
 use vnpu_emu::ring::SubmissionEntry;
+use vnpu_emu::tensor::Layout;
 
 /// Host memory the data cache is read into: pre-faulted and mapped for the device once,
 /// then kept by the cache for the next load (one buffer, the largest needed so far), so
@@ -145,14 +146,17 @@ impl Cache {
         }
         let n = image.model.main.operands.len();
         let mut offsets = vec![None; n];
+        let mut layouts = vec![Layout::Plain; n];
         for (i, v) in &image.constants {
-            if let ConstValue::Data { offset, .. } = v {
+            if let ConstValue::Data { offset, layout, .. } = v {
                 offsets[*i as usize] = Some(*offset);
+                layouts[*i as usize] = *layout;
             }
         }
         let block = ConstantBlock {
             bytes: Vec::new(),
             offsets,
+            layouts,
         };
         let data = match header.data_len {
             0 => None,
@@ -232,9 +236,15 @@ impl Cache {
             .data
             .as_ref()
             .map(|d| (Arc::clone(hw), d.addr, d.len, epoch));
-        let n = ready.model.main.operands.len();
+        let shapes: Vec<Vec<usize>> = ready
+            .model
+            .main
+            .operands
+            .iter()
+            .map(|o| o.dimensions.iter().map(|&d| d as usize).collect())
+            .collect();
         let list = ready.constants;
-        let constants = Constants::lazy(move || constant_values(n, &list, from));
+        let constants = Constants::lazy(move || constant_values(&shapes, &list, from));
         Ok(VnpuPreparedModel::restore(
             ctx,
             ready.model,
@@ -410,21 +420,37 @@ fn program_at(data_len: usize) -> usize {
 }
 
 /// Every constant's bytes: inline ones from the model cache, the others from the
-/// verified data cache in device memory (`from`: device, address, length).
+/// verified data cache in device memory (`from`: device, address, length), packed ones
+/// unpacked (`shapes`: every operand's shape).
 fn constant_values(
-    n: usize,
+    shapes: &[Vec<usize>],
     list: &[(u32, ConstValue)],
     from: Option<(Arc<Hardware>, u64, u64, u64)>,
 ) -> Values {
+    let n = shapes.len();
     let block = from.and_then(|(hw, addr, len, epoch)| read_back(&hw, addr, len, epoch));
     let mut v: Values = vec![None; n];
     for (i, c) in list {
         let bytes = match c {
             ConstValue::Inline(b) => Some(b.clone()),
-            ConstValue::Data { offset, len } => block.as_ref().and_then(|b| {
+            ConstValue::Data {
+                offset,
+                len,
+                layout,
+            } => block.as_ref().and_then(|b| {
+                let shape = shapes.get(*i as usize)?;
+                let held = layout.byte_len(vnpu_emu::tensor::DType::F32, shape);
+                let held = match layout {
+                    Layout::Plain => *len,
+                    Layout::GemmPanels => held?,
+                };
                 let start = usize::try_from(*offset).ok()?;
-                let end = start.checked_add(usize::try_from(*len).ok()?)?;
-                b.get(start..end).map(<[u8]>::to_vec)
+                let end = start.checked_add(usize::try_from(held).ok()?)?;
+                let bytes = b.get(start..end)?;
+                match layout {
+                    Layout::Plain => Some(bytes.to_vec()),
+                    Layout::GemmPanels => vnpu_emu::program::unpack_panels(shape, bytes),
+                }
             }),
         };
         if let Some(slot) = v.get_mut(*i as usize) {

@@ -23,6 +23,7 @@ pub fn image_of(parts: &CacheParts<'_>) -> Image {
                 Some(offset) => ConstValue::Data {
                     offset,
                     len: c.len() as u64,
+                    layout: parts.block.layout(i as u32),
                 },
                 None => ConstValue::Inline(c.clone()),
             };
