@@ -158,32 +158,6 @@ impl CacheIo {
         }
     }
 
-    /// Reads `len` bytes from offset 0 of `fd` to `dst` while `meanwhile` runs on the
-    /// calling thread, and returns both results. With io_uring the reads go to the
-    /// kernel's workers (`IOSQE_ASYNC`) first, so the copying overlaps `meanwhile`; the
-    /// fallback reads first. `meanwhile` must not use this `CacheIo` (its ring is held).
-    ///
-    /// # Safety
-    /// `dst` must be valid for writes of `len` bytes for the whole call, and nothing else
-    /// may access those bytes until the call returns.
-    pub unsafe fn read_overlapped<R>(
-        &self,
-        fd: BorrowedFd<'_>,
-        dst: *mut u8,
-        len: usize,
-        meanwhile: impl FnOnce() -> R,
-    ) -> (io::Result<()>, R) {
-        match &self.ring {
-            // SAFETY: forwarded from the caller's contract.
-            Some(r) => unsafe { r.read_overlapped(fd, dst, len, meanwhile) },
-            None => {
-                // SAFETY: forwarded from the caller's contract.
-                let read = unsafe { self.read_chunked(fd, dst, len, &mut |_, _| {}) };
-                (read, meanwhile())
-            }
-        }
-    }
-
     /// Positioned reads of many ranges in one batch: each `(file offset, dst, len)` is
     /// filled exactly; a file that ends first is an error (`UnexpectedEof`), never a signal.
     ///
@@ -439,91 +413,6 @@ impl Ring {
     }
 
     /// # Safety
-    /// As [`CacheIo::read_overlapped`].
-    unsafe fn read_overlapped<R>(
-        &self,
-        fd: BorrowedFd<'_>,
-        dst: *mut u8,
-        len: usize,
-        meanwhile: impl FnOnce() -> R,
-    ) -> (io::Result<()>, R) {
-        let count = len.div_ceil(CHUNK);
-        if count > RING_ENTRIES as usize {
-            // SAFETY: forwarded from the caller's contract.
-            let read = unsafe { self.read_chunked(fd, dst, len, &mut |_, _| {}) };
-            return (read, meanwhile());
-        }
-        let mut ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
-        let mut pushed = 0usize;
-        {
-            let mut sq = ring.submission();
-            for k in 0..count {
-                let off = k * CHUNK;
-                let n = CHUNK.min(len - off);
-                // SAFETY: `dst + off .. + n` lies inside the caller's buffer.
-                let buf = unsafe { dst.add(off) };
-                let e = opcode::Read::new(types::Fd(fd.as_raw_fd()), buf, n as u32)
-                    .offset(off as u64)
-                    .build()
-                    .flags(squeue::Flags::ASYNC)
-                    .user_data(k as u64);
-                // SAFETY: the buffer stays valid until we reap its completion below.
-                if unsafe { sq.push(&e) }.is_err() {
-                    break;
-                }
-                pushed += 1;
-            }
-        }
-        let mut failure: Option<io::Error> = None;
-        match ring.submit() {
-            Err(e) if !transient(&e) => failure = Some(e),
-            _ => {}
-        }
-        let result = meanwhile();
-        let mut got = vec![None; pushed];
-        let mut reaped = 0;
-        while reaped < pushed {
-            if let Err(e) = ring.submit_and_wait(pushed - reaped) {
-                if !transient(&e) {
-                    failure.get_or_insert(e);
-                    break;
-                }
-            }
-            for c in ring.completion() {
-                if let Some(slot) = got.get_mut(c.user_data() as usize) {
-                    *slot = Some(c.result());
-                }
-                reaped += 1;
-            }
-        }
-        drop(ring);
-        if let Some(e) = failure {
-            return (Err(e), result);
-        }
-        // Whatever did not arrive (a short read, a chunk not queued) is read plainly.
-        for k in 0..count {
-            let off = k * CHUNK;
-            let want = CHUNK.min(len - off);
-            let done = match got.get(k).copied().flatten() {
-                Some(r) if r < 0 => return (Err(io::Error::from_raw_os_error(-r)), result),
-                Some(r) => (r as usize).min(want),
-                None => 0,
-            };
-            if done < want {
-                // SAFETY: the rest of chunk `k`, inside the caller's buffer; no read of it
-                // is in flight any more.
-                let r = unsafe {
-                    pread_exact(fd, dst.add(off + done), want - done, (off + done) as u64)
-                };
-                if let Err(e) = r {
-                    return (Err(e), result);
-                }
-            }
-        }
-        (Ok(()), result)
-    }
-
-    /// # Safety
     /// As [`CacheIo::read_chunked`].
     unsafe fn read_chunked(
         &self,
@@ -706,27 +595,6 @@ mod tests {
                 io.read_vec(a.as_fd(), 6).is_err(),
                 "end of file is an error"
             );
-        }
-    }
-
-    #[test]
-    fn overlapped_reads_run_the_work_and_fill_the_buffer() {
-        for io in both() {
-            let mut f = tmp();
-            let bytes: Vec<u8> = (0..2 * CHUNK + 77).map(|i| (i * 7) as u8).collect();
-            f.write_all(&bytes).unwrap();
-            f.seek(SeekFrom::Start(3)).unwrap();
-            let mut v = vec![0u8; bytes.len()];
-            // SAFETY: our own buffer, untouched until the call returns.
-            let (read, ran) =
-                unsafe { io.read_overlapped(f.as_fd(), v.as_mut_ptr(), v.len(), || 42) };
-            read.unwrap();
-            assert_eq!((ran, v == bytes), (42, true), "{io:?}");
-            let mut w = vec![0u8; bytes.len() + 1];
-            // SAFETY: as above.
-            let (read, _) =
-                unsafe { io.read_overlapped(f.as_fd(), w.as_mut_ptr(), w.len(), || ()) };
-            assert!(read.is_err(), "end of file is an error ({io:?})");
         }
     }
 }

@@ -19,7 +19,7 @@ use crate::compile::ConstantBlock;
 use crate::device::{ModelContext, ModelLease};
 use crate::hal::BYTE_SIZE_OF_CACHE_TOKEN;
 use crate::hw::{DramBlock, Hardware, IoMapping};
-use crate::prepared::{dma, upload_into, BuiltProgram, VnpuPreparedModel};
+use crate::prepared::{dma, BuiltProgram, VnpuPreparedModel};
 use vnpu_emu::ring::SubmissionEntry;
 use vnpu_emu::tensor::Layout;
 
@@ -61,14 +61,9 @@ fn read_back(hw: &Arc<Hardware>, addr: u64, len: u64, epoch: u64) -> Option<Vec<
     Some(out)
 }
 
-/// Data caches up to this size are read while the model cache is verified and copied to
-/// the device after they are read; larger ones are verified first, then copied while they
-/// are read, by a second thread.
+/// Data caches up to this size are copied to the device after they are read (and hashed
+/// while the device copies); larger ones while they are read, by a second thread.
 const OVERLAP_FROM: usize = 4 * CHUNK;
-
-/// Room kept for the program behind a small data cache in staging; a larger program is
-/// uploaded on its own.
-const PROGRAM_ROOM: usize = 64 << 10;
 
 /// A verified model cache, its device memory allocated and its program built.
 struct Ready {
@@ -188,9 +183,9 @@ impl Cache {
         })
     }
 
-    /// Loads a prepared model from verified cache files. The program is built (from the
-    /// verified model cache) before any copy starts, so it travels to the device in the
-    /// same batch as the data; a small data cache is read meanwhile.
+    /// Loads a prepared model from verified cache files. The model cache is verified and
+    /// its program relocated to fresh device memory before any copy starts, so the program
+    /// travels to the device in the same batch as the data.
     pub fn load(
         &self,
         ctx: &ModelContext,
@@ -203,33 +198,18 @@ impl Cache {
         let key = self.key()?;
         let file = self.read_model_file(files.model.as_fd())?;
         let data_size = file_size(files.data.as_fd())?;
+        let ready = Self::ready(hw, (&key, &file, token), data_size)?;
+        let len = usize::try_from(data_size).map_err(|_| CacheError::Malformed("size"))?;
+        let program_len = ready.built.as_ref().map_or(0, |(_, b, _)| b.bytes.len());
+        let staging = self.take_staging(hw, program_at(len) + program_len)?;
         let fd = files.data.as_fd();
-        let ready = match usize::try_from(data_size) {
-            Ok(len) if len <= OVERLAP_FROM => {
-                let staging = self.take_staging(hw, program_at(len) + PROGRAM_ROOM)?;
-                let verify = || Self::ready(hw, (&key, &file, token), data_size);
-                let loaded = self.load_small(hw, fd, &staging, len, verify, epoch);
-                self.keep_staging(staging);
-                loaded?
-            }
-            _ => {
-                let ready = Self::ready(hw, (&key, &file, token), data_size)?;
-                let len = usize::try_from(data_size).map_err(|_| CacheError::Malformed("size"))?;
-                let program_len = ready.built.as_ref().map_or(0, |(_, b, _)| b.bytes.len());
-                let staging = self.take_staging(hw, program_at(len) + program_len)?;
-                let filled = self.fill(
-                    hw,
-                    fd,
-                    &staging,
-                    (ready.upload(), epoch),
-                    len,
-                    &ready.header,
-                );
-                self.keep_staging(staging);
-                filled?;
-                ready
-            }
+        let upload = (ready.upload(), epoch);
+        let filled = match len <= OVERLAP_FROM {
+            true => self.fill_small(hw, fd, &staging, upload, len, &ready.header),
+            false => self.fill(hw, fd, &staging, upload, len, &ready.header),
         };
+        self.keep_staging(staging);
+        filled?;
         // Constants needed on the host later (to compile other input shapes) are copied
         // back from device memory then; that memory lives as long as the model.
         let from = ready
@@ -281,42 +261,34 @@ impl Cache {
         }
     }
 
-    /// A small data cache (`len` bytes, from its size on disk): read into `staging` while
-    /// `verify` checks the model cache, then copied to the device with the program, and
-    /// hashed while the device copies; fails unless the digest matches.
-    fn load_small(
+    /// Reads a small data cache into `staging`, then copies it and the program (written
+    /// behind it) to the device in one batch, hashing it while the device copies; fails
+    /// unless the digest matches.
+    fn fill_small(
         &self,
         hw: &Arc<Hardware>,
         fd: BorrowedFd<'_>,
         staging: &Staging,
+        (upload, epoch): (Upload<'_>, u64),
         len: usize,
-        verify: impl FnOnce() -> Result<Ready, CacheError>,
-        epoch: u64,
-    ) -> Result<Ready, CacheError> {
+        header: &Header,
+    ) -> Result<(), CacheError> {
         let base = staging
             .region
             .ptr(0, staging.region.len() as u64)
             .map_err(mem)?;
         // SAFETY: `base` is our private staging mapping, valid for `len` bytes while
-        // `staging` lives; `verify` does not touch it and nothing reads it before the
-        // read returns.
-        let (read, ready) = unsafe { self.io.read_overlapped(fd, base, len, verify) };
-        let ready = ready?;
-        read?;
+        // `staging` lives; nothing reads them before the read returns.
+        unsafe { self.io.read_chunked(fd, base, len, &mut |_, _| {})? };
         let iova = staging.map.iova;
-        let upload = ready.upload();
         let mut cmds = Vec::with_capacity(2);
         if len > 0 {
             cmds.push(dma(iova, upload.data, len as u64));
         }
-        let at = program_at(len);
-        let mut separate = None;
-        match upload.program {
-            Some((bytes, addr)) if at + bytes.len() <= staging.region.len() => {
-                staging.region.write(at as u64, bytes).map_err(mem)?;
-                cmds.push(dma(iova + at as u64, addr, bytes.len() as u64));
-            }
-            other => separate = other,
+        if let Some((bytes, addr)) = upload.program.filter(|(b, _)| !b.is_empty()) {
+            let at = program_at(len);
+            staging.region.write(at as u64, bytes).map_err(mem)?;
+            cmds.push(dma(iova + at as u64, addr, bytes.len() as u64));
         }
         let copying = hw.submit(cmds, 0, Some(epoch))?;
         let mut hasher = super::mac::DataDigest::default();
@@ -327,13 +299,10 @@ impl Cache {
             hasher.update(unsafe { std::slice::from_raw_parts(base, len) });
         }
         copying.wait()?;
-        if let Some((bytes, addr)) = separate.filter(|(b, _)| !b.is_empty()) {
-            upload_into(hw, bytes, addr, epoch)?;
-        }
-        if hasher.finish() != ready.header.data_digest {
+        if hasher.finish() != header.data_digest {
             return Err(CacheError::DataDigest);
         }
-        Ok(ready)
+        Ok(())
     }
 
     /// Reads the data cache into `staging`, hashing it and copying it to device memory as
