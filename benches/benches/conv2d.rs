@@ -82,8 +82,10 @@ impl Layer {
     /// The same layer with a float32 CONV_2D / FULLY_CONNECTED filter pre-packed.
     fn packed(mut self) -> Layer {
         let gemm = matches!(self.op, KernelOp::Conv2d(_) | KernelOp::FullyConnected(_));
-        let (ty, bytes) = &self.inputs[1];
-        if gemm && ty.dtype == DType::F32 {
+        let Some((ty, bytes)) = self.inputs.get(1).filter(|_| gemm) else {
+            return self;
+        };
+        if ty.dtype == DType::F32 {
             let panels = pack_panels(&ty.shape, bytes.bytes()).expect("a float32 filter");
             let ty = TensorType {
                 layout: Layout::GemmPanels,
