@@ -216,15 +216,28 @@ impl Cache {
             .data
             .as_ref()
             .map(|d| (Arc::clone(hw), d.addr, d.len, epoch));
-        let shapes: Vec<Vec<usize>> = ready
-            .model
-            .main
-            .operands
+        // The shapes of the pre-packed constants (to unpack their host copies).
+        let operands = &ready.model.main.operands;
+        let packed: Vec<(u32, Vec<usize>)> = ready
+            .constants
             .iter()
-            .map(|o| o.dimensions.iter().map(|&d| d as usize).collect())
+            .filter(|(_, c)| {
+                matches!(
+                    c,
+                    ConstValue::Data {
+                        layout: Layout::GemmPanels,
+                        ..
+                    }
+                )
+            })
+            .filter_map(|(i, _)| {
+                let dims = &operands.get(*i as usize)?.dimensions;
+                Some((*i, dims.iter().map(|&d| d as usize).collect()))
+            })
             .collect();
+        let n = operands.len();
         let list = ready.constants;
-        let constants = Constants::lazy(move || constant_values(&shapes, &list, from));
+        let constants = Constants::lazy(move || constant_values(n, &packed, &list, from));
         Ok(VnpuPreparedModel::restore(
             ctx,
             ready.model,
@@ -390,13 +403,13 @@ fn program_at(data_len: usize) -> usize {
 
 /// Every constant's bytes: inline ones from the model cache, the others from the
 /// verified data cache in device memory (`from`: device, address, length), packed ones
-/// unpacked (`shapes`: every operand's shape).
+/// unpacked (`packed`: their operands' shapes); `n` operands in all.
 fn constant_values(
-    shapes: &[Vec<usize>],
+    n: usize,
+    packed: &[(u32, Vec<usize>)],
     list: &[(u32, ConstValue)],
     from: Option<(Arc<Hardware>, u64, u64, u64)>,
 ) -> Values {
-    let n = shapes.len();
     let block = from.and_then(|(hw, addr, len, epoch)| read_back(&hw, addr, len, epoch));
     let mut v: Values = vec![None; n];
     for (i, c) in list {
@@ -407,18 +420,20 @@ fn constant_values(
                 len,
                 layout,
             } => block.as_ref().and_then(|b| {
-                let shape = shapes.get(*i as usize)?;
-                let held = layout.byte_len(vnpu_emu::tensor::DType::F32, shape);
-                let held = match layout {
-                    Layout::Plain => *len,
-                    Layout::GemmPanels => held?,
+                let shape = packed.iter().find(|(k, _)| k == i).map(|(_, s)| s);
+                let held = match (layout, shape) {
+                    (Layout::Plain, _) => *len,
+                    (Layout::GemmPanels, Some(s)) => {
+                        layout.byte_len(vnpu_emu::tensor::DType::F32, s)?
+                    }
+                    (Layout::GemmPanels, None) => return None,
                 };
                 let start = usize::try_from(*offset).ok()?;
                 let end = start.checked_add(usize::try_from(held).ok()?)?;
                 let bytes = b.get(start..end)?;
                 match layout {
                     Layout::Plain => Some(bytes.to_vec()),
-                    Layout::GemmPanels => vnpu_emu::program::unpack_panels(shape, bytes),
+                    Layout::GemmPanels => vnpu_emu::program::unpack_panels(shape?, bytes),
                 }
             }),
         };
