@@ -4,6 +4,9 @@
 //! M = output pixels, K = kh*kw*cin, N = cout: the float GEMM's ceiling), plus the whole
 //! MobileNet v1 224 convolution stack (conv, depthwise, pointwise, average pool, fully
 //! connected). Throughput is reported in multiply-accumulates ("elements").
+//! `conv2d/f32_packed/<layer>` and `mobilenet_v1_224/all_layers_packed` give the float32
+//! CONV_2D and FULLY_CONNECTED filters pre-packed in the device GEMM's panels
+//! (`Layout::GemmPanels`, as the driver's compiler lays them out), so no run packs them.
 
 use std::hint::black_box;
 
@@ -12,7 +15,8 @@ use vnpu_emu::kernels::{
     execute, Activation, Conv2d, ConvWindow, DepthwiseConv2d, FullyConnected, KernelOp, Padding,
     Pool, PoolKind,
 };
-use vnpu_emu::tensor::{DType, Staged, TensorType, View, ViewMut};
+use vnpu_emu::program::pack_panels;
+use vnpu_emu::tensor::{DType, Layout, Staged, TensorType, View, ViewMut};
 
 /// A layer with its constant operands and preallocated output.
 struct Layer {
@@ -73,6 +77,23 @@ impl Layer {
             out_ty: out,
             macs: n as u64 * macs_per_out,
         }
+    }
+
+    /// The same layer with a float32 CONV_2D / FULLY_CONNECTED filter pre-packed.
+    fn packed(mut self) -> Layer {
+        let gemm = matches!(self.op, KernelOp::Conv2d(_) | KernelOp::FullyConnected(_));
+        let Some((ty, bytes)) = self.inputs.get(1).filter(|_| gemm) else {
+            return self;
+        };
+        if ty.dtype == DType::F32 {
+            let panels = pack_panels(&ty.shape, bytes.bytes()).expect("a float32 filter");
+            let ty = TensorType {
+                layout: Layout::GemmPanels,
+                ..ty.clone()
+            };
+            self.inputs[1] = (ty, staged(&panels));
+        }
+        self
     }
 
     fn run(&mut self) {
@@ -319,6 +340,7 @@ fn bench_layers(c: &mut Criterion) {
     for (name, input, out_c, k, stride, pad) in layers {
         for (kind, mut layer) in [
             ("f32", conv(input, out_c, k, stride, pad)),
+            ("f32_packed", conv(input, out_c, k, stride, pad).packed()),
             ("q8", conv_q8(input, out_c, k, stride, pad)),
         ] {
             group.throughput(Throughput::Elements(layer.macs));
@@ -357,6 +379,15 @@ fn bench_layers(c: &mut Criterion) {
         b.iter(|| {
             // Each layer reads its own preallocated input of the right shape: the same work
             // as chaining the outputs, without copies.
+            for layer in net.iter_mut() {
+                layer.run();
+            }
+            black_box(net.last().map(|l| l.out.bytes()[0]))
+        })
+    });
+    let mut net: Vec<Layer> = net.into_iter().map(Layer::packed).collect();
+    group.bench_function("all_layers_packed", |b| {
+        b.iter(|| {
             for layer in net.iter_mut() {
                 layer.run();
             }

@@ -53,6 +53,8 @@ pub enum HwError {
     },
     #[error("the device did not complete the batch in time")]
     Timeout,
+    #[error("a batch of {0} commands does not fit in one submission")]
+    BatchTooLarge(usize),
     #[error("the device stopped making progress; the watchdog failed the batch and reset it")]
     Hung,
     #[error("the device was reset since the work was prepared (its device memory is gone)")]
@@ -97,6 +99,32 @@ impl Drop for IoMapping {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .free(self.base, self.span);
+    }
+}
+
+/// A batch on the device ([`Hardware::submit`]); waited for by [`Submitted::wait`] or,
+/// failing that, when dropped.
+#[derive(Debug)]
+pub struct Submitted<'a> {
+    hw: &'a Hardware,
+    pending: Option<(Arc<Batch>, u32)>,
+}
+
+impl Submitted<'_> {
+    /// Waits for the batch's completions; any failed command fails it.
+    pub fn wait(mut self) -> Result<Vec<CompletionEntry>, HwError> {
+        match self.pending.take() {
+            Some((batch, first)) => self.hw.finish_batch(&batch, first),
+            None => Ok(Vec::new()),
+        }
+    }
+}
+
+impl Drop for Submitted<'_> {
+    fn drop(&mut self) {
+        if let Some((batch, first)) = self.pending.take() {
+            let _ = self.hw.finish_batch(&batch, first);
+        }
     }
 }
 
@@ -342,14 +370,43 @@ impl Hardware {
             .fold(0, u64::saturating_add)
     }
 
+    /// Submits one batch of at most half the ring without waiting for it: the caller
+    /// does other work meanwhile, then [`Submitted::wait`]s (dropping it waits too, so no
+    /// buffer the batch names is released while the device may still use it).
+    pub fn submit(
+        &self,
+        cmds: Vec<SubmissionEntry>,
+        program_ns: u64,
+        epoch: Option<u64>,
+    ) -> Result<Submitted<'_>, HwError> {
+        if cmds.len() > (QUEUE_ENTRIES / 2) as usize {
+            return Err(HwError::BatchTooLarge(cmds.len()));
+        }
+        let pending = self.submit_batch(cmds, program_ns, epoch)?;
+        Ok(Submitted { hw: self, pending })
+    }
+
     fn run_batch(
+        &self,
+        cmds: Vec<SubmissionEntry>,
+        program_ns: u64,
+        epoch: Option<u64>,
+    ) -> Result<Vec<CompletionEntry>, HwError> {
+        match self.submit_batch(cmds, program_ns, epoch)? {
+            Some((batch, first)) => self.finish_batch(&batch, first),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// Queues a batch (`None` for an empty one) and rings the doorbell.
+    fn submit_batch(
         &self,
         mut cmds: Vec<SubmissionEntry>,
         program_ns: u64,
         epoch: Option<u64>,
-    ) -> Result<Vec<CompletionEntry>, HwError> {
+    ) -> Result<Option<(Arc<Batch>, u32)>, HwError> {
         if cmds.is_empty() {
-            return Ok(Vec::new());
+            return Ok(None);
         }
         if self.is_lost() {
             return Err(HwError::Lost);
@@ -402,7 +459,12 @@ impl Hardware {
             queue.submit(dev, &cmds).map_err(|_| HwError::Timeout)?;
             q.batches.insert(first, Arc::clone(&batch));
         }
-        let result = self.wait_batch(&batch);
+        Ok(Some((batch, first)))
+    }
+
+    /// Waits for a submitted batch and checks its completions.
+    fn finish_batch(&self, batch: &Batch, first: u32) -> Result<Vec<CompletionEntry>, HwError> {
+        let result = self.wait_batch(batch);
         self.queue
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -623,6 +685,40 @@ mod tests {
         assert!(hw.alloc_dram(3 << 18).is_err(), "only 1 MiB of DRAM");
         drop(d);
         assert!(hw.alloc_dram(3 << 18).is_ok());
+    }
+
+    #[test]
+    fn a_submitted_batch_completes_while_the_caller_works() {
+        let hw = hw();
+        let buf = SharedRegion::new("t", 4096).unwrap();
+        buf.write(0, &[5; 64]).unwrap();
+        let map = hw.map(buf.fd(), 0, 4096, Perm::READ_WRITE).unwrap();
+        let dram = hw.alloc_dram(64).unwrap();
+        let copy = |src, dst| SubmissionEntry::new(Opcode::DmaCopy, 0, [src, dst, 64, 0, 0, 0]);
+        let fence = SubmissionEntry::new(Opcode::Fence, 0, [0; 6]);
+        let pending = hw
+            .submit(
+                vec![
+                    copy(map.iova, dram.addr),
+                    fence,
+                    copy(dram.addr, map.iova + 64),
+                ],
+                0,
+                None,
+            )
+            .unwrap();
+        assert_eq!(pending.wait().unwrap().len(), 3);
+        let mut b = [0u8; 64];
+        buf.read(64, &mut b).unwrap();
+        assert_eq!(b, [5; 64]);
+        let many = vec![fence; QUEUE_ENTRIES as usize];
+        assert!(matches!(
+            hw.submit(many, 0, None),
+            Err(HwError::BatchTooLarge(_))
+        ));
+        // Dropped unwaited: the drop waits, so the next batch finds the ring free.
+        drop(hw.submit(vec![fence], 0, None).unwrap());
+        assert_eq!(hw.run(vec![fence], 0, None).unwrap().len(), 1);
     }
 
     #[test]

@@ -50,6 +50,72 @@ struct Instances {
     epoch: u64,
 }
 
+/// A compiled instance's program, built for its device addresses (a fresh arena, the
+/// constants at their base), ready to upload.
+pub struct BuiltProgram {
+    compiled: Compiled,
+    arena: DramBlock,
+    /// The encoded program.
+    pub bytes: Vec<u8>,
+    /// The timing model's time for the program.
+    program_ns: u64,
+}
+
+impl BuiltProgram {
+    /// Allocates an arena for `compiled` and builds its program over the constants laid
+    /// out by `block` at device address `const_base`.
+    pub fn new(
+        hw: &Arc<Hardware>,
+        compiled: Compiled,
+        block: &ConstantBlock,
+        const_base: u64,
+    ) -> Result<BuiltProgram, ErrorStatus> {
+        let arena = hw
+            .alloc_dram(compiled.arena_size)
+            .map_err(|e| hw_status(&e))?;
+        let program = compiled
+            .program(block, const_base, arena.addr)
+            .map_err(|e| e.status())?;
+        let program_ns = hw.device().timing().program_ns(&program);
+        Ok(BuiltProgram {
+            bytes: program.encode(),
+            compiled,
+            arena,
+            program_ns,
+        })
+    }
+}
+
+impl BuiltProgram {
+    /// Allocates an arena for `compiled` and moves `program`, saved with constants at
+    /// base 0 and the arena at `arena_tag`, to the constants at `const_base` (`const_len`
+    /// bytes) and the new arena; `None` if a tensor lies outside both.
+    pub fn relocated(
+        hw: &Arc<Hardware>,
+        compiled: Compiled,
+        (mut program, program_ns): (Vec<u8>, u64),
+        (const_base, const_len): (u64, u64),
+        arena_tag: u64,
+    ) -> Result<Option<BuiltProgram>, HwError> {
+        let arena = hw.alloc_dram(compiled.arena_size)?;
+        let arena_size = compiled.arena_size;
+        let moved = vnpu_emu::program::relocate(&mut program, |addr, len| {
+            let (off, base, size) = match addr.checked_sub(arena_tag) {
+                Some(off) => (off, arena.addr, arena_size),
+                None => (addr, const_base, const_len),
+            };
+            let end = off.checked_add(len)?;
+            (end <= size).then_some(base + off)
+        });
+        Ok(moved.ok().map(|()| BuiltProgram {
+            compiled,
+            arena,
+            bytes: program,
+            program_ns,
+        }))
+    }
+}
+
 /// What the compilation cache saves of a prepared model ([`VnpuPreparedModel::cache_parts`]).
 pub struct CacheParts<'a> {
     /// The model.
@@ -59,7 +125,7 @@ pub struct CacheParts<'a> {
     /// The constant tensors as the device holds them.
     pub block: &'a ConstantBlock,
     /// The program for the model's own input shapes, when they are known.
-    pub instance: Option<(Vec<Vec<usize>>, Compiled)>,
+    pub instance: Option<crate::cache::format::Instance>,
 }
 
 /// A prepared model: the compiled program(s) and constants resident on the device.
@@ -112,7 +178,12 @@ fn upload(hw: &Arc<Hardware>, bytes: &[u8], epoch: u64) -> Result<DramBlock, HwE
 }
 
 /// Copies host bytes to device address `addr` (one DMA), in device epoch `epoch`.
-fn upload_into(hw: &Arc<Hardware>, bytes: &[u8], addr: u64, epoch: u64) -> Result<(), HwError> {
+pub(crate) fn upload_into(
+    hw: &Arc<Hardware>,
+    bytes: &[u8],
+    addr: u64,
+    epoch: u64,
+) -> Result<(), HwError> {
     if bytes.is_empty() {
         return Ok(());
     }
@@ -203,29 +274,25 @@ impl VnpuPreparedModel {
     }
 
     /// A prepared model rebuilt from a verified compilation cache: its constants already
-    /// in device memory (`const_mem`, laid out by `offsets`, uploaded in device epoch
-    /// `epoch`), the program compiled for `input_shapes` installed without compiling,
-    /// other constants made on first need.
+    /// in device memory (`const_mem`, laid out by `block`, whose bytes are empty, uploaded
+    /// in device epoch `epoch`), the program built for the model's own input shapes
+    /// already uploaded to its device memory, other constants made on first need.
     #[allow(clippy::too_many_arguments)]
     pub fn restore(
         ctx: &ModelContext,
         model: Model,
         constants: Constants,
-        offsets: Vec<Option<u64>>,
+        block: ConstantBlock,
         const_mem: Option<DramBlock>,
-        instance: Option<(Vec<Vec<usize>>, Compiled)>,
+        instance: Option<(Vec<Vec<usize>>, BuiltProgram, DramBlock)>,
         epoch: u64,
         lease: ModelLease,
-    ) -> Result<Arc<VnpuPreparedModel>, ErrorStatus> {
-        let block = ConstantBlock {
-            bytes: Vec::new(),
-            offsets,
-        };
+    ) -> Arc<VnpuPreparedModel> {
         let prepared = Self::assemble(ctx, model, constants, block, const_mem, epoch, lease);
-        if let Some((shapes, compiled)) = instance {
-            prepared.install((shapes, Vec::new(), Vec::new()), compiled, epoch)?;
+        if let Some((shapes, built, program)) = instance {
+            prepared.keep((shapes, Vec::new(), Vec::new()), built, program, epoch);
         }
-        Ok(prepared)
+        prepared
     }
 
     /// What the compilation cache saves: the model, its constants, their device layout
@@ -240,7 +307,15 @@ impl VnpuPreparedModel {
                 .1
                 .lock()
                 .unwrap_or_else(|p| p.into_inner());
-            Some((shapes, inst.compiled.clone()))
+            let compiled = inst.compiled.clone();
+            let tag = crate::cache::format::ARENA_TAG;
+            let program = compiled.program(&self.block, 0, tag).ok()?;
+            Some(crate::cache::format::Instance {
+                input_shapes: shapes,
+                program: program.encode(),
+                program_ns: inst.program_ns,
+                compiled,
+            })
         });
         CacheParts {
             model: &self.model,
@@ -381,23 +456,25 @@ impl VnpuPreparedModel {
         compiled: Compiled,
         epoch: u64,
     ) -> Result<Arc<Mutex<Instance>>, ErrorStatus> {
-        let arena = self
-            .hw
-            .alloc_dram(compiled.arena_size)
-            .map_err(|e| hw_status(&e))?;
-        let program = compiled
-            .program(&self.block, self.const_base(), arena.addr)
-            .map_err(|e| e.status())?;
-        let program_ns = self.hw.device().timing().program_ns(&program);
-        let program = program.encode();
-        let program_len = program.len() as u64;
-        let program = upload(&self.hw, &program, epoch).map_err(|e| hw_status(&e))?;
+        let built = BuiltProgram::new(&self.hw, compiled, &self.block, self.const_base())?;
+        let program = upload(&self.hw, &built.bytes, epoch).map_err(|e| hw_status(&e))?;
+        Ok(self.keep(key, built, program, epoch))
+    }
+
+    /// Keeps a built program, uploaded to `program` in device epoch `epoch`, for `key`.
+    fn keep(
+        &self,
+        key: InstanceKey,
+        built: BuiltProgram,
+        program: DramBlock,
+        epoch: u64,
+    ) -> Arc<Mutex<Instance>> {
         let inst = Arc::new(Mutex::new(Instance {
-            compiled,
-            arena,
+            program_len: built.bytes.len() as u64,
+            compiled: built.compiled,
+            arena: built.arena,
             program,
-            program_len,
-            program_ns,
+            program_ns: built.program_ns,
         }));
         let mut all = self.instances.lock().unwrap_or_else(|p| p.into_inner());
         while all.map.len() >= self.max_instances {
@@ -417,7 +494,7 @@ impl VnpuPreparedModel {
             let tick = all.tick;
             all.map.insert(key, (tick, Arc::clone(&inst)));
         }
-        Ok(inst)
+        inst
     }
 
     /// The whole synchronous execution path; `start` is when the driver got the work

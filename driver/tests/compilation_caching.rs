@@ -804,3 +804,22 @@ fn wrong_length_data_cache() {
 fn wrong_token() {
     tampered("wrong_token", |rng, _, _, t| flip_bit(rng, t));
 }
+
+/// A model whose input shape is left open is saved without a program: the restored model
+/// compiles one at its first execution (its constants read back from device memory, the
+/// pre-packed float32 filters unpacked) over the packed filters already in device memory.
+#[test]
+fn restored_model_compiles_from_its_packed_weights() {
+    each_path("restored_model_compiles_from_its_packed_weights", |dev| {
+        let mut case = mobilenet().clone();
+        let input = case.model.main.input_indexes[0] as usize;
+        case.model.main.operands[input].dimensions[0] = 0;
+        let files = Files::standard();
+        let (mh, dh) = files.handles();
+        let token = [3u8; 32];
+        check(&save(dev, &case, &mh, &dh, &token), &case);
+        let (status, prepared) = load(dev, &mh, &dh, &token);
+        assert_eq!(status, ErrorStatus::None);
+        check(&prepared.expect("model"), &case);
+    });
+}

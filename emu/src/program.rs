@@ -5,7 +5,8 @@
 //! header, 32 bytes:  u32 magic "VNPG" | u32 version 2 | u32 tensor_count | u32 op_count
 //!                    u32 total_len | u32 scale_count | u64 reserved (0)
 //! tensor table:      tensor_count x 64 bytes:
-//!                    u32 dtype | u32 rank | u32 dims[6] | u64 dram_addr | u64 byte_len
+//!                    u32 dtype (low 16 bits; high 16 bits: layout) | u32 rank
+//!                    | u32 dims[6] | u64 dram_addr | u64 byte_len
 //!                    f32 scale | i32 zero_point | u32 channel_axis (0xFFFF_FFFF: none)
 //!                    u32 channel_count
 //! scale table:       scale_count x f32: the per-channel scales of every per-channel
@@ -15,13 +16,18 @@
 //!                    u32 inputs[n_in] | u32 outputs[n_out] | u32 params[n_params]
 //! ```
 //! Tensor addresses are absolute device addresses in DRAM, aligned to the element size.
+//! The layout ([`Layout`]) is 0 (plain, what every earlier v2 program has) or 1 (a float32
+//! filter pre-packed in GEMM panels, whose `byte_len` is then the packed size); a packed
+//! tensor may only be the filter (input 1) of a CONV_2D or FULLY_CONNECTED op and is never
+//! written by one.
 //! `dtype` is [`DType`]'s number; `opcode` and `params` are the kernel encoding of
 //! [`crate::kernels::KernelOp`].
 
 use crate::error::ProgramError;
+use crate::kernels::gemm;
 use crate::kernels::{KernelOp, MAX_RANK};
 pub use crate::tensor::DType;
-use crate::tensor::{PerChannel, Quant, TensorType};
+use crate::tensor::{Layout, PerChannel, Quant, TensorType};
 
 /// "VNPG".
 pub const MAGIC: u32 = u32::from_le_bytes(*b"VNPG");
@@ -54,9 +60,9 @@ pub struct TensorDesc {
 }
 
 impl TensorDesc {
-    /// A descriptor whose byte length follows from the type.
+    /// A descriptor whose byte length follows from the type (its shape and layout).
     pub fn new(ty: TensorType, addr: u64) -> TensorDesc {
-        let byte_len = ty.shape.iter().product::<usize>() as u64 * ty.dtype.size();
+        let byte_len = ty.layout.byte_len(ty.dtype, &ty.shape).unwrap_or(u64::MAX);
         TensorDesc { ty, addr, byte_len }
     }
 }
@@ -100,7 +106,7 @@ impl Program {
         put(&mut w, scales.len() as u32);
         w.extend_from_slice(&0u64.to_le_bytes());
         for t in &self.tensors {
-            put(&mut w, t.ty.dtype as u32);
+            put(&mut w, t.ty.dtype as u32 | (t.ty.layout as u32) << 16);
             put(&mut w, t.ty.shape.len() as u32);
             for i in 0..MAX_RANK {
                 put(&mut w, t.ty.shape.get(i).copied().unwrap_or(0) as u32);
@@ -180,9 +186,12 @@ impl Program {
         let mut raw = Vec::with_capacity(tensor_count as usize);
         for index in 0..tensor_count {
             let bad = |reason: String| ProgramError::Tensor { index, reason };
-            let dtype_raw = r.u32("tensor")?;
+            let word = r.u32("tensor")?;
+            let dtype_raw = word & 0xFFFF;
             let dtype =
                 DType::from_u32(dtype_raw).ok_or_else(|| bad(format!("dtype {dtype_raw}")))?;
+            let layout = Layout::from_u32(word >> 16)
+                .ok_or_else(|| bad(format!("layout {}", word >> 16)))?;
             let rank = r.u32("tensor")? as usize;
             let mut dims = [0u32; MAX_RANK];
             for d in &mut dims {
@@ -201,13 +210,12 @@ impl Program {
                 return Err(bad("dims beyond rank must be zero".into()));
             }
             let shape: Vec<usize> = dims[..rank].iter().map(|&d| d as usize).collect();
-            let numel = shape
-                .iter()
-                .try_fold(1u64, |a, &d| a.checked_mul(d as u64))
-                .ok_or_else(|| bad("element count overflows".into()))?;
-            if numel.checked_mul(dtype.size()) != Some(byte_len) {
+            let want = layout
+                .byte_len(dtype, &shape)
+                .ok_or_else(|| bad(format!("no {layout:?} {dtype:?} tensor of shape {shape:?}")))?;
+            if want != byte_len {
                 return Err(bad(format!(
-                    "byte_len {byte_len} does not match shape {shape:?}"
+                    "byte_len {byte_len} does not match {layout:?} shape {shape:?}"
                 )));
             }
             let end = addr
@@ -222,7 +230,14 @@ impl Program {
                 return Err(bad("channel axis and channel count disagree".into()));
             }
             raw.push((
-                dtype, shape, addr, byte_len, scale, zero_point, axis, channels,
+                (dtype, layout),
+                shape,
+                addr,
+                byte_len,
+                scale,
+                zero_point,
+                axis,
+                channels,
             ));
         }
         let mut scales = Vec::with_capacity(scale_count as usize);
@@ -231,7 +246,7 @@ impl Program {
         }
         let mut next_scale = 0usize;
         let mut tensors = Vec::with_capacity(raw.len());
-        for (index, (dtype, shape, addr, byte_len, scale, zero_point, axis, channels)) in
+        for (index, ((dtype, layout), shape, addr, byte_len, scale, zero_point, axis, channels)) in
             raw.into_iter().enumerate()
         {
             let bad = |reason: String| ProgramError::Tensor {
@@ -260,6 +275,7 @@ impl Program {
                     zero_point,
                     per_channel,
                 },
+                layout,
             };
             ty.validate_quant().map_err(bad)?;
             tensors.push(TensorDesc { ty, addr, byte_len });
@@ -293,6 +309,7 @@ impl Program {
             let out_tys: Vec<&TensorType> = outs.iter().map(|t| &t.ty).collect();
             op.check(&in_tys, &out_tys)
                 .map_err(|e| bad(e.to_string()))?;
+            check_layouts(&op, &in_tys, &out_tys).map_err(bad)?;
             for (&o, t) in outputs.iter().zip(&outs) {
                 for (&i, s) in inputs.iter().zip(&ins) {
                     if overlaps(s, t) {
@@ -312,6 +329,113 @@ impl Program {
         Ok(Program { tensors, ops })
     }
 }
+
+/// The bytes of a plain float32 filter `[O, ...]` (little-endian) laid out as
+/// [`Layout::GemmPanels`]; `None` if `bytes` is not that filter.
+pub fn pack_panels(shape: &[usize], bytes: &[u8]) -> Option<Vec<u8>> {
+    let (o, k) = filter_dims(shape, bytes)?;
+    let plain: Vec<f32> = bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    let mut out = vec![0.0f32; gemm::packed_len(k, o)?];
+    let b = gemm::Mat {
+        data: &plain,
+        rs: 1,
+        cs: k,
+    };
+    gemm::pack_b(k, o, b, &mut out).ok()?;
+    Some(out.iter().flat_map(|v| v.to_le_bytes()).collect())
+}
+
+/// The plain bytes of a float32 filter `[O, ...]` held as [`Layout::GemmPanels`]: the
+/// inverse of [`pack_panels`]; `None` if `packed` has the wrong size.
+pub fn unpack_panels(shape: &[usize], packed: &[u8]) -> Option<Vec<u8>> {
+    let plain_len = shape.iter().try_fold(4usize, |a, &d| a.checked_mul(d))?;
+    let (o, k) = filter_dims(shape, &vec![0; plain_len])?;
+    if Layout::GemmPanels.byte_len(DType::F32, shape)? != packed.len() as u64 {
+        return None;
+    }
+    let mut out = vec![0u8; plain_len];
+    for j in 0..o {
+        let (p, jj) = (j / gemm::NR, j % gemm::NR);
+        for l in 0..k {
+            let at = ((p * k + l) * gemm::NR + jj) * 4;
+            out[(j * k + l) * 4..][..4].copy_from_slice(&packed[at..at + 4]);
+        }
+    }
+    Some(out)
+}
+
+/// `(O, K)` of a plain float32 filter `[O, ...]` of `bytes`.
+fn filter_dims(shape: &[usize], bytes: &[u8]) -> Option<(usize, usize)> {
+    let (&o, rest) = shape.split_first()?;
+    let k = rest.iter().try_fold(1usize, |a, &d| a.checked_mul(d))?;
+    (o.checked_mul(k)?.checked_mul(4)? == bytes.len() && !rest.is_empty()).then_some((o, k))
+}
+
+/// Where packed layouts may appear: only as the float32 filter (input 1) of CONV_2D and
+/// FULLY_CONNECTED, never as an output.
+pub(crate) fn check_layouts(
+    op: &KernelOp,
+    inputs: &[&TensorType],
+    outputs: &[&TensorType],
+) -> Result<(), String> {
+    let takes_panels = matches!(op, KernelOp::Conv2d(_) | KernelOp::FullyConnected(_))
+        && inputs.iter().all(|t| t.dtype == DType::F32);
+    for (i, t) in inputs.iter().enumerate() {
+        if t.layout != Layout::Plain && !(takes_panels && i == 1) {
+            return Err(format!(
+                "input {i} of {} cannot be {:?}",
+                op.name(),
+                t.layout
+            ));
+        }
+    }
+    if outputs.iter().any(|t| t.layout != Layout::Plain) {
+        return Err(format!("{} writes plain tensors only", op.name()));
+    }
+    Ok(())
+}
+
+/// Rewrites the device address of every tensor of encoded program `bytes` through
+/// `map(addr, byte_len)` (`None` refuses the program): how a driver moves a program it
+/// encoded once to other device memory without encoding it again. Only the tensor
+/// table's address fields change; the device validates the result as any program.
+pub fn relocate(
+    bytes: &mut [u8],
+    mut map: impl FnMut(u64, u64) -> Option<u64>,
+) -> Result<(), ProgramError> {
+    let word = |b: &[u8], at: usize| -> Result<u32, ProgramError> {
+        b.get(at..at + 4)
+            .map(|s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+            .ok_or(ProgramError::Truncated("header"))
+    };
+    if word(bytes, 0)? != MAGIC || word(bytes, 4)? != VERSION {
+        return Err(ProgramError::Header("not a program".into()));
+    }
+    let count = word(bytes, 8)? as usize;
+    if count > MAX_TENSORS as usize {
+        return Err(ProgramError::Header("too many tensors".into()));
+    }
+    for index in 0..count {
+        let at = HEADER_SIZE + index * TENSOR_SIZE + ADDR_AT;
+        let field = bytes
+            .get_mut(at..at + 16)
+            .ok_or(ProgramError::Truncated("tensor table"))?;
+        let addr = u64::from_le_bytes(field[..8].try_into().unwrap_or_default());
+        let len = u64::from_le_bytes(field[8..].try_into().unwrap_or_default());
+        let moved = map(addr, len).ok_or_else(|| ProgramError::Tensor {
+            index: index as u32,
+            reason: format!("address {addr:#x} cannot be relocated"),
+        })?;
+        field[..8].copy_from_slice(&moved.to_le_bytes());
+    }
+    Ok(())
+}
+
+/// Where a tensor-table entry holds its device address (then its byte length).
+const ADDR_AT: usize = 8 + 4 * MAX_RANK;
 
 fn overlaps(a: &TensorDesc, b: &TensorDesc) -> bool {
     a.byte_len > 0 && b.byte_len > 0 && a.addr < b.addr + b.byte_len && b.addr < a.addr + a.byte_len
@@ -386,6 +510,89 @@ mod tests {
     fn round_trip() {
         let p = add_program();
         assert_eq!(Program::decode(&p.encode(), BASE, 4096).unwrap(), p);
+    }
+
+    proptest! {
+        /// Packing a filter and unpacking it gives it back; the packed size is the
+        /// layout's.
+        #[test]
+        fn panels_round_trip(o in 1usize..40, k in 1usize..40) {
+            let plain: Vec<u8> = (0..o * k)
+                .flat_map(|i| (i as f32 * 0.5 - 3.0).to_le_bytes())
+                .collect();
+            let packed = pack_panels(&[o, k], &plain).unwrap();
+            prop_assert_eq!(
+                Some(packed.len() as u64),
+                Layout::GemmPanels.byte_len(DType::F32, &[o, k])
+            );
+            prop_assert_eq!(unpack_panels(&[o, k], &packed).unwrap(), plain);
+            prop_assert!(unpack_panels(&[o, k], &packed[1..]).is_none());
+        }
+    }
+
+    #[test]
+    fn packed_filters_only_where_a_gemm_takes_them() {
+        use crate::kernels::FullyConnected;
+        let f = |layout| TensorType {
+            layout,
+            ..TensorType::new(DType::F32, &[3, 4])
+        };
+        let fc = |w: TensorType| Program {
+            tensors: vec![
+                t(&[2, 4], 0),
+                TensorDesc::new(w, BASE + 64),
+                t(&[3], 1024),
+                t(&[2, 3], 1088),
+            ],
+            ops: vec![OpDesc {
+                op: FullyConnected {
+                    act: Activation::None,
+                }
+                .into(),
+                inputs: vec![0, 1, 2],
+                outputs: vec![3],
+            }],
+        };
+        let packed = fc(f(Layout::GemmPanels));
+        assert_eq!(packed.tensors[1].byte_len, 16 * 4 * 4);
+        assert_eq!(
+            Program::decode(&packed.encode(), BASE, 4096).unwrap(),
+            packed
+        );
+        // The wrong size for the layout.
+        let mut wrong = packed.clone();
+        wrong.tensors[1].byte_len = 48;
+        assert!(Program::decode(&wrong.encode(), BASE, 4096).is_err());
+        // Packed where no GEMM takes it: the input of an ADD, an output.
+        let mut add = add_program();
+        add.tensors[0] = TensorDesc::new(f(Layout::GemmPanels), BASE);
+        add.tensors[1].ty.shape = vec![3, 4];
+        add.tensors[1].byte_len = 48;
+        add.tensors[1].addr = BASE + 1024;
+        add.tensors[2].ty.shape = vec![3, 4];
+        add.tensors[2].byte_len = 48;
+        add.tensors[2].addr = BASE + 2048;
+        assert!(Program::decode(&add.encode(), BASE, 4096).is_err());
+        let mut out = fc(f(Layout::Plain));
+        out.tensors[3].ty.layout = Layout::GemmPanels;
+        assert!(Program::decode(&out.encode(), BASE, 4096).is_err());
+        // An unknown layout number.
+        let mut b = packed.encode();
+        b[HEADER_SIZE + TENSOR_SIZE + 2] = 7;
+        assert!(Program::decode(&b, BASE, 4096).is_err());
+    }
+
+    #[test]
+    fn relocation_moves_every_address() {
+        let p = add_program();
+        let mut b = p.encode();
+        relocate(&mut b, |a, len| (len == 24).then_some(a + 4096)).unwrap();
+        let q = Program::decode(&b, BASE, 8192).unwrap();
+        for (t, u) in p.tensors.iter().zip(&q.tensors) {
+            assert_eq!(u.addr, t.addr + 4096);
+        }
+        assert!(relocate(&mut b, |_, _| None).is_err());
+        assert!(relocate(&mut b[..40], |a, _| Some(a)).is_err(), "truncated");
     }
 
     #[test]

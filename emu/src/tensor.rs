@@ -119,8 +119,47 @@ impl Quant {
     }
 }
 
-/// What the device knows of a tensor apart from its memory: element type, shape and
-/// quantisation.
+/// How a tensor's elements lie in memory. The numbers are the program format's encoding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[repr(u32)]
+pub enum Layout {
+    /// Row-major, as its shape says.
+    #[default]
+    Plain = 0,
+    /// A float32 filter `[O, d1, ...]` (O output channels, K = d1 * ...) pre-packed as the
+    /// device GEMM's B panels: `ceil(O / 16)` panels, each K rows of 16 values (row `l` of
+    /// panel `p` holds elements `l` of output channels `16p .. 16p + 16`, zero past O).
+    /// Only the filter of a float32 CONV_2D or FULLY_CONNECTED takes it.
+    GemmPanels = 1,
+}
+
+impl Layout {
+    /// Decodes the program format's number.
+    pub fn from_u32(v: u32) -> Option<Layout> {
+        [Layout::Plain, Layout::GemmPanels]
+            .into_iter()
+            .find(|l| *l as u32 == v)
+    }
+
+    /// Bytes a tensor of `dtype` and `shape` takes in this layout (`None` if the size
+    /// overflows, or the layout does not apply to such a tensor).
+    pub fn byte_len(self, dtype: DType, shape: &[usize]) -> Option<u64> {
+        let elems = match self {
+            Layout::Plain => shape
+                .iter()
+                .try_fold(1u64, |a, &d| a.checked_mul(d as u64))?,
+            Layout::GemmPanels => {
+                let (&o, rest) = shape.split_first().filter(|_| dtype == DType::F32)?;
+                let k = rest.iter().try_fold(1usize, |a, &d| a.checked_mul(d))?;
+                crate::kernels::gemm::packed_len(k, o)? as u64
+            }
+        };
+        elems.checked_mul(dtype.size())
+    }
+}
+
+/// What the device knows of a tensor apart from its memory: element type, shape,
+/// quantisation and layout.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TensorType {
     /// Element type.
@@ -129,6 +168,8 @@ pub struct TensorType {
     pub shape: Vec<usize>,
     /// Quantisation (all zero for float and bool tensors).
     pub quant: Quant,
+    /// How the elements lie in memory.
+    pub layout: Layout,
 }
 
 impl TensorType {
@@ -138,6 +179,7 @@ impl TensorType {
             dtype,
             shape: shape.to_vec(),
             quant: Quant::default(),
+            layout: Layout::Plain,
         }
     }
 
@@ -147,6 +189,7 @@ impl TensorType {
             dtype,
             shape: shape.to_vec(),
             quant: Quant::new(scale, zero_point),
+            layout: Layout::Plain,
         }
     }
 

@@ -12,6 +12,7 @@
 //! holds it.
 
 use vnpu_emu::kernels::KernelOp;
+use vnpu_emu::tensor::Layout;
 
 use super::mac::MAC_LEN;
 use super::wire::{Reader, Writer};
@@ -23,7 +24,11 @@ use crate::hal::{
 };
 
 /// The cache format version (part of the build id the MAC binds).
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
+/// Where the saved program's arena starts: its constants are encoded at their offsets in
+/// the data cache (base 0), its arena tensors at this plus their arena offsets, and a
+/// load relocates both ([`vnpu_emu::program::relocate`]).
+pub const ARENA_TAG: u64 = 1 << 56;
 const MAGIC: &[u8; 8] = b"VNPUCACH";
 /// Bytes of the header.
 pub const HEADER_LEN: usize = 64;
@@ -95,8 +100,11 @@ pub enum ConstValue {
     Data {
         /// Offset in the data cache.
         offset: u64,
-        /// Bytes.
+        /// Bytes of the value (plain).
         len: u64,
+        /// How it lies in the data cache (a float32 filter may be pre-packed: then it
+        /// takes the packed size of its operand's shape there).
+        layout: Layout,
     },
 }
 
@@ -107,6 +115,11 @@ pub struct Instance {
     pub input_shapes: Vec<Vec<usize>>,
     /// The compilation.
     pub compiled: Compiled,
+    /// Its device program, encoded with constants at base 0 and the arena at
+    /// [`ARENA_TAG`] (a load relocates it instead of encoding it again).
+    pub program: Vec<u8>,
+    /// The timing model's time for the program.
+    pub program_ns: u64,
 }
 
 /// Everything a model cache holds.
@@ -272,8 +285,15 @@ pub fn encode_body(image: &Image) -> Vec<u8> {
                 w.u8(0);
                 w.bytes(b);
             }
-            ConstValue::Data { offset, len } => {
-                w.u8(1);
+            ConstValue::Data {
+                offset,
+                len,
+                layout,
+            } => {
+                w.u8(match layout {
+                    Layout::Plain => 1,
+                    Layout::GemmPanels => 2,
+                });
                 w.u64(*offset);
                 w.u64(*len);
             }
@@ -285,6 +305,8 @@ pub fn encode_body(image: &Image) -> Vec<u8> {
             w.u8(1);
             w.list(&inst.input_shapes, |w, s| w.usizes(s));
             put_compiled(&mut w, &inst.compiled);
+            w.bytes(&inst.program);
+            w.u64(inst.program_ns);
         }
     }
     w.into_bytes()
@@ -308,9 +330,13 @@ pub fn decode_body(body: &[u8], data_len: u64) -> Result<Image, CacheError> {
         let i = r.u32()?;
         let v = match r.u8()? {
             0 => ConstValue::Inline(r.bytes()?),
-            1 => ConstValue::Data {
+            tag @ (1 | 2) => ConstValue::Data {
                 offset: r.u64()?,
                 len: r.u64()?,
+                layout: match tag {
+                    1 => Layout::Plain,
+                    _ => Layout::GemmPanels,
+                },
             },
             _ => return Err(CacheError::Malformed("constant")),
         };
@@ -324,6 +350,8 @@ pub fn decode_body(body: &[u8], data_len: u64) -> Result<Image, CacheError> {
             Some(Instance {
                 input_shapes,
                 compiled,
+                program: r.bytes()?,
+                program_ns: r.u64()?,
             })
         }
         _ => return Err(CacheError::Malformed("instance")),
@@ -371,8 +399,30 @@ pub fn check(image: &Image, data_len: u64) -> Result<(), CacheError> {
         if *i as usize >= n {
             return Err(bad("constant index"));
         }
-        if let ConstValue::Data { offset, len } = v {
-            if offset.checked_add(*len).is_none_or(|e| e > data_len) {
+        if let ConstValue::Data {
+            offset,
+            len,
+            layout,
+        } = v
+        {
+            let held = match layout {
+                Layout::Plain => Some(*len),
+                Layout::GemmPanels => {
+                    let dims: Vec<usize> = m.main.operands[*i as usize]
+                        .dimensions
+                        .iter()
+                        .map(|&d| d as usize)
+                        .collect();
+                    let plain = dims.iter().try_fold(4u64, |a, &d| a.checked_mul(d as u64));
+                    layout
+                        .byte_len(vnpu_emu::tensor::DType::F32, &dims)
+                        .filter(|_| plain == Some(*len))
+                }
+            };
+            if held
+                .and_then(|h| offset.checked_add(h))
+                .is_none_or(|e| e > data_len)
+            {
                 return Err(bad("constant range"));
             }
         }

@@ -15,10 +15,13 @@ use super::io::{file_size, CHUNK};
 use super::mac::{verify, MAC_LEN};
 use super::{Cache, CacheError, CacheFiles};
 use crate::compile::constants::{Constants, Values};
+use crate::compile::ConstantBlock;
 use crate::device::{ModelContext, ModelLease};
 use crate::hal::BYTE_SIZE_OF_CACHE_TOKEN;
 use crate::hw::{DramBlock, Hardware, IoMapping};
-use crate::prepared::{dma, VnpuPreparedModel};
+use crate::prepared::{dma, BuiltProgram, VnpuPreparedModel};
+use vnpu_emu::ring::SubmissionEntry;
+use vnpu_emu::tensor::Layout;
 
 /// Host memory the data cache is read into: pre-faulted and mapped for the device once,
 /// then kept by the cache for the next load (one buffer, the largest needed so far), so
@@ -31,7 +34,7 @@ pub struct Staging {
 
 impl Staging {
     fn new(hw: &Arc<Hardware>, len: usize) -> Result<Staging, CacheError> {
-        let len = len.next_multiple_of(CHUNK);
+        let len = len.max(1).next_multiple_of(CHUNK);
         let region = SharedRegion::new("vnpu-cache-staging", len).map_err(mem)?;
         region.zero(0, len as u64).map_err(mem)?;
         let map = hw.map(region.fd(), 0, len as u64, Perm::READ)?;
@@ -58,9 +61,31 @@ fn read_back(hw: &Arc<Hardware>, addr: u64, len: u64, epoch: u64) -> Option<Vec<
     Some(out)
 }
 
-/// Data caches up to this size are copied to the device after they are read; larger ones
-/// while they are read, by a second thread.
+/// Data caches up to this size are copied to the device after they are read (and hashed
+/// while the device copies); larger ones while they are read, by a second thread.
 const OVERLAP_FROM: usize = 4 * CHUNK;
+
+/// A verified model cache, its device memory allocated and its program built.
+struct Ready {
+    header: Header,
+    model: crate::hal::Model,
+    constants: Vec<(u32, ConstValue)>,
+    block: ConstantBlock,
+    data: Option<DramBlock>,
+    built: Option<(Vec<Vec<usize>>, BuiltProgram, DramBlock)>,
+}
+
+impl Ready {
+    fn upload(&self) -> Upload<'_> {
+        Upload {
+            data: self.data.as_ref().map_or(0, |d| d.addr),
+            program: self
+                .built
+                .as_ref()
+                .map(|(_, b, p)| (b.bytes.as_slice(), p.addr)),
+        }
+    }
+}
 
 impl Cache {
     /// Reads and verifies the model cache; returns its header and parsed image.
@@ -71,21 +96,96 @@ impl Cache {
         token: &[u8; BYTE_SIZE_OF_CACHE_TOKEN],
     ) -> Result<(Header, Image), CacheError> {
         let key = self.key()?;
+        let file = self.read_model_file(fd)?;
+        Self::open_model_file(&key, hw, &file, token)
+    }
+
+    /// The model cache's bytes, of a plausible size.
+    fn read_model_file(&self, fd: BorrowedFd<'_>) -> Result<Vec<u8>, CacheError> {
         let size = file_size(fd)?;
         if size > MAX_MODEL_CACHE || size < (HEADER_LEN + MAC_LEN) as u64 {
             return Err(CacheError::Malformed("model cache size"));
         }
-        let file = self.io.read_vec(fd, size as usize)?;
-        let (contents, tag) = file.split_at(file.len() - MAC_LEN);
-        if !verify(&key, &Self::binding(hw, token), contents, tag) {
+        Ok(self.io.read_vec(fd, size as usize)?)
+    }
+
+    /// Verifies the MAC of a model cache file, then parses it.
+    fn open_model_file(
+        key: &[u8; 32],
+        hw: &Hardware,
+        file: &[u8],
+        token: &[u8; BYTE_SIZE_OF_CACHE_TOKEN],
+    ) -> Result<(Header, Image), CacheError> {
+        let (contents, tag) = file.split_at(file.len().saturating_sub(MAC_LEN));
+        if !verify(key, &Self::binding(hw, token), contents, tag) {
             return Err(CacheError::Integrity);
         }
-        let header = Header::decode(&file)?;
+        let header = Header::decode(file)?;
         let image = decode_body(&contents[HEADER_LEN..], header.data_len)?;
         Ok((header, image))
     }
 
-    /// Loads a prepared model from verified cache files.
+    /// Verifies the model cache, checks the data cache's size against it, allocates the
+    /// device memory and builds the program.
+    fn ready(
+        hw: &Arc<Hardware>,
+        (key, file, token): (&[u8; 32], &[u8], &[u8; BYTE_SIZE_OF_CACHE_TOKEN]),
+        data_size: u64,
+    ) -> Result<Ready, CacheError> {
+        let (header, image) = Self::open_model_file(key, hw, file, token)?;
+        if data_size != header.data_len {
+            return Err(CacheError::DataLength {
+                got: data_size,
+                want: header.data_len,
+            });
+        }
+        let n = image.model.main.operands.len();
+        let mut offsets = vec![None; n];
+        let mut layouts = vec![Layout::Plain; n];
+        for (i, v) in &image.constants {
+            if let ConstValue::Data { offset, layout, .. } = v {
+                offsets[*i as usize] = Some(*offset);
+                layouts[*i as usize] = *layout;
+            }
+        }
+        let block = ConstantBlock {
+            bytes: Vec::new(),
+            offsets,
+            layouts,
+        };
+        let data = match header.data_len {
+            0 => None,
+            len => Some(hw.alloc_dram(len)?),
+        };
+        let built = match image.instance {
+            Some(inst) => {
+                let base = data.as_ref().map_or(0, |d| d.addr);
+                let built = BuiltProgram::relocated(
+                    hw,
+                    inst.compiled,
+                    (inst.program, inst.program_ns),
+                    (base, header.data_len),
+                    super::format::ARENA_TAG,
+                )?
+                .ok_or(CacheError::Malformed("program placement"))?;
+                let program = hw.alloc_dram(built.bytes.len() as u64)?;
+                Some((inst.input_shapes, built, program))
+            }
+            None => None,
+        };
+        Ok(Ready {
+            header,
+            model: image.model,
+            constants: image.constants,
+            block,
+            data,
+            built,
+        })
+    }
+
+    /// Loads a prepared model from verified cache files. The model cache is verified and
+    /// its program relocated to fresh device memory before any copy starts, so the program
+    /// travels to the device in the same batch as the data.
     pub fn load(
         &self,
         ctx: &ModelContext,
@@ -95,70 +195,76 @@ impl Cache {
     ) -> Result<Arc<VnpuPreparedModel>, CacheError> {
         let hw = &ctx.hw;
         let epoch = hw.epoch();
-        let (header, image) = self.read_model_cache(hw, files.model.as_fd(), token)?;
-        let got = file_size(files.data.as_fd())?;
-        if got != header.data_len {
-            return Err(CacheError::DataLength {
-                got,
-                want: header.data_len,
-            });
-        }
-        let data = if header.data_len == 0 {
-            if super::mac::DataDigest::of(&[]) != header.data_digest {
-                return Err(CacheError::DataDigest);
-            }
-            None
-        } else {
-            Some(self.read_data(hw, files.data.as_fd(), &header, epoch)?)
+        let key = self.key()?;
+        let file = self.read_model_file(files.model.as_fd())?;
+        let data_size = file_size(files.data.as_fd())?;
+        let ready = Self::ready(hw, (&key, &file, token), data_size)?;
+        let len = usize::try_from(data_size).map_err(|_| CacheError::Malformed("size"))?;
+        let program_len = ready.built.as_ref().map_or(0, |(_, b, _)| b.bytes.len());
+        let staging = self.take_staging(hw, program_at(len) + program_len)?;
+        let fd = files.data.as_fd();
+        let upload = (ready.upload(), epoch);
+        let filled = match len <= OVERLAP_FROM {
+            true => self.fill_small(hw, fd, &staging, upload, len, &ready.header),
+            false => self.fill(hw, fd, &staging, upload, len, &ready.header),
         };
-        let n = image.model.main.operands.len();
-        let mut offsets = vec![None; n];
-        for (i, v) in &image.constants {
-            if let ConstValue::Data { offset, .. } = v {
-                offsets[*i as usize] = Some(*offset);
-            }
-        }
+        self.keep_staging(staging);
+        filled?;
         // Constants needed on the host later (to compile other input shapes) are copied
         // back from device memory then; that memory lives as long as the model.
-        let from = data
+        let from = ready
+            .data
             .as_ref()
             .map(|d| (Arc::clone(hw), d.addr, d.len, epoch));
-        let list = image.constants;
-        let constants = Constants::lazy(move || constant_values(n, &list, from));
-        VnpuPreparedModel::restore(
+        // The shapes of the pre-packed constants (to unpack their host copies).
+        let operands = &ready.model.main.operands;
+        let packed: Vec<(u32, Vec<usize>)> = ready
+            .constants
+            .iter()
+            .filter(|(_, c)| {
+                matches!(
+                    c,
+                    ConstValue::Data {
+                        layout: Layout::GemmPanels,
+                        ..
+                    }
+                )
+            })
+            .filter_map(|(i, _)| {
+                let dims = &operands.get(*i as usize)?.dimensions;
+                Some((*i, dims.iter().map(|&d| d as usize).collect()))
+            })
+            .collect();
+        let n = operands.len();
+        let list = ready.constants;
+        let constants = Constants::lazy(move || constant_values(n, &packed, &list, from));
+        Ok(VnpuPreparedModel::restore(
             ctx,
-            image.model,
+            ready.model,
             constants,
-            offsets,
-            data,
-            image.instance.map(|i| (i.input_shapes, i.compiled)),
+            ready.block,
+            ready.data,
+            ready.built,
             epoch,
             lease,
-        )
-        .map_err(CacheError::Restore)
+        ))
     }
 
-    /// Reads the data cache into staging memory, hashing each chunk as it arrives while
-    /// the device copies the chunks already read into device memory.
-    fn read_data(
-        &self,
-        hw: &Arc<Hardware>,
-        fd: BorrowedFd<'_>,
-        header: &Header,
-        epoch: u64,
-    ) -> Result<DramBlock, CacheError> {
-        let len = usize::try_from(header.data_len).map_err(|_| CacheError::Malformed("size"))?;
+    /// The kept staging buffer if it holds `need` bytes, else a new one.
+    fn take_staging(&self, hw: &Arc<Hardware>, need: usize) -> Result<Staging, CacheError> {
         let kept = self
             .staging
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .take();
-        let staging = match kept {
-            Some(s) if s.region.len() >= len => s,
-            _ => Staging::new(hw, len)?,
-        };
-        let dram = hw.alloc_dram(len as u64)?;
-        let result = self.fill(hw, fd, &staging, (dram.addr, epoch), len, header);
+        match kept {
+            Some(s) if s.region.len() >= need => Ok(s),
+            _ => Staging::new(hw, need),
+        }
+    }
+
+    /// Keeps `staging` for the next load, unless a larger one is kept already.
+    fn keep_staging(&self, staging: Staging) {
         let mut slot = self.staging.lock().unwrap_or_else(|p| p.into_inner());
         if slot
             .as_ref()
@@ -166,63 +272,114 @@ impl Cache {
         {
             *slot = Some(staging);
         }
-        result.map(|_| dram)
     }
 
-    /// Reads the data cache into `staging`, hashing it and copying it to device memory at
-    /// `dst` as it comes; fails unless the digest matches.
+    /// Reads a small data cache into `staging`, then copies it and the program (written
+    /// behind it) to the device in one batch, hashing it while the device copies; fails
+    /// unless the digest matches.
+    fn fill_small(
+        &self,
+        hw: &Arc<Hardware>,
+        fd: BorrowedFd<'_>,
+        staging: &Staging,
+        (upload, epoch): (Upload<'_>, u64),
+        len: usize,
+        header: &Header,
+    ) -> Result<(), CacheError> {
+        let base = staging
+            .region
+            .ptr(0, staging.region.len() as u64)
+            .map_err(mem)?;
+        // SAFETY: `base` is our private staging mapping, valid for `len` bytes while
+        // `staging` lives; nothing reads them before the read returns.
+        unsafe { self.io.read_chunked(fd, base, len, &mut |_, _| {})? };
+        let iova = staging.map.iova;
+        let mut cmds = Vec::with_capacity(2);
+        if len > 0 {
+            cmds.push(dma(iova, upload.data, len as u64));
+        }
+        if let Some((bytes, addr)) = upload.program.filter(|(b, _)| !b.is_empty()) {
+            let at = program_at(len);
+            staging.region.write(at as u64, bytes).map_err(mem)?;
+            cmds.push(dma(iova + at as u64, addr, bytes.len() as u64));
+        }
+        let copying = hw.submit(cmds, 0, Some(epoch))?;
+        let mut hasher = super::mac::DataDigest::default();
+        if len > 0 {
+            // The read completed and nothing writes these bytes again (the device maps
+            // them READ); `base` is valid for `len` bytes while `staging` lives.
+            // SAFETY: as just said: in bounds, initialised, and never written meanwhile.
+            hasher.update(unsafe { std::slice::from_raw_parts(base, len) });
+        }
+        copying.wait()?;
+        if hasher.finish() != header.data_digest {
+            return Err(CacheError::DataDigest);
+        }
+        Ok(())
+    }
+
+    /// Reads the data cache into `staging`, hashing it and copying it to device memory as
+    /// it comes, with the program (written after the data) copied last; fails unless the
+    /// digest matches.
     fn fill(
         &self,
         hw: &Arc<Hardware>,
         fd: BorrowedFd<'_>,
         staging: &Staging,
-        (dst, epoch): (u64, u64),
+        (upload, epoch): (Upload<'_>, u64),
         len: usize,
         header: &Header,
     ) -> Result<(), CacheError> {
-        let base = staging.region.ptr(0, len as u64).map_err(mem)?;
+        let dst = upload.data;
+        let base = staging
+            .region
+            .ptr(0, staging.region.len() as u64)
+            .map_err(mem)?;
         let iova = staging.map.iova;
+        let program = match upload.program {
+            Some((bytes, addr)) if !bytes.is_empty() => {
+                let at = program_at(len);
+                staging.region.write(at as u64, bytes).map_err(mem)?;
+                Some(dma(iova + at as u64, addr, bytes.len() as u64))
+            }
+            _ => None,
+        };
+        let copies =
+            move |chunks: &mut dyn Iterator<Item = (usize, usize)>| -> Vec<SubmissionEntry> {
+                chunks
+                    .map(|(off, n)| dma(iova + off as u64, dst + off as u64, n as u64))
+                    .collect()
+            };
         let mut hasher = super::mac::DataDigest::default();
-        let copy = |chunks: &mut dyn Iterator<Item = (usize, usize)>| {
-            let cmds = chunks
-                .map(|(off, n)| dma(iova + off as u64, dst + off as u64, n as u64))
-                .collect();
-            hw.run(cmds, 0, Some(epoch)).map(|_| ())
-        };
-        let mut hash = |off: usize, n: usize| {
-            // Inside `staging`, our private mapping alive for the call; the read of these
-            // bytes completed and nothing writes them again (the device maps them READ).
-            // SAFETY: as just said: in bounds, initialised, and never written meanwhile.
-            let bytes = unsafe { std::slice::from_raw_parts(base.add(off), n) };
-            hasher.update(bytes);
-        };
-        if len <= OVERLAP_FROM {
-            // SAFETY: `base` is valid for `len` bytes while `staging` lives; nothing reads
-            // a chunk before the callback is called for it.
-            unsafe { self.io.read_chunked(fd, base, len, &mut hash)? };
-            copy(&mut std::iter::once((0, len)))?;
-        } else {
-            let (tx, rx) = mpsc::channel::<(usize, usize)>();
-            std::thread::scope(|s| {
-                let copier = s.spawn(move || {
-                    // Copies whatever has arrived, a batch at a time, until the reader is done.
-                    while let Ok(first) = rx.recv() {
-                        copy(&mut std::iter::once(first).chain(rx.try_iter()))?;
-                    }
-                    Ok::<(), crate::hw::HwError>(())
-                });
-                let mut on_chunk = |off: usize, n: usize| {
-                    let _ = tx.send((off, n));
-                    hash(off, n);
-                };
-                // SAFETY: as above.
-                let read = unsafe { self.io.read_chunked(fd, base, len, &mut on_chunk) };
-                drop(tx);
-                let copied = copier.join().unwrap_or(Err(crate::hw::HwError::Timeout));
-                read.map_err(CacheError::from)
-                    .and(copied.map_err(CacheError::from))
-            })?;
-        }
+        let (tx, rx) = mpsc::channel::<(usize, usize)>();
+        std::thread::scope(|s| {
+            let copier = s.spawn(move || {
+                // Copies whatever has arrived, a batch at a time, until the reader is
+                // done; then the program.
+                while let Ok(first) = rx.recv() {
+                    let cmds = copies(&mut std::iter::once(first).chain(rx.try_iter()));
+                    hw.run(cmds, 0, Some(epoch))?;
+                }
+                hw.run(program.into_iter().collect(), 0, Some(epoch))?;
+                Ok::<(), crate::hw::HwError>(())
+            });
+            let mut on_chunk = |off: usize, n: usize| {
+                let _ = tx.send((off, n));
+                // Inside `staging`, our private mapping alive for the call; the read of
+                // these bytes completed and nothing writes them again (the device maps
+                // them READ).
+                // SAFETY: as just said: in bounds, initialised, and never written meanwhile.
+                let bytes = unsafe { std::slice::from_raw_parts(base.add(off), n) };
+                hasher.update(bytes);
+            };
+            // SAFETY: `base` is valid for `len` bytes while `staging` lives; chunks are
+            // handed on only once they have arrived.
+            let read = unsafe { self.io.read_chunked(fd, base, len, &mut on_chunk) };
+            drop(tx);
+            let copied = copier.join().unwrap_or(Err(crate::hw::HwError::Timeout));
+            read.map_err(CacheError::from)
+                .and(copied.map_err(CacheError::from))
+        })?;
         if hasher.finish() != header.data_digest {
             return Err(CacheError::DataDigest);
         }
@@ -230,10 +387,26 @@ impl Cache {
     }
 }
 
+/// Where the data and the program go in device memory.
+#[derive(Clone, Copy)]
+struct Upload<'a> {
+    /// The data cache's device address.
+    data: u64,
+    /// The encoded program and its device address.
+    program: Option<(&'a [u8], u64)>,
+}
+
+/// Where the program sits in staging, behind `data_len` bytes of data.
+fn program_at(data_len: usize) -> usize {
+    data_len.next_multiple_of(64)
+}
+
 /// Every constant's bytes: inline ones from the model cache, the others from the
-/// verified data cache in device memory (`from`: device, address, length).
+/// verified data cache in device memory (`from`: device, address, length), packed ones
+/// unpacked (`packed`: their operands' shapes); `n` operands in all.
 fn constant_values(
     n: usize,
+    packed: &[(u32, Vec<usize>)],
     list: &[(u32, ConstValue)],
     from: Option<(Arc<Hardware>, u64, u64, u64)>,
 ) -> Values {
@@ -242,10 +415,26 @@ fn constant_values(
     for (i, c) in list {
         let bytes = match c {
             ConstValue::Inline(b) => Some(b.clone()),
-            ConstValue::Data { offset, len } => block.as_ref().and_then(|b| {
+            ConstValue::Data {
+                offset,
+                len,
+                layout,
+            } => block.as_ref().and_then(|b| {
+                let shape = packed.iter().find(|(k, _)| k == i).map(|(_, s)| s);
+                let held = match (layout, shape) {
+                    (Layout::Plain, _) => *len,
+                    (Layout::GemmPanels, Some(s)) => {
+                        layout.byte_len(vnpu_emu::tensor::DType::F32, s)?
+                    }
+                    (Layout::GemmPanels, None) => return None,
+                };
                 let start = usize::try_from(*offset).ok()?;
-                let end = start.checked_add(usize::try_from(*len).ok()?)?;
-                b.get(start..end).map(<[u8]>::to_vec)
+                let end = start.checked_add(usize::try_from(held).ok()?)?;
+                let bytes = b.get(start..end)?;
+                match layout {
+                    Layout::Plain => Some(bytes.to_vec()),
+                    Layout::GemmPanels => vnpu_emu::program::unpack_panels(shape?, bytes),
+                }
             }),
         };
         if let Some(slot) = v.get_mut(*i as usize) {

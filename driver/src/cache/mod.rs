@@ -7,8 +7,9 @@
 //!   driver build, the device identity and the contents, which include the XXH3-128 digest
 //!   of the data cache ([`format`], [`mac`]). The key is a per-installation secret
 //!   ([`key`]).
-//! - The **data cache** (1 file) holds the constant tensors in the device's layout, ready
-//!   to be copied into device memory as they are.
+//! - The **data cache** (1 file) holds the constant tensors in the device's layout (float32
+//!   convolution and fully connected filters pre-packed as the GEMM's panels), ready to be
+//!   copied into device memory as they are.
 //!
 //! A save truncates both files and rewrites them with explicit offsets; a failed save
 //! never fails the preparation, and a torn one makes a later load fail (the MAC or the
@@ -44,7 +45,8 @@ pub const DATA_FILES: u32 = 1;
 /// What the cache files hold, for `vnpu info`.
 pub const DESCRIPTION: &str = "model cache: model structure, scalar constants, constant layout \
 and the compiled device program, sealed by a keyed BLAKE3 MAC (token, driver build, device, \
-contents, data digest); data cache: the constant tensors in device layout";
+contents, data digest); data cache: the constant tensors in device layout (float32 \
+CONV_2D/FULLY_CONNECTED filters pre-packed in GEMM panels)";
 
 /// The environment variable that forces the I/O fallback (`fallback`).
 pub const IO_ENV: &str = "VNPU_CACHE_IO";

@@ -3,7 +3,7 @@
 
 use std::os::fd::AsFd;
 
-use super::format::{encode_body, ConstValue, Header, Image, Instance};
+use super::format::{encode_body, ConstValue, Header, Image};
 use super::mac::{build_id, device_identity, mac, Binding};
 use super::{Cache, CacheError, CacheFiles};
 use crate::hal::{Model, BYTE_SIZE_OF_CACHE_TOKEN};
@@ -23,6 +23,7 @@ pub fn image_of(parts: &CacheParts<'_>) -> Image {
                 Some(offset) => ConstValue::Data {
                     offset,
                     len: c.len() as u64,
+                    layout: parts.block.layout(i as u32),
                 },
                 None => ConstValue::Inline(c.clone()),
             };
@@ -39,13 +40,7 @@ pub fn image_of(parts: &CacheParts<'_>) -> Image {
             extension_name_to_prefix: m.extension_name_to_prefix.clone(),
         },
         constants,
-        instance: parts
-            .instance
-            .clone()
-            .map(|(input_shapes, compiled)| Instance {
-                input_shapes,
-                compiled,
-            }),
+        instance: parts.instance.clone(),
     }
 }
 

@@ -10,11 +10,11 @@ pub mod plan;
 
 use thiserror::Error;
 use vnpu_emu::kernels::KernelOp;
-use vnpu_emu::program::{DType, OpDesc, Program, TensorDesc};
-use vnpu_emu::tensor::{PerChannel, Quant, TensorType};
+use vnpu_emu::program::{pack_panels, DType, OpDesc, Program, TensorDesc};
+use vnpu_emu::tensor::{Layout, PerChannel, Quant, TensorType};
 
 use crate::hal::{
-    ErrorStatus, ExtraParams, Model, Operand, OperandLifeTime, OperandType, Subgraph,
+    ErrorStatus, ExtraParams, Model, Operand, OperandLifeTime, OperandType, OperationType, Subgraph,
 };
 pub use fold::fold_constants;
 pub use lower::{lower, Lowered, Operands};
@@ -152,6 +152,7 @@ pub fn tensor_type(o: &Operand, shape: &[usize]) -> Option<TensorType> {
             zero_point,
             per_channel,
         },
+        layout: Layout::Plain,
     })
 }
 
@@ -201,13 +202,49 @@ pub struct Compiled {
     pub operands: Vec<Operand>,
 }
 
-/// The constant tensors of a model, laid out for upload: shape-independent, so a prepared
-/// model uploads them once.
+/// The constant tensors of a model, laid out for upload in the device's format:
+/// shape-independent, so a prepared model uploads them once.
 #[derive(Clone, Debug, Default)]
 pub struct ConstantBlock {
     pub bytes: Vec<u8>,
     /// Offset of each constant tensor operand in `bytes`.
     pub offsets: Vec<Option<u64>>,
+    /// How each constant lies in `bytes` (missing: plain): the float32 filters of CONV_2D
+    /// and FULLY_CONNECTED are pre-packed as the device GEMM's panels
+    /// ([`Layout::GemmPanels`]), so executions never pack them again.
+    pub layouts: Vec<Layout>,
+}
+
+impl ConstantBlock {
+    /// The layout of operand `i`'s constant.
+    pub fn layout(&self, i: u32) -> Layout {
+        self.layouts.get(i as usize).copied().unwrap_or_default()
+    }
+}
+
+/// Operands the constant block holds pre-packed ([`Layout::GemmPanels`]): float32 tensors
+/// of rank 2 or more that every operation using them takes as the filter (input 1) of
+/// CONV_2D or FULLY_CONNECTED, which lower to the device kernels that read the panels.
+pub fn gemm_filters(sg: &Subgraph) -> Vec<bool> {
+    let mut uses: Vec<Option<bool>> = vec![None; sg.operands.len()];
+    for op in &sg.operations {
+        let gemm = matches!(
+            op.r#type,
+            OperationType::CONV_2D | OperationType::FULLY_CONNECTED
+        );
+        for (pos, &i) in op.inputs.iter().enumerate() {
+            if let Some(u) = uses.get_mut(i as usize) {
+                *u = Some(u.unwrap_or(true) && gemm && pos == 1);
+            }
+        }
+    }
+    sg.operands
+        .iter()
+        .zip(uses)
+        .map(|(o, u)| {
+            u == Some(true) && o.r#type == OperandType::TENSOR_FLOAT32 && o.dimensions.len() >= 2
+        })
+        .collect()
 }
 
 /// Constant bytes of every operand of `sg` (CONSTANT_COPY from operandValues,
@@ -242,7 +279,9 @@ pub fn constant_block(sg: &Subgraph, constants: &[Option<Vec<u8>>]) -> ConstantB
     let mut block = ConstantBlock {
         bytes: Vec::new(),
         offsets: vec![None; sg.operands.len()],
+        layouts: vec![Layout::Plain; sg.operands.len()],
     };
+    let filters = gemm_filters(sg);
     for (i, o) in sg.operands.iter().enumerate() {
         if !o.r#type.is_tensor() {
             continue;
@@ -250,7 +289,14 @@ pub fn constant_block(sg: &Subgraph, constants: &[Option<Vec<u8>>]) -> ConstantB
         if let Some(Some(c)) = constants.get(i) {
             let at = block.bytes.len().next_multiple_of(ALIGN as usize);
             block.bytes.resize(at, 0);
-            block.bytes.extend_from_slice(c);
+            let dims: Vec<usize> = o.dimensions.iter().map(|&d| d as usize).collect();
+            match filters[i].then(|| pack_panels(&dims, c)).flatten() {
+                Some(panels) => {
+                    block.bytes.extend_from_slice(&panels);
+                    block.layouts[i] = Layout::GemmPanels;
+                }
+                None => block.bytes.extend_from_slice(c),
+            }
             block.offsets[i] = Some(at as u64);
         }
     }
@@ -509,13 +555,20 @@ impl Compiled {
                 .operands
                 .get(i as usize)
                 .ok_or(CompileError::OperandRange(i))?;
-            let ty = tensor_type(o, &shape).ok_or(CompileError::NoDeviceType(i, o.r#type))?;
+            let mut ty = tensor_type(o, &shape).ok_or(CompileError::NoDeviceType(i, o.r#type))?;
+            let mut byte_len = self.byte_len(i);
+            let layout = consts.layout(i);
+            if self.placement[i as usize].is_none() && layout != Layout::Plain {
+                ty.layout = layout;
+                byte_len = layout
+                    .byte_len(ty.dtype, &shape)
+                    .ok_or(CompileError::TooLarge {
+                        operand: i,
+                        bytes: u64::MAX,
+                    })?;
+            }
             let t = tensors.len() as u32;
-            tensors.push(TensorDesc {
-                ty,
-                byte_len: self.byte_len(i),
-                addr,
-            });
+            tensors.push(TensorDesc { ty, byte_len, addr });
             index_of.insert(i, t);
             ids.push(i);
             Ok(t)

@@ -147,3 +147,282 @@ pub(crate) fn fill_bias(out: &mut [f32], bias: &[f32]) {
         row.copy_from_slice(bias);
     }
 }
+
+/// Columns of one panel of a packed B (the device's GEMM panel width).
+pub const NR: usize = 16;
+/// Rows of A one micro-kernel call multiplies.
+const MR: usize = 6;
+/// Depth of one block of the product (B panel rows kept in L1 per pass).
+const KC: usize = 256;
+/// Rows of A packed per block.
+const MC: usize = 72;
+
+/// Floats of a `k x n` matrix B packed into panels: `ceil(n / NR)` panels of `k` rows of
+/// [`NR`] values each (row `l` of panel `p` holds `B[l][p*NR .. p*NR + NR]`, zero beyond
+/// column `n`). `None` if the size overflows.
+pub fn packed_len(k: usize, n: usize) -> Option<usize> {
+    n.div_ceil(NR).checked_mul(NR)?.checked_mul(k)
+}
+
+/// Packs `k x n` matrix `b` into panels ([`packed_len`] floats in `out`).
+pub(crate) fn pack_b(k: usize, n: usize, b: Mat<'_>, out: &mut [f32]) -> Result<()> {
+    let len = packed_len(k, n).ok_or(KernelError::TooLarge)?;
+    if n > 0 && k > 0 && max_index(k, n, b.rs, b.cs).is_none_or(|i| i >= b.data.len()) {
+        return Err(KernelError::TooLarge);
+    }
+    let out = out.get_mut(..len).ok_or(KernelError::TooLarge)?;
+    for (p, panel) in out
+        .chunks_exact_mut(NR * k.max(1))
+        .enumerate()
+        .take(n.div_ceil(NR))
+    {
+        let j0 = p * NR;
+        let cols = NR.min(n - j0);
+        for (l, row) in panel.chunks_exact_mut(NR).enumerate().take(k) {
+            for (jj, v) in row.iter_mut().enumerate() {
+                *v = if jj < cols {
+                    b.data[l * b.rs + (j0 + jj) * b.cs]
+                } else {
+                    0.0
+                };
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A `k x n` matrix B packed into panels ([`pack_b`]).
+#[derive(Clone, Copy)]
+pub(crate) struct Packed<'a> {
+    /// The panels.
+    pub data: &'a [f32],
+    /// Rows of B.
+    pub k: usize,
+    /// Columns of B.
+    pub n: usize,
+}
+
+/// `C += A * B` in float32 with `B` packed into panels: A `m x k`, C `m x n` row-major with
+/// row stride `rsc`. Every float32 GEMM runs here (an unpacked B is packed first), so a
+/// product is bit-identical whether its B came packed or not.
+pub(crate) fn gemm_packed(m: usize, a: Mat<'_>, b: Packed<'_>, c: MatMut<'_>) -> Result<()> {
+    let Packed { data: bp, k, n } = b;
+    let MatMut { data: c, rs: rsc } = c;
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    let fits = max_index(m, k, a.rs, a.cs).is_some_and(|i| i < a.data.len());
+    if k == 0 || !fits || packed_len(k, n).is_none_or(|l| l > bp.len()) {
+        return Err(KernelError::TooLarge);
+    }
+    match max_index(m, n, rsc, 1) {
+        Some(i) if i < c.len() => {}
+        _ => return Err(KernelError::TooLarge),
+    }
+    let micro = micro_kernel();
+    let mut apack = vec![0.0f32; MC.next_multiple_of(MR) * KC.min(k)];
+    let panels = n.div_ceil(NR);
+    let mut k0 = 0;
+    while k0 < k {
+        let kc = KC.min(k - k0);
+        let mut i0 = 0;
+        while i0 < m {
+            let mc = MC.min(m - i0);
+            let strips = mc.div_ceil(MR);
+            // A's rows i0..i0+mc, columns k0..k0+kc, as `strips` micro-panels of MR rows
+            // stored column by column (zero rows past m).
+            for (s, strip) in apack.chunks_exact_mut(MR * kc).take(strips).enumerate() {
+                for r in 0..MR {
+                    let i = i0 + s * MR + r;
+                    let dst = strip.iter_mut().skip(r).step_by(MR);
+                    if i >= i0 + mc {
+                        dst.for_each(|v| *v = 0.0);
+                    } else if a.cs == 1 {
+                        let row = &a.data[i * a.rs + k0..][..kc];
+                        dst.zip(row).for_each(|(v, &x)| *v = x);
+                    } else {
+                        let at = i * a.rs + k0 * a.cs;
+                        let row = a.data[at..].iter().step_by(a.cs).take(kc);
+                        dst.zip(row).for_each(|(v, &x)| *v = x);
+                    }
+                }
+            }
+            for p in 0..panels {
+                let panel = &bp[(p * k + k0) * NR..][..kc * NR];
+                let j0 = p * NR;
+                let cols = NR.min(n - j0);
+                for (s, strip) in apack.chunks_exact(MR * kc).take(strips).enumerate() {
+                    let acc = micro(strip, panel);
+                    let rows = MR.min(mc - s * MR);
+                    for (r, sums) in acc.iter().enumerate().take(rows) {
+                        let at = (i0 + s * MR + r) * rsc + j0;
+                        for (dst, &v) in c[at..at + cols].iter_mut().zip(sums) {
+                            *dst += v;
+                        }
+                    }
+                }
+            }
+            i0 += mc;
+        }
+        k0 += kc;
+    }
+    Ok(())
+}
+
+/// `C += A * B` in float32 with an unpacked `B` (`k x n`): packs B, then [`gemm_packed`].
+pub(crate) fn gemm_f32(
+    m: usize,
+    k: usize,
+    n: usize,
+    a: Mat<'_>,
+    b: Mat<'_>,
+    c: MatMut<'_>,
+) -> Result<()> {
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    let mut bp = vec![0.0f32; packed_len(k, n).ok_or(KernelError::TooLarge)?];
+    pack_b(k, n, b, &mut bp)?;
+    gemm_packed(m, a, Packed { data: &bp, k, n }, c)
+}
+
+/// One `MR x NR` block of `A * B` over a micro-panel of A (`kc` columns of MR) and a
+/// panel of B (`kc` rows of NR).
+type Micro = fn(&[f32], &[f32]) -> [[f32; NR]; MR];
+
+macro_rules! micro_body {
+    ($a:expr, $b:expr, $fma:expr) => {{
+        let mut acc = [[0.0f32; NR]; MR];
+        for (col, row) in $a.chunks_exact(MR).zip($b.chunks_exact(NR)) {
+            let col: &[f32; MR] = col.try_into().unwrap_or(&[0.0; MR]);
+            let row: &[f32; NR] = row.try_into().unwrap_or(&[0.0; NR]);
+            for (acc_r, &x) in acc.iter_mut().zip(col) {
+                for (s, &y) in acc_r.iter_mut().zip(row) {
+                    *s = $fma(x, y, *s);
+                }
+            }
+        }
+        acc
+    }};
+}
+
+fn micro_plain(a: &[f32], b: &[f32]) -> [[f32; NR]; MR] {
+    micro_body!(a, b, |x: f32, y: f32, s: f32| x * y + s)
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{MR, NR};
+
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) fn micro_avx2(a: &[f32], b: &[f32]) -> [[f32; NR]; MR] {
+        micro_body!(a, b, |x: f32, y: f32, s: f32| x.mul_add(y, s))
+    }
+
+    #[target_feature(enable = "avx512f,fma")]
+    pub(super) fn micro_avx512(a: &[f32], b: &[f32]) -> [[f32; NR]; MR] {
+        micro_body!(a, b, |x: f32, y: f32, s: f32| x.mul_add(y, s))
+    }
+
+    pub(super) fn avx2(a: &[f32], b: &[f32]) -> [[f32; NR]; MR] {
+        // SAFETY: chosen by `micro_kernel` only where the CPU has AVX2 and FMA.
+        unsafe { micro_avx2(a, b) }
+    }
+
+    pub(super) fn avx512(a: &[f32], b: &[f32]) -> [[f32; NR]; MR] {
+        // SAFETY: chosen by `micro_kernel` only where the CPU has AVX-512F and FMA.
+        unsafe { micro_avx512(a, b) }
+    }
+}
+
+/// The widest micro-kernel this CPU runs (the same one for every product, packed or not).
+fn micro_kernel() -> Micro {
+    static CHOSEN: std::sync::OnceLock<Micro> = std::sync::OnceLock::new();
+    *CHOSEN.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let fma = std::arch::is_x86_feature_detected!("fma");
+            if fma && std::arch::is_x86_feature_detected!("avx512f") {
+                return x86::avx512;
+            }
+            if fma && std::arch::is_x86_feature_detected!("avx2") {
+                return x86::avx2;
+            }
+        }
+        micro_plain
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The packed float32 GEMM against a float64 reference, over shapes that cross
+        /// every block edge (MR, NR, KC, MC).
+        #[test]
+        fn packed_gemm_matches_the_reference(
+            m in 1usize..90, k in 1usize..300, n in 1usize..40, seed in any::<u32>(),
+        ) {
+            let val = |i: usize, s: u32| ((i as u32).wrapping_mul(2654435761) ^ s) % 17;
+            let a: Vec<f32> = (0..m * k).map(|i| val(i, seed) as f32 - 8.0).collect();
+            let b: Vec<f32> = (0..n * k).map(|i| val(i, !seed) as f32 * 0.25).collect();
+            let mut c = vec![1.0f32; m * n];
+            // B as the filter `[n, k]` (B = its transpose), as the convolutions give it.
+            gemm_f32(
+                m, k, n,
+                Mat { data: &a, rs: k, cs: 1 },
+                Mat { data: &b, rs: 1, cs: k },
+                MatMut { data: &mut c, rs: n },
+            ).unwrap();
+            for i in 0..m {
+                for j in 0..n {
+                    let want: f64 = 1.0 + (0..k)
+                        .map(|l| f64::from(a[i * k + l]) * f64::from(b[j * k + l]))
+                        .sum::<f64>();
+                    // Small integers and quarters: exact in float32.
+                    prop_assert_eq!(f64::from(c[i * n + j]), want);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn bad_views_are_refused() {
+        let a = [1.0f32; 4];
+        let mut c = [0.0f32; 4];
+        let short = Packed {
+            data: &[0.0; 8],
+            k: 2,
+            n: 2,
+        };
+        let m = MatMut {
+            data: &mut c,
+            rs: 2,
+        };
+        assert!(gemm_packed(
+            2,
+            Mat {
+                data: &a,
+                rs: 2,
+                cs: 1
+            },
+            short,
+            m
+        )
+        .is_err());
+        let mut out = [0.0f32; 8];
+        assert!(pack_b(
+            2,
+            3,
+            Mat {
+                data: &a,
+                rs: 1,
+                cs: 2
+            },
+            &mut out
+        )
+        .is_err());
+    }
+}

@@ -40,7 +40,7 @@ pub mod qconv;
 pub mod quant;
 pub mod reduction;
 
-mod gemm;
+pub(crate) mod gemm;
 #[cfg(test)]
 mod reference;
 #[cfg(test)]
@@ -338,12 +338,21 @@ pub fn execute(op: &KernelOp, inputs: &[View<'_>], outputs: &mut [ViewMut<'_>]) 
     let in_tys: Vec<&TensorType> = inputs.iter().map(|v| v.ty).collect();
     let out_tys: Vec<&TensorType> = outputs.iter().map(|v| v.ty).collect();
     op.check(&in_tys, &out_tys)?;
+    crate::program::check_layouts(op, &in_tys, &out_tys)
+        .map_err(|reason| bad_shape(op.name(), reason))?;
     let lens = inputs
         .iter()
         .map(|v| (v.ty, v.bytes.len(), "input"))
         .chain(outputs.iter().map(|v| (v.ty, v.bytes.len(), "output")));
     for (index, (ty, got, which)) in lens.enumerate() {
         let expected = num_elements(&ty.shape)? * ty.dtype.size() as usize;
+        let expected = match ty.layout {
+            crate::tensor::Layout::Plain => expected,
+            l => l
+                .byte_len(ty.dtype, &ty.shape)
+                .and_then(|b| usize::try_from(b).ok())
+                .ok_or(KernelError::TooLarge)?,
+        };
         if got != expected {
             return Err(KernelError::DataLength {
                 op: op.name(),

@@ -11,7 +11,7 @@ use crate::kernels::conv::window::{decode_act_layout, encode_act_layout, ConvSha
 use crate::kernels::conv::{
     conv_cost, conv_kernel_methods, qerr, ConvArgs, ConvCore, ConvWindow, QStage,
 };
-use crate::kernels::gemm::{fill_bias, gemm, Mat, MatMut};
+use crate::kernels::gemm::{fill_bias, gemm_packed, pack_b, packed_len, Mat, MatMut, Packed};
 use crate::kernels::kernel::{Cost, Kernel, Words};
 use crate::kernels::layout::{layout_shape, with_nhwc};
 use crate::kernels::qconv::{self, Conv2dParams};
@@ -76,6 +76,10 @@ impl ConvCore for Conv2d {
         conv2d_f32(self, a)
     }
 
+    fn run_f32_packed(&self, a: ConvArgs<'_>) -> Result<()> {
+        conv2d_f32_with(self, a, true)
+    }
+
     /// The quantised convolution on the integer core.
     fn run_quant<T: QuantElem + Default, F: QuantElem>(
         &self,
@@ -99,6 +103,12 @@ impl ConvCore for Conv2d {
 
 /// The float32 convolution; shapes were validated by `output_shapes`.
 pub(crate) fn conv2d_f32(p: &Conv2d, a: ConvArgs<'_>) -> Result<()> {
+    conv2d_f32_with(p, a, false)
+}
+
+/// The float32 convolution with its filter `[O, KH, KW, I]` as given, or (`packed`)
+/// already in GEMM panels (B = the filter transposed, `KH*KW*I x O`).
+fn conv2d_f32_with(p: &Conv2d, a: ConvArgs<'_>, packed: bool) -> Result<()> {
     let ConvArgs { x, f, bias, out } = a;
     let (g, o) = p.window.geometry(x.shape, out.shape, f.shape, p.nchw)?;
     let (n, h, w, c) = (g.batches, g.in_h, g.in_w, g.in_c);
@@ -106,10 +116,23 @@ pub(crate) fn conv2d_f32(p: &Conv2d, a: ConvArgs<'_>) -> Result<()> {
     let k = kh * kw * c;
     let (sh, sw, dh, dw) = (g.stride_h, g.stride_w, g.dilation_h, g.dilation_w);
     let (pt, pl) = (g.pad_top, g.pad_left);
-    let wmat = Mat {
-        data: f.data,
-        rs: 1,
-        cs: k,
+    let mut own = Vec::new();
+    let panels = if packed {
+        f.data
+    } else {
+        own.resize(packed_len(k, o).ok_or(KernelError::TooLarge)?, 0.0);
+        let wmat = Mat {
+            data: f.data,
+            rs: 1,
+            cs: k,
+        };
+        pack_b(k, o, wmat, &mut own)?;
+        &own
+    };
+    let wmat = Packed {
+        data: panels,
+        k,
+        n: o,
     };
     with_nhwc(p.nchw, x, out, |src, dst| {
         fill_bias(dst, bias);
@@ -122,7 +145,7 @@ pub(crate) fn conv2d_f32(p: &Conv2d, a: ConvArgs<'_>) -> Result<()> {
                 rs: c,
                 cs: 1,
             };
-            gemm(m, k, o, a, wmat, 1.0, MatMut { data: dst, rs: o })?;
+            gemm_packed(m, a, wmat, MatMut { data: dst, rs: o })?;
         } else {
             let pixels = oh * ow;
             let tile = (IM2COL_TILE / k).max(16).min(pixels.max(1));
@@ -166,7 +189,7 @@ pub(crate) fn conv2d_f32(p: &Conv2d, a: ConvArgs<'_>) -> Result<()> {
                         data: &mut obatch[p0 * o..],
                         rs: o,
                     };
-                    gemm(rows, k, o, a, wmat, 1.0, cm)?;
+                    gemm_packed(rows, a, wmat, cm)?;
                     p0 += rows;
                 }
             }

@@ -7,7 +7,7 @@
 use crate::kernels::conv::{
     check_conv_types, conv_cost, conv_kernel_methods, qerr, ConvArgs, ConvCore, QStage,
 };
-use crate::kernels::gemm::{fill_bias, gemm, Mat, MatMut};
+use crate::kernels::gemm::{fill_bias, gemm_f32, gemm_packed, Mat, MatMut, Packed};
 use crate::kernels::kernel::{Cost, Kernel, Words};
 use crate::kernels::qconv::{self, FullyConnectedParams};
 use crate::kernels::quant::QuantElem;
@@ -85,6 +85,30 @@ impl ConvCore for FullyConnected {
         fully_connected_f32(self.act, x, w, bias, out)
     }
 
+    fn run_f32_packed(&self, a: ConvArgs<'_>) -> Result<()> {
+        let ConvArgs { x, f: w, bias, out } = a;
+        let (n, k) = (w.shape[0], w.shape[1]);
+        let m = x.data.len() / k;
+        fill_bias(out.data, bias);
+        let a = Mat {
+            data: x.data,
+            rs: k,
+            cs: 1,
+        };
+        let panels = Packed { data: w.data, k, n };
+        gemm_packed(
+            m,
+            a,
+            panels,
+            MatMut {
+                data: out.data,
+                rs: n,
+            },
+        )?;
+        self.act.apply_slice(out.data);
+        Ok(())
+    }
+
     /// The quantised layer on the integer core.
     fn run_quant<T: QuantElem + Default, F: QuantElem>(
         &self,
@@ -114,7 +138,7 @@ pub(crate) fn fully_connected_f32(
     let (n, k) = (w.shape[0], w.shape[1]);
     let m = x.data.len() / k;
     fill_bias(out.data, bias);
-    gemm(
+    gemm_f32(
         m,
         k,
         n,
@@ -128,7 +152,6 @@ pub(crate) fn fully_connected_f32(
             rs: 1,
             cs: k,
         },
-        1.0,
         MatMut {
             data: out.data,
             rs: n,

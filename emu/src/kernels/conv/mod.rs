@@ -20,7 +20,7 @@ pub(crate) use crate::kernels::quant::qerr;
 use crate::kernels::quant::quantized_activation_range;
 use crate::kernels::quant::QuantElem;
 use crate::kernels::{bad_shape, Activation, KernelError, Result, Tensor, TensorMut};
-use crate::tensor::{widen_f16, DType, TensorType, View, ViewMut};
+use crate::tensor::{widen_f16, DType, Layout, TensorType, View, ViewMut};
 
 /// Checks the element types of a (input, filter, bias) triple: float32 or float16
 /// throughout, or quantised input with a same-typed or per-channel int8 filter and an
@@ -222,6 +222,13 @@ pub(crate) trait ConvCore: Kernel {
     /// The float32 computation; shapes were validated by `output_shapes`.
     fn run_f32(&self, a: ConvArgs<'_>) -> Result<()>;
 
+    /// The float32 computation with the filter pre-packed in GEMM panels
+    /// ([`Layout::GemmPanels`]), for the kernels that take it.
+    fn run_f32_packed(&self, a: ConvArgs<'_>) -> Result<()> {
+        let _ = a;
+        Err(bad_shape(self.name(), "a packed filter is not taken here"))
+    }
+
     /// The quantised computation with output stage `stage` (NNAPI reference rounding).
     fn run_quant<T: QuantElem + Default, F: QuantElem>(
         &self,
@@ -286,6 +293,32 @@ pub(crate) fn run_conv<K: ConvCore>(
         k.run_quant(&stage, ConvArgs { x, f, bias, out })
     }
     let ty = outputs[0].ty;
+    if inputs.iter().any(|v| v.ty.layout != Layout::Plain) {
+        let packed_f32 = inputs[1].ty.layout == Layout::GemmPanels
+            && [&inputs[0], &inputs[2]]
+                .iter()
+                .all(|v| v.ty.layout == Layout::Plain)
+            && [&inputs[0], &inputs[1], &inputs[2]]
+                .iter()
+                .all(|v| v.ty.dtype == DType::F32);
+        if !packed_f32 {
+            return Err(bad_shape(k.name(), "only a float32 filter may come packed"));
+        }
+        let need = Layout::GemmPanels.byte_len(DType::F32, inputs[1].shape());
+        if need != Some(inputs[1].bytes.len() as u64) {
+            return Err(bad_shape(k.name(), "packed filter of the wrong size"));
+        }
+        let x = Tensor::f32(&inputs[0])?;
+        let f = Tensor::f32(&inputs[1])?;
+        let b = Tensor::f32(&inputs[2])?;
+        let out = TensorMut::f32(&mut outputs[0])?;
+        return k.run_f32_packed(ConvArgs {
+            x,
+            f,
+            bias: b.data,
+            out,
+        });
+    }
     match (inputs[0].ty.dtype, inputs[1].ty.dtype) {
         (DType::U8, DType::U8) => {
             let xf = (inputs[0].u8s()?, inputs[1].u8s()?);
@@ -512,6 +545,105 @@ pub(crate) mod testref {
                 self.lo() + 255,
             )
         }
+    }
+}
+
+/// Float32 CONV_2D and FULLY_CONNECTED with the filter pre-packed in GEMM panels give
+/// bit-identical results to the plain filter.
+#[cfg(test)]
+mod packed_tests {
+    use super::testutil::run_typed;
+    use crate::kernels::{Activation, Conv2d, ConvWindow, FullyConnected, KernelOp, Padding};
+    use crate::program::pack_panels;
+    use crate::tensor::{DType, Layout, TensorType};
+    use proptest::prelude::*;
+
+    fn floats(n: usize, seed: u32) -> Vec<u8> {
+        (0..n)
+            .flat_map(|i| {
+                let v = (i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 8;
+                ((v % 2001) as f32 / 1000.0 - 1.0).to_le_bytes()
+            })
+            .collect()
+    }
+
+    /// The op's output with the filter plain and packed.
+    fn both(op: KernelOp, x: (&[usize], u32), f: &[usize], seed: u32) -> (Vec<u8>, Vec<u8>) {
+        let o = f[0];
+        let ty = |s: &[usize]| TensorType::new(DType::F32, s);
+        let fb = floats(f.iter().product(), seed ^ 7);
+        let ins = |filter: (TensorType, Vec<u8>)| {
+            vec![
+                (ty(x.0), floats(x.0.iter().product(), x.1)),
+                filter,
+                (ty(&[o]), floats(o, seed ^ 9)),
+            ]
+        };
+        let plain = run_typed(&op, &ins((ty(f), fb.clone())), ty(&[])).unwrap();
+        let packed_ty = TensorType {
+            layout: Layout::GemmPanels,
+            ..ty(f)
+        };
+        let packed = pack_panels(f, &fb).unwrap();
+        let got = run_typed(&op, &ins((packed_ty, packed)), ty(&[])).unwrap();
+        (plain, got)
+    }
+
+    proptest! {
+        #[test]
+        fn conv2d_packed_is_bit_identical(
+            (n, h, w, c, o, k) in (1usize..3, 1usize..9, 1usize..9, 1usize..20, 1usize..40, 1usize..4),
+            (pad, stride) in (0u32..2, 1u32..3),
+            nchw in any::<bool>(),
+            seed in any::<u32>(),
+        ) {
+            prop_assume!(h + 2 * pad as usize >= k && w + 2 * pad as usize >= k);
+            let op = Conv2d {
+                window: ConvWindow {
+                    pad: Padding { left: pad, right: pad, top: pad, bottom: pad },
+                    stride_w: stride, stride_h: stride, dilation_w: 1, dilation_h: 1,
+                },
+                act: Activation::Relu6,
+                nchw,
+            };
+            let xs = if nchw { [n, c, h, w] } else { [n, h, w, c] };
+            let (plain, packed) = both(op.into(), (&xs, seed), &[o, k, k, c], seed);
+            prop_assert_eq!(plain, packed);
+        }
+
+        #[test]
+        fn fully_connected_packed_is_bit_identical(
+            (b, k, units) in (1usize..5, 1usize..300, 1usize..40),
+            seed in any::<u32>(),
+        ) {
+            let op = FullyConnected { act: Activation::None };
+            let (plain, packed) = both(op.into(), (&[b, k], seed), &[units, k], seed);
+            prop_assert_eq!(plain, packed);
+        }
+    }
+
+    #[test]
+    fn a_packed_filter_of_the_wrong_size_or_kind_is_refused() {
+        let ty = |s: &[usize]| TensorType::new(DType::F32, s);
+        let packed = TensorType {
+            layout: Layout::GemmPanels,
+            ..ty(&[3, 4])
+        };
+        let fc = KernelOp::from(FullyConnected {
+            act: Activation::None,
+        });
+        let ins = |f: Vec<u8>| {
+            vec![
+                (ty(&[1, 4]), floats(4, 1)),
+                (packed.clone(), f),
+                (ty(&[3]), floats(3, 2)),
+            ]
+        };
+        assert!(
+            run_typed(&fc, &ins(floats(12, 3)), ty(&[])).is_err(),
+            "plain-sized"
+        );
+        assert!(run_typed(&fc, &ins(floats(64, 3)), ty(&[])).is_ok());
     }
 }
 
