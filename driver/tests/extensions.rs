@@ -7,6 +7,8 @@
 
 mod common;
 
+use vnpu_driver::hal::builder::ModelBuilder;
+
 use std::process::Command;
 
 use common::{device, prepare};
@@ -18,9 +20,8 @@ use vnpu_driver::extensions::encode_type;
 use vnpu_driver::extensions::fibonacci::Quant64Params;
 use vnpu_driver::extensions::fused::gelu_models;
 use vnpu_driver::hal::{
-    validate_model, DataLocation, ErrorStatus, ExtensionNameAndPrefix, ExtraParams, Model, Operand,
-    OperandLifeTime, OperandType, Operation, OperationType, Subgraph, SymmPerChannelQuantParams,
-    ValidationKind,
+    validate_model, DataLocation, ErrorStatus, ExtensionNameAndPrefix, ExtraParams, Model,
+    OperandLifeTime, OperandType, OperationType, SymmPerChannelQuantParams, ValidationKind,
 };
 
 const FIB: &str = "com.example.fibonacci";
@@ -44,13 +45,11 @@ fn f32_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
-/// A model under construction: operands, constants, operations, inputs with their values,
-/// outputs with their expected values.
+/// A case under construction: the model, and its inputs' values and outputs' expected
+/// values.
 #[derive(Default)]
 struct Builder {
-    operands: Vec<Operand>,
-    values: Vec<u8>,
-    operations: Vec<Operation>,
+    model: ModelBuilder,
     inputs: Vec<TestBuffer>,
     outputs: Vec<TestOutput>,
     extensions: Vec<ExtensionNameAndPrefix>,
@@ -70,31 +69,12 @@ impl Builder {
         }
     }
 
-    fn operand(&mut self, t: OperandType, dims: &[u32], lifetime: OperandLifeTime) -> u32 {
-        self.operands.push(Operand {
-            r#type: t,
-            dimensions: dims.to_vec(),
-            lifetime,
-            ..Operand::default()
-        });
-        self.operands.len() as u32 - 1
-    }
-
     fn constant(&mut self, t: OperandType, dims: &[u32], bytes: &[u8]) -> u32 {
-        let offset = self.values.len().next_multiple_of(8);
-        self.values.resize(offset, 0);
-        self.values.extend_from_slice(bytes);
-        let i = self.operand(t, dims, OperandLifeTime::CONSTANT_COPY);
-        self.operands[i as usize].location = DataLocation {
-            pool_index: 0,
-            offset: offset as u32,
-            length: bytes.len() as u32,
-        };
-        i
+        self.model.constant(t, dims, bytes)
     }
 
     fn input(&mut self, t: OperandType, dims: &[u32], data: Vec<u8>) -> u32 {
-        let i = self.operand(t, dims, OperandLifeTime::SUBGRAPH_INPUT);
+        let i = self.model.input(t, dims);
         self.inputs.push(TestBuffer {
             operand: i,
             dimensions: dims.to_vec(),
@@ -105,7 +85,7 @@ impl Builder {
     }
 
     fn output(&mut self, t: OperandType, dims: &[u32], expected: Vec<u8>) -> u32 {
-        let i = self.operand(t, dims, OperandLifeTime::SUBGRAPH_OUTPUT);
+        let i = self.model.output(t, dims);
         self.outputs.push(TestOutput {
             operand: i,
             dimensions: dims.to_vec(),
@@ -116,39 +96,25 @@ impl Builder {
     }
 
     fn temp(&mut self, t: OperandType, dims: &[u32]) -> u32 {
-        self.operand(t, dims, OperandLifeTime::TEMPORARY_VARIABLE)
+        self.model.temp(t, dims)
     }
 
     fn op(&mut self, t: OperationType, inputs: &[u32], outputs: &[u32]) {
-        self.operations.push(Operation {
-            r#type: t,
-            inputs: inputs.to_vec(),
-            outputs: outputs.to_vec(),
-        });
+        self.model.op(t, inputs, outputs);
     }
 
-    fn case(mut self, name: &str) -> TestCase {
-        for op in &self.operations {
-            for &i in &op.inputs {
-                self.operands[i as usize].number_of_consumers += 1;
-            }
+    fn extra_params(&mut self, operand: u32, p: ExtraParams) {
+        if let Some(o) = self.model.operand_mut(operand) {
+            o.extra_params = p;
         }
-        let model = Model {
-            main: Subgraph {
-                operands: self.operands,
-                operations: self.operations,
-                input_indexes: self.inputs.iter().map(|b| b.operand).collect(),
-                output_indexes: self.outputs.iter().map(|b| b.operand).collect(),
-            },
-            operand_values: self.values,
-            extension_name_to_prefix: self.extensions,
-            ..Model::default()
-        };
+    }
+
+    fn case(self, name: &str) -> TestCase {
         TestCase {
             name: name.into(),
             spec: "extensions".into(),
             min_hal_version: "V1_2".into(),
-            model,
+            model: self.model.build(self.extensions),
             expect_failure: false,
             multinomial_tolerance: 0.0,
             inputs: self.inputs,
@@ -181,7 +147,7 @@ fn fibonacci_quant64(prefix: u16, n: i64, params: Quant64Params) -> TestCase {
         .flat_map(|&f| ((f as f64 / params.scale + params.zero_point as f64) as u64).to_le_bytes())
         .collect();
     let out = b.output(ext_operand(prefix, QUANT64), &[n as u32], expected);
-    b.operands[out as usize].extra_params = ExtraParams::Extension(params.to_bytes().to_vec());
+    b.extra_params(out, ExtraParams::Extension(params.to_bytes().to_vec()));
     b.op(ext_op(prefix, FIBONACCI), &[input], &[out]);
     b.case("fibonacci_quant64")
 }
@@ -425,13 +391,16 @@ fn fib_model() -> Model {
     let mut b = Builder::new(&[(FIB, 7)]);
     let n = b.constant(ext_operand(7, INT64), &[], &5i64.to_le_bytes());
     let out = b.output(ext_operand(7, QUANT64), &[5], Vec::new());
-    b.operands[out as usize].extra_params = ExtraParams::Extension(
-        Quant64Params {
-            scale: 1.0,
-            zero_point: 0,
-        }
-        .to_bytes()
-        .to_vec(),
+    b.extra_params(
+        out,
+        ExtraParams::Extension(
+            Quant64Params {
+                scale: 1.0,
+                zero_point: 0,
+            }
+            .to_bytes()
+            .to_vec(),
+        ),
     );
     b.op(ext_op(7, FIBONACCI), &[n], &[out]);
     b.case("fib").model

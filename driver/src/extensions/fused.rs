@@ -6,7 +6,7 @@
 //! The extension declares no operand types of its own.
 
 use super::{encode_type, ExtensionDef, OperandTypeDef};
-use crate::hal::{DataLocation, Model, Operand, OperandLifeTime, OperationType};
+use crate::hal::{Model, Operand, OperationType};
 
 /// The extension's name.
 pub const NAME: &str = "dev.vnpu.fused";
@@ -39,97 +39,44 @@ fn check_operand(_o: &Operand, def: &OperandTypeDef) -> Result<(), String> {
 /// `y = x * (tanh(sqrt(2 / pi) * (x + 0.044715 * x^3)) + 1) * 0.5`. For tests and benches
 /// that compare the two.
 pub fn gelu_models(dims: &[u32], prefix: u16) -> (Model, Model) {
-    use crate::hal::{ExtensionNameAndPrefix, OperandType as T, Operation, Subgraph};
-    struct B {
-        operands: Vec<Operand>,
-        values: Vec<u8>,
-        operations: Vec<Operation>,
-    }
-    impl B {
-        fn add(&mut self, t: T, dims: &[u32], lifetime: OperandLifeTime) -> u32 {
-            self.operands.push(Operand {
-                r#type: t,
-                dimensions: dims.to_vec(),
-                lifetime,
-                ..Operand::default()
-            });
-            self.operands.len() as u32 - 1
-        }
-        fn constant(&mut self, t: T, dims: &[u32], bytes: &[u8]) -> u32 {
-            let offset = self.values.len().next_multiple_of(4);
-            self.values.resize(offset, 0);
-            self.values.extend_from_slice(bytes);
-            let i = self.add(t, dims, OperandLifeTime::CONSTANT_COPY);
-            self.operands[i as usize].location = DataLocation {
-                pool_index: 0,
-                offset: offset as u32,
-                length: bytes.len() as u32,
-            };
-            i
-        }
-        fn op(&mut self, t: OperationType, inputs: &[u32], output: u32) {
-            for &i in inputs {
-                self.operands[i as usize].number_of_consumers += 1;
-            }
-            self.operations.push(Operation {
-                r#type: t,
-                inputs: inputs.to_vec(),
-                outputs: vec![output],
-            });
-        }
-        fn model(self, x: u32, y: u32, ext: Vec<ExtensionNameAndPrefix>) -> Model {
-            Model {
-                main: Subgraph {
-                    operands: self.operands,
-                    operations: self.operations,
-                    input_indexes: vec![x],
-                    output_indexes: vec![y],
-                },
-                operand_values: self.values,
-                extension_name_to_prefix: ext,
-                ..Model::default()
-            }
-        }
-    }
+    use crate::hal::builder::ModelBuilder;
+    use crate::hal::{ExtensionNameAndPrefix, OperandType as T};
     let f = T::TENSOR_FLOAT32;
-    let new = || B {
-        operands: Vec::new(),
-        values: Vec::new(),
-        operations: Vec::new(),
-    };
 
-    let mut fused = new();
-    let x = fused.add(f, dims, OperandLifeTime::SUBGRAPH_INPUT);
+    let mut fused = ModelBuilder::default();
+    let x = fused.input(f, dims);
     let flag = fused.constant(T::BOOL, &[], &[1]);
-    let y = fused.add(f, dims, OperandLifeTime::SUBGRAPH_OUTPUT);
-    fused.op(OperationType(encode_type(prefix, VNPU_GELU)), &[x, flag], y);
+    let y = fused.output(f, dims);
+    fused.op(
+        OperationType(encode_type(prefix, VNPU_GELU)),
+        &[x, flag],
+        &[y],
+    );
     let name = vec![ExtensionNameAndPrefix {
         name: NAME.into(),
         prefix,
     }];
-    let fused = fused.model(x, y, name);
+    let fused = fused.build(name);
 
-    let mut b = new();
-    let x = b.add(f, dims, OperandLifeTime::SUBGRAPH_INPUT);
+    let mut b = ModelBuilder::default();
+    let x = b.input(f, dims);
     let none = b.constant(T::INT32, &[], &0i32.to_le_bytes());
-    let scalar = |b: &mut B, v: f32| b.constant(f, &[1], &v.to_le_bytes());
+    let scalar = |b: &mut ModelBuilder, v: f32| b.constant(f, &[1], &v.to_le_bytes());
     let c = scalar(&mut b, 0.044_715);
     let k = scalar(&mut b, (2.0f32 / std::f32::consts::PI).sqrt());
     let one = scalar(&mut b, 1.0);
     let half = scalar(&mut b, 0.5);
-    let t: Vec<u32> = (0..8)
-        .map(|_| b.add(f, dims, OperandLifeTime::TEMPORARY_VARIABLE))
-        .collect();
-    let y = b.add(f, dims, OperandLifeTime::SUBGRAPH_OUTPUT);
+    let t: Vec<u32> = (0..8).map(|_| b.temp(f, dims)).collect();
+    let y = b.output(f, dims);
     let (mul, add) = (OperationType::MUL, OperationType::ADD);
-    b.op(mul, &[x, x, none], t[0]); // x^2
-    b.op(mul, &[t[0], x, none], t[1]); // x^3
-    b.op(mul, &[t[1], c, none], t[2]); // c x^3
-    b.op(add, &[x, t[2], none], t[3]); // x + c x^3
-    b.op(mul, &[t[3], k, none], t[4]); // k (x + c x^3)
-    b.op(OperationType::TANH, &[t[4]], t[5]);
-    b.op(add, &[t[5], one, none], t[6]); // tanh + 1
-    b.op(mul, &[x, t[6], none], t[7]); // x (tanh + 1)
-    b.op(mul, &[t[7], half, none], y); // * 0.5
-    (fused, b.model(x, y, Vec::new()))
+    b.op(mul, &[x, x, none], &[t[0]]); // x^2
+    b.op(mul, &[t[0], x, none], &[t[1]]); // x^3
+    b.op(mul, &[t[1], c, none], &[t[2]]); // c x^3
+    b.op(add, &[x, t[2], none], &[t[3]]); // x + c x^3
+    b.op(mul, &[t[3], k, none], &[t[4]]); // k (x + c x^3)
+    b.op(OperationType::TANH, &[t[4]], &[t[5]]);
+    b.op(add, &[t[5], one, none], &[t[6]]); // tanh + 1
+    b.op(mul, &[x, t[6], none], &[t[7]]); // x (tanh + 1)
+    b.op(mul, &[t[7], half, none], &[y]); // * 0.5
+    (fused, b.build(Vec::new()))
 }

@@ -6,6 +6,7 @@
 //!
 //! Per-operation signatures live with each operation's definition in [`crate::ops`].
 
+pub mod builder;
 pub mod types;
 pub mod validate;
 
