@@ -7,11 +7,11 @@
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use vnpu_driver::device::{IBuffer, IDevice, IPreparedModel, PreparedModelSlot, VnpuDevice};
+use vnpu_driver::device::{IBuffer, IDevice, IPreparedModel, VnpuDevice};
 use vnpu_driver::hal::{
-    BufferDesc, BufferRole, DataLocation, ErrorStatus, ExecutionPreference, MeasureTiming, Memory,
-    Model, Operand, OperandLifeTime, OperandType, Operation, OperationType, OptionalTimePoint,
-    OptionalTimeoutDuration, Priority, Request, RequestArgument, RequestMemoryPool, Subgraph,
+    BufferDesc, BufferRole, DataLocation, ErrorStatus, MeasureTiming, Memory, Model, Operand,
+    OperandLifeTime, OperandType, Operation, OperationType, OptionalTimePoint,
+    OptionalTimeoutDuration, Request, RequestArgument, RequestMemoryPool, Subgraph,
 };
 
 /// The intermediate tensor: [1, 256, 256, 16] float32, 4 MiB.
@@ -66,18 +66,7 @@ fn add_model() -> Model {
 }
 
 fn prepare(dev: &VnpuDevice) -> Arc<dyn IPreparedModel> {
-    let slot = PreparedModelSlot::new();
-    dev.prepare_model_1_3(
-        &add_model(),
-        ExecutionPreference::SUSTAINED_SPEED,
-        Priority::MEDIUM,
-        OptionalTimePoint::NONE,
-        &[],
-        &[],
-        &[0; 32],
-        Some(slot.clone()),
-    );
-    let (status, prepared) = slot.wait();
+    let (_, status, prepared) = vnpu_driver::conformance::prepare_plain(dev, &add_model());
     assert_eq!(status, ErrorStatus::None);
     prepared.expect("prepared")
 }

@@ -9,26 +9,14 @@ use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use vnpu_driver::conformance::corpus::{TestBuffer, TestCase, TestOutput};
-use vnpu_driver::device::{IDevice, IPreparedModel, PreparedModelSlot, VnpuDevice};
+use vnpu_driver::device::{IPreparedModel, VnpuDevice};
 use vnpu_driver::extensions::fused::gelu_models;
 use vnpu_driver::hal::{
-    ErrorStatus, ExecutionPreference, MeasureTiming, Model, OptionalTimePoint,
-    OptionalTimeoutDuration, Priority, Request,
+    ErrorStatus, MeasureTiming, Model, OptionalTimePoint, OptionalTimeoutDuration, Request,
 };
 
 fn prepare(dev: &VnpuDevice, model: &Model) -> Arc<dyn IPreparedModel> {
-    let slot = PreparedModelSlot::new();
-    dev.prepare_model_1_3(
-        model,
-        ExecutionPreference::SUSTAINED_SPEED,
-        Priority::MEDIUM,
-        OptionalTimePoint::NONE,
-        &[],
-        &[],
-        &[0; 32],
-        Some(slot.clone()),
-    );
-    let (status, prepared) = slot.wait();
+    let (_, status, prepared) = vnpu_driver::conformance::prepare_plain(dev, model);
     assert_eq!(status, ErrorStatus::None);
     prepared.expect("prepared")
 }
