@@ -284,9 +284,8 @@ fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
         tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,
         tv_nsec: timeout.subsec_nanos() as libc::c_long,
     };
-    // SAFETY: `word` is a valid, aligned u32 in a shared mapping that outlives the call;
-    // FUTEX_WAIT only reads it, and `ts` is a valid timespec. Spurious returns (EAGAIN,
-    // EINTR, ETIMEDOUT) are fine: the caller re-checks.
+    // Spurious returns (EAGAIN, EINTR, ETIMEDOUT) are fine: the caller re-checks.
+    // SAFETY: `word` is an aligned u32 in a live shared mapping, only read; `ts` is valid.
     unsafe {
         libc::syscall(
             libc::SYS_futex,

@@ -47,9 +47,8 @@ pub fn inherited_listener() -> Result<Option<OwnedFd>, ActivationError> {
     if unsafe { libc::fcntl(raw, libc::F_GETFD) } < 0 {
         return Err(ActivationError::NotAListener);
     }
-    // SAFETY: descriptor 3 is open (checked above) and, by the socket-activation
-    // protocol addressed to this very process (LISTEN_PID), is ours and used by nothing
-    // else in it.
+    // The socket-activation protocol (LISTEN_PID names this process) hands it over.
+    // SAFETY: descriptor 3 is open (checked above), ours, and used by nothing else here.
     let fd = unsafe { OwnedFd::from_raw_fd(raw) };
     let seqpacket = socket::getsockopt(&fd, sockopt::SockType).ok() == Some(SockType::SeqPacket);
     let listening = socket::getsockopt(&fd, sockopt::AcceptConn).unwrap_or(false);

@@ -114,7 +114,9 @@ impl Waiter {
                     _ => (ErrorStatus::GeneralFailure, None),
                 };
                 let prepared = model.map(|id| {
-                    Arc::new(RemotePreparedModel { link: owner, id }) as Arc<dyn IPreparedModel>
+                    Arc::new(RemotePreparedModel {
+                        remote: Remote::new(owner, id, Object::Model),
+                    }) as Arc<dyn IPreparedModel>
                 });
                 let status = if status == ErrorStatus::None && prepared.is_none() {
                     ErrorStatus::GeneralFailure
@@ -623,7 +625,9 @@ impl IDevice for RemoteDevice {
                 .as_any()
                 .and_then(|a| a.downcast_ref::<RemotePreparedModel>())
             {
-                Some(r) if Arc::ptr_eq(&r.link, &self.link) => models.push(Some(r.id)),
+                Some(r) if Arc::ptr_eq(&r.remote.link, &self.link) => {
+                    models.push(Some(r.remote.id))
+                }
                 _ => return (ErrorStatus::InvalidArgument, None, 0),
             }
         }
@@ -637,8 +641,7 @@ impl IDevice for RemoteDevice {
             Ok(Reply::Allocated(s, id, token)) => {
                 let buffer = id.map(|id| {
                     Arc::new(RemoteBuffer {
-                        link: self.link.clone(),
-                        id,
+                        remote: Remote::new(self.link.clone(), id, Object::Buffer),
                     }) as Arc<dyn IBuffer>
                 });
                 (s, buffer, token)
@@ -656,17 +659,29 @@ fn bare_model(model: &Model) -> Box<Model> {
     })
 }
 
-/// A model prepared in the service, owned by this connection; dropping it releases it
-/// there (as does the connection's end).
-pub struct RemotePreparedModel {
+/// An object the service keeps for this connection, by its id there; dropping the handle
+/// releases it in the service (as does the connection's end).
+struct Remote {
     link: Arc<Link>,
     id: u64,
+    kind: fn(u64) -> Object,
 }
 
-impl Drop for RemotePreparedModel {
-    fn drop(&mut self) {
-        self.link.post(Call::Release(Object::Model(self.id)));
+impl Remote {
+    fn new(link: Arc<Link>, id: u64, kind: fn(u64) -> Object) -> Remote {
+        Remote { link, id, kind }
     }
+}
+
+impl Drop for Remote {
+    fn drop(&mut self) {
+        self.link.post(Call::Release((self.kind)(self.id)));
+    }
+}
+
+/// A model prepared in the service, owned by this connection.
+pub struct RemotePreparedModel {
+    remote: Remote,
 }
 
 impl RemotePreparedModel {
@@ -681,7 +696,7 @@ impl RemotePreparedModel {
     ) -> WireRequest {
         let pools = out.pools(&request.pools);
         WireRequest {
-            model: self.id,
+            model: self.remote.id,
             request: Box::new(HalRequest {
                 pools: Vec::new(),
                 ..request.clone()
@@ -705,7 +720,8 @@ impl IPreparedModel for RemotePreparedModel {
     ) -> ErrorStatus {
         let mut out = Outgoing::default();
         let exec = self.wire(request, measure, deadline, loop_timeout, &mut out);
-        self.link
+        self.remote
+            .link
             .launch(Call::Execute(exec), &out.fds, Waiter::Execute(callback))
     }
 
@@ -718,7 +734,11 @@ impl IPreparedModel for RemotePreparedModel {
     ) -> (ErrorStatus, Vec<OutputShape>, Timing) {
         let mut out = Outgoing::default();
         let exec = self.wire(request, measure, deadline, loop_timeout, &mut out);
-        match self.link.call(Call::ExecuteSynchronously(exec), &out.fds) {
+        match self
+            .remote
+            .link
+            .call(Call::ExecuteSynchronously(exec), &out.fds)
+        {
             Ok(Reply::Executed(s, shapes, timing)) => (s, shapes, timing),
             r => (
                 failed("executeSynchronously_1_3", r),
@@ -745,7 +765,7 @@ impl IPreparedModel for RemotePreparedModel {
             wait_for,
             duration,
         };
-        let (reply, fds) = match self.link.call_with_fds(call, &out.fds) {
+        let (reply, fds) = match self.remote.link.call_with_fds(call, &out.fds) {
             Ok(d) => d,
             Err(e) => return (failed("executeFenced", Err(e)), None, None),
         };
@@ -760,8 +780,7 @@ impl IPreparedModel for RemotePreparedModel {
         let fence = fence.map(|h| fds.handle(h));
         let callback = callback.map(|id| {
             Arc::new(RemoteFencedCallback {
-                link: self.link.clone(),
-                id,
+                remote: Remote::new(self.remote.link.clone(), id, Object::Fenced),
             }) as Arc<dyn IFencedExecutionCallback>
         });
         (status, fence, callback)
@@ -780,18 +799,21 @@ impl IPreparedModel for RemotePreparedModel {
             ints: Vec::new(),
         };
         let call = Call::ConfigureBurst {
-            model: self.id,
+            model: self.remote.id,
             request_channel: one(),
             result_channel: one(),
         };
-        match self.link.call(call, &[request_channel, result_channel]) {
+        match self
+            .remote
+            .link
+            .call(call, &[request_channel, result_channel])
+        {
             Ok(Reply::Burst(status, Some(id))) => {
-                self.link.state().bursts.insert(id, callback);
+                self.remote.link.state().bursts.insert(id, callback);
                 // The background reader now listens for the burst's questions.
-                self.link.read_done.notify_all();
+                self.remote.link.read_done.notify_all();
                 let context = Arc::new(RemoteBurstContext {
-                    link: self.link.clone(),
-                    id,
+                    remote: Remote::new(self.remote.link.clone(), id, Object::Burst),
                 });
                 (status, Some(context as Arc<dyn IBurstContext>))
             }
@@ -807,8 +829,7 @@ impl IPreparedModel for RemotePreparedModel {
 
 /// A burst in the service, owned by this connection.
 struct RemoteBurstContext {
-    link: Arc<Link>,
-    id: u64,
+    remote: Remote,
 }
 
 impl IBurstContext for RemoteBurstContext {
@@ -816,10 +837,10 @@ impl IBurstContext for RemoteBurstContext {
     /// memory.
     fn free_memory(&self, slot: i32) {
         let call = Call::FreeBurstMemory {
-            burst: self.id,
+            burst: self.remote.id,
             slot,
         };
-        if let r @ (Err(_) | Ok(Reply::Refused(_))) = self.link.call(call, &[]) {
+        if let r @ (Err(_) | Ok(Reply::Refused(_))) = self.remote.link.call(call, &[]) {
             failed("freeMemory", r);
         }
     }
@@ -827,26 +848,25 @@ impl IBurstContext for RemoteBurstContext {
 
 impl Drop for RemoteBurstContext {
     fn drop(&mut self) {
-        self.link.state().bursts.remove(&self.id);
-        self.link.post(Call::Release(Object::Burst(self.id)));
+        // The service's questions for it go unanswered from now on (`remote` then
+        // releases it there).
+        self.remote.link.state().bursts.remove(&self.remote.id);
     }
 }
 
 /// A fenced execution's callback in the service.
 struct RemoteFencedCallback {
-    link: Arc<Link>,
-    id: u64,
-}
-
-impl Drop for RemoteFencedCallback {
-    fn drop(&mut self) {
-        self.link.post(Call::Release(Object::Fenced(self.id)));
-    }
+    remote: Remote,
 }
 
 impl IFencedExecutionCallback for RemoteFencedCallback {
     fn get_execution_info(&self) -> (ErrorStatus, Timing, Timing) {
-        match self.link.call(Call::FencedInfo { callback: self.id }, &[]) {
+        match self.remote.link.call(
+            Call::FencedInfo {
+                callback: self.remote.id,
+            },
+            &[],
+        ) {
             Ok(Reply::FencedInfo(s, a, b)) => (s, a, b),
             r => (failed("getExecutionInfo", r), Timing::NONE, Timing::NONE),
         }
@@ -855,20 +875,13 @@ impl IFencedExecutionCallback for RemoteFencedCallback {
 
 /// A driver-managed buffer in the service, owned by this connection.
 struct RemoteBuffer {
-    link: Arc<Link>,
-    id: u64,
-}
-
-impl Drop for RemoteBuffer {
-    fn drop(&mut self) {
-        self.link.post(Call::Release(Object::Buffer(self.id)));
-    }
+    remote: Remote,
 }
 
 impl RemoteBuffer {
     /// Sends a copy call and gives its status.
     fn copied(&self, what: &str, call: Call, out: &Outgoing<'_>) -> ErrorStatus {
-        match self.link.call(call, &out.fds) {
+        match self.remote.link.call(call, &out.fds) {
             Ok(Reply::Copied(s)) => s,
             r => failed(what, r),
         }
@@ -879,7 +892,7 @@ impl IBuffer for RemoteBuffer {
     fn copy_to(&self, dst: &Memory) -> ErrorStatus {
         let mut out = Outgoing::default();
         let call = Call::CopyTo {
-            buffer: self.id,
+            buffer: self.remote.id,
             dst: out.memory(dst),
         };
         self.copied("copyTo", call, &out)
@@ -888,7 +901,7 @@ impl IBuffer for RemoteBuffer {
     fn copy_from(&self, src: &Memory, dimensions: &[u32]) -> ErrorStatus {
         let mut out = Outgoing::default();
         let call = Call::CopyFrom {
-            buffer: self.id,
+            buffer: self.remote.id,
             src: out.memory(src),
             dimensions: dimensions.to_vec(),
         };
