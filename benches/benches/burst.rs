@@ -149,11 +149,17 @@ fn bench(c: &mut Criterion) {
     let raw = page.fd().as_raw_fd();
     let mut other = helper("pong", |c| {
         use std::os::unix::process::CommandExt;
-        // SAFETY: only dup2 runs between fork and exec (async-signal-safe): it puts the
-        // page's memfd at descriptor 3, without close-on-exec, for the child.
+        // Puts the page's memfd at descriptor 3, without close-on-exec, for the child.
+        // SAFETY: only dup2/fcntl (async-signal-safe) run between fork and exec.
         unsafe {
             c.pre_exec(move || {
-                if libc::dup2(raw, 3) < 0 {
+                // Already descriptor 3 (dup2 would leave close-on-exec set): clear the flag.
+                let placed = if raw == 3 {
+                    libc::fcntl(3, libc::F_SETFD, 0)
+                } else {
+                    libc::dup2(raw, 3)
+                };
+                if placed < 0 {
                     return Err(std::io::Error::last_os_error());
                 }
                 Ok(())

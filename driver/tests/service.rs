@@ -505,11 +505,17 @@ fn socket_activation_and_stale_socket() {
         .arg(env!("CARGO_BIN_EXE_vnpu"))
         .env("NOTIFY_SOCKET", &notify_path)
         .stdout(Stdio::piped());
-    // SAFETY: only dup2 runs between fork and exec (async-signal-safe); it puts the
-    // listener at descriptor 3 without close-on-exec, as a service manager does.
+    // Puts the listener at descriptor 3 without close-on-exec, as a service manager does.
+    // SAFETY: only dup2/fcntl (async-signal-safe) run between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
-            if libc::dup2(raw, 3) < 0 {
+            // Already descriptor 3 (dup2 would leave close-on-exec set): clear the flag.
+            let placed = if raw == 3 {
+                libc::fcntl(3, libc::F_SETFD, 0)
+            } else {
+                libc::dup2(raw, 3)
+            };
+            if placed < 0 {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())
