@@ -62,6 +62,20 @@ pub trait Kernel: Clone + Debug + PartialEq + Sized {
     /// Computes the outputs; shapes and types were validated by `output_shapes` and
     /// `check_outputs`, and every view holds exactly its shape's bytes.
     fn run(&self, inputs: &[View<'_>], outputs: &mut [ViewMut<'_>]) -> Result<()>;
+
+    /// Runs a kernel whose output shapes depend on the input *values* (how many boxes
+    /// survive NMS, say). For such a kernel `output_shapes` gives each output's largest
+    /// shape (its capacity), `run_sized` writes each output's real elements first
+    /// (row-major in its real shape) and returns the real shapes: same rank, no dimension
+    /// above the capacity's. The default runs [`Kernel::run`] and reports `None` (the
+    /// shapes are the ones `output_shapes` gave).
+    fn run_sized(
+        &self,
+        inputs: &[View<'_>],
+        outputs: &mut [ViewMut<'_>],
+    ) -> Result<Option<Vec<Vec<usize>>>> {
+        self.run(inputs, outputs).map(|()| None)
+    }
 }
 
 /// Requires every tensor to have one of `allowed` element types and all the same one.

@@ -208,6 +208,12 @@ pub trait DynKernel {
     fn cost(&self, inputs: &[&TensorType], outputs: &[Vec<usize>]) -> Cost;
     /// See [`Kernel::run`].
     fn run(&self, inputs: &[View<'_>], outputs: &mut [ViewMut<'_>]) -> Result<()>;
+    /// See [`Kernel::run_sized`].
+    fn run_sized(
+        &self,
+        inputs: &[View<'_>],
+        outputs: &mut [ViewMut<'_>],
+    ) -> Result<Option<Vec<Vec<usize>>>>;
 }
 
 impl<K: Kernel> DynKernel for K {
@@ -234,6 +240,13 @@ impl<K: Kernel> DynKernel for K {
     }
     fn run(&self, inputs: &[View<'_>], outputs: &mut [ViewMut<'_>]) -> Result<()> {
         Kernel::run(self, inputs, outputs)
+    }
+    fn run_sized(
+        &self,
+        inputs: &[View<'_>],
+        outputs: &mut [ViewMut<'_>],
+    ) -> Result<Option<Vec<Vec<usize>>>> {
+        Kernel::run_sized(self, inputs, outputs)
     }
 }
 
@@ -333,8 +346,14 @@ impl KernelOp {
 }
 
 /// Runs `op`: validates the input and output types ([`KernelOp::check`]) and that each
-/// view holds exactly its shape's bytes, then computes the outputs.
-pub fn execute(op: &KernelOp, inputs: &[View<'_>], outputs: &mut [ViewMut<'_>]) -> Result<()> {
+/// view holds exactly its shape's bytes, then computes the outputs. Returns the outputs'
+/// real shapes when they depend on the input values ([`Kernel::run_sized`]), checked to
+/// fit the views.
+pub fn execute(
+    op: &KernelOp,
+    inputs: &[View<'_>],
+    outputs: &mut [ViewMut<'_>],
+) -> Result<Option<Vec<Vec<usize>>>> {
     let in_tys: Vec<&TensorType> = inputs.iter().map(|v| v.ty).collect();
     let out_tys: Vec<&TensorType> = outputs.iter().map(|v| v.ty).collect();
     op.check(&in_tys, &out_tys)?;
@@ -364,7 +383,17 @@ pub fn execute(op: &KernelOp, inputs: &[View<'_>], outputs: &mut [ViewMut<'_>]) 
             });
         }
     }
-    op.kernel().run(inputs, outputs)
+    let real = op.kernel().run_sized(inputs, outputs)?;
+    if let Some(real) = &real {
+        let fits = real.len() == outputs.len()
+            && real.iter().zip(outputs.iter()).all(|(r, v)| {
+                r.len() == v.ty.shape.len() && r.iter().zip(&v.ty.shape).all(|(a, b)| a <= b)
+            });
+        if !fits {
+            return Err(bad_shape(op.name(), "real output shapes exceed their capacity"));
+        }
+    }
+    Ok(real)
 }
 
 /// Runs `op` on float32 tensors given as `(shape, data)`: a convenience for tests and
@@ -411,12 +440,17 @@ pub fn run_f32(
             bytes: b.bytes_mut(),
         })
         .collect();
-    execute(op, &views, &mut outs)?;
+    let real = execute(op, &views, &mut outs)?;
     drop(outs);
+    let shapes = real.unwrap_or(shapes);
     Ok(shapes
         .into_iter()
         .zip(&out_bufs)
-        .map(|(s, b)| (s, bytemuck::cast_slice(b.bytes()).to_vec()))
+        .map(|(s, b)| {
+            let n = s.iter().product::<usize>();
+            let data: &[f32] = bytemuck::cast_slice(b.bytes());
+            (s, data[..n].to_vec())
+        })
         .collect())
 }
 
