@@ -333,10 +333,6 @@ impl IDevice for VnpuDevice {
             tracing::debug!("prepareModel: {e}");
             return fail(ErrorStatus::InvalidArgument);
         }
-        let constants = match Self::model_constants(model) {
-            Ok(c) => c,
-            Err(s) => return fail(s),
-        };
         // Extension types under the driver's own prefixes from here on.
         let model = match crate::extensions::canonical_model(model) {
             Ok(m) => m,
@@ -345,6 +341,18 @@ impl IDevice for VnpuDevice {
         if compile::supported_operations(&model).contains(&false) {
             return fail(ErrorStatus::InvalidArgument);
         }
+        // IF and WHILE expanded into device control.
+        let model = match compile::control::flatten(model.into_owned()) {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::debug!("prepareModel: {e}");
+                return fail(e.status());
+            }
+        };
+        let constants = match Self::model_constants(&model) {
+            Ok(c) => c,
+            Err(s) => return fail(s),
+        };
         if deadline.has_passed() {
             return fail(ErrorStatus::MissedDeadlinePersistent);
         }
@@ -356,7 +364,6 @@ impl IDevice for VnpuDevice {
             return fail(ErrorStatus::ResourceExhaustedTransient);
         };
         let ctx = self.model_context();
-        let model = model.into_owned();
         let panics = Arc::clone(&self.prepare_panics);
         let cache = Arc::clone(&self.cache);
         let token = *token;

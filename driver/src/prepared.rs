@@ -7,8 +7,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use vnpu_emu::engine::compute::REPORT_ENTRY;
 use vnpu_emu::iommu::Perm;
-use vnpu_emu::ring::{Opcode, SubmissionEntry};
+use vnpu_emu::ring::{Opcode, Status, SubmissionEntry};
 use vnpu_emu::shm::SharedRegion;
 
 use crate::compile::constants::Constants;
@@ -40,6 +41,9 @@ struct Instance {
     /// The timing model's time for the program (the watchdog's yardstick).
     program_ns: u64,
 }
+
+/// Constant values for one instance: the model's, with a request's deferred values.
+type KeyConstants<'a> = std::borrow::Cow<'a, Vec<Option<Vec<u8>>>>;
 
 /// Compiled instances by input shapes, least recently used evicted first.
 #[derive(Default)]
@@ -162,6 +166,10 @@ pub(crate) fn hw_status(e: &HwError) -> ErrorStatus {
     match e {
         HwError::Lost => ErrorStatus::DeviceUnavailable,
         HwError::Hung | HwError::Reset => ErrorStatus::GeneralFailure,
+        HwError::Command {
+            status: Some(Status::LoopTimeout),
+            ..
+        } => ErrorStatus::MissedDeadlineTransient,
         HwError::OutOfDeviceMemory(_) | HwError::OutOfIova(_) => {
             ErrorStatus::ResourceExhaustedTransient
         }
@@ -422,6 +430,20 @@ impl VnpuPreparedModel {
         Ok(now)
     }
 
+    /// What compiling for `key` takes beyond the model: the constants with the request's
+    /// deferred values, and the inputs it omits.
+    fn compile_inputs(&self, key: &InstanceKey) -> (KeyConstants<'_>, Vec<bool>) {
+        let mut constants = std::borrow::Cow::Borrowed(self.constants.get());
+        for (i, v) in &key.1 {
+            constants.to_mut()[*i as usize] = Some(v.clone());
+        }
+        let mut omitted = vec![false; self.model.main.operands.len()];
+        for &i in &key.2 {
+            omitted[i as usize] = true;
+        }
+        (constants, omitted)
+    }
+
     /// The instance for these input shapes, compiling and uploading it if new.
     fn instance(&self, key: InstanceKey, epoch: u64) -> Result<Arc<Mutex<Instance>>, ErrorStatus> {
         {
@@ -433,19 +455,29 @@ impl VnpuPreparedModel {
                 return Ok(Arc::clone(i));
             }
         }
-        let mut constants = std::borrow::Cow::Borrowed(self.constants.get());
-        for (i, v) in &key.1 {
-            constants.to_mut()[*i as usize] = Some(v.clone());
-        }
-        let mut omitted = vec![false; self.model.main.operands.len()];
-        for &i in &key.2 {
-            omitted[i as usize] = true;
-        }
+        let (constants, omitted) = self.compile_inputs(&key);
         let compiled =
             compile::compile(&self.model, &constants, &key.0, &omitted).map_err(|e| {
                 tracing::debug!("compile: {e}");
                 e.status()
             })?;
+        self.install(key, compiled, epoch)
+    }
+
+    /// Replaces the instance for `key`, whose program (`before`) let a growing loop state
+    /// outgrow its room, by one with twice the room.
+    fn instance_larger(
+        &self,
+        key: InstanceKey,
+        before: &Compiled,
+        epoch: u64,
+    ) -> Result<Arc<Mutex<Instance>>, ErrorStatus> {
+        let (constants, omitted) = self.compile_inputs(&key);
+        let compiled = compile::compile_larger(&self.model, &constants, &key.0, &omitted, before)
+            .map_err(|e| {
+            tracing::debug!("compile: {e}");
+            e.status()
+        })?;
         self.install(key, compiled, epoch)
     }
 
@@ -504,6 +536,7 @@ impl VnpuPreparedModel {
         request: &Request,
         measure: MeasureTiming,
         deadline: OptionalTimePoint,
+        loop_timeout: OptionalTimeoutDuration,
         start: Instant,
         fenced: bool,
     ) -> (ErrorStatus, Vec<OutputShape>, Timing) {
@@ -580,161 +613,299 @@ impl VnpuPreparedModel {
             Ok(e) => e,
             Err(s) => return fail(s),
         };
-        let inst = match self.instance((shapes, values, omitted), epoch) {
-            Ok(i) => i,
-            Err(s) => return fail(s),
-        };
-        // A buffer written before a reset that happened since it was checked is lost.
-        let stale = request.inputs.iter().any(|a| {
-            matches!(pools.get(a.location.pool_index as usize),
-                Some(ReqPool::Device(b)) if !a.has_no_value && b.readable_epoch() != Some(epoch))
-        });
-        if stale {
-            return fail(ErrorStatus::GeneralFailure);
-        }
-        let inst = inst.lock().unwrap_or_else(|p| p.into_inner());
-        let c = &inst.compiled;
-        let room = |a: &RequestArgument| {
-            pools
-                .get(a.location.pool_index as usize)
-                .map_or(a.location.length as u64, |p| p.room(&a.location))
-        };
-        // An input is read whole: a location shorter than its (now known) size is refused
-        // before the device reads anything.
-        for (&i, arg) in sg.input_indexes.iter().zip(&request.inputs) {
-            if !arg.has_no_value && c.byte_len(i) > room(arg) {
-                tracing::debug!("input operand {i}: location shorter than its data");
-                return fail(ErrorStatus::InvalidArgument);
-            }
-        }
-        let mut shapes_out = Vec::with_capacity(sg.output_indexes.len());
-        let mut sufficient = true;
-        let mut device_short = false;
-        for (&o, arg) in sg.output_indexes.iter().zip(&request.outputs) {
-            let dims: Vec<u32> = c.shapes[o as usize]
-                .as_ref()
-                .map_or(Vec::new(), |s| s.iter().map(|&d| d as u32).collect());
-            let ok = c.byte_len(o) <= room(arg);
-            sufficient &= ok;
-            device_short |= !ok
-                && matches!(
-                    pools.get(arg.location.pool_index as usize),
-                    Some(ReqPool::Device(_))
-                );
-            shapes_out.push(OutputShape {
-                dimensions: dims,
-                is_sufficient: ok,
-            });
-        }
-        if device_short {
-            // A driver-managed buffer cannot grow: not a size the client can fix.
-            return fail(ErrorStatus::GeneralFailure);
-        }
-        if !sufficient {
-            return (
-                ErrorStatus::OutputInsufficientSize,
-                shapes_out,
-                Timing::NONE,
-            );
-        }
-        let moved = |args: &[RequestArgument], ops: &[u32], pool: usize| -> Vec<Span> {
-            args.iter()
-                .zip(ops)
-                .filter(|(a, &i)| {
-                    !a.has_no_value
-                        && a.location.pool_index as usize == pool
-                        && c.byte_len(i) > 0
-                        && !self.deferred[i as usize]
-                })
-                .map(|(a, &i)| (a.location.offset as u64, c.byte_len(i)))
-                .collect()
-        };
-        let mut devpools: Vec<DevicePool> = Vec::with_capacity(pools.len());
-        for (p, r) in pools.iter().enumerate() {
-            let r = match r {
-                ReqPool::Host(r) => r,
-                ReqPool::Device(b) => {
-                    devpools.push(DevicePool::Driver(b.addr()));
-                    continue;
-                }
+        let key = (shapes, values, omitted);
+        // A growing loop state that outgrows its room makes the program larger, a few
+        // times at most (each time doubling the room).
+        let mut overflowed: Option<Compiled> = None;
+        for _ in 0..MAX_REGROWS {
+            let got = match &overflowed {
+                None => self.instance(key.clone(), epoch),
+                Some(before) => self.instance_larger(key.clone(), before, epoch),
             };
-            let pool = if r.mappable() {
-                self.hw
-                    .map(r.fd, r.offset, r.size, r.perm)
-                    .map(DevicePool::Mapped)
-                    .map_err(|e| hw_status(&e))
-            } else {
-                let reads = moved(&request.inputs, &sg.input_indexes, p);
-                let writes = moved(&request.outputs, &sg.output_indexes, p);
-                let spans: Vec<Span> = reads.iter().chain(&writes).copied().collect();
-                stage(&self.hw, &self.io, r, &spans, &reads, writes)
-            };
-            match pool {
-                Ok(d) => devpools.push(d),
+            let inst = match got {
+                Ok(i) => i,
                 Err(s) => return fail(s),
-            }
-        }
-        let (cb, ab) = (self.const_base(), inst.arena.addr);
-        let addr = |i: u32| c.address(i, &self.block, cb, ab);
-        let iova = |pool: u32, off: u32| devpools.get(pool as usize).and_then(|d| d.iova(off));
-        let mut cmds = Vec::new();
-        for (&i, arg) in sg.input_indexes.iter().zip(&request.inputs) {
-            let len = c.byte_len(i);
-            if arg.has_no_value || len == 0 || self.deferred[i as usize] {
-                continue;
-            }
-            match (iova(arg.location.pool_index, arg.location.offset), addr(i)) {
-                (Some(src), Some(dst)) => cmds.push(dma(src, dst, len)),
-                _ => return fail(ErrorStatus::GeneralFailure),
-            }
-        }
-        cmds.push(fence());
-        cmds.push(SubmissionEntry::new(
-            Opcode::RunProgram,
-            0,
-            [inst.program.addr, 0, inst.program_len, 0, 0, 0],
-        ));
-        cmds.push(fence());
-        for (&o, arg) in sg.output_indexes.iter().zip(&request.outputs) {
-            let len = c.byte_len(o);
-            if len == 0 {
-                continue;
-            }
-            match (addr(o), iova(arg.location.pool_index, arg.location.offset)) {
-                (Some(src), Some(dst)) => cmds.push(dma(src, dst, len)),
-                _ => return fail(ErrorStatus::GeneralFailure),
-            }
-        }
-        let done = match self.hw.run(cmds, inst.program_ns, Some(epoch)) {
-            Ok(d) => d,
-            Err(e) => return fail(hw_status(&e)),
-        };
-        for (d, r) in devpools.iter().zip(&pools) {
-            let ReqPool::Host(r) = r else { continue };
-            if let Err(e) = d.write_back(&self.io, r) {
-                tracing::debug!("staged pool write-back: {e}");
+            };
+            // A buffer written before a reset that happened since it was checked is lost.
+            let stale = request.inputs.iter().any(|a| {
+                matches!(pools.get(a.location.pool_index as usize),
+                    Some(ReqPool::Device(b)) if !a.has_no_value && b.readable_epoch() != Some(epoch))
+            });
+            if stale {
                 return fail(ErrorStatus::GeneralFailure);
             }
-        }
-        drop(devpools);
-        for (arg, shape) in request.outputs.iter().zip(&shapes_out) {
-            if let Some(ReqPool::Device(b)) = pools.get(arg.location.pool_index as usize) {
-                b.written(shape.dimensions.clone(), epoch);
+            let inst = inst.lock().unwrap_or_else(|p| p.into_inner());
+            let c = &inst.compiled;
+            let room = |a: &RequestArgument| {
+                pools
+                    .get(a.location.pool_index as usize)
+                    .map_or(a.location.length as u64, |p| p.room(&a.location))
+            };
+            // An input is read whole: a location shorter than its (now known) size is refused
+            // before the device reads anything.
+            for (&i, arg) in sg.input_indexes.iter().zip(&request.inputs) {
+                if !arg.has_no_value && c.byte_len(i) > room(arg) {
+                    tracing::debug!("input operand {i}: location shorter than its data");
+                    return fail(ErrorStatus::InvalidArgument);
+                }
             }
+            // Outputs whose shapes only the run tells are sized after it.
+            let dynamic_outputs = sg
+                .output_indexes
+                .iter()
+                .any(|&o| c.dynamic.get(o as usize).copied().unwrap_or(false));
+            let static_shapes: Vec<(u32, Vec<usize>)> = sg
+                .output_indexes
+                .iter()
+                .map(|&o| (o, c.shapes[o as usize].clone().unwrap_or_default()))
+                .collect();
+            let mut shapes_out = if dynamic_outputs {
+                Vec::new()
+            } else {
+                match sized_outputs(c, &static_shapes, request, &pools, &room) {
+                    Ok(s) => s,
+                    Err(e) => return e,
+                }
+            };
+            let moved = |args: &[RequestArgument], ops: &[u32], pool: usize| -> Vec<Span> {
+                args.iter()
+                    .zip(ops)
+                    .filter(|(a, &i)| {
+                        !a.has_no_value
+                            && a.location.pool_index as usize == pool
+                            && c.byte_len(i) > 0
+                            && !self.deferred[i as usize]
+                    })
+                    .map(|(a, &i)| (a.location.offset as u64, c.byte_len(i)))
+                    .collect()
+            };
+            let mut devpools: Vec<DevicePool> = Vec::with_capacity(pools.len());
+            for (p, r) in pools.iter().enumerate() {
+                let r = match r {
+                    ReqPool::Host(r) => r,
+                    ReqPool::Device(b) => {
+                        devpools.push(DevicePool::Driver(b.addr()));
+                        continue;
+                    }
+                };
+                let pool = if r.mappable() {
+                    self.hw
+                        .map(r.fd, r.offset, r.size, r.perm)
+                        .map(DevicePool::Mapped)
+                        .map_err(|e| hw_status(&e))
+                } else {
+                    let reads = moved(&request.inputs, &sg.input_indexes, p);
+                    let writes = moved(&request.outputs, &sg.output_indexes, p);
+                    let spans: Vec<Span> = reads.iter().chain(&writes).copied().collect();
+                    stage(&self.hw, &self.io, r, &spans, &reads, writes)
+                };
+                match pool {
+                    Ok(d) => devpools.push(d),
+                    Err(s) => return fail(s),
+                }
+            }
+            let (cb, ab) = (self.const_base(), inst.arena.addr);
+            let addr = |i: u32| c.address(i, &self.block, cb, ab);
+            let iova = |pool: u32, off: u32| devpools.get(pool as usize).and_then(|d| d.iova(off));
+            let mut cmds = Vec::new();
+            for (&i, arg) in sg.input_indexes.iter().zip(&request.inputs) {
+                let len = c.byte_len(i);
+                if arg.has_no_value || len == 0 || self.deferred[i as usize] {
+                    continue;
+                }
+                match (iova(arg.location.pool_index, arg.location.offset), addr(i)) {
+                    (Some(src), Some(dst)) => cmds.push(dma(src, dst, len)),
+                    _ => return fail(ErrorStatus::GeneralFailure),
+                }
+            }
+            cmds.push(fence());
+            let (loop_ns, program_ns) = match c.loops {
+                true => {
+                    let t = loop_timeout_ns(loop_timeout);
+                    (t, inst.program_ns.max(t))
+                }
+                false => (0, inst.program_ns),
+            };
+            let report = match dynamic_outputs {
+                true => match self
+                    .hw
+                    .alloc_dram((c.reported().len() as u64 * REPORT_ENTRY).max(1))
+                {
+                    Ok(b) => Some(b),
+                    Err(e) if grows(&e) => {
+                        overflowed = Some(inst.compiled.clone());
+                        continue;
+                    }
+                    Err(e) if grows(&e) => {
+                        overflowed = Some(inst.compiled.clone());
+                        continue;
+                    }
+                    Err(e) => return fail(hw_status(&e)),
+                },
+                false => None,
+            };
+            cmds.push(SubmissionEntry::new(
+                Opcode::RunProgram,
+                0,
+                [
+                    inst.program.addr,
+                    0,
+                    inst.program_len,
+                    loop_ns,
+                    report.as_ref().map_or(0, |b| b.addr),
+                    0,
+                ],
+            ));
+            cmds.push(fence());
+            let mut done = Vec::new();
+            if let Some(report) = &report {
+                // Run first, read the shapes the run produced, then size the outputs.
+                match self
+                    .hw
+                    .run(std::mem::take(&mut cmds), program_ns, Some(epoch))
+                {
+                    Ok(d) => done.extend(d),
+                    Err(e) if grows(&e) => {
+                        overflowed = Some(inst.compiled.clone());
+                        continue;
+                    }
+                    Err(e) if grows(&e) => {
+                        overflowed = Some(inst.compiled.clone());
+                        continue;
+                    }
+                    Err(e) => return fail(hw_status(&e)),
+                }
+                let len = c.reported().len() as u64 * REPORT_ENTRY;
+                let real =
+                    match crate::domain::transfer::dram_to_bytes(&self.hw, report.addr, len, epoch)
+                        .ok()
+                        .and_then(|b| c.parse_report(&b))
+                    {
+                        Some(r) => r,
+                        None => return fail(ErrorStatus::GeneralFailure),
+                    };
+                let shapes: Vec<(u32, Vec<usize>)> = static_shapes
+                    .into_iter()
+                    .map(|(o, s)| match real.iter().find(|(i, _)| *i == o) {
+                        Some((_, r)) => (o, r.clone()),
+                        None => (o, s),
+                    })
+                    .collect();
+                shapes_out = match sized_outputs(c, &shapes, request, &pools, &room) {
+                    Ok(s) => s,
+                    Err(e) => return e,
+                };
+            }
+            for ((&o, arg), shape) in sg
+                .output_indexes
+                .iter()
+                .zip(&request.outputs)
+                .zip(&shapes_out)
+            {
+                let dims: Vec<usize> = shape.dimensions.iter().map(|&d| d as usize).collect();
+                let len = c.bytes_in(o, &dims);
+                if len == 0 {
+                    continue;
+                }
+                match (addr(o), iova(arg.location.pool_index, arg.location.offset)) {
+                    (Some(src), Some(dst)) => cmds.push(dma(src, dst, len)),
+                    _ => return fail(ErrorStatus::GeneralFailure),
+                }
+            }
+            match self.hw.run(cmds, program_ns, Some(epoch)) {
+                Ok(d) => done.extend(d),
+                Err(e) if grows(&e) => {
+                    overflowed = Some(inst.compiled.clone());
+                    continue;
+                }
+                Err(e) => return fail(hw_status(&e)),
+            }
+            for (d, r) in devpools.iter().zip(&pools) {
+                let ReqPool::Host(r) = r else { continue };
+                if let Err(e) = d.write_back(&self.io, r) {
+                    tracing::debug!("staged pool write-back: {e}");
+                    return fail(ErrorStatus::GeneralFailure);
+                }
+            }
+            drop(devpools);
+            for (arg, shape) in request.outputs.iter().zip(&shapes_out) {
+                if let Some(ReqPool::Device(b)) = pools.get(arg.location.pool_index as usize) {
+                    b.written(shape.dimensions.clone(), epoch);
+                }
+            }
+            // The device cannot stop a program midway; a deadline that passed while it ran is
+            // still a missed deadline (as NN's executor reports one found between operations).
+            if deadline.has_passed() {
+                return fail(ErrorStatus::MissedDeadlineTransient);
+            }
+            let timing = if measure == MeasureTiming::YES {
+                let on_device = done.iter().map(|c| c.device_ns).sum::<u64>() / 1000;
+                measured(start, on_device)
+            } else {
+                Timing::NONE
+            };
+            return (ErrorStatus::None, shapes_out, timing);
         }
-        // The device cannot stop a program midway; a deadline that passed while it ran is
-        // still a missed deadline (as NN's executor reports one found between operations).
-        if deadline.has_passed() {
-            return fail(ErrorStatus::MissedDeadlineTransient);
-        }
-        let timing = if measure == MeasureTiming::YES {
-            let on_device = done.iter().map(|c| c.device_ns).sum::<u64>() / 1000;
-            measured(start, on_device)
-        } else {
-            Timing::NONE
-        };
-        (ErrorStatus::None, shapes_out, timing)
+        tracing::debug!("a loop state kept outgrowing its capacity");
+        fail(ErrorStatus::GeneralFailure)
     }
+}
+
+/// How many times one execution may grow its program's dynamic capacities.
+const MAX_REGROWS: usize = 8;
+
+/// Whether a device failure is a dynamic tensor outgrowing its capacity.
+fn grows(e: &HwError) -> bool {
+    matches!(
+        e,
+        HwError::Command {
+            status: Some(Status::CapacityExceeded),
+            ..
+        }
+    )
+}
+
+/// The loop timeout an execution asks for, in ns: 2 s unless set, at most 15 s (the
+/// HAL's default and maximum).
+fn loop_timeout_ns(t: OptionalTimeoutDuration) -> u64 {
+    const DEFAULT_NS: u64 = 2_000_000_000;
+    const MAX_NS: u64 = 15_000_000_000;
+    t.0.unwrap_or(DEFAULT_NS).min(MAX_NS)
+}
+
+/// The output shapes of an execution and whether each fits its location: the error to
+/// return when one does not (OUTPUT_INSUFFICIENT_SIZE with the shapes, or GENERAL_FAILURE
+/// for a driver-managed buffer, which cannot grow).
+fn sized_outputs(
+    c: &Compiled,
+    shapes: &[(u32, Vec<usize>)],
+    request: &Request,
+    pools: &[ReqPool<'_>],
+    room: &dyn Fn(&RequestArgument) -> u64,
+) -> Result<Vec<OutputShape>, (ErrorStatus, Vec<OutputShape>, Timing)> {
+    let mut out = Vec::with_capacity(shapes.len());
+    let mut sufficient = true;
+    let mut device_short = false;
+    for ((o, shape), arg) in shapes.iter().zip(&request.outputs) {
+        let ok = c.bytes_in(*o, shape) <= room(arg);
+        sufficient &= ok;
+        device_short |= !ok
+            && matches!(
+                pools.get(arg.location.pool_index as usize),
+                Some(ReqPool::Device(_))
+            );
+        out.push(OutputShape {
+            dimensions: shape.iter().map(|&d| d as u32).collect(),
+            is_sufficient: ok,
+        });
+    }
+    if device_short {
+        return Err((ErrorStatus::GeneralFailure, Vec::new(), Timing::NONE));
+    }
+    if !sufficient {
+        return Err((ErrorStatus::OutputInsufficientSize, out, Timing::NONE));
+    }
+    Ok(out)
 }
 
 /// Timing since `start` with `on_device` µs of device time, capped by the time the driver
@@ -925,9 +1096,16 @@ impl IPreparedModel for VnpuPreparedModel {
         request: &Request,
         measure: MeasureTiming,
         deadline: OptionalTimePoint,
-        _loop_timeout: OptionalTimeoutDuration,
+        loop_timeout: OptionalTimeoutDuration,
     ) -> (ErrorStatus, Vec<OutputShape>, Timing) {
-        self.run(request, measure, deadline, Instant::now(), false)
+        self.run(
+            request,
+            measure,
+            deadline,
+            loop_timeout,
+            Instant::now(),
+            false,
+        )
     }
 
     /// As the sample driver: the fences are waited on and the execution runs on the
@@ -938,7 +1116,7 @@ impl IPreparedModel for VnpuPreparedModel {
         wait_for: &[NativeHandle],
         measure: MeasureTiming,
         deadline: OptionalTimePoint,
-        _loop_timeout: OptionalTimeoutDuration,
+        loop_timeout: OptionalTimeoutDuration,
         duration: OptionalTimeoutDuration,
     ) -> FencedResult {
         let launched = Instant::now();
@@ -959,7 +1137,8 @@ impl IPreparedModel for VnpuPreparedModel {
             return fail(e.status());
         }
         let fenced = Instant::now();
-        let (status, _, since_fence) = self.run(request, measure, deadline, fenced, true);
+        let (status, _, since_fence) =
+            self.run(request, measure, deadline, loop_timeout, fenced, true);
         if status != ErrorStatus::None {
             return fail(status);
         }

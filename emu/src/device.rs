@@ -120,9 +120,23 @@ enum Event {
 }
 
 enum Job {
-    Copy { src: u64, dst: u64, len: u64 },
-    Sg { list: u64, count: u64 },
-    Program { addr: u64, len: u64 },
+    Copy {
+        src: u64,
+        dst: u64,
+        len: u64,
+    },
+    Sg {
+        list: u64,
+        count: u64,
+    },
+    Program {
+        addr: u64,
+        len: u64,
+        /// Loop timeout (0: the program has no loops).
+        loop_timeout_ns: u64,
+        /// Where to report the run-time shapes of dynamic tensors (0: nowhere).
+        report: u64,
+    },
 }
 
 struct Work {
@@ -175,7 +189,12 @@ fn is_small(job: &Job) -> bool {
     match *job {
         Job::Copy { len, .. } => len <= INLINE_DMA_BYTES,
         Job::Sg { count, .. } => count <= INLINE_SG_ENTRIES,
-        Job::Program { len, .. } => len <= INLINE_PROGRAM_BYTES,
+        // A program with loops may run long: never on the doorbell's thread.
+        Job::Program {
+            len,
+            loop_timeout_ns,
+            ..
+        } => len <= INLINE_PROGRAM_BYTES && loop_timeout_ns == 0,
     }
 }
 
@@ -381,7 +400,21 @@ fn run_guarded(bus: &Bus, w: &Work) -> Outcome {
         match w.job {
             Job::Copy { src, dst, len } => dma::run_copy(bus, src, dst, len, w.fault),
             Job::Sg { list, count } => dma::run_sg(bus, list, count, w.fault),
-            Job::Program { addr, len } => compute::run_program(bus, addr, len, w.req_id),
+            Job::Program {
+                addr,
+                len,
+                loop_timeout_ns,
+                report,
+            } => compute::run_program(
+                bus,
+                compute::Run {
+                    addr,
+                    len,
+                    loop_timeout_ns,
+                    report,
+                },
+                w.req_id,
+            ),
         }
     };
     catch_unwind(AssertUnwindSafe(run)).unwrap_or_else(|_| {
@@ -745,7 +778,7 @@ impl CommandProcessor {
             self.s.raise(regs::IRQ_ERROR);
             return;
         }
-        let [a, b, c, d, ..] = e.args;
+        let [a, b, c, d, report, ..] = e.args;
         let job = match op {
             Some(Opcode::Nop) => {
                 self.complete(e.req_id, irq, Outcome::ok(0));
@@ -761,7 +794,12 @@ impl CommandProcessor {
                 len: c,
             },
             Some(Opcode::DmaSg) => Job::Sg { list: a, count: d },
-            Some(Opcode::RunProgram) => Job::Program { addr: a, len: c },
+            Some(Opcode::RunProgram) => Job::Program {
+                addr: a,
+                len: c,
+                loop_timeout_ns: d,
+                report,
+            },
             None => return,
         };
         let Some((dma, compute)) = &self.engines else {

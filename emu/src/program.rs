@@ -16,6 +16,11 @@
 //!                    u32 inputs[n_in] | u32 outputs[n_out] | u32 params[n_params]
 //! ```
 //! Tensor addresses are absolute device addresses in DRAM, aligned to the element size.
+//! Bit 31 of the dtype word marks a *dynamic* tensor: its shape in the table is a capacity
+//! (`byte_len` bytes), and its real shape is set at run time by the op that writes it (a
+//! kernel whose output shapes depend on the input values, or one that reads a dynamic
+//! tensor). A dynamic tensor is plain. The sequencer's instructions ([`crate::kernels::control`])
+//! travel in the op stream; a branch target is an op index, at most `op_count`.
 //! The layout ([`Layout`]) is 0 (plain, what every earlier v2 program has) or 1 (a float32
 //! filter pre-packed in GEMM panels, whose `byte_len` is then the packed size); a packed
 //! tensor may only be the filter (input 1) of a CONV_2D or FULLY_CONNECTED op and is never
@@ -47,6 +52,8 @@ pub const MAX_SCALES: u32 = 1 << 20;
 pub const MAX_PROGRAM_LEN: u64 = 64 << 20;
 
 const NO_AXIS: u32 = u32::MAX;
+/// The dtype word's bit marking a dynamic tensor.
+const DYNAMIC: u32 = 1 << 31;
 
 /// A tensor of the program: its type and where it lives in device DRAM.
 #[derive(Clone, Debug, PartialEq)]
@@ -55,15 +62,22 @@ pub struct TensorDesc {
     pub ty: TensorType,
     /// Device address.
     pub addr: u64,
-    /// Bytes: element count times element size.
+    /// Bytes: element count times element size (for a dynamic tensor: its capacity).
     pub byte_len: u64,
+    /// The shape is a capacity; the real shape is known at run time.
+    pub dynamic: bool,
 }
 
 impl TensorDesc {
     /// A descriptor whose byte length follows from the type (its shape and layout).
     pub fn new(ty: TensorType, addr: u64) -> TensorDesc {
         let byte_len = ty.layout.byte_len(ty.dtype, &ty.shape).unwrap_or(u64::MAX);
-        TensorDesc { ty, addr, byte_len }
+        TensorDesc {
+            ty,
+            addr,
+            byte_len,
+            dynamic: false,
+        }
     }
 }
 
@@ -106,7 +120,11 @@ impl Program {
         put(&mut w, scales.len() as u32);
         w.extend_from_slice(&0u64.to_le_bytes());
         for t in &self.tensors {
-            put(&mut w, t.ty.dtype as u32 | (t.ty.layout as u32) << 16);
+            let dynamic = if t.dynamic { DYNAMIC } else { 0 };
+            put(
+                &mut w,
+                t.ty.dtype as u32 | (t.ty.layout as u32) << 16 | dynamic,
+            );
             put(&mut w, t.ty.shape.len() as u32);
             for i in 0..MAX_RANK {
                 put(&mut w, t.ty.shape.get(i).copied().unwrap_or(0) as u32);
@@ -190,8 +208,13 @@ impl Program {
             let dtype_raw = word & 0xFFFF;
             let dtype =
                 DType::from_u32(dtype_raw).ok_or_else(|| bad(format!("dtype {dtype_raw}")))?;
-            let layout = Layout::from_u32(word >> 16)
-                .ok_or_else(|| bad(format!("layout {}", word >> 16)))?;
+            let dynamic = word & DYNAMIC != 0;
+            let layout_raw = (word & !DYNAMIC) >> 16;
+            let layout =
+                Layout::from_u32(layout_raw).ok_or_else(|| bad(format!("layout {layout_raw}")))?;
+            if dynamic && layout != Layout::Plain {
+                return Err(bad("a dynamic tensor must be plain".into()));
+            }
             let rank = r.u32("tensor")? as usize;
             let mut dims = [0u32; MAX_RANK];
             for d in &mut dims {
@@ -230,7 +253,7 @@ impl Program {
                 return Err(bad("channel axis and channel count disagree".into()));
             }
             raw.push((
-                (dtype, layout),
+                (dtype, layout, dynamic),
                 shape,
                 addr,
                 byte_len,
@@ -246,8 +269,10 @@ impl Program {
         }
         let mut next_scale = 0usize;
         let mut tensors = Vec::with_capacity(raw.len());
-        for (index, ((dtype, layout), shape, addr, byte_len, scale, zero_point, axis, channels)) in
-            raw.into_iter().enumerate()
+        for (
+            index,
+            ((dtype, layout, dynamic), shape, addr, byte_len, scale, zero_point, axis, channels),
+        ) in raw.into_iter().enumerate()
         {
             let bad = |reason: String| ProgramError::Tensor {
                 index: index as u32,
@@ -278,7 +303,12 @@ impl Program {
                 layout,
             };
             ty.validate_quant().map_err(bad)?;
-            tensors.push(TensorDesc { ty, addr, byte_len });
+            tensors.push(TensorDesc {
+                ty,
+                addr,
+                byte_len,
+                dynamic,
+            });
         }
         if next_scale != scales.len() {
             return Err(ProgramError::Header("unused per-channel scales".into()));
@@ -307,8 +337,12 @@ impl Program {
                 outputs.iter().map(|&i| get(i)).collect::<Result<_, _>>()?;
             let in_tys: Vec<&TensorType> = ins.iter().map(|t| &t.ty).collect();
             let out_tys: Vec<&TensorType> = outs.iter().map(|t| &t.ty).collect();
-            op.check(&in_tys, &out_tys)
-                .map_err(|e| bad(e.to_string()))?;
+            // Shapes of dynamic tensors are known at run time, where every op is checked
+            // again on the tensors' current shapes.
+            if !ins.iter().chain(&outs).any(|t| t.dynamic) {
+                op.check(&in_tys, &out_tys)
+                    .map_err(|e| bad(e.to_string()))?;
+            }
             check_layouts(&op, &in_tys, &out_tys).map_err(bad)?;
             for (&o, t) in outputs.iter().zip(&outs) {
                 for (&i, s) in inputs.iter().zip(&ins) {
@@ -325,6 +359,16 @@ impl Program {
         }
         if r.pos != bytes.len() {
             return Err(ProgramError::Header("trailing bytes".into()));
+        }
+        for (index, o) in ops.iter().enumerate() {
+            if let Some(t) = o.op.branch_target() {
+                if t as usize > ops.len() {
+                    return Err(ProgramError::Op {
+                        index: index as u32,
+                        reason: format!("branch target {t} beyond the program's end"),
+                    });
+                }
+            }
         }
         Ok(Program { tensors, ops })
     }

@@ -71,6 +71,12 @@ pub enum Status {
     /// The transfer's end-to-end check (the link CRC / ECC of the modelled silicon) caught
     /// corrupted data: the destination holds bad bytes and must not be used.
     DataError = 8,
+    /// A program loop ran past the command's loop timeout; the engine stopped it at a
+    /// back edge and is ready for the next command.
+    LoopTimeout = 9,
+    /// A dynamic tensor's value outgrew the capacity the program gave it (a loop state
+    /// growing past its room); the driver may retry with a larger program.
+    CapacityExceeded = 10,
 }
 
 impl Status {
@@ -85,6 +91,8 @@ impl Status {
             6 => Status::DeviceLost,
             7 => Status::EngineFault,
             8 => Status::DataError,
+            9 => Status::LoopTimeout,
+            10 => Status::CapacityExceeded,
             _ => return None,
         })
     }

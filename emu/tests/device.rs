@@ -591,3 +591,122 @@ fn small_commands_complete_inline_on_an_idle_device() {
         assert_eq!(done[0].status, Status::Ok as u16);
     }
 }
+
+/// Loads `program` and float32 `x` (at DRAM 0x100, one element), runs it with
+/// `loop_timeout_ns` and returns the run's status and `x` afterwards.
+fn run_loop(
+    dev: &Device,
+    q: &mut HostQueue,
+    program: &[u8],
+    x: f32,
+    loop_timeout_ns: u64,
+) -> (u16, f32) {
+    let buf = SharedRegion::new("buf", 16384).unwrap();
+    buf.write_f32(0, &[x, 1.0, 5.0]).unwrap();
+    buf.write(1024, program).unwrap();
+    dev.iommu()
+        .map(BUF_IOVA, buf.fd(), 0, 16384, Perm::READ_WRITE)
+        .unwrap();
+    let plen = program.len() as u64;
+    q.submit(
+        dev,
+        &[
+            cmd(Opcode::DmaCopy, 1, BUF_IOVA, DRAM_BASE + 0x100, 12),
+            cmd(
+                Opcode::DmaCopy,
+                2,
+                BUF_IOVA + 1024,
+                DRAM_BASE + 0x1000,
+                plen,
+            ),
+            cmd(Opcode::Fence, 3, 0, 0, 0),
+            SubmissionEntry::new(
+                Opcode::RunProgram,
+                4,
+                [DRAM_BASE + 0x1000, 0, plen, loop_timeout_ns, 0, 0],
+            ),
+            cmd(Opcode::Fence, 5, 0, 0, 0),
+            cmd(Opcode::DmaCopy, 6, DRAM_BASE + 0x100, BUF_IOVA + 8192, 4),
+            cmd(Opcode::Fence, 7, 0, 0, 0),
+        ],
+    )
+    .unwrap();
+    let done = wait_for(q, dev, 7);
+    let run = done.iter().find(|c| c.req_id == 4).unwrap().status;
+    let mut out = [0f32; 1];
+    buf.read_f32(8192, &mut out).unwrap();
+    dev.iommu().unmap(BUF_IOVA).unwrap();
+    (run, out[0])
+}
+
+/// `while x < limit { x = x + step }` as device control: x at 0x100, step at 0x104,
+/// limit at 0x108 (`limit` false: `x != limit`, endless from a start off the grid).
+fn counting_loop(limit: bool) -> Vec<u8> {
+    use vnpu_emu::kernels::{BranchIfFalse, Compare, CompareKind, Copy, Jump};
+    let f = |addr: u64| TensorDesc::new(TensorType::new(DType::F32, &[1]), DRAM_BASE + addr);
+    let b = TensorDesc::new(TensorType::new(DType::Bool8, &[1]), DRAM_BASE + 0x140);
+    let kind = if limit {
+        CompareKind::Less
+    } else {
+        CompareKind::NotEqual
+    };
+    let op = |op: KernelOp, inputs: Vec<u32>, outputs: Vec<u32>| OpDesc {
+        op,
+        inputs,
+        outputs,
+    };
+    Program {
+        // x, step, limit, cond, x + step
+        tensors: vec![f(0x100), f(0x104), f(0x108), b, f(0x180)],
+        ops: vec![
+            op(Compare { kind }.into(), vec![0, 2], vec![3]),
+            op(BranchIfFalse { target: 5 }.into(), vec![3], vec![]),
+            op(
+                Binary {
+                    kind: BinaryKind::Add,
+                    act: Activation::None,
+                }
+                .into(),
+                vec![0, 1],
+                vec![4],
+            ),
+            op(Copy.into(), vec![4], vec![0]),
+            op(Jump { target: 0 }.into(), vec![], vec![]),
+        ],
+    }
+    .encode()
+}
+
+#[test]
+fn a_loop_runs_on_the_device() {
+    let dev = device();
+    let mut q = HostQueue::create(&dev, 32, RING_IOVA).unwrap();
+    let (status, x) = run_loop(&dev, &mut q, &counting_loop(true), 0.0, 2_000_000_000);
+    assert_eq!(status, Status::Ok as u16);
+    assert_eq!(x, 5.0);
+}
+
+#[test]
+fn a_loop_past_its_timeout_stops_and_the_device_goes_on() {
+    let dev = device();
+    let mut q = HostQueue::create(&dev, 32, RING_IOVA).unwrap();
+    let (status, _) = run_loop(&dev, &mut q, &counting_loop(false), 0.5, 20_000_000);
+    assert_eq!(status, Status::LoopTimeout as u16);
+    let (status, x) = run_loop(&dev, &mut q, &counting_loop(true), 2.0, 2_000_000_000);
+    assert_eq!(status, Status::Ok as u16);
+    assert_eq!(x, 5.0);
+}
+
+#[test]
+fn a_branch_beyond_the_end_is_rejected() {
+    use vnpu_emu::kernels::Jump;
+    let p = Program {
+        tensors: vec![],
+        ops: vec![OpDesc {
+            op: Jump { target: 2 }.into(),
+            inputs: vec![],
+            outputs: vec![],
+        }],
+    };
+    assert!(Program::decode(&p.encode(), DRAM_BASE, 1 << 20).is_err());
+}

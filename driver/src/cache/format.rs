@@ -17,14 +17,14 @@ use vnpu_emu::tensor::Layout;
 use super::mac::MAC_LEN;
 use super::wire::{Reader, Writer};
 use super::CacheError;
-use crate::compile::{Compiled, Lowered, Placement};
+use crate::compile::{Compiled, Growth, Lowered, Placement};
 use crate::hal::{
     DataLocation, ExtensionNameAndPrefix, ExtraParams, Model, Operand, OperandLifeTime,
     OperandType, Operation, OperationType, Subgraph, SymmPerChannelQuantParams,
 };
 
 /// The cache format version (part of the build id the MAC binds).
-pub const FORMAT_VERSION: u32 = 3;
+pub const FORMAT_VERSION: u32 = 4;
 /// Where the saved program's arena starts: its constants are encoded at their offsets in
 /// the data cache (base 0), its arena tensors at this plus their arena offsets, and a
 /// load relocates both ([`vnpu_emu::program::relocate`]).
@@ -234,6 +234,13 @@ fn put_compiled(w: &mut Writer, c: &Compiled) {
         }
     });
     w.u64(c.arena_size);
+    w.list(&c.dynamic, |w, &d| w.u8(u8::from(d)));
+    w.u8(u8::from(c.loops));
+    w.list(&c.grown, |w, g| {
+        w.u32(g.operand);
+        w.usizes(&g.initial);
+        w.usizes(&g.cap);
+    });
 }
 
 fn get_compiled(r: &mut Reader<'_>, operands: &[Operand]) -> Result<Compiled, CacheError> {
@@ -258,12 +265,30 @@ fn get_compiled(r: &mut Reader<'_>, operands: &[Operand]) -> Result<Compiled, Ca
         2 => Ok(Some(Placement::Arena(r.u64()?))),
         _ => Err(CacheError::Malformed("placement")),
     })?;
+    let arena_size = r.u64()?;
+    let flag = |r: &mut Reader<'_>| match r.u8()? {
+        0 => Ok(false),
+        1 => Ok(true),
+        _ => Err(CacheError::Malformed("flag")),
+    };
+    let dynamic = r.list(1, flag)?;
+    let loops = flag(r)?;
+    let grown = r.list(12, |r| {
+        Ok(Growth {
+            operand: r.u32()?,
+            initial: r.usizes()?,
+            cap: r.usizes()?,
+        })
+    })?;
     Ok(Compiled {
         ops,
         shapes,
         placement,
-        arena_size: r.u64()?,
+        arena_size,
         operands: operands.to_vec(),
+        dynamic,
+        loops,
+        grown,
     })
 }
 
@@ -434,6 +459,7 @@ pub fn check(image: &Image, data_len: u64) -> Result<(), CacheError> {
     if inst.input_shapes.len() != m.main.input_indexes.len()
         || c.shapes.len() != n
         || c.placement.len() != n
+        || c.dynamic.len() != n
     {
         return Err(bad("instance size"));
     }

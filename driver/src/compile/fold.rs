@@ -27,8 +27,17 @@ pub fn fold_constants(model: &Model, constants: &mut [Option<Vec<u8>>]) -> usize
     let deferred = deferred_inputs(sg);
     let omitted = vec![false; sg.operands.len()];
     let mut folded = 0;
+    // An operand with two writers (an IF's result, a loop's state) is no constant.
+    let mut writers = vec![0u32; sg.operands.len()];
     for op in &sg.operations {
-        if !foldable(sg, op, constants) {
+        for &o in &op.outputs {
+            if let Some(w) = writers.get_mut(o as usize) {
+                *w += 1;
+            }
+        }
+    }
+    for op in &sg.operations {
+        if !foldable(sg, op, constants) || op.outputs.iter().any(|&o| writers[o as usize] > 1) {
             continue;
         }
         let shapes: Vec<Option<Vec<usize>>> = sg

@@ -4,6 +4,7 @@
 //! liveness.
 
 pub mod constants;
+pub mod control;
 mod fold;
 pub mod lower;
 pub mod plan;
@@ -102,6 +103,10 @@ pub enum CompileError {
     /// The operand type has no device element type.
     #[error("operand {0}: {1} has no device element type")]
     NoDeviceType(u32, OperandType),
+    /// A loop state changes shape across iterations: [`compile`] compiles again with it
+    /// dynamic (never returned from [`compile`]).
+    #[error("loop state {} grows", .0.operand)]
+    StateGrows(Box<Growth>),
 }
 
 impl CompileError {
@@ -200,6 +205,14 @@ pub struct Compiled {
     pub arena_size: u64,
     /// The subgraph's operands (types and quantisation of the device tensors).
     pub operands: Vec<Operand>,
+    /// Operands whose shape is known only at run time (`shapes` holds their capacity):
+    /// outputs of kernels whose shapes depend on values, whatever reads those, and IF
+    /// results whose branches disagree on a shape.
+    pub dynamic: Vec<bool>,
+    /// Whether the program loops (a WHILE), so needs a loop timeout.
+    pub loops: bool,
+    /// The loop states that change shape, with the capacities given to them.
+    pub grown: Vec<Growth>,
 }
 
 /// The constant tensors of a model, laid out for upload in the device's format:
@@ -320,10 +333,32 @@ pub fn deferred_inputs(sg: &Subgraph) -> Vec<bool> {
 /// lowering and runs it on these operand types. Only the definitions decide; a supported
 /// operation that then fails to compile is a failure, never a skip.
 pub fn supported_operations(model: &Model) -> Vec<bool> {
-    let sg = &model.main;
+    operations_supported(model, &model.main, 0)
+}
+
+/// [`supported_operations`] of one subgraph. IF and WHILE run when every operation of
+/// the subgraphs they reference does.
+fn operations_supported(model: &Model, sg: &Subgraph, depth: usize) -> Vec<bool> {
     sg.operations
         .iter()
         .map(|op| {
+            if matches!(op.r#type, OperationType::IF | OperationType::WHILE) {
+                return depth < control::MAX_DEPTH
+                    && op.inputs.iter().all(|&i| {
+                        let Some(o) = sg.operands.get(i as usize) else {
+                            return false;
+                        };
+                        if o.lifetime != OperandLifeTime::SUBGRAPH {
+                            return true;
+                        }
+                        model
+                            .referenced
+                            .get(o.location.offset as usize)
+                            .is_some_and(|r| {
+                                !operations_supported(model, r, depth + 1).contains(&false)
+                            })
+                    });
+            }
             let Some(def) = crate::ops::definition(op.r#type) else {
                 return false;
             };
@@ -375,6 +410,57 @@ fn operand_types(
         .collect()
 }
 
+/// A loop state whose shape changes from one iteration to the next: the device keeps it
+/// as a dynamic tensor of capacity `cap` (the shape it started with, `initial`, with
+/// every changing dimension enlarged).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Growth {
+    /// The state operand.
+    pub operand: u32,
+    /// Its shape when the loop starts.
+    pub initial: Vec<usize>,
+    /// Its capacity.
+    pub cap: Vec<usize>,
+}
+
+impl Growth {
+    /// Room for `iterations` more steps of the change from `from` to `to`.
+    fn new(operand: u32, from: &[usize], to: &[usize], iterations: usize) -> Growth {
+        let cap = from
+            .iter()
+            .zip(to)
+            .map(|(&a, &b)| {
+                a.max(b)
+                    .saturating_add(a.abs_diff(b).saturating_mul(iterations))
+            })
+            .collect();
+        Growth {
+            operand,
+            initial: from.to_vec(),
+            cap,
+        }
+    }
+
+    /// Twice the room in every dimension that changes.
+    fn doubled(&self) -> Growth {
+        let cap = self
+            .initial
+            .iter()
+            .zip(&self.cap)
+            .map(|(&a, &c)| if a == c { c } else { c.saturating_mul(2) })
+            .collect();
+        Growth {
+            cap,
+            ..self.clone()
+        }
+    }
+}
+
+/// How many iterations of growth a first capacity allows for.
+const FIRST_GROWTH: usize = 16;
+/// How many times compilation may discover another growing loop state.
+const MAX_GROWTHS: usize = 64;
+
 /// Compiles the main subgraph for concrete input shapes. `constants` includes the
 /// values of deferred inputs when the caller knows them; `omitted` marks the inputs the
 /// request leaves out.
@@ -383,6 +469,48 @@ pub fn compile(
     constants: &[Option<Vec<u8>>],
     input_shapes: &[Vec<usize>],
     omitted: &[bool],
+) -> Result<Compiled, CompileError> {
+    compile_grown(model, constants, input_shapes, omitted, Vec::new())
+}
+
+/// [`compile`] again after the device found a growing loop state beyond its capacity
+/// (`before` is the instance that overflowed): every capacity doubles.
+pub fn compile_larger(
+    model: &Model,
+    constants: &[Option<Vec<u8>>],
+    input_shapes: &[Vec<usize>],
+    omitted: &[bool],
+    before: &Compiled,
+) -> Result<Compiled, CompileError> {
+    let grown = before.grown.iter().map(Growth::doubled).collect();
+    compile_grown(model, constants, input_shapes, omitted, grown)
+}
+
+fn compile_grown(
+    model: &Model,
+    constants: &[Option<Vec<u8>>],
+    input_shapes: &[Vec<usize>],
+    omitted: &[bool],
+    mut grown: Vec<Growth>,
+) -> Result<Compiled, CompileError> {
+    for _ in 0..MAX_GROWTHS {
+        match compile_inner(model, constants, input_shapes, omitted, &grown) {
+            Err(CompileError::StateGrows(g)) => grown.push(*g),
+            r => return r,
+        }
+    }
+    Err(CompileError::InvalidParam {
+        op: "WHILE",
+        reason: "too many growing loop states".into(),
+    })
+}
+
+fn compile_inner(
+    model: &Model,
+    constants: &[Option<Vec<u8>>],
+    input_shapes: &[Vec<usize>],
+    omitted: &[bool],
+    grown: &[Growth],
 ) -> Result<Compiled, CompileError> {
     let sg = &model.main;
     let n = sg.operands.len();
@@ -397,21 +525,47 @@ pub fn compile(
         shapes[idx as usize] = Some(s.clone());
     }
     let deferred = deferred_inputs(sg);
-    let mut lowered = Vec::with_capacity(sg.operations.len());
+    let mut lowered: Vec<Lowered> = Vec::with_capacity(sg.operations.len());
+    let mut dynamic = vec![false; n];
+    let mut pinned = vec![false; n];
+    for g in grown {
+        let at = g.operand as usize;
+        if at >= n {
+            return Err(CompileError::OperandRange(g.operand));
+        }
+        bounded(sg, g.operand, &g.cap)?;
+        shapes[at] = Some(g.cap.clone());
+        dynamic[at] = true;
+        pinned[at] = true;
+    }
+    let mut written_at: Vec<Option<usize>> = vec![None; n];
+    let mut control = ControlStack::default();
     for (index, op) in sg.operations.iter().enumerate() {
+        if control::is_marker(op.r#type) && op.r#type != control::COPY {
+            control.mark(op, &mut lowered)?;
+            continue;
+        }
         // Folded at preparation ([`fold_constants`]): its outputs are constants now.
         let is_constant = |o: &u32| constants.get(*o as usize).is_some_and(|c| c.is_some());
         if !op.outputs.is_empty() && op.outputs.iter().all(is_constant) {
             continue;
         }
-        let ops = Operands {
-            subgraph: sg,
-            constants,
-            shapes: &shapes,
-            deferred: &deferred,
-            omitted,
+        let l = if op.r#type == control::COPY {
+            Lowered {
+                op: vnpu_emu::kernels::Copy.into(),
+                inputs: op.inputs.clone(),
+                outputs: op.outputs.clone(),
+            }
+        } else {
+            let ops = Operands {
+                subgraph: sg,
+                constants,
+                shapes: &shapes,
+                deferred: &deferred,
+                omitted,
+            };
+            lower(&ops, op)?
         };
-        let l = lower(&ops, op)?;
         let kernel = |e: vnpu_emu::kernels::KernelError| CompileError::Kernel {
             index,
             reason: e.to_string(),
@@ -422,23 +576,75 @@ pub fn compile(
         let in_tys = operand_types(sg, &shapes, &l.inputs)?;
         let refs: Vec<&TensorType> = in_tys.iter().collect();
         let outs = l.op.output_shapes(&refs).map_err(kernel)?;
+        let from_dynamic =
+            l.op.shapes_depend_on_values() || l.inputs.iter().any(|&i| dynamic[i as usize]);
+        let mut checked = !from_dynamic;
         for (&o, s) in l.outputs.iter().zip(outs) {
             bounded(sg, o, &s)?;
-            let dims = &sg.operands[o as usize].dimensions;
-            if !dims_compatible(dims, &s) {
+            let at = o as usize;
+            match (&shapes[at], written_at[at]) {
+                // A second writer (the other branch of an IF, a loop's next state).
+                // A growing loop state keeps its capacity; the device checks each value
+                // fits (and the driver compiles a larger one when one does not).
+                _ if pinned[at] => {
+                    if shapes[at].as_ref().is_some_and(|c| c.len() != s.len()) {
+                        return Err(CompileError::InvalidParam {
+                            op: "WHILE",
+                            reason: format!("loop state {o} changes rank"),
+                        });
+                    }
+                    checked = false;
+                    written_at[at].get_or_insert(lowered.len());
+                    continue;
+                }
+                (Some(prev), Some(first)) if *prev != s => {
+                    if control.carried_since(first) {
+                        if prev.len() != s.len() {
+                            return Err(CompileError::InvalidParam {
+                                op: "WHILE",
+                                reason: format!("loop state {o} changes rank"),
+                            });
+                        }
+                        return Err(CompileError::StateGrows(Box::new(Growth::new(
+                            o,
+                            prev,
+                            &s,
+                            FIRST_GROWTH,
+                        ))));
+                    }
+                    dynamic[at] = true;
+                    checked = false;
+                    if checked_elems(&s) > checked_elems(prev) {
+                        shapes[at] = Some(s);
+                    }
+                    continue;
+                }
+                _ => {}
+            }
+            dynamic[at] |= from_dynamic;
+            let dims = &sg.operands[at].dimensions;
+            if !dynamic[at] && !dims_compatible(dims, &s) {
                 return Err(CompileError::ShapeMismatch {
                     operand: o,
                     model: dims.clone(),
                     inferred: s,
                 });
             }
-            shapes[o as usize] = Some(s);
+            shapes[at] = Some(s);
+            written_at[at].get_or_insert(lowered.len());
         }
-        let out_tys = operand_types(sg, &shapes, &l.outputs)?;
-        let out_refs: Vec<&TensorType> = out_tys.iter().collect();
-        l.op.check(&refs, &out_refs).map_err(kernel)?;
+        if checked {
+            let out_tys = operand_types(sg, &shapes, &l.outputs)?;
+            let out_refs: Vec<&TensorType> = out_tys.iter().collect();
+            l.op.check(&refs, &out_refs).map_err(kernel)?;
+        }
         lowered.push(l);
     }
+    control.finish()?;
+    let loops = lowered
+        .iter()
+        .enumerate()
+        .any(|(k, l)| matches!(&l.op, KernelOp::Jump(j) if (j.target as usize) <= k));
     let (placement, arena_size) = place(sg, &lowered, &shapes, constants);
     Ok(Compiled {
         ops: lowered,
@@ -446,7 +652,152 @@ pub fn compile(
         placement,
         arena_size,
         operands: sg.operands.clone(),
+        dynamic,
+        loops,
+        grown: grown.to_vec(),
     })
+}
+
+/// Elements of a shape (saturating), to pick the larger of two.
+fn checked_elems(s: &[usize]) -> u64 {
+    s.iter().fold(1u64, |a, &d| a.saturating_mul(d as u64))
+}
+
+/// The open IFs and loops while compiling, turning the expansion's markers
+/// ([`control`]) into device branches and jumps with resolved targets.
+#[derive(Default)]
+struct ControlStack {
+    open: Vec<Open>,
+}
+
+enum Open {
+    /// The then branch, whose entry branch is at this op index.
+    Then(usize),
+    /// The else branch, whose entry jump (ending the then branch) is at this op index.
+    Else(usize),
+    /// A loop: its header's op index and its exits' branch indexes.
+    Loop(usize, Vec<usize>),
+}
+
+fn unbalanced() -> CompileError {
+    CompileError::InvalidParam {
+        op: "IF/WHILE",
+        reason: "unbalanced control markers".into(),
+    }
+}
+
+fn set_target(l: &mut Lowered, target: usize) {
+    let t = target as u32;
+    match &mut l.op {
+        KernelOp::BranchIfFalse(b) => b.target = t,
+        KernelOp::Jump(j) => j.target = t,
+        _ => {}
+    }
+}
+
+impl ControlStack {
+    fn mark(
+        &mut self,
+        op: &crate::hal::Operation,
+        lowered: &mut Vec<Lowered>,
+    ) -> Result<(), CompileError> {
+        use vnpu_emu::kernels::{BranchIfFalse, Jump};
+        let here = lowered.len();
+        let branch = |cond: &[u32]| Lowered {
+            op: BranchIfFalse { target: 0 }.into(),
+            inputs: cond.to_vec(),
+            outputs: Vec::new(),
+        };
+        let jump = |target: usize| Lowered {
+            op: Jump {
+                target: target as u32,
+            }
+            .into(),
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+        };
+        match op.r#type {
+            control::IF_BEGIN => {
+                lowered.push(branch(&op.inputs));
+                self.open.push(Open::Then(here));
+            }
+            control::ELSE => {
+                let Some(Open::Then(b)) = self.open.pop() else {
+                    return Err(unbalanced());
+                };
+                lowered.push(jump(0));
+                set_target(&mut lowered[b], here + 1);
+                self.open.push(Open::Else(here));
+            }
+            control::END_IF => {
+                let Some(Open::Else(j)) = self.open.pop() else {
+                    return Err(unbalanced());
+                };
+                set_target(&mut lowered[j], here);
+            }
+            control::LOOP_BEGIN => self.open.push(Open::Loop(here, Vec::new())),
+            control::BREAK_UNLESS => {
+                let Some(Open::Loop(_, exits)) = self.open.last_mut() else {
+                    return Err(unbalanced());
+                };
+                exits.push(here);
+                lowered.push(branch(&op.inputs));
+            }
+            control::LOOP_END => {
+                let Some(Open::Loop(header, exits)) = self.open.pop() else {
+                    return Err(unbalanced());
+                };
+                lowered.push(jump(header));
+                for e in exits {
+                    set_target(&mut lowered[e], here + 1);
+                }
+            }
+            _ => return Err(unbalanced()),
+        }
+        Ok(())
+    }
+
+    /// Whether an operand first written at op index `first` is carried into the loop
+    /// being compiled (written before its header).
+    fn carried_since(&self, first: usize) -> bool {
+        self.open
+            .iter()
+            .any(|o| matches!(o, Open::Loop(header, _) if first < *header))
+    }
+
+    fn finish(&self) -> Result<(), CompileError> {
+        if self.open.is_empty() {
+            Ok(())
+        } else {
+            Err(unbalanced())
+        }
+    }
+}
+
+/// A value that lives into a loop (written before its header, used inside) is read again
+/// on every iteration: it stays live until the loop's back edge. Repeated until nothing
+/// changes, for nested loops.
+fn extend_over_loops(ops: &[Lowered], live: &mut [Option<(usize, usize)>]) {
+    let loops: Vec<(usize, usize)> = ops
+        .iter()
+        .enumerate()
+        .filter_map(|(k, l)| match &l.op {
+            KernelOp::Jump(j) if (j.target as usize) <= k => Some((j.target as usize, k)),
+            _ => None,
+        })
+        .collect();
+    let mut changed = !loops.is_empty();
+    while changed {
+        changed = false;
+        for &(header, back) in &loops {
+            for (first, last) in live.iter_mut().flatten() {
+                if *first < header && *last >= header && *last < back {
+                    *last = back;
+                    changed = true;
+                }
+            }
+        }
+    }
 }
 
 fn place(
@@ -474,6 +825,7 @@ fn place(
             touch(i, step);
         }
     }
+    extend_over_loops(ops, &mut live);
     let mut ids = Vec::new();
     let mut intervals = Vec::new();
     for (i, l) in live.iter().enumerate() {
@@ -531,6 +883,60 @@ impl Compiled {
         }
     }
 
+    /// Operands in the order the program's tensor table lists them (first use by an op,
+    /// inputs before outputs).
+    fn table_order(&self) -> Vec<u32> {
+        let mut seen = std::collections::HashSet::new();
+        self.ops
+            .iter()
+            .flat_map(|l| l.inputs.iter().chain(&l.outputs))
+            .copied()
+            .filter(|&i| seen.insert(i))
+            .collect()
+    }
+
+    /// The dynamic operands, in the order the device reports their run-time shapes.
+    pub fn reported(&self) -> Vec<u32> {
+        self.table_order()
+            .into_iter()
+            .filter(|&i| self.dynamic.get(i as usize).copied().unwrap_or(false))
+            .collect()
+    }
+
+    /// The run-time shapes the device reported for [`Compiled::reported`], checked
+    /// against their capacities; `None` if the report is malformed.
+    pub fn parse_report(&self, bytes: &[u8]) -> Option<Vec<(u32, Vec<usize>)>> {
+        let entry = vnpu_emu::engine::compute::REPORT_ENTRY as usize;
+        let words = |b: &[u8]| -> Vec<u32> {
+            b.chunks_exact(4)
+                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect()
+        };
+        let reported = self.reported();
+        if bytes.len() != reported.len() * entry {
+            return None;
+        }
+        reported
+            .into_iter()
+            .zip(bytes.chunks_exact(entry))
+            .map(|(i, e)| {
+                let w = words(e);
+                let rank = *w.first()? as usize;
+                let shape: Vec<usize> = w.get(1..1 + rank)?.iter().map(|&d| d as usize).collect();
+                let cap = self.byte_len(i);
+                let o = self.operands.get(i as usize)?;
+                (device_bytes(o, &shape) <= cap).then_some((i, shape))
+            })
+            .collect()
+    }
+
+    /// Bytes of operand `i` in `shape` on the device.
+    pub fn bytes_in(&self, i: u32, shape: &[usize]) -> u64 {
+        self.operands
+            .get(i as usize)
+            .map_or(0, |o| device_bytes(o, shape))
+    }
+
     /// The device program, with tensors at their final device addresses.
     pub fn program(
         &self,
@@ -568,7 +974,12 @@ impl Compiled {
                     })?;
             }
             let t = tensors.len() as u32;
-            tensors.push(TensorDesc { ty, byte_len, addr });
+            tensors.push(TensorDesc {
+                ty,
+                byte_len,
+                addr,
+                dynamic: self.dynamic.get(i as usize).copied().unwrap_or(false),
+            });
             index_of.insert(i, t);
             ids.push(i);
             Ok(t)

@@ -8,7 +8,7 @@
 
 use vnpu_emu::kernels::{
     BatchToSpace, ChannelShuffle, Concatenation, DepthToSpace, Fill, Gather, Pad, Rank, Reshape,
-    SliceDim, SpaceToBatch, SpaceToDepth, Split, StridedSlice, Tile, Transpose,
+    RuntimeSlice, SliceDim, SpaceToBatch, SpaceToDepth, Split, StridedSlice, Tile, Transpose,
 };
 
 use super::is_quant8;
@@ -500,7 +500,21 @@ pub const CHANNEL_SHUFFLE: OpDef = OpDef {
 
 fn lower_slice(a: &Args<'_>) -> Result<Lowered, CompileError> {
     let shape = a.shape("input")?.to_vec();
-    let (begin, size) = (a.ints("begin")?, a.ints("size")?);
+    let (begin, size) = match (a.ints("begin"), a.ints("size")) {
+        (Ok(b), Ok(s)) => (b, s),
+        // Computed on the device (a loop's counter, say): the device reads them and
+        // the output's shape is known at run time.
+        (Err(CompileError::NotConstant(_)), _) | (_, Err(CompileError::NotConstant(_))) => {
+            // Sizes known now (no -1) make the output shape static.
+            let shape = a
+                .ints("size")
+                .ok()
+                .filter(|s| s.len() == shape.len())
+                .and_then(|s| s.iter().map(|&d| u32::try_from(d).ok()).collect());
+            return a.kernel(RuntimeSlice { shape }, &["input", "begin", "size"]);
+        }
+        (Err(e), _) | (_, Err(e)) => return Err(e),
+    };
     if begin.len() != shape.len() || size.len() != shape.len() {
         return Err(a.invalid(format!(
             "begin/size of lengths {}/{} for rank {}",

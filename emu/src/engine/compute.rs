@@ -1,34 +1,111 @@
-//! The compute engine: validates a program from DRAM, then runs its kernels, staging
-//! each operand from DRAM into local scratch and writing results back (the model of an
-//! accelerator's load-compute-store over its SRAM).
+//! The compute engine: validates a program from DRAM, then runs it, staging each operand
+//! from DRAM into local scratch and writing results back (the model of an accelerator's
+//! load-compute-store over its SRAM). Its sequencer follows the program's control
+//! instructions (branches, jumps, copies) and tracks the run-time shape of every dynamic
+//! tensor.
+
+use std::time::{Duration, Instant};
 
 use super::Outcome;
 use crate::iommu::Perm;
-use crate::kernels;
+use crate::kernels::{self, KernelOp, MAX_RANK};
 use crate::program::{Program, TensorDesc, MAX_PROGRAM_LEN};
 use crate::ring::Status;
 use crate::tensor::{Staged, TensorType, View, ViewMut};
 use crate::Bus;
 
-fn load(bus: &Bus, t: &TensorDesc) -> Result<Staged, u64> {
-    let mut s = Staged::zeroed(t.byte_len as usize);
-    let w = bus
-        .resolve(t.addr, t.byte_len, Perm::READ)
-        .map_err(|_| t.addr)?;
-    w.region.read(w.offset, s.bytes_mut()).map_err(|_| t.addr)?;
+/// One RUN_PROGRAM command's arguments.
+#[derive(Clone, Copy, Debug)]
+pub struct Run {
+    /// The program's device address.
+    pub addr: u64,
+    /// Its length in bytes.
+    pub len: u64,
+    /// How long loops may run, from the program's start (0: the program has no loops; a
+    /// back edge then fails at once).
+    pub loop_timeout_ns: u64,
+    /// Where the run-time shapes of dynamic tensors go (0: nowhere).
+    pub report: u64,
+}
+
+/// Bytes of one shape-report entry: `u32 rank | u32 dims[6]`.
+pub const REPORT_ENTRY: u64 = 4 + 4 * MAX_RANK as u64;
+
+fn load(bus: &Bus, addr: u64, len: u64) -> Result<Staged, u64> {
+    let mut s = Staged::zeroed(len as usize);
+    let w = bus.resolve(addr, len, Perm::READ).map_err(|_| addr)?;
+    w.region.read(w.offset, s.bytes_mut()).map_err(|_| addr)?;
     Ok(s)
 }
 
-fn store(bus: &Bus, t: &TensorDesc, data: &Staged) -> Result<(), u64> {
+fn store(bus: &Bus, addr: u64, data: &[u8]) -> Result<(), u64> {
     let w = bus
-        .resolve(t.addr, t.byte_len, Perm::WRITE)
-        .map_err(|_| t.addr)?;
-    w.region.write(w.offset, data.bytes()).map_err(|_| t.addr)
+        .resolve(addr, data.len() as u64, Perm::WRITE)
+        .map_err(|_| addr)?;
+    w.region.write(w.offset, data).map_err(|_| addr)
 }
 
-/// Fetches, validates and runs the program at `addr` (device DRAM), `len` bytes.
-/// `req_id` labels the trace events of its kernels.
-pub fn run_program(bus: &Bus, addr: u64, len: u64, req_id: u32) -> Outcome {
+/// The run-time state of a program: the current type of every tensor (a dynamic
+/// tensor's shape changes as ops write it).
+struct Tensors<'p> {
+    table: &'p [TensorDesc],
+    types: Vec<TensorType>,
+}
+
+impl<'p> Tensors<'p> {
+    fn new(table: &'p [TensorDesc]) -> Self {
+        Tensors {
+            table,
+            types: table.iter().map(|t| t.ty.clone()).collect(),
+        }
+    }
+
+    /// Bytes tensor `i` holds now.
+    fn len(&self, i: u32) -> u64 {
+        let t = &self.table[i as usize];
+        if t.dynamic {
+            let ty = &self.types[i as usize];
+            ty.numel() as u64 * ty.dtype.size()
+        } else {
+            t.byte_len
+        }
+    }
+
+    /// Sets the shape an op wrote to tensor `i`: a static tensor keeps its table shape, a
+    /// dynamic one takes any shape within its capacity.
+    fn set_shape(&mut self, i: u32, shape: Vec<usize>) -> Result<(), ()> {
+        let t = &self.table[i as usize];
+        if !t.dynamic {
+            return if t.ty.shape == shape { Ok(()) } else { Err(()) };
+        }
+        if !fits(t, &shape) {
+            return Err(());
+        }
+        self.types[i as usize].shape = shape;
+        Ok(())
+    }
+
+    /// The report of every dynamic tensor's shape, in table order.
+    fn report(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (t, ty) in self.table.iter().zip(&self.types) {
+            if !t.dynamic {
+                continue;
+            }
+            out.extend_from_slice(&(ty.shape.len() as u32).to_le_bytes());
+            for k in 0..MAX_RANK {
+                let d = ty.shape.get(k).copied().unwrap_or(0) as u32;
+                out.extend_from_slice(&d.to_le_bytes());
+            }
+        }
+        out
+    }
+}
+
+/// Fetches, validates and runs the program of `run`. `req_id` labels the trace events of
+/// its kernels.
+pub fn run_program(bus: &Bus, run: Run, req_id: u32) -> Outcome {
+    let Run { addr, len, .. } = run;
     if len == 0 || len > MAX_PROGRAM_LEN || addr < bus.dram_base {
         return Outcome::fail(Status::InvalidProgram, 0, addr);
     }
@@ -48,70 +125,173 @@ pub fn run_program(bus: &Bus, addr: u64, len: u64, req_id: u32) -> Outcome {
             return Outcome::fail(Status::InvalidProgram, 0, addr);
         }
     };
-    let mut ns = 0;
+    let mut tensors = Tensors::new(&program.tensors);
+    let outcome = sequence(bus, &program, &mut tensors, run, req_id);
+    if outcome.status != Status::Ok || run.report == 0 {
+        return outcome;
+    }
+    match store(bus, run.report, &tensors.report()) {
+        Ok(()) => outcome,
+        Err(a) => Outcome::fail(Status::DmaFault, program.ops.len() as u32, a),
+    }
+}
+
+/// Runs the ops from the first, following control instructions, until the end.
+fn sequence(
+    bus: &Bus,
+    program: &Program,
+    tensors: &mut Tensors<'_>,
+    run: Run,
+    req_id: u32,
+) -> Outcome {
+    let started = Instant::now();
+    let loop_timeout = Duration::from_nanos(run.loop_timeout_ns);
     let generation = bus.generation.load(std::sync::atomic::Ordering::SeqCst);
-    for (index, op) in program.ops.iter().enumerate() {
-        // A reset stops a program between kernels.
+    let mut ns = 0u64;
+    let mut pc = 0usize;
+    while let Some(op) = program.ops.get(pc) {
+        let index = pc as u32;
+        let fail = |status, fault| Outcome::fail(status, index, fault);
+        // A reset stops a program between ops.
         if bus.generation.load(std::sync::atomic::Ordering::SeqCst) != generation {
-            return Outcome::fail(Status::Aborted, index as u32, 0);
+            return fail(Status::Aborted, 0);
         }
-        let start = std::time::Instant::now();
-        let fail = |status, fault| Outcome::fail(status, index as u32, fault);
-        let descs: Vec<&TensorDesc> = op
-            .inputs
-            .iter()
-            .map(|&i| &program.tensors[i as usize])
-            .collect();
-        let mut data = Vec::with_capacity(descs.len());
-        for d in &descs {
-            match load(bus, d) {
-                Ok(v) => data.push(v),
-                Err(a) => return fail(Status::DmaFault, a),
+        match &op.op {
+            KernelOp::Jump(j) => {
+                let target = j.target as usize;
+                if target <= pc && started.elapsed() > loop_timeout {
+                    tracing::debug!("loop at op {pc} ran past its timeout");
+                    return fail(Status::LoopTimeout, 0);
+                }
+                pc = target;
+                continue;
             }
+            KernelOp::BranchIfFalse(b) => {
+                let c = op.inputs[0];
+                let cond = match load(bus, program.tensors[c as usize].addr, tensors.len(c)) {
+                    Ok(v) => v.bytes().first().is_some_and(|&v| v != 0),
+                    Err(a) => return fail(Status::DmaFault, a),
+                };
+                pc = if cond { pc + 1 } else { b.target as usize };
+                continue;
+            }
+            _ => {}
         }
-        let inputs: Vec<View<'_>> = descs
+        let start = Instant::now();
+        match run_kernel(bus, program, tensors, pc) {
+            Ok(op_ns) => {
+                bus.trace
+                    .record("compute", op.op.name(), start, req_id, op_ns);
+                ns += op_ns;
+            }
+            Err((status, fault)) => return fail(status, fault),
+        }
+        bus.progress
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        pc += 1;
+    }
+    Outcome::ok(ns)
+}
+
+/// Runs kernel op `pc` on the tensors' current shapes; returns its modelled time.
+fn run_kernel(
+    bus: &Bus,
+    program: &Program,
+    tensors: &mut Tensors<'_>,
+    pc: usize,
+) -> Result<u64, (Status, u64)> {
+    let op = &program.ops[pc];
+    let kernel_error = |e: kernels::KernelError| {
+        tracing::debug!("kernel {pc} failed: {e}");
+        (Status::KernelError, 0)
+    };
+    let mut data = Vec::with_capacity(op.inputs.len());
+    for &i in &op.inputs {
+        let addr = program.tensors[i as usize].addr;
+        data.push(load(bus, addr, tensors.len(i)).map_err(|a| (Status::DmaFault, a))?);
+    }
+    let in_tys: Vec<&TensorType> = op
+        .inputs
+        .iter()
+        .map(|&i| &tensors.types[i as usize])
+        .collect();
+    // A dynamic output's shape follows from the inputs' current shapes (its capacity
+    // is checked); kernels whose shapes depend on values report theirs after running.
+    let wants_runtime_shapes = op
+        .outputs
+        .iter()
+        .any(|&o| program.tensors[o as usize].dynamic);
+    let out_tys: Vec<TensorType> = if wants_runtime_shapes {
+        let shapes = op.op.output_shapes(&in_tys).map_err(kernel_error)?;
+        let mut tys = Vec::with_capacity(shapes.len());
+        for (&o, s) in op.outputs.iter().zip(shapes) {
+            let t = &program.tensors[o as usize];
+            if t.dynamic && !fits(t, &s) {
+                tracing::debug!("kernel {pc}: output {o} of shape {s:?} outgrows its capacity");
+                return Err((Status::CapacityExceeded, 0));
+            }
+            if !t.dynamic && t.ty.shape != s {
+                tracing::debug!("kernel {pc}: output {o} cannot take shape {s:?}");
+                return Err((Status::KernelError, 0));
+            }
+            let mut ty = t.ty.clone();
+            ty.shape = s;
+            tys.push(ty);
+        }
+        tys
+    } else {
+        op.outputs
+            .iter()
+            .map(|&o| tensors.types[o as usize].clone())
+            .collect()
+    };
+    let mut out_data: Vec<Staged> = out_tys
+        .iter()
+        .map(|t| Staged::zeroed(t.numel() * t.dtype.size() as usize))
+        .collect();
+    let real = {
+        let inputs: Vec<View<'_>> = in_tys
             .iter()
             .zip(&data)
-            .map(|(d, v)| View {
-                ty: &d.ty,
+            .map(|(ty, v)| View {
+                ty,
                 bytes: v.bytes(),
             })
             .collect();
-        let out_descs: Vec<&TensorDesc> = op
-            .outputs
+        let mut outputs: Vec<ViewMut<'_>> = out_tys
             .iter()
-            .map(|&i| &program.tensors[i as usize])
+            .zip(out_data.iter_mut())
+            .map(|(ty, v)| ViewMut {
+                ty,
+                bytes: v.bytes_mut(),
+            })
             .collect();
-        let mut out_data: Vec<Staged> = out_descs
-            .iter()
-            .map(|d| Staged::zeroed(d.byte_len as usize))
-            .collect();
-        {
-            let mut outputs: Vec<ViewMut<'_>> = out_descs
-                .iter()
-                .zip(out_data.iter_mut())
-                .map(|(d, v)| ViewMut {
-                    ty: &d.ty,
-                    bytes: v.bytes_mut(),
-                })
-                .collect();
-            if let Err(e) = kernels::execute(&op.op, &inputs, &mut outputs) {
-                tracing::debug!("kernel {index} failed: {e}");
-                return fail(Status::KernelError, 0);
-            }
+        kernels::execute(&op.op, &inputs, &mut outputs).map_err(kernel_error)?
+    };
+    let op_ns = bus.timing.op_ns(&op.op, &in_tys);
+    let shapes: Vec<Vec<usize>> = match real {
+        Some(r) => r,
+        None => out_tys.iter().map(|t| t.shape.clone()).collect(),
+    };
+    for ((&o, v), shape) in op.outputs.iter().zip(&out_data).zip(shapes) {
+        if tensors.set_shape(o, shape).is_err() {
+            tracing::debug!("kernel {pc}: output {o} has a shape its tensor cannot take");
+            return Err((Status::KernelError, 0));
         }
-        for (d, v) in out_descs.iter().zip(&out_data) {
-            if let Err(a) = store(bus, d, v) {
-                return fail(Status::DmaFault, a);
-            }
-        }
-        let in_tys: Vec<&TensorType> = descs.iter().map(|d| &d.ty).collect();
-        let op_ns = bus.timing.op_ns(&op.op, &in_tys);
-        bus.trace
-            .record("compute", op.op.name(), start, req_id, op_ns);
-        ns += op_ns;
-        bus.progress
-            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        // The kernel wrote the real elements first; a real shape never exceeds the view.
+        let Some(bytes) = v.bytes().get(..tensors.len(o) as usize) else {
+            return Err((Status::KernelError, 0));
+        };
+        store(bus, program.tensors[o as usize].addr, bytes).map_err(|a| (Status::DmaFault, a))?;
     }
-    Outcome::ok(ns)
+    Ok(op_ns)
+}
+
+/// Whether `shape` fits dynamic tensor `t`'s capacity.
+fn fits(t: &TensorDesc, shape: &[usize]) -> bool {
+    shape.len() <= MAX_RANK
+        && shape
+            .iter()
+            .try_fold(t.ty.dtype.size(), |a, &d| a.checked_mul(d as u64))
+            .is_some_and(|b| b <= t.byte_len)
 }

@@ -63,6 +63,12 @@ pub trait Kernel: Clone + Debug + PartialEq + Sized {
     /// `check_outputs`, and every view holds exactly its shape's bytes.
     fn run(&self, inputs: &[View<'_>], outputs: &mut [ViewMut<'_>]) -> Result<()>;
 
+    /// Whether the output shapes depend on the input *values*: then `output_shapes` gives
+    /// capacities and [`Kernel::run_sized`] the real shapes.
+    fn shapes_depend_on_values(&self) -> bool {
+        false
+    }
+
     /// Runs a kernel whose output shapes depend on the input *values* (how many boxes
     /// survive NMS, say). For such a kernel `output_shapes` gives each output's largest
     /// shape (its capacity), `run_sized` writes each output's real elements first

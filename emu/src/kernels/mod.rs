@@ -26,6 +26,7 @@
 //!   NNAPI allows; the kernel then writes nothing.
 
 pub mod activation;
+pub mod control;
 pub mod conv;
 pub mod elementwise;
 pub mod extension;
@@ -65,6 +66,10 @@ use std::ops::RangeInclusive;
 pub use kernel::{Cost, Kernel, Words};
 
 pub use activation::{log_softmax::LogSoftmax, softmax::Softmax};
+pub use control::{
+    branch::{BranchIfFalse, Jump},
+    copy::Copy,
+};
 pub use conv::{
     conv2d::Conv2d, depthwise::DepthwiseConv2d, fully_connected::FullyConnected,
     grouped::GroupedConv2d, transpose::TransposeConv2d, window::ConvWindow,
@@ -82,8 +87,8 @@ pub use index::{argminmax::ArgMinMax, topk::TopK};
 pub use movement::{
     channel_shuffle::ChannelShuffle, concat::Concatenation, depth_space::DepthToSpace,
     depth_space::SpaceToDepth, fill::Fill, fill::Rank, gather::Gather, pad::Pad, reshape::Reshape,
-    space_batch::BatchToSpace, space_batch::SpaceToBatch, split::Split, strided_slice::SliceDim,
-    strided_slice::StridedSlice, tile::Tile, transpose::Transpose,
+    slice::RuntimeSlice, space_batch::BatchToSpace, space_batch::SpaceToBatch, split::Split,
+    strided_slice::SliceDim, strided_slice::StridedSlice, tile::Tile, transpose::Transpose,
 };
 pub use normalization::{instance::InstanceNorm, l2::L2Normalization, lrn::LocalResponseNorm};
 pub use pool::pool2d::{Pool, PoolKind};
@@ -186,6 +191,10 @@ registry! {
     66 => LogSoftmax(activation::log_softmax::LogSoftmax),
     87 => Fill(movement::fill::Fill),
     88 => Rank(movement::fill::Rank),
+    89 => Copy(control::copy::Copy),
+    90 => BranchIfFalse(control::branch::BranchIfFalse),
+    91 => Jump(control::branch::Jump),
+    92 => RuntimeSlice(movement::slice::RuntimeSlice),
     100 => Fibonacci(extension::fibonacci::Fibonacci),
     101 => Gelu(extension::gelu::Gelu),
 }
@@ -208,6 +217,8 @@ pub trait DynKernel {
     fn cost(&self, inputs: &[&TensorType], outputs: &[Vec<usize>]) -> Cost;
     /// See [`Kernel::run`].
     fn run(&self, inputs: &[View<'_>], outputs: &mut [ViewMut<'_>]) -> Result<()>;
+    /// See [`Kernel::shapes_depend_on_values`].
+    fn shapes_depend_on_values(&self) -> bool;
     /// See [`Kernel::run_sized`].
     fn run_sized(
         &self,
@@ -241,6 +252,9 @@ impl<K: Kernel> DynKernel for K {
     fn run(&self, inputs: &[View<'_>], outputs: &mut [ViewMut<'_>]) -> Result<()> {
         Kernel::run(self, inputs, outputs)
     }
+    fn shapes_depend_on_values(&self) -> bool {
+        Kernel::shapes_depend_on_values(self)
+    }
     fn run_sized(
         &self,
         inputs: &[View<'_>],
@@ -251,6 +265,22 @@ impl<K: Kernel> DynKernel for K {
 }
 
 impl KernelOp {
+    /// The op index a sequencer instruction may continue at (`None` for everything that
+    /// runs straight on).
+    pub fn branch_target(&self) -> Option<u32> {
+        match self {
+            KernelOp::BranchIfFalse(b) => Some(b.target),
+            KernelOp::Jump(j) => Some(j.target),
+            _ => None,
+        }
+    }
+
+    /// Whether the kernel's output shapes depend on its input values
+    /// ([`Kernel::shapes_depend_on_values`]).
+    pub fn shapes_depend_on_values(&self) -> bool {
+        self.kernel().shapes_depend_on_values()
+    }
+
     /// The op's name, for errors and traces.
     pub fn name(&self) -> &'static str {
         self.kernel().name()
@@ -390,7 +420,10 @@ pub fn execute(
                 r.len() == v.ty.shape.len() && r.iter().zip(&v.ty.shape).all(|(a, b)| a <= b)
             });
         if !fits {
-            return Err(bad_shape(op.name(), "real output shapes exceed their capacity"));
+            return Err(bad_shape(
+                op.name(),
+                "real output shapes exceed their capacity",
+            ));
         }
     }
     Ok(real)

@@ -10,6 +10,7 @@ pub mod fill;
 pub mod gather;
 pub mod pad;
 pub mod reshape;
+pub mod slice;
 pub mod space_batch;
 pub mod split;
 pub mod strided_slice;
