@@ -12,8 +12,8 @@ use vnpu_driver::conformance::{run_case, Verdict};
 use vnpu_driver::device::IDevice;
 use vnpu_driver::hal::{Operation, OperationType};
 
-/// The operations left to "Operations II" (recurrent, detection, lookup, random, control
-/// flow): a case using one of them may be skipped.
+/// The operations left to "Operations II" (recurrent, detection, lookup, random): a case
+/// using one of them may be skipped.
 const OPERATIONS_II: &[&str] = &[
     "LSTM",
     "RNN",
@@ -35,8 +35,6 @@ const OPERATIONS_II: &[&str] = &[
     "HASHTABLE_LOOKUP",
     "LSH_PROJECTION",
     "RANDOM_MULTINOMIAL",
-    "IF",
-    "WHILE",
 ];
 
 const FILES: &[&str] = &[
@@ -318,6 +316,53 @@ fn device_memory_mode_uses_driver_managed_buffers() {
         let exec = ExecOptions {
             path,
             memory: MemoryMode::Device,
+            ..Default::default()
+        };
+        let report = run_case_opts(dev.as_ref(), &case, &prepare_plain, exec);
+        assert_eq!(report.verdict, Verdict::Pass, "{path:?}");
+    }
+}
+
+/// The dynamic-output-shape variant (`vnpu conformance --dynamic-shapes`): with the main
+/// outputs' dimensions unknown the driver reports the real shapes, and one byte short gives
+/// OUTPUT_INSUFFICIENT_SIZE with the real shape.
+#[test]
+fn dynamic_shapes_variant() {
+    use vnpu_driver::conformance::{dynamic, prepare_plain, run_case_opts, ExecOptions, ExecPath};
+    let dev = device();
+    let case = cases("V1_0.jsonl.gz")
+        .into_iter()
+        .find(|c| c.name.starts_with("conv_float/"))
+        .unwrap();
+    assert!(dynamic::applies(&case));
+    let unknown = dynamic::with_unknown_outputs(&case);
+    let out = unknown.model.main.output_indexes[0] as usize;
+    assert!(unknown.model.main.operands[out]
+        .dimensions
+        .iter()
+        .all(|&d| d == 0));
+    let prepared = prepare_plain(dev.as_ref(), &unknown.model).2.unwrap();
+    let (mut request, _, _) = unknown.make_request().unwrap();
+    dynamic::unspecified(&mut request);
+    let (status, shapes, _) =
+        vnpu_driver::conformance::exec::execute(&prepared, &request, ExecPath::Sync).unwrap();
+    assert_eq!(status, vnpu_driver::hal::ErrorStatus::None);
+    assert_eq!(shapes[0].dimensions, case.outputs[0].dimensions);
+    let short = dynamic::one_byte_short(&request).unwrap();
+    let (status, shapes, _) =
+        vnpu_driver::conformance::exec::execute(&prepared, &short, ExecPath::Sync).unwrap();
+    dynamic::check_short(status, &shapes, &case.outputs[0].dimensions).unwrap();
+    assert!(dynamic::check_short(
+        vnpu_driver::hal::ErrorStatus::None,
+        &shapes,
+        &case.outputs[0].dimensions
+    )
+    .is_err());
+    for path in [ExecPath::Async, ExecPath::Sync, ExecPath::Burst] {
+        let exec = ExecOptions {
+            path,
+            dynamic_shapes: true,
+            ..Default::default()
         };
         let report = run_case_opts(dev.as_ref(), &case, &prepare_plain, exec);
         assert_eq!(report.verdict, Verdict::Pass, "{path:?}");

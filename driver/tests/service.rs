@@ -74,7 +74,11 @@ fn remote_matches_local() {
         (ExecPath::Sync, MemoryMode::Blob),
     ];
     for (path, memory) in paths {
-        let exec = ExecOptions { path, memory };
+        let exec = ExecOptions {
+            path,
+            memory,
+            ..Default::default()
+        };
         let mut passed = 0;
         for case in &cases {
             let here = run_case_opts(local.as_ref(), case, &prepare_plain, exec);

@@ -88,6 +88,12 @@ enum Command {
         /// buffers (IDevice::allocate; an operand without one stays shared).
         #[arg(long, value_enum, default_value_t = MemoryMode::Shared)]
         memory: MemoryMode,
+        /// The suite's dynamic-output-shape variant: every case runs with its main outputs'
+        /// dimensions unknown (0) and must report the real shapes, then again with output 0
+        /// one byte short, which must give OUTPUT_INSUFFICIENT_SIZE. Models with RANK, IF
+        /// or WHILE, and cases expected to fail, run as they are (the suite leaves them out)
+        #[arg(long)]
+        dynamic_shapes: bool,
         /// Run on the service on this socket (`vnpu serve`) instead of an embedded device.
         #[arg(long)]
         remote: Option<PathBuf>,
@@ -168,13 +174,18 @@ fn main() -> ExitCode {
             json,
             path,
             memory,
+            dynamic_shapes,
             ..
         } => conformance(
             device,
             &files,
             SuiteOptions {
                 filter,
-                exec: ExecOptions { path, memory },
+                exec: ExecOptions {
+                    path,
+                    memory,
+                    dynamic_shapes,
+                },
                 jobs: jobs.unwrap_or(SuiteOptions::default().jobs),
             },
             json,
@@ -570,6 +581,10 @@ fn conformance(
     options: SuiteOptions,
     json: Option<PathBuf>,
 ) -> ExitCode {
+    if options.exec.dynamic_shapes && options.exec.path == ExecPath::Fenced {
+        eprintln!("vnpu: --dynamic-shapes needs output shapes, which executeFenced does not report: use --path async, sync or burst");
+        return ExitCode::from(2);
+    }
     // A progress bar on stderr only when a person is watching (CI has no terminal).
     let bar = if std::io::stderr().is_terminal() {
         let bar = ProgressBar::with_draw_target(

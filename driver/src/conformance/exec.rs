@@ -63,6 +63,8 @@ pub struct ExecOptions {
     pub path: ExecPath,
     /// Where inputs and outputs live.
     pub memory: MemoryMode,
+    /// Run each case as the suite's dynamic-output-shape variant ([`super::dynamic`]).
+    pub dynamic_shapes: bool,
 }
 
 /// Executes `request` on `path` with timing measured. A launch status that disagrees with

@@ -8,6 +8,7 @@
 
 pub mod compare;
 pub mod corpus;
+pub mod dynamic;
 pub mod exec;
 pub mod report;
 pub mod suite;
@@ -166,7 +167,15 @@ pub fn run_case_opts(
 ) -> CaseReport {
     let operations = operation_names(case);
     let result = catch_unwind(AssertUnwindSafe(|| {
-        run_case_inner(device, case, prepare, exec)
+        if exec.dynamic_shapes && dynamic::applies(case) {
+            run_case_inner(device, &dynamic::with_unknown_outputs(case), prepare, exec)
+        } else {
+            let exec = ExecOptions {
+                dynamic_shapes: false,
+                ..exec
+            };
+            run_case_inner(device, case, prepare, exec)
+        }
     }));
     let (verdict, outputs, timing) = match result {
         Ok(r) => r,
@@ -267,6 +276,9 @@ fn run_case_inner(
             }
         }
     };
+    if exec.dynamic_shapes {
+        dynamic::unspecified(&mut request);
+    }
     let (status, shapes, timing) = match exec::execute(&prepared, &request, exec.path) {
         Ok(r) => r,
         Err(e) => return (Verdict::Fail(e), Vec::new(), Timing::NONE),
@@ -323,6 +335,19 @@ fn run_case_inner(
             ));
         }
         reports.push(r);
+    }
+    if exec.dynamic_shapes && problems.is_empty() {
+        if let (Some(short), Some(want)) = (dynamic::one_byte_short(&request), case.outputs.first())
+        {
+            match exec::execute(&prepared, &short, exec.path) {
+                Ok((status, shapes, _)) => {
+                    if let Err(e) = dynamic::check_short(status, &shapes, &want.dimensions) {
+                        problems.push(e);
+                    }
+                }
+                Err(e) => problems.push(e),
+            }
+        }
     }
     let verdict = if problems.is_empty() {
         Verdict::Pass

@@ -75,8 +75,55 @@ impl ModelBuilder {
         });
     }
 
+    /// An operand referring to the model's referenced subgraph `index` (an IF's branch, a
+    /// WHILE's condition or body).
+    pub fn subgraph(&mut self, index: u32) -> u32 {
+        let i = self.operand(OperandType::SUBGRAPH, &[], OperandLifeTime::SUBGRAPH);
+        self.operands[i as usize].location = DataLocation {
+            pool_index: 0,
+            offset: index,
+            length: 0,
+        };
+        i
+    }
+
     /// The model, naming `extensions`, with every operand's consumer count.
-    pub fn build(mut self, extensions: Vec<ExtensionNameAndPrefix>) -> Model {
+    pub fn build(self, extensions: Vec<ExtensionNameAndPrefix>) -> Model {
+        self.build_with(Vec::new(), extensions)
+    }
+
+    /// The model with `referenced` as its referenced subgraphs, in order (their constants
+    /// join the model's operand values).
+    pub fn build_with(
+        self,
+        referenced: Vec<ModelBuilder>,
+        extensions: Vec<ExtensionNameAndPrefix>,
+    ) -> Model {
+        let mut values = Vec::new();
+        let main = self.into_subgraph(&mut values);
+        let referenced = referenced
+            .into_iter()
+            .map(|b| b.into_subgraph(&mut values))
+            .collect();
+        Model {
+            main,
+            referenced,
+            operand_values: values,
+            extension_name_to_prefix: extensions,
+            ..Model::default()
+        }
+    }
+
+    /// The subgraph, its constants moved to the end of `values`, with consumer counts.
+    fn into_subgraph(mut self, values: &mut Vec<u8>) -> Subgraph {
+        let base = values.len().next_multiple_of(8);
+        values.resize(base, 0);
+        values.extend_from_slice(&self.values);
+        for o in &mut self.operands {
+            if o.lifetime == OperandLifeTime::CONSTANT_COPY {
+                o.location.offset += base as u32;
+            }
+        }
         for op in &self.operations {
             for &i in &op.inputs {
                 if let Some(o) = self.operands.get_mut(i as usize) {
@@ -84,16 +131,11 @@ impl ModelBuilder {
                 }
             }
         }
-        Model {
-            main: Subgraph {
-                operands: self.operands,
-                operations: self.operations,
-                input_indexes: self.inputs,
-                output_indexes: self.outputs,
-            },
-            operand_values: self.values,
-            extension_name_to_prefix: extensions,
-            ..Model::default()
+        Subgraph {
+            operands: self.operands,
+            operations: self.operations,
+            input_indexes: self.inputs,
+            output_indexes: self.outputs,
         }
     }
 }
