@@ -148,19 +148,39 @@ fn nested_if_model() -> Model {
     m.build_with(vec![cond, body, then, otherwise], Vec::new())
 }
 
+/// The host's answer for [`nested_if_model`].
+fn nested_if_reference(x0: f32, n: f32) -> f32 {
+    let (mut x, mut i) = (x0, 0.0f32);
+    while i < n {
+        i += 1.0;
+        x = if x > i { x - 1.0 } else { x + i };
+    }
+    x
+}
+
 #[test]
 fn nested_if_in_while() {
     let p = prepared(&nested_if_model());
     for (x0, n) in [(10.0f32, 6.0f32), (0.0, 4.0), (3.0, 0.0), (-5.0, 9.0)] {
-        let (mut x, mut i) = (x0, 0.0f32);
-        while i < n {
-            i += 1.0;
-            x = if x > i { x - 1.0 } else { x + i };
-        }
         let (status, shapes, out) = run(&p, &[vec![x0], vec![n]], &[4], None);
         assert_eq!(status, ErrorStatus::None, "x0 {x0} n {n}");
         assert_eq!(shapes[0].dimensions, [1]);
-        assert_eq!(out[0], [x], "x0 {x0} n {n}");
+        assert_eq!(out[0], [nested_if_reference(x0, n)], "x0 {x0} n {n}");
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::test_runner::Config::with_cases(32))]
+    /// Any start and iteration count: the device's loop and branches give the host's answer.
+    #[test]
+    fn nested_control_flow_matches_the_host(x0 in -50i32..50, n in 0i32..40) {
+        use std::sync::OnceLock;
+        static P: OnceLock<Arc<dyn IPreparedModel>> = OnceLock::new();
+        let p = P.get_or_init(|| prepared(&nested_if_model()));
+        let (x0, n) = (x0 as f32, n as f32);
+        let (status, _, out) = run(p, &[vec![x0], vec![n]], &[4], None);
+        proptest::prop_assert_eq!(status, ErrorStatus::None);
+        proptest::prop_assert_eq!(out[0][0], nested_if_reference(x0, n));
     }
 }
 
