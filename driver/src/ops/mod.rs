@@ -30,6 +30,7 @@ pub mod math;
 pub mod movement;
 pub mod normalization;
 pub mod pool;
+pub mod recurrent;
 pub mod reduce;
 pub mod reduction;
 pub mod resize_nearest;

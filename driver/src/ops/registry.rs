@@ -2,8 +2,8 @@
 
 use super::{
     activation, argminmax, arith, cast, comparison, conv, fibonacci, gelu, image, instance_norm,
-    log_softmax, logical, math, movement, normalization, pool, reduce, reduction, resize_nearest,
-    topk, unsupported, OpDef,
+    log_softmax, logical, math, movement, normalization, pool, recurrent, reduce, reduction,
+    resize_nearest, topk, unsupported, OpDef,
 };
 use crate::hal::OperationType;
 
@@ -92,9 +92,13 @@ pub static REGISTRY: &[&OpDef] = &[
     &unsupported::EMBEDDING_LOOKUP,
     &unsupported::HASHTABLE_LOOKUP,
     &unsupported::LSH_PROJECTION,
-    &unsupported::RNN,
-    &unsupported::SVDF,
-    &unsupported::LSTM,
+    &recurrent::LSTM,
+    &recurrent::UNIDIRECTIONAL_SEQUENCE_LSTM,
+    &recurrent::BIDIRECTIONAL_SEQUENCE_LSTM,
+    &recurrent::RNN,
+    &recurrent::UNIDIRECTIONAL_SEQUENCE_RNN,
+    &recurrent::BIDIRECTIONAL_SEQUENCE_RNN,
+    &recurrent::SVDF,
     // Vendor extensions (`crate::extensions`), under the driver's internal prefixes.
     &fibonacci::EXAMPLE_FIBONACCI,
     &gelu::VNPU_GELU,

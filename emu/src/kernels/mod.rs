@@ -38,6 +38,7 @@ pub mod normalization;
 pub mod pool;
 pub mod qconv;
 pub mod quant;
+pub mod recurrent;
 pub mod reduction;
 
 pub(crate) mod gemm;
@@ -87,6 +88,10 @@ pub use movement::{
 };
 pub use normalization::{instance::InstanceNorm, l2::L2Normalization, lrn::LocalResponseNorm};
 pub use pool::pool2d::{Pool, PoolKind};
+pub use recurrent::{
+    bidi_lstm::BidiLstm, bidi_rnn::BidiRnn, cell::LstmParams, lstm::Lstm, rnn::Rnn,
+    sequence_lstm::SequenceLstm, sequence_rnn::SequenceRnn, svdf::Svdf, RecurrentActivation,
+};
 pub use reduction::{
     mean::Mean,
     reduce::{Reduce, ReduceKind},
@@ -188,6 +193,13 @@ registry! {
     88 => Rank(movement::fill::Rank),
     100 => Fibonacci(extension::fibonacci::Fibonacci),
     101 => Gelu(extension::gelu::Gelu),
+    130 => Lstm(recurrent::lstm::Lstm),
+    131 => SequenceLstm(recurrent::sequence_lstm::SequenceLstm),
+    132 => BidiLstm(recurrent::bidi_lstm::BidiLstm),
+    133 => Rnn(recurrent::rnn::Rnn),
+    134 => SequenceRnn(recurrent::sequence_rnn::SequenceRnn),
+    135 => BidiRnn(recurrent::bidi_rnn::BidiRnn),
+    136 => Svdf(recurrent::svdf::Svdf),
 }
 
 /// The object-safe face of [`Kernel`], implemented for every kernel.
@@ -390,7 +402,10 @@ pub fn execute(
                 r.len() == v.ty.shape.len() && r.iter().zip(&v.ty.shape).all(|(a, b)| a <= b)
             });
         if !fits {
-            return Err(bad_shape(op.name(), "real output shapes exceed their capacity"));
+            return Err(bad_shape(
+                op.name(),
+                "real output shapes exceed their capacity",
+            ));
         }
     }
     Ok(real)
