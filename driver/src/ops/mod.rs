@@ -26,6 +26,7 @@ pub mod image;
 pub mod instance_norm;
 pub mod log_softmax;
 pub mod logical;
+pub mod lookup;
 pub mod math;
 pub mod movement;
 pub mod normalization;

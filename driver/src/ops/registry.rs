@@ -2,8 +2,8 @@
 
 use super::{
     activation, argminmax, arith, cast, comparison, conv, fibonacci, gelu, image, instance_norm,
-    log_softmax, logical, math, movement, normalization, pool, recurrent, reduce, reduction,
-    resize_nearest, topk, unsupported, OpDef,
+    log_softmax, logical, lookup, math, movement, normalization, pool, recurrent, reduce,
+    reduction, resize_nearest, topk, OpDef,
 };
 use crate::hal::OperationType;
 
@@ -89,9 +89,10 @@ pub static REGISTRY: &[&OpDef] = &[
     &topk::TOPK_V2,
     &instance_norm::INSTANCE_NORMALIZATION,
     &log_softmax::LOG_SOFTMAX,
-    &unsupported::EMBEDDING_LOOKUP,
-    &unsupported::HASHTABLE_LOOKUP,
-    &unsupported::LSH_PROJECTION,
+    &lookup::EMBEDDING_LOOKUP,
+    &lookup::HASHTABLE_LOOKUP,
+    &lookup::LSH_PROJECTION,
+    &lookup::RANDOM_MULTINOMIAL,
     &recurrent::LSTM,
     &recurrent::UNIDIRECTIONAL_SEQUENCE_LSTM,
     &recurrent::BIDIRECTIONAL_SEQUENCE_LSTM,

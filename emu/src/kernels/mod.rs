@@ -33,6 +33,7 @@ pub mod image;
 pub mod index;
 pub mod kernel;
 pub(crate) mod layout;
+pub mod lookup;
 pub mod movement;
 pub mod normalization;
 pub mod pool;
@@ -80,6 +81,10 @@ pub use elementwise::unary::{Unary, UnaryKind};
 pub use extension::{fibonacci::Fibonacci, gelu::Gelu};
 pub use image::{resize_bilinear::ResizeBilinear, resize_nearest::ResizeNearest};
 pub use index::{argminmax::ArgMinMax, topk::TopK};
+pub use lookup::{
+    embedding::EmbeddingLookup, hashtable::HashtableLookup, lsh::LshProjection,
+    multinomial::RandomMultinomial,
+};
 pub use movement::{
     channel_shuffle::ChannelShuffle, concat::Concatenation, depth_space::DepthToSpace,
     depth_space::SpaceToDepth, fill::Fill, fill::Rank, gather::Gather, pad::Pad, reshape::Reshape,
@@ -200,6 +205,10 @@ registry! {
     134 => SequenceRnn(recurrent::sequence_rnn::SequenceRnn),
     135 => BidiRnn(recurrent::bidi_rnn::BidiRnn),
     136 => Svdf(recurrent::svdf::Svdf),
+    140 => EmbeddingLookup(lookup::embedding::EmbeddingLookup),
+    141 => HashtableLookup(lookup::hashtable::HashtableLookup),
+    142 => LshProjection(lookup::lsh::LshProjection),
+    143 => RandomMultinomial(lookup::multinomial::RandomMultinomial),
 }
 
 /// The object-safe face of [`Kernel`], implemented for every kernel.
