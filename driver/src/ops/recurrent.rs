@@ -560,3 +560,60 @@ pub const SVDF: OpDef = OpDef {
         lowered(a, k, ids)
     }),
 };
+
+const Q8: &[crate::hal::OperandType] = &[crate::hal::OperandType::TENSOR_QUANT8_ASYMM];
+const Q16: Ty = Ty::Is(crate::hal::OperandType::TENSOR_QUANT16_SYMM);
+const I32: Ty = Ty::Is(crate::hal::OperandType::TENSOR_INT32);
+
+/// QUANTIZED_16BIT_LSTM.
+pub const QUANTIZED_16BIT_LSTM: OpDef = OpDef {
+    op: OperationType::QUANTIZED_16BIT_LSTM,
+    signatures: &[Signature::new(
+        V1_2,
+        Q8,
+        &[
+            t("input"),
+            t("i2i"),
+            t("i2f"),
+            t("i2c"),
+            t("i2o"),
+            t("r2i"),
+            t("r2f"),
+            t("r2c"),
+            t("r2o"),
+            arg("ib", I32),
+            arg("fb", I32),
+            arg("cb", I32),
+            arg("ob", I32),
+            arg("prev_cell_state", Q16),
+            t("prev_output"),
+        ],
+        &[arg("cell_state", Q16), t("output")],
+    )],
+    check: None,
+    runs: Q8,
+    lower: Some(|a| {
+        let names = [
+            "input",
+            "i2i",
+            "i2f",
+            "i2c",
+            "i2o",
+            "r2i",
+            "r2f",
+            "r2c",
+            "r2o",
+            "ib",
+            "fb",
+            "cb",
+            "ob",
+            "prev_cell_state",
+            "prev_output",
+        ];
+        let ids = names
+            .iter()
+            .map(|n| a.input(n))
+            .collect::<Result<Vec<_>, _>>()?;
+        lowered(a, vnpu_emu::kernels::QuantizedLstm, ids)
+    }),
+};

@@ -100,6 +100,7 @@ pub static REGISTRY: &[&OpDef] = &[
     &recurrent::UNIDIRECTIONAL_SEQUENCE_RNN,
     &recurrent::BIDIRECTIONAL_SEQUENCE_RNN,
     &recurrent::SVDF,
+    &recurrent::QUANTIZED_16BIT_LSTM,
     // Vendor extensions (`crate::extensions`), under the driver's internal prefixes.
     &fibonacci::EXAMPLE_FIBONACCI,
     &gelu::VNPU_GELU,

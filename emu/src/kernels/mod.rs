@@ -94,8 +94,9 @@ pub use movement::{
 pub use normalization::{instance::InstanceNorm, l2::L2Normalization, lrn::LocalResponseNorm};
 pub use pool::pool2d::{Pool, PoolKind};
 pub use recurrent::{
-    bidi_lstm::BidiLstm, bidi_rnn::BidiRnn, cell::LstmParams, lstm::Lstm, rnn::Rnn,
-    sequence_lstm::SequenceLstm, sequence_rnn::SequenceRnn, svdf::Svdf, RecurrentActivation,
+    bidi_lstm::BidiLstm, bidi_rnn::BidiRnn, cell::LstmParams, lstm::Lstm,
+    quantized_lstm::QuantizedLstm, rnn::Rnn, sequence_lstm::SequenceLstm,
+    sequence_rnn::SequenceRnn, svdf::Svdf, RecurrentActivation,
 };
 pub use reduction::{
     mean::Mean,
@@ -205,6 +206,7 @@ registry! {
     134 => SequenceRnn(recurrent::sequence_rnn::SequenceRnn),
     135 => BidiRnn(recurrent::bidi_rnn::BidiRnn),
     136 => Svdf(recurrent::svdf::Svdf),
+    137 => QuantizedLstm(recurrent::quantized_lstm::QuantizedLstm),
     140 => EmbeddingLookup(lookup::embedding::EmbeddingLookup),
     141 => HashtableLookup(lookup::hashtable::HashtableLookup),
     142 => LshProjection(lookup::lsh::LshProjection),

@@ -16,7 +16,9 @@
 pub mod bidi_lstm;
 pub mod bidi_rnn;
 pub mod cell;
+pub mod fixed16;
 pub mod lstm;
+pub mod quantized_lstm;
 pub mod rnn;
 pub mod sequence_lstm;
 pub mod sequence_rnn;

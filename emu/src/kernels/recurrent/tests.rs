@@ -359,7 +359,7 @@ proptest! {
     /// Arbitrary parameter words and shapes never panic the recurrent kernels.
     #[test]
     fn hostile_params_and_shapes_never_panic(
-        opcode in 130u32..=136,
+        opcode in 130u32..=139,
         words in proptest::collection::vec(prop_oneof![3 => 0u32..3, 2 => 0u32..8, 1 => any::<u32>()], 0..10),
         shapes in proptest::collection::vec(proptest::collection::vec(0usize..4, 0..=4), 0..8),
     ) {
