@@ -2,8 +2,8 @@
 
 use super::{
     activation, argminmax, arith, cast, comparison, conv, fibonacci, gelu, image, instance_norm,
-    log_softmax, logical, math, movement, normalization, pool, reduce, reduction, resize_nearest,
-    topk, unsupported, OpDef,
+    log_softmax, logical, lookup, math, movement, normalization, pool, recurrent, reduce,
+    reduction, resize_nearest, topk, OpDef,
 };
 use crate::hal::OperationType;
 
@@ -89,12 +89,18 @@ pub static REGISTRY: &[&OpDef] = &[
     &topk::TOPK_V2,
     &instance_norm::INSTANCE_NORMALIZATION,
     &log_softmax::LOG_SOFTMAX,
-    &unsupported::EMBEDDING_LOOKUP,
-    &unsupported::HASHTABLE_LOOKUP,
-    &unsupported::LSH_PROJECTION,
-    &unsupported::RNN,
-    &unsupported::SVDF,
-    &unsupported::LSTM,
+    &lookup::EMBEDDING_LOOKUP,
+    &lookup::HASHTABLE_LOOKUP,
+    &lookup::LSH_PROJECTION,
+    &lookup::RANDOM_MULTINOMIAL,
+    &recurrent::LSTM,
+    &recurrent::UNIDIRECTIONAL_SEQUENCE_LSTM,
+    &recurrent::BIDIRECTIONAL_SEQUENCE_LSTM,
+    &recurrent::RNN,
+    &recurrent::UNIDIRECTIONAL_SEQUENCE_RNN,
+    &recurrent::BIDIRECTIONAL_SEQUENCE_RNN,
+    &recurrent::SVDF,
+    &recurrent::QUANTIZED_16BIT_LSTM,
     // Vendor extensions (`crate::extensions`), under the driver's internal prefixes.
     &fibonacci::EXAMPLE_FIBONACCI,
     &gelu::VNPU_GELU,
