@@ -70,6 +70,8 @@ struct Tiny {
     ops: Vec<(i32, Vec<i32>, Vec<i32>)>,
     inputs: Vec<i32>,
     outputs: Vec<i32>,
+    /// Constants after the FlatBuffer (Buffer.offset/size), as large-model writers put them.
+    outside: bool,
 }
 
 impl Tiny {
@@ -102,9 +104,23 @@ impl Tiny {
             b.end_table(t)
         }];
         let mut tensors = Vec::new();
+        // Data placed after the FlatBuffer: (offset within the appended bytes, data).
+        let mut appended: Vec<u8> = Vec::new();
+        let mut placeholders = Vec::new();
         for (shape, data) in &self.tensors {
             let buffer = if data.is_empty() {
                 0
+            } else if self.outside {
+                let at = appended.len();
+                appended.extend_from_slice(data);
+                let t = b.start_table();
+                // Patched below, once the FlatBuffer's size is known: a unique marker.
+                let marker = 0x5A5A_0000_0000_0000u64 | at as u64;
+                placeholders.push(marker);
+                b.push_slot::<u64>(6, marker, 0);
+                b.push_slot::<u64>(8, data.len() as u64, 0);
+                buffers.push(b.end_table(t));
+                buffers.len() as u32 - 1
             } else {
                 let d = b.create_vector(data);
                 let t = b.start_table();
@@ -155,7 +171,18 @@ impl Tiny {
         b.push_slot_always(12, buffers);
         let m = b.end_table(m);
         b.finish(m, Some("TFL3"));
-        b.finished_data().to_vec()
+        let mut file = b.finished_data().to_vec();
+        let base = file.len() as u64;
+        for marker in placeholders {
+            let at = file
+                .windows(8)
+                .position(|w| w == marker.to_le_bytes())
+                .expect("marker");
+            let offset = base + (marker & 0xFFFF_FFFF);
+            file[at..at + 8].copy_from_slice(&offset.to_le_bytes());
+        }
+        file.extend_from_slice(&appended);
+        file
     }
 }
 
@@ -197,6 +224,21 @@ fn a_written_model_runs() {
         .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
         .collect();
     assert_eq!(got, [1.5, 0.0, 0.0, 1.0]);
+}
+
+#[test]
+fn constants_outside_the_flatbuffer() {
+    let mut t = two_ops();
+    t.outside = true;
+    let bytes = t.bytes();
+    let imported = import(&bytes, false).unwrap();
+    assert!(imported.constant_bytes >= 16);
+    // Data that would run past the end of the file.
+    let e = import(&bytes[..bytes.len() - 4], false).unwrap_err();
+    assert!(
+        matches!(&e, ImportError::Tensor { reason, .. } if reason.contains("outside the file")),
+        "{e}"
+    );
 }
 
 #[test]

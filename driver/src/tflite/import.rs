@@ -394,11 +394,26 @@ fn read_tensor<'a>(
     let b = buffers
         .get(buffer)
         .ok_or_else(|| bad(format!("buffer {buffer} out of range")))?;
-    if b.scalar::<u64>(slot::buffer::OFFSET, 0)? > 1 {
-        return Err(bad(
-            "buffers outside the FlatBuffer (files over 2 GB) are not supported".into(),
-        ));
-    }
+    // Data outside the FlatBuffer: `size` bytes at `offset` in the file (offset 0 or 1
+    // means none, as the format reserves them).
+    let offset = b.scalar::<u64>(slot::buffer::OFFSET, 0)?;
+    let outside = if offset > 1 {
+        let size = b.scalar::<u64>(slot::buffer::SIZE, 0)?;
+        let file = b.file();
+        let range = usize::try_from(offset)
+            .ok()
+            .zip(usize::try_from(size).ok())
+            .and_then(|(o, n)| Some(o..o.checked_add(n)?))
+            .filter(|r| r.end <= file.len())
+            .ok_or_else(|| {
+                bad(format!(
+                    "buffer {buffer}: {size} bytes at {offset} lie outside the file"
+                ))
+            })?;
+        Some(&file[range])
+    } else {
+        None
+    };
     let (scales, zero_points, axis) = match t.table(slot::tensor::QUANTIZATION)? {
         Some(q) => (
             q.scalars::<f32>(slot::quantization::SCALE)?,
@@ -411,7 +426,10 @@ fn read_tensor<'a>(
         shape: t.scalars::<i32>(slot::tensor::SHAPE)?,
         ty: t.scalar::<i8>(slot::tensor::TYPE, 0)?,
         name: t.string(slot::tensor::NAME)?,
-        data: b.bytes(slot::buffer::DATA)?,
+        data: match outside {
+            Some(d) => d,
+            None => b.bytes(slot::buffer::DATA)?,
+        },
         scales,
         zero_points,
         axis,

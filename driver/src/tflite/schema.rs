@@ -76,8 +76,11 @@ pub mod slot {
     pub mod buffer {
         /// `data: [ubyte]`.
         pub const DATA: u16 = 4;
-        /// `offset: ulong` (data outside the FlatBuffer, for files over 2 GB).
+        /// `offset: ulong`: the data lies outside the FlatBuffer, at this offset from the
+        /// start of the file (written for large models, and by some tools for any).
         pub const OFFSET: u16 = 6;
+        /// `size: ulong`: the bytes at `offset`.
+        pub const SIZE: u16 = 8;
     }
     /// `Operator`.
     pub mod operator {
@@ -132,6 +135,7 @@ verified_table!(TensorV {
 verified_table!(BufferV {
     "data": slot::buffer::DATA => ForwardsUOffset<Vector<'_, u8>>,
     "offset": slot::buffer::OFFSET => u64,
+    "size": slot::buffer::SIZE => u64,
 });
 verified_table!(SubGraphV {
     "tensors": slot::subgraph::TENSORS => Tables<'_, TensorV>,
@@ -347,6 +351,11 @@ impl<'a> Table<'a> {
                 })
             })
             .collect()
+    }
+
+    /// The whole buffer the table lies in (the file).
+    pub fn file(&self) -> &'a [u8] {
+        self.buf
     }
 
     /// A string field (empty when absent; invalid UTF-8 replaced).
