@@ -45,6 +45,45 @@ fn store(bus: &Bus, addr: u64, data: &[u8]) -> Result<(), u64> {
     w.region.write(w.offset, data).map_err(|_| addr)
 }
 
+/// The engine's local memory across ops: the tensors the last ops wrote, as they were
+/// written (write-through: DRAM always holds them too), so the op that reads them next
+/// skips the load. An entry dies when a later output overlaps its DRAM bytes (the arena
+/// reuses memory) or when it falls out of the budget.
+#[derive(Default)]
+struct Sram {
+    entries: Vec<(u32, u64, Staged)>,
+}
+
+/// Bytes the engine keeps across ops.
+const SRAM_BYTES: usize = 8 << 20;
+
+impl Sram {
+    /// Tensor `id`'s bytes, if held with exactly `len` bytes.
+    fn get(&self, id: u32, len: u64) -> Option<&Staged> {
+        self.entries
+            .iter()
+            .find(|(t, _, s)| *t == id && s.bytes().len() as u64 == len)
+            .map(|(_, _, s)| s)
+    }
+
+    /// Records that `written` bytes at `addr` now hold tensor `id`, whose bytes are
+    /// `data` when it is worth keeping.
+    fn wrote(&mut self, id: u32, addr: u64, written: u64, data: Option<Staged>) {
+        let end = addr.saturating_add(written);
+        self.entries
+            .retain(|(t, a, s)| *t != id && (a + s.bytes().len() as u64 <= addr || end <= *a));
+        let Some(data) = data.filter(|d| d.bytes().len() <= SRAM_BYTES) else {
+            return;
+        };
+        self.entries.push((id, addr, data));
+        let mut total: usize = self.entries.iter().map(|e| e.2.bytes().len()).sum();
+        while total > SRAM_BYTES {
+            let (_, _, s) = self.entries.remove(0);
+            total -= s.bytes().len();
+        }
+    }
+}
+
 /// The run-time state of a program: the current type of every tensor (a dynamic
 /// tensor's shape changes as ops write it).
 struct Tensors<'p> {
@@ -149,6 +188,7 @@ fn sequence(
     let generation = bus.generation.load(std::sync::atomic::Ordering::SeqCst);
     let mut ns = 0u64;
     let mut pc = 0usize;
+    let mut sram = Sram::default();
     while let Some(op) = program.ops.get(pc) {
         let index = pc as u32;
         let fail = |status, fault| Outcome::fail(status, index, fault);
@@ -178,7 +218,7 @@ fn sequence(
             _ => {}
         }
         let start = Instant::now();
-        match run_kernel(bus, program, tensors, pc) {
+        match run_kernel(bus, program, tensors, &mut sram, pc) {
             Ok(op_ns) => {
                 bus.trace
                     .record("compute", op.op.name(), start, req_id, op_ns);
@@ -198,6 +238,7 @@ fn run_kernel(
     bus: &Bus,
     program: &Program,
     tensors: &mut Tensors<'_>,
+    sram: &mut Sram,
     pc: usize,
 ) -> Result<u64, (Status, u64)> {
     let op = &program.ops[pc];
@@ -205,10 +246,18 @@ fn run_kernel(
         tracing::debug!("kernel {pc} failed: {e}");
         (Status::KernelError, 0)
     };
-    let mut data = Vec::with_capacity(op.inputs.len());
+    // Inputs the last ops wrote come from local memory; the rest from DRAM.
+    let mut loaded: Vec<Option<Staged>> = Vec::with_capacity(op.inputs.len());
     for &i in &op.inputs {
+        let len = tensors.len(i);
+        if sram.get(i, len).is_some() {
+            loaded.push(None);
+            continue;
+        }
         let addr = program.tensors[i as usize].addr;
-        data.push(load(bus, addr, tensors.len(i)).map_err(|a| (Status::DmaFault, a))?);
+        loaded.push(Some(
+            load(bus, addr, len).map_err(|a| (Status::DmaFault, a))?,
+        ));
     }
     let in_tys: Vec<&TensorType> = op
         .inputs
@@ -252,10 +301,13 @@ fn run_kernel(
     let real = {
         let inputs: Vec<View<'_>> = in_tys
             .iter()
-            .zip(&data)
-            .map(|(ty, v)| View {
-                ty,
-                bytes: v.bytes(),
+            .zip(op.inputs.iter().zip(&loaded))
+            .map(|(ty, (&i, l))| {
+                let held = l.as_ref().or_else(|| sram.get(i, tensors.len(i)));
+                View {
+                    ty,
+                    bytes: held.map_or(&[][..], |s| s.bytes()),
+                }
             })
             .collect();
         let mut outputs: Vec<ViewMut<'_>> = out_tys
@@ -273,16 +325,21 @@ fn run_kernel(
         Some(r) => r,
         None => out_tys.iter().map(|t| t.shape.clone()).collect(),
     };
-    for ((&o, v), shape) in op.outputs.iter().zip(&out_data).zip(shapes) {
+    for ((&o, v), shape) in op.outputs.iter().zip(out_data).zip(shapes) {
         if tensors.set_shape(o, shape).is_err() {
             tracing::debug!("kernel {pc}: output {o} has a shape its tensor cannot take");
             return Err((Status::KernelError, 0));
         }
         // The kernel wrote the real elements first; a real shape never exceeds the view.
-        let Some(bytes) = v.bytes().get(..tensors.len(o) as usize) else {
+        let len = tensors.len(o) as usize;
+        let Some(bytes) = v.bytes().get(..len) else {
             return Err((Status::KernelError, 0));
         };
-        store(bus, program.tensors[o as usize].addr, bytes).map_err(|a| (Status::DmaFault, a))?;
+        let addr = program.tensors[o as usize].addr;
+        store(bus, addr, bytes).map_err(|a| (Status::DmaFault, a))?;
+        // Kept only when the buffer holds exactly the tensor's bytes.
+        let keep = (len == v.bytes().len()).then_some(v);
+        sram.wrote(o, addr, len as u64, keep);
     }
     Ok(op_ns)
 }
@@ -294,4 +351,42 @@ fn fits(t: &TensorDesc, shape: &[usize]) -> bool {
             .iter()
             .try_fold(t.ty.dtype.size(), |a, &d| a.checked_mul(d as u64))
             .is_some_and(|b| b <= t.byte_len)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn staged(n: usize) -> Staged {
+        Staged::zeroed(n)
+    }
+
+    #[test]
+    fn sram_keeps_what_was_written_until_something_overlaps_it() {
+        let mut s = Sram::default();
+        s.wrote(1, 0x1000, 64, Some(staged(64)));
+        s.wrote(2, 0x2000, 64, Some(staged(64)));
+        assert!(s.get(1, 64).is_some());
+        assert!(s.get(1, 32).is_none(), "a different length is a miss");
+        // A write over part of tensor 1's bytes (the arena reused them) forgets it.
+        s.wrote(3, 0x1020, 16, None);
+        assert!(s.get(1, 64).is_none());
+        assert!(s.get(2, 64).is_some());
+        // Writing tensor 2 again replaces its entry.
+        s.wrote(2, 0x2000, 8, Some(staged(8)));
+        assert!(s.get(2, 64).is_none());
+        assert!(s.get(2, 8).is_some());
+    }
+
+    #[test]
+    fn sram_stays_within_its_budget() {
+        let mut s = Sram::default();
+        let big = SRAM_BYTES / 2 + 1;
+        s.wrote(1, 0, big as u64, Some(staged(big)));
+        s.wrote(2, 1 << 30, big as u64, Some(staged(big)));
+        assert!(s.get(1, big as u64).is_none(), "the oldest entry goes first");
+        assert!(s.get(2, big as u64).is_some());
+        s.wrote(3, 1 << 31, (SRAM_BYTES + 1) as u64, Some(staged(SRAM_BYTES + 1)));
+        assert!(s.get(3, (SRAM_BYTES + 1) as u64).is_none(), "too large to keep");
+    }
 }
