@@ -18,6 +18,7 @@ pub mod bidi_rnn;
 pub mod cell;
 pub mod fixed16;
 pub mod lstm;
+pub mod qlstm;
 pub mod quantized_lstm;
 pub mod rnn;
 pub mod sequence_lstm;
