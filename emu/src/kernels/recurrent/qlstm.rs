@@ -287,6 +287,10 @@ impl Kernel for QLstm {
         ])
     }
 
+    fn cost(&self, inputs: &[&TensorType], outputs: &[Vec<usize>]) -> crate::kernels::Cost {
+        super::recurrent_cost(inputs, outputs)
+    }
+
     fn check_outputs(&self, inputs: &[&TensorType], outputs: &[&TensorType]) -> Result<()> {
         let (Some(prev_out), Some(prev_cell)) = (
             inputs.get(
