@@ -617,3 +617,98 @@ pub const QUANTIZED_16BIT_LSTM: OpDef = OpDef {
         lowered(a, vnpu_emu::kernels::QuantizedLstm, ids)
     }),
 };
+
+const Q8S: &[crate::hal::OperandType] = &[crate::hal::OperandType::TENSOR_QUANT8_ASYMM_SIGNED];
+const Q8SYMM: Ty = Ty::Is(crate::hal::OperandType::TENSOR_QUANT8_SYMM);
+const F32: Ty = Ty::Is(crate::hal::OperandType::FLOAT32);
+
+/// QUANTIZED_LSTM's tensor slots, in the HAL's input order.
+const QLSTM_SLOT_NAMES: &[&str] = &[
+    "input",
+    "i2i",
+    "i2f",
+    "i2c",
+    "i2o",
+    "r2i",
+    "r2f",
+    "r2c",
+    "r2o",
+    "c2i",
+    "c2f",
+    "c2o",
+    "ib",
+    "fb",
+    "cb",
+    "ob",
+    "pw",
+    "pb",
+    "prev_output",
+    "prev_cell_state",
+    "lni",
+    "lnf",
+    "lnc",
+    "lno",
+];
+
+/// QUANTIZED_LSTM.
+pub const QUANTIZED_LSTM: OpDef = OpDef {
+    op: OperationType::QUANTIZED_LSTM,
+    signatures: &[Signature::new(
+        V1_3,
+        Q8S,
+        &[
+            t("input"),
+            arg("i2i", Q8SYMM),
+            arg("i2f", Q8SYMM),
+            arg("i2c", Q8SYMM),
+            arg("i2o", Q8SYMM),
+            arg("r2i", Q8SYMM),
+            arg("r2f", Q8SYMM),
+            arg("r2c", Q8SYMM),
+            arg("r2o", Q8SYMM),
+            arg("c2i", Q16),
+            arg("c2f", Q16),
+            arg("c2o", Q16),
+            arg("ib", I32),
+            arg("fb", I32),
+            arg("cb", I32),
+            arg("ob", I32),
+            arg("pw", Q8SYMM),
+            arg("pb", I32),
+            t("prev_output"),
+            arg("prev_cell_state", Q16),
+            arg("lni", Q16),
+            arg("lnf", Q16),
+            arg("lnc", Q16),
+            arg("lno", Q16),
+            arg("cell_clip", F32),
+            arg("proj_clip", F32),
+            arg("input_scale", F32),
+            arg("forget_scale", F32),
+            arg("cell_scale", F32),
+            arg("output_scale", F32),
+            arg("hidden_zero_point", Ty::Int),
+            arg("hidden_scale", F32),
+        ],
+        &[t("output_state"), arg("cell_state", Q16), t("output")],
+    )],
+    check: None,
+    runs: Q8S,
+    lower: Some(|a| {
+        let (mask, ids) = masked(a, QLSTM_SLOT_NAMES);
+        let k = vnpu_emu::kernels::QLstm {
+            present: mask as u32,
+            cell_clip: a.f32("cell_clip")?,
+            proj_clip: a.f32("proj_clip")?,
+            gate_scales: [
+                a.f32("input_scale")?,
+                a.f32("forget_scale")?,
+                a.f32("cell_scale")?,
+                a.f32("output_scale")?,
+            ],
+            hidden_zero_point: a.i32("hidden_zero_point")?,
+            hidden_scale: a.f32("hidden_scale")?,
+        };
+        lowered(a, k, ids)
+    }),
+};

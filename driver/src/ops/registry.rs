@@ -101,6 +101,7 @@ pub static REGISTRY: &[&OpDef] = &[
     &recurrent::BIDIRECTIONAL_SEQUENCE_RNN,
     &recurrent::SVDF,
     &recurrent::QUANTIZED_16BIT_LSTM,
+    &recurrent::QUANTIZED_LSTM,
     // Vendor extensions (`crate::extensions`), under the driver's internal prefixes.
     &fibonacci::EXAMPLE_FIBONACCI,
     &gelu::VNPU_GELU,

@@ -384,9 +384,20 @@ mod tests {
         let big = SRAM_BYTES / 2 + 1;
         s.wrote(1, 0, big as u64, Some(staged(big)));
         s.wrote(2, 1 << 30, big as u64, Some(staged(big)));
-        assert!(s.get(1, big as u64).is_none(), "the oldest entry goes first");
+        assert!(
+            s.get(1, big as u64).is_none(),
+            "the oldest entry goes first"
+        );
         assert!(s.get(2, big as u64).is_some());
-        s.wrote(3, 1 << 31, (SRAM_BYTES + 1) as u64, Some(staged(SRAM_BYTES + 1)));
-        assert!(s.get(3, (SRAM_BYTES + 1) as u64).is_none(), "too large to keep");
+        s.wrote(
+            3,
+            1 << 31,
+            (SRAM_BYTES + 1) as u64,
+            Some(staged(SRAM_BYTES + 1)),
+        );
+        assert!(
+            s.get(3, (SRAM_BYTES + 1) as u64).is_none(),
+            "too large to keep"
+        );
     }
 }

@@ -99,7 +99,7 @@ pub use movement::{
 pub use normalization::{instance::InstanceNorm, l2::L2Normalization, lrn::LocalResponseNorm};
 pub use pool::pool2d::{Pool, PoolKind};
 pub use recurrent::{
-    bidi_lstm::BidiLstm, bidi_rnn::BidiRnn, cell::LstmParams, lstm::Lstm,
+    bidi_lstm::BidiLstm, bidi_rnn::BidiRnn, cell::LstmParams, lstm::Lstm, qlstm::QLstm,
     quantized_lstm::QuantizedLstm, rnn::Rnn, sequence_lstm::SequenceLstm,
     sequence_rnn::SequenceRnn, svdf::Svdf, RecurrentActivation,
 };
@@ -216,6 +216,7 @@ registry! {
     135 => BidiRnn(recurrent::bidi_rnn::BidiRnn),
     136 => Svdf(recurrent::svdf::Svdf),
     137 => QuantizedLstm(recurrent::quantized_lstm::QuantizedLstm),
+    138 => QLstm(recurrent::qlstm::QLstm),
     140 => EmbeddingLookup(lookup::embedding::EmbeddingLookup),
     141 => HashtableLookup(lookup::hashtable::HashtableLookup),
     142 => LshProjection(lookup::lsh::LshProjection),

@@ -219,6 +219,11 @@ mod tests {
     use super::*;
 
     #[test]
+    fn empty_input_hashes_to_k2() {
+        assert_eq!(fingerprint64(&[]), 0x9ae1_6a3b_2f90_404f);
+    }
+
+    #[test]
     fn every_length_is_total() {
         let data: Vec<u8> = (0..300u32).map(|i| (i * 31 % 251) as u8).collect();
         let mut seen = std::collections::HashSet::new();

@@ -176,3 +176,85 @@ impl Kernel for LshProjection {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::{run_f32, KernelOp};
+
+    #[test]
+    fn sparse_packs_the_dense_bits() {
+        let hash: Vec<f32> = (0..6).map(|i| i as f32 * 0.37 - 1.0).collect();
+        let input = [0.5f32, -1.25, 3.0, 7.5, 2.0, -0.5];
+        let weight = [0.25f32, 1.0, -2.0];
+        let run = |kind: u32| {
+            let op = KernelOp::from(LshProjection {
+                kind,
+                has_weight: true,
+            });
+            let out = run_f32(&op, &[(&[3, 2], &hash), (&[3, 2], &input), (&[3], &weight)]);
+            out.map(|o| o[0].1.clone())
+        };
+        // run_f32 types the int32 output as float32: a dtype error, not a panic.
+        assert!(run(2).is_err());
+        let op = KernelOp::from(LshProjection {
+            kind: 2,
+            has_weight: true,
+        });
+        let tys = [
+            TensorType::new(DType::F32, &[3, 2]),
+            TensorType::new(DType::F32, &[3, 2]),
+            TensorType::new(DType::F32, &[3]),
+        ];
+        let refs: Vec<&TensorType> = tys.iter().collect();
+        assert_eq!(op.output_shapes(&refs).unwrap(), vec![vec![6]]);
+        let bytes = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        let run_i32 = |kind: u32, n: usize| {
+            let k = LshProjection {
+                kind,
+                has_weight: true,
+            };
+            let (h, i, w) = (bytes(&hash), bytes(&input), bytes(&weight));
+            let stage = |b: &[u8]| {
+                let mut s = crate::tensor::Staged::zeroed(b.len());
+                s.bytes_mut().copy_from_slice(b);
+                s
+            };
+            let (h, i, w) = (stage(&h), stage(&i), stage(&w));
+            let ot = TensorType::new(DType::I32, &[n]);
+            let mut o = crate::tensor::Staged::zeroed(n * 4);
+            let ins = [
+                View {
+                    ty: &tys[0],
+                    bytes: h.bytes(),
+                },
+                View {
+                    ty: &tys[1],
+                    bytes: i.bytes(),
+                },
+                View {
+                    ty: &tys[2],
+                    bytes: w.bytes(),
+                },
+            ];
+            let mut outs = [ViewMut {
+                ty: &ot,
+                bytes: o.bytes_mut(),
+            }];
+            crate::kernels::execute(&KernelOp::from(k), &ins, &mut outs).unwrap();
+            o.bytes()
+                .chunks_exact(4)
+                .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect::<Vec<i32>>()
+        };
+        let dense = run_i32(2, 6);
+        assert!(dense.iter().all(|&b| b == 0 || b == 1));
+        let deprecated = run_i32(1, 3);
+        let sparse = run_i32(3, 3);
+        for f in 0..3 {
+            let packed = dense[2 * f] << 1 | dense[2 * f + 1];
+            assert_eq!(deprecated[f], packed);
+            assert_eq!(sparse[f], packed + (f as i32) * 4);
+        }
+    }
+}

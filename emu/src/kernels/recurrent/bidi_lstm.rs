@@ -153,12 +153,7 @@ impl Kernel for BidiLstm {
     }
 
     fn cost(&self, inputs: &[&TensorType], outputs: &[Vec<usize>]) -> crate::kernels::Cost {
-        let elems: u64 = inputs.iter().map(|t| t.numel() as u64).sum::<u64>()
-            + outputs
-                .iter()
-                .map(|s| s.iter().product::<usize>() as u64)
-                .sum::<u64>();
-        crate::kernels::Cost { macs: elems, elems }
+        super::recurrent_cost(inputs, outputs)
     }
 
     fn run(&self, inputs: &[View<'_>], outputs: &mut [ViewMut<'_>]) -> Result<()> {

@@ -18,6 +18,7 @@ pub mod bidi_rnn;
 pub mod cell;
 pub mod fixed16;
 pub mod lstm;
+pub mod qlstm;
 pub mod quantized_lstm;
 pub mod rnn;
 pub mod sequence_lstm;
@@ -27,7 +28,7 @@ pub mod svdf;
 #[cfg(test)]
 mod tests;
 
-use crate::kernels::{bad_shape, KernelError, Result};
+use crate::kernels::{bad_shape, Cost, KernelError, Result};
 use crate::tensor::{DType, TensorType};
 
 /// The activation of a recurrent operation (TFLite's `TfLiteFusedActivation` codes, which
@@ -178,4 +179,28 @@ pub(crate) fn ranked<'a>(
         ));
     }
     Ok(&t.shape)
+}
+
+/// The work of a recurrent kernel for the timing model: every rank-2 tensor after the
+/// input (the weight matrices, and the small state rows) multiplied once per input row
+/// (`batch`, times `time` for a sequence), plus every element touched.
+pub(crate) fn recurrent_cost(inputs: &[&TensorType], outputs: &[Vec<usize>]) -> Cost {
+    let n = |s: &[usize]| s.iter().fold(1u64, |a, &d| a.saturating_mul(d as u64));
+    let rows = inputs.first().map_or(0, |x| {
+        let last = x.shape.last().copied().unwrap_or(1).max(1) as u64;
+        n(&x.shape) / last
+    });
+    let macs = inputs
+        .iter()
+        .skip(1)
+        .filter(|t| t.shape.len() == 2)
+        .fold(0u64, |a, t| {
+            a.saturating_add(n(&t.shape).saturating_mul(rows))
+        });
+    let elems = inputs
+        .iter()
+        .map(|t| n(&t.shape))
+        .chain(outputs.iter().map(|s| n(s)))
+        .fold(0u64, u64::saturating_add);
+    Cost { macs, elems }
 }

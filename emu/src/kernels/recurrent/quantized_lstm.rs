@@ -100,6 +100,10 @@ impl Kernel for QuantizedLstm {
         Ok(vec![cell.shape.clone(), prev_out.shape.clone()])
     }
 
+    fn cost(&self, inputs: &[&TensorType], outputs: &[Vec<usize>]) -> crate::kernels::Cost {
+        super::recurrent_cost(inputs, outputs)
+    }
+
     fn check_outputs(&self, inputs: &[&TensorType], outputs: &[&TensorType]) -> Result<()> {
         dtype(outputs[0], DType::I16)?;
         dtype(outputs[1], DType::U8)?;

@@ -105,6 +105,10 @@ impl Kernel for Rnn {
         Ok(vec![vec![batch, units], vec![batch, units]])
     }
 
+    fn cost(&self, inputs: &[&TensorType], outputs: &[Vec<usize>]) -> crate::kernels::Cost {
+        super::recurrent_cost(inputs, outputs)
+    }
+
     fn run(&self, inputs: &[View<'_>], outputs: &mut [ViewMut<'_>]) -> Result<()> {
         widen_f16(inputs, outputs, |inputs, outputs| {
             let x = inputs[0];

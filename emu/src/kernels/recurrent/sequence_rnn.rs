@@ -76,6 +76,10 @@ impl Kernel for SequenceRnn {
         Ok(shapes)
     }
 
+    fn cost(&self, inputs: &[&TensorType], outputs: &[Vec<usize>]) -> crate::kernels::Cost {
+        super::recurrent_cost(inputs, outputs)
+    }
+
     fn run(&self, inputs: &[View<'_>], outputs: &mut [ViewMut<'_>]) -> Result<()> {
         let name = self.name();
         widen_f16(inputs, outputs, |inputs, outputs| {

@@ -90,6 +90,10 @@ impl Kernel for Svdf {
         Ok(vec![vec![batch, state_len], vec![batch, units]])
     }
 
+    fn cost(&self, inputs: &[&TensorType], outputs: &[Vec<usize>]) -> crate::kernels::Cost {
+        super::recurrent_cost(inputs, outputs)
+    }
+
     fn run(&self, inputs: &[View<'_>], outputs: &mut [ViewMut<'_>]) -> Result<()> {
         let name = self.name();
         widen_f16(inputs, outputs, |inputs, outputs| {

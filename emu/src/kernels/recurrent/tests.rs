@@ -419,3 +419,149 @@ fn lstm_rejects_inconsistent_optional_inputs() {
         .collect();
     assert!(run_f32(&op, &refs).is_err());
 }
+
+/// Runs `op` on zero-filled tensors of these types (outputs as `output_shapes` says, typed
+/// like `out_types`); only checks that nothing panics.
+fn exec_typed(
+    op: &KernelOp,
+    ins: &[TensorType],
+    out_types: &[(crate::tensor::DType, f32)],
+    seed: u64,
+) {
+    use crate::tensor::{Staged, View, ViewMut};
+    let refs: Vec<&TensorType> = ins.iter().collect();
+    let Ok(shapes) = op.output_shapes(&refs) else {
+        return;
+    };
+    let outs: Vec<TensorType> = shapes
+        .iter()
+        .zip(out_types.iter().cycle())
+        .map(|(s, &(d, sc))| TensorType::quantized(d, s, sc, 0))
+        .collect();
+    let in_bufs: Vec<Staged> = ins
+        .iter()
+        .enumerate()
+        .map(|(k, t)| {
+            let mut b = Staged::zeroed(t.numel() * t.dtype.size() as usize);
+            let v = vals(b.bytes().len(), seed + k as u64, 512.0);
+            for (d, x) in b.bytes_mut().iter_mut().zip(v) {
+                *d = x as i32 as u8;
+            }
+            b
+        })
+        .collect();
+    let mut out_bufs: Vec<Staged> = outs
+        .iter()
+        .map(|t| Staged::zeroed(t.numel() * t.dtype.size() as usize))
+        .collect();
+    let views: Vec<View<'_>> = ins
+        .iter()
+        .zip(&in_bufs)
+        .map(|(ty, b)| View {
+            ty,
+            bytes: b.bytes(),
+        })
+        .collect();
+    let mut ovs: Vec<ViewMut<'_>> = outs
+        .iter()
+        .zip(out_bufs.iter_mut())
+        .map(|(ty, b)| ViewMut {
+            ty,
+            bytes: b.bytes_mut(),
+        })
+        .collect();
+    let _ = crate::kernels::execute(op, &views, &mut ovs);
+}
+
+proptest! {
+    #![proptest_config(cfg())]
+
+    /// The quantised LSTMs never panic on arbitrary shapes of the right element types.
+    #[test]
+    fn quantized_lstms_never_panic_on_hostile_shapes(
+        mask in any::<u32>(),
+        dims in (0usize..3, 1usize..4, 1usize..5, 1usize..5),
+        bad in proptest::collection::vec(proptest::collection::vec(0usize..4, 0..=3), 24),
+        corrupt in any::<u32>(),
+        seed in any::<u64>(),
+    ) {
+        let (b, i, u, o0) = dims;
+        let o = if corrupt % 3 == 0 { u } else { o0 };
+        let qshape = |k: usize| -> Vec<usize> {
+            if corrupt >> k & 1 == 1 && corrupt % 7 == 0 {
+                return bad[k].clone();
+            }
+            match k {
+                0 => vec![b, i],
+                1..=4 => vec![u, i],
+                5..=8 => vec![u, o],
+                16 => vec![o, u],
+                17 => vec![o],
+                18 => vec![b, o],
+                19 => vec![b, u],
+                _ => vec![u],
+            }
+        };
+        let q16shape = |k: usize| -> Vec<usize> {
+            if corrupt >> k & 1 == 1 && corrupt % 7 == 0 {
+                return bad[k].clone();
+            }
+            match k {
+                0 => vec![b, i],
+                1..=4 => vec![o, i],
+                5..=8 => vec![o, o],
+                9..=12 => vec![o],
+                _ => vec![b, o],
+            }
+        };
+        use crate::tensor::DType;
+        let qlstm_type = |k: usize| match k {
+            0 | 1..=8 | 16 | 18 => DType::I8,
+            12..=15 | 17 => DType::I32,
+            _ => DType::I16,
+        };
+        let mut mask = if mask % 5 == 0 { mask & 0x00ff_ffff } else { 0 };
+        mask |= 0b1100_0000_1110_0001_1101_1101;
+        let flags = corrupt >> 8;
+        if flags & 1 == 0 {
+            mask |= 1 << 1 | 1 << 5 | 1 << 12;
+        }
+        if flags & 2 != 0 {
+            mask |= 0b111 << 9;
+            if flags & 1 != 0 {
+                mask &= !(1 << 9);
+            }
+        }
+        if flags & 4 != 0 {
+            mask |= 1 << 16 | 1 << 17;
+        }
+        if flags & 8 != 0 {
+            mask |= 0b1111 << 20;
+            if flags & 1 != 0 {
+                mask &= !(1 << 20);
+            }
+        }
+        let ins: Vec<TensorType> = (0..24)
+            .filter(|k| mask >> k & 1 == 1)
+            .map(|k| TensorType::quantized(qlstm_type(k), &qshape(k), if k == 19 { 1.0 / 2048.0 } else { 0.5 }, 0))
+            .collect();
+        let op = KernelOp::from(qlstm::QLstm {
+            present: mask,
+            cell_clip: 0.5,
+            proj_clip: 0.5,
+            gate_scales: [0.01; 4],
+            hidden_zero_point: 0,
+            hidden_scale: 0.01,
+        });
+        exec_typed(&op, &ins, &[(DType::I8, 0.5), (DType::I16, 1.0 / 2048.0), (DType::I8, 0.5)], seed);
+        let q16_type = |k: usize| match k {
+            9..=12 => DType::I32,
+            13 => DType::I16,
+            _ => DType::U8,
+        };
+        let ins: Vec<TensorType> = (0..15)
+            .map(|k| TensorType::quantized(q16_type(k), &q16shape(k), if k == 13 { 1.0 / 2048.0 } else { 0.5 }, 0))
+            .collect();
+        exec_typed(&KernelOp::from(quantized_lstm::QuantizedLstm), &ins, &[(DType::I16, 1.0 / 2048.0), (DType::U8, 0.5)], seed);
+    }
+}
