@@ -155,123 +155,69 @@ impl Ctx<'_, '_> {
     }
 }
 
-/// Every mapped builtin.
+/// Every mapped builtin, by code.
+#[rustfmt::skip]
 static MAPPINGS: &[Mapping] = &[
-    Mapping {
-        code: 0,
-        name: "ADD",
-        map: |c| arith(c, Op::ADD),
-    },
-    Mapping {
-        code: 1,
-        name: "AVERAGE_POOL_2D",
-        map: |c| pool(c, Op::AVERAGE_POOL_2D),
-    },
-    Mapping {
-        code: 2,
-        name: "CONCATENATION",
-        map: concatenation,
-    },
-    Mapping {
-        code: 3,
-        name: "CONV_2D",
-        map: conv,
-    },
-    Mapping {
-        code: 4,
-        name: "DEPTHWISE_CONV_2D",
-        map: depthwise,
-    },
-    Mapping {
-        code: 6,
-        name: "DEQUANTIZE",
-        map: dequantize,
-    },
-    Mapping {
-        code: 9,
-        name: "FULLY_CONNECTED",
-        map: fully_connected,
-    },
-    Mapping {
-        code: 14,
-        name: "LOGISTIC",
-        map: |c| c.plain(Op::LOGISTIC, 1),
-    },
-    Mapping {
-        code: 17,
-        name: "MAX_POOL_2D",
-        map: |c| pool(c, Op::MAX_POOL_2D),
-    },
-    Mapping {
-        code: 18,
-        name: "MUL",
-        map: |c| arith(c, Op::MUL),
-    },
-    Mapping {
-        code: 19,
-        name: "RELU",
-        map: |c| c.plain(Op::RELU, 1),
-    },
-    Mapping {
-        code: 20,
-        name: "RELU_N1_TO_1",
-        map: |c| c.plain(Op::RELU1, 1),
-    },
-    Mapping {
-        code: 21,
-        name: "RELU6",
-        map: |c| c.plain(Op::RELU6, 1),
-    },
-    Mapping {
-        code: 22,
-        name: "RESHAPE",
-        map: reshape,
-    },
-    Mapping {
-        code: 23,
-        name: "RESIZE_BILINEAR",
-        map: resize_bilinear,
-    },
-    Mapping {
-        code: 25,
-        name: "SOFTMAX",
-        map: softmax,
-    },
-    Mapping {
-        code: 28,
-        name: "TANH",
-        map: |c| c.plain(Op::TANH, 1),
-    },
-    Mapping {
-        code: 34,
-        name: "PAD",
-        map: |c| c.plain(Op::PAD, 2),
-    },
-    Mapping {
-        code: 40,
-        name: "MEAN",
-        map: mean,
-    },
-    Mapping {
-        code: 41,
-        name: "SUB",
-        map: |c| arith(c, Op::SUB),
-    },
-    Mapping {
-        code: 54,
-        name: "PRELU",
-        map: |c| c.plain(Op::PRELU, 2),
-    },
-    Mapping {
-        code: 114,
-        name: "QUANTIZE",
-        map: |c| c.plain(Op::QUANTIZE, 1),
-    },
-    Mapping {
-        code: 117,
-        name: "HARD_SWISH",
-        map: |c| c.plain(Op::HARD_SWISH, 1),
-    },
+    Mapping { code: 0, name: "ADD", map: |c| arith(c, Op::ADD) },
+    Mapping { code: 1, name: "AVERAGE_POOL_2D", map: |c| pool(c, Op::AVERAGE_POOL_2D) },
+    Mapping { code: 2, name: "CONCATENATION", map: concatenation },
+    Mapping { code: 3, name: "CONV_2D", map: conv },
+    Mapping { code: 4, name: "DEPTHWISE_CONV_2D", map: depthwise },
+    Mapping { code: 5, name: "DEPTH_TO_SPACE", map: |c| block(c, Op::DEPTH_TO_SPACE) },
+    Mapping { code: 6, name: "DEQUANTIZE", map: dequantize },
+    Mapping { code: 8, name: "FLOOR", map: |c| c.plain(Op::FLOOR, 1) },
+    Mapping { code: 9, name: "FULLY_CONNECTED", map: fully_connected },
+    Mapping { code: 11, name: "L2_NORMALIZATION", map: l2_normalization },
+    Mapping { code: 14, name: "LOGISTIC", map: |c| c.plain(Op::LOGISTIC, 1) },
+    Mapping { code: 17, name: "MAX_POOL_2D", map: |c| pool(c, Op::MAX_POOL_2D) },
+    Mapping { code: 18, name: "MUL", map: |c| arith(c, Op::MUL) },
+    Mapping { code: 19, name: "RELU", map: |c| c.plain(Op::RELU, 1) },
+    Mapping { code: 20, name: "RELU_N1_TO_1", map: |c| c.plain(Op::RELU1, 1) },
+    Mapping { code: 21, name: "RELU6", map: |c| c.plain(Op::RELU6, 1) },
+    Mapping { code: 22, name: "RESHAPE", map: reshape },
+    Mapping { code: 23, name: "RESIZE_BILINEAR", map: resize_bilinear },
+    Mapping { code: 25, name: "SOFTMAX", map: softmax },
+    Mapping { code: 26, name: "SPACE_TO_DEPTH", map: |c| block(c, Op::SPACE_TO_DEPTH) },
+    Mapping { code: 28, name: "TANH", map: |c| c.plain(Op::TANH, 1) },
+    Mapping { code: 34, name: "PAD", map: |c| c.plain(Op::PAD, 2) },
+    Mapping { code: 36, name: "GATHER", map: gather },
+    Mapping { code: 37, name: "BATCH_TO_SPACE_ND", map: batch_to_space },
+    Mapping { code: 38, name: "SPACE_TO_BATCH_ND", map: space_to_batch },
+    Mapping { code: 39, name: "TRANSPOSE", map: |c| c.plain(Op::TRANSPOSE, 2) },
+    Mapping { code: 40, name: "MEAN", map: mean },
+    Mapping { code: 41, name: "SUB", map: |c| arith(c, Op::SUB) },
+    Mapping { code: 42, name: "DIV", map: |c| arith(c, Op::DIV) },
+    Mapping { code: 43, name: "SQUEEZE", map: squeeze },
+    Mapping { code: 45, name: "STRIDED_SLICE", map: strided_slice },
+    Mapping { code: 47, name: "EXP", map: |c| c.plain(Op::EXP, 1) },
+    Mapping { code: 49, name: "SPLIT", map: split },
+    Mapping { code: 50, name: "LOG_SOFTMAX", map: log_softmax },
+    Mapping { code: 53, name: "CAST", map: |c| c.plain(Op::CAST, 1) },
+    Mapping { code: 54, name: "PRELU", map: |c| c.plain(Op::PRELU, 2) },
+    Mapping { code: 55, name: "MAXIMUM", map: |c| c.plain(Op::MAXIMUM, 2) },
+    Mapping { code: 56, name: "ARG_MAX", map: |c| arg_min_max(c, Op::ARGMAX) },
+    Mapping { code: 57, name: "MINIMUM", map: |c| c.plain(Op::MINIMUM, 2) },
+    Mapping { code: 59, name: "NEG", map: |c| c.plain(Op::NEG, 1) },
+    Mapping { code: 65, name: "SLICE", map: |c| c.plain(Op::SLICE, 3) },
+    Mapping { code: 66, name: "SIN", map: |c| c.plain(Op::SIN, 1) },
+    Mapping { code: 67, name: "TRANSPOSE_CONV", map: transpose_conv },
+    Mapping { code: 69, name: "TILE", map: |c| c.plain(Op::TILE, 2) },
+    Mapping { code: 70, name: "EXPAND_DIMS", map: expand_dims },
+    Mapping { code: 73, name: "LOG", map: |c| c.plain(Op::LOG, 1) },
+    Mapping { code: 74, name: "SUM", map: |c| reduce(c, Op::REDUCE_SUM) },
+    Mapping { code: 75, name: "SQRT", map: |c| c.plain(Op::SQRT, 1) },
+    Mapping { code: 76, name: "RSQRT", map: |c| c.plain(Op::RSQRT, 1) },
+    Mapping { code: 78, name: "POW", map: |c| c.plain(Op::POW, 2) },
+    Mapping { code: 79, name: "ARG_MIN", map: |c| arg_min_max(c, Op::ARGMIN) },
+    Mapping { code: 81, name: "REDUCE_PROD", map: |c| reduce(c, Op::REDUCE_PROD) },
+    Mapping { code: 82, name: "REDUCE_MAX", map: |c| reduce(c, Op::REDUCE_MAX) },
+    Mapping { code: 89, name: "REDUCE_MIN", map: |c| reduce(c, Op::REDUCE_MIN) },
+    Mapping { code: 97, name: "RESIZE_NEAREST_NEIGHBOR", map: resize_nearest },
+    Mapping { code: 98, name: "LEAKY_RELU", map: leaky_relu },
+    Mapping { code: 101, name: "ABS", map: |c| c.plain(Op::ABS, 1) },
+    Mapping { code: 111, name: "ELU", map: elu },
+    Mapping { code: 114, name: "QUANTIZE", map: |c| c.plain(Op::QUANTIZE, 1) },
+    Mapping { code: 117, name: "HARD_SWISH", map: |c| c.plain(Op::HARD_SWISH, 1) },
 ];
 
 /// The builtin's name (`BUILTIN_<code>` for one vnpu does not map).
@@ -494,4 +440,220 @@ fn mean(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
     let keep = c.b.int(i32::from(keep));
     let out = c.output(0)?;
     c.done(Op::MEAN, vec![x, axes, keep], vec![out])
+}
+
+/// DEPTH_TO_SPACE, SPACE_TO_DEPTH: block_size at slot 4.
+fn block(c: &mut Ctx<'_, '_>, op: Op) -> Result<Mapped, ImportError> {
+    let x = c.input(0)?;
+    let size = c.positive(4, 0, "block size")?;
+    let nchw = c.b.bool(false);
+    let out = c.output(0)?;
+    c.done(op, vec![x, size, nchw], vec![out])
+}
+
+/// L2NormOptions: fused_activation_function 4 (NONE only); the last axis.
+fn l2_normalization(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
+    if c.opt_i8(4, 0)? != 0 {
+        return Err(unsupported("L2_NORMALIZATION with a fused activation"));
+    }
+    c.plain(Op::L2_NORMALIZATION, 1)
+}
+
+/// GATHER: inputs params, indices; GatherOptions axis 4, batch_dims 6 (0 only).
+fn gather(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
+    if c.opt_i32(6, 0)? != 0 {
+        return Err(unsupported("GATHER with batch dimensions"));
+    }
+    let x = c.input(0)?;
+    let idx = c.input(1)?;
+    let axis = c.opt_i32(4, 0)?;
+    let axis = c.b.int(axis);
+    let out = c.output(0)?;
+    c.done(Op::GATHER, vec![x, axis, idx], vec![out])
+}
+
+/// BATCH_TO_SPACE_ND: inputs x, block_shape, crops (all zero: NNAPI has no crops).
+fn batch_to_space(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
+    if c.const_ints(2)?.iter().any(|&v| v != 0) {
+        return Err(unsupported("BATCH_TO_SPACE_ND with crops"));
+    }
+    let x = c.input(0)?;
+    let b = c.input(1)?;
+    let nchw = c.b.bool(false);
+    let out = c.output(0)?;
+    c.done(Op::BATCH_TO_SPACE_ND, vec![x, b, nchw], vec![out])
+}
+
+/// SPACE_TO_BATCH_ND: inputs x, block_shape, paddings.
+fn space_to_batch(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
+    let x = c.input(0)?;
+    let b = c.input(1)?;
+    let p = c.input(2)?;
+    let nchw = c.b.bool(false);
+    let out = c.output(0)?;
+    c.done(Op::SPACE_TO_BATCH_ND, vec![x, b, p, nchw], vec![out])
+}
+
+/// SQUEEZE: SqueezeOptions squeeze_dims 4 (none: every dimension of size 1).
+fn squeeze(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
+    let x = c.input(0)?;
+    let mut dims = match &c.options {
+        Some(o) => o.scalars::<i32>(4)?,
+        None => Vec::new(),
+    };
+    if dims.is_empty() {
+        dims =
+            c.b.dims_of(x)
+                .iter()
+                .enumerate()
+                .filter(|(_, &d)| d == 1)
+                .map(|(k, _)| k as i32)
+                .collect();
+    }
+    let axes = c.b.int_tensor(&dims);
+    let out = c.output(0)?;
+    c.done(Op::SQUEEZE, vec![x, axes], vec![out])
+}
+
+/// STRIDED_SLICE: inputs x, begin, end, strides; StridedSliceOptions begin_mask 4,
+/// end_mask 6, ellipsis_mask 8 and new_axis_mask 10 (0 only), shrink_axis_mask 12,
+/// offset 14 (false only).
+fn strided_slice(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
+    if c.opt_i32(8, 0)? != 0 || c.opt_i32(10, 0)? != 0 || c.opt_bool(14)? {
+        return Err(unsupported(
+            "STRIDED_SLICE with ellipsis, new-axis or offset masks",
+        ));
+    }
+    let mut ins = (0..4).map(|k| c.input(k)).collect::<Result<Vec<_>, _>>()?;
+    for slot in [4, 6, 12] {
+        let m = c.opt_i32(slot, 0)?;
+        ins.push(c.b.int(m));
+    }
+    let out = c.output(0)?;
+    c.done(Op::STRIDED_SLICE, ins, vec![out])
+}
+
+/// SPLIT: inputs axis (a constant), x; SplitOptions num_splits 4.
+fn split(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
+    let axis = c.const_ints(0)?;
+    let [axis] = axis[..] else {
+        return Err(bad("the axis must hold one value"));
+    };
+    let x = c.input(1)?;
+    let n = c.positive(4, 0, "number of splits")?;
+    let axis = c.b.int(axis);
+    let outs = (0..c.outs.len())
+        .map(|k| c.output(k))
+        .collect::<Result<Vec<_>, _>>()?;
+    c.done(Op::SPLIT, vec![x, axis, n], outs)
+}
+
+/// LOG_SOFTMAX over the last axis, beta 1.
+fn log_softmax(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
+    let x = c.input(0)?;
+    let beta = c.b.float(1.0);
+    let axis = c.b.int(-1);
+    let out = c.output(0)?;
+    c.done(Op::LOG_SOFTMAX, vec![x, beta, axis], vec![out])
+}
+
+/// ARG_MAX, ARG_MIN: inputs x, axis (a constant); an int32 output only.
+fn arg_min_max(c: &mut Ctx<'_, '_>, op: Op) -> Result<Mapped, ImportError> {
+    let x = c.input(0)?;
+    let axis = c.const_ints(1)?;
+    let [axis] = axis[..] else {
+        return Err(bad("the axis must hold one value"));
+    };
+    let axis = c.b.int(axis);
+    let out = c.output(0)?;
+    if c.b.operand_type(out) != OperandType::TENSOR_INT32 {
+        return Err(unsupported("an index output other than int32"));
+    }
+    c.done(op, vec![x, axis], vec![out])
+}
+
+/// TRANSPOSE_CONV: inputs output_shape, weights `[O, H, W, I]`, input, bias (optional);
+/// TransposeConvOptions padding 4, stride_w 6, stride_h 8, fused_activation_function 10.
+fn transpose_conv(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
+    let shape = c.input(0)?;
+    let f = c.input(1)?;
+    let x = c.input(2)?;
+    let channels = c.b.dims_of(f).first().copied().unwrap_or(0);
+    let bias = c.bias(3, channels, f)?;
+    let pad = c.padding(4)?;
+    let sw = c.positive(6, 1, "stride")?;
+    let sh = c.positive(8, 1, "stride")?;
+    let act = c.act(10)?;
+    let nchw = c.b.bool(false);
+    let out = c.output(0)?;
+    c.done(
+        Op::TRANSPOSE_CONV_2D,
+        vec![x, f, bias, shape, pad, sw, sh, act, nchw],
+        vec![out],
+    )
+}
+
+/// EXPAND_DIMS: inputs x, axis (a constant).
+fn expand_dims(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
+    let x = c.input(0)?;
+    let axis = c.const_ints(1)?;
+    let [axis] = axis[..] else {
+        return Err(bad("the axis must hold one value"));
+    };
+    let axis = c.b.int(axis);
+    let out = c.output(0)?;
+    c.done(Op::EXPAND_DIMS, vec![x, axis], vec![out])
+}
+
+/// SUM, REDUCE_PROD, REDUCE_MAX, REDUCE_MIN: inputs x, axes (a constant); ReducerOptions
+/// keep_dims 4.
+fn reduce(c: &mut Ctx<'_, '_>, op: Op) -> Result<Mapped, ImportError> {
+    let x = c.input(0)?;
+    let axes = c.const_ints(1)?;
+    let axes = c.b.int_tensor(&axes);
+    let keep = c.opt_bool(4)?;
+    let keep = c.b.bool(keep);
+    let out = c.output(0)?;
+    c.done(op, vec![x, axes, keep], vec![out])
+}
+
+/// RESIZE_NEAREST_NEIGHBOR: size `[h, w]` from input 1 (a constant);
+/// ResizeNearestNeighborOptions align_corners 4, half_pixel_centers 6.
+fn resize_nearest(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
+    let x = c.input(0)?;
+    let size = c.const_ints(1)?;
+    let [h, w] = size[..] else {
+        return Err(bad("the size must be [height, width]"));
+    };
+    let (w, h) = (c.b.int(w), c.b.int(h));
+    let nchw = c.b.bool(false);
+    let (align, half) = (c.opt_bool(4)?, c.opt_bool(6)?);
+    let (align, half) = (c.b.bool(align), c.b.bool(half));
+    let out = c.output(0)?;
+    c.done(
+        Op::RESIZE_NEAREST_NEIGHBOR,
+        vec![x, w, h, nchw, align, half],
+        vec![out],
+    )
+}
+
+/// LEAKY_RELU (LeakyReluOptions alpha 4) as NNAPI PRELU with a one-element alpha.
+fn leaky_relu(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
+    let x = c.input(0)?;
+    if c.b.operand_type(x) != OperandType::TENSOR_FLOAT32 {
+        return Err(unsupported("LEAKY_RELU on a type other than float32"));
+    }
+    let alpha = c.opt_f32(4, 0.2)?;
+    let alpha =
+        c.b.scalar(OperandType::TENSOR_FLOAT32, &alpha.to_le_bytes());
+    let out = c.output(0)?;
+    c.done(Op::PRELU, vec![x, alpha], vec![out])
+}
+
+/// ELU with alpha 1.
+fn elu(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
+    let x = c.input(0)?;
+    let alpha = c.b.float(1.0);
+    let out = c.output(0)?;
+    c.done(Op::ELU, vec![x, alpha], vec![out])
 }
