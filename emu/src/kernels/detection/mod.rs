@@ -340,3 +340,263 @@ pub(crate) mod testutil {
         Ok(outs)
     }
 }
+
+#[cfg(test)]
+mod hostile {
+    //! Hostile inputs (garbage values, NaN, infinities, bad batch indices, empty and
+    //! mismatched shapes) give a result or a `KernelError`, never a panic.
+
+    use super::testutil::{run, T};
+    use super::*;
+    use crate::kernels::{
+        BboxTransform, BoxWithNmsLimit, DetectionPostprocess, GenerateProposals,
+        HeatmapMaxKeypoint, KernelOp, NmsKernel, RoiAlign, RoiPooling,
+    };
+    use proptest::prelude::*;
+
+    const VALUES: [f32; 14] = [
+        0.0,
+        1.0,
+        -1.0,
+        0.5,
+        2.0,
+        7.5,
+        100.0,
+        -100.0,
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        1e30,
+        3.0,
+        f32::MIN_POSITIVE,
+    ];
+
+    /// A tensor of `dtype` and `shape` whose values come from `seed`.
+    fn tensor(dtype: DType, shape: &[usize], seed: &mut u64) -> T {
+        let n: usize = shape.iter().product();
+        let mut next = || {
+            *seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (*seed >> 33) as u32
+        };
+        let f: Vec<f32> = (0..n)
+            .map(|_| VALUES[next() as usize % VALUES.len()])
+            .collect();
+        match dtype {
+            DType::F32 => T::f32(shape, &f),
+            DType::F16 => T::f16(shape, &f),
+            DType::I32 => T::i32(
+                shape,
+                &(0..n).map(|_| (next() % 7) as i32 - 2).collect::<Vec<_>>(),
+            ),
+            DType::U8 => T::u8(
+                shape,
+                &(0..n).map(|_| next() as u8).collect::<Vec<_>>(),
+                0.5,
+                3,
+            ),
+            DType::I8 => T::i8(
+                shape,
+                &(0..n).map(|_| next() as i8).collect::<Vec<_>>(),
+                0.25,
+                -3,
+            ),
+            DType::U16 => T::u16(
+                shape,
+                &(0..n).map(|_| (next() % 128) as u16).collect::<Vec<_>>(),
+                0.125,
+                0,
+            ),
+            _ => T::i16(
+                shape,
+                &(0..n)
+                    .map(|_| (next() % 128) as i16 - 8)
+                    .collect::<Vec<_>>(),
+                0.125,
+                0,
+            ),
+        }
+    }
+
+    fn main_dtype(k: u8) -> DType {
+        [DType::F32, DType::F16, DType::U8, DType::I8][k as usize % 4]
+    }
+
+    fn float(k: u8) -> f32 {
+        VALUES[k as usize % VALUES.len()]
+    }
+
+    /// One kernel, its inputs and its outputs' `(dtype, scale, zero point)`.
+    fn case(
+        which: u8,
+        d: [usize; 5],
+        p: [u8; 6],
+        seed: u64,
+    ) -> (KernelOp, Vec<T>, Vec<(DType, f32, i32)>) {
+        let mut s = seed;
+        let main = main_dtype(p[0]);
+        let boxes = box_dtype("t", main).unwrap_or(DType::U16);
+        let q = |dt: DType| (dt, if dt.is_float() { 0.0 } else { 0.125 }, 0);
+        let i32t = (DType::I32, 0.0, 0);
+        let [a, b, c, e, f] = d;
+        match which % 7 {
+            0 => {
+                let op = RoiAlign {
+                    out_h: 1 + u32::from(p[1] % 3),
+                    out_w: 1 + u32::from(p[2] % 3),
+                    height_stride: float(p[3]).abs().max(0.25),
+                    width_stride: 0.5,
+                    h_ratio: u32::from(p[4] % 3),
+                    w_ratio: u32::from(p[5] % 3),
+                    nchw: p[1].is_multiple_of(2),
+                };
+                let ins = vec![
+                    tensor(main, &[a, b, c, e], &mut s),
+                    tensor(boxes, &[f, 4], &mut s),
+                    tensor(DType::I32, &[f], &mut s),
+                ];
+                (op.into(), ins, vec![q(main)])
+            }
+            1 => {
+                let op = RoiPooling {
+                    out_h: 1 + u32::from(p[1] % 3),
+                    out_w: 1 + u32::from(p[2] % 3),
+                    height_stride: 0.5,
+                    width_stride: float(p[3]).abs().max(0.25),
+                    nchw: p[1].is_multiple_of(2),
+                };
+                let ins = vec![
+                    tensor(main, &[a, b, c, e], &mut s),
+                    tensor(boxes, &[f, 4], &mut s),
+                    tensor(DType::I32, &[f], &mut s),
+                ];
+                (op.into(), ins, vec![q(main)])
+            }
+            2 => {
+                let op = BoxWithNmsLimit {
+                    score_threshold: float(p[1]).clamp(-1.0, 1.0),
+                    max_detections: i32::from(p[2] % 5) - 1,
+                    kernel: NmsKernel::from_u32(u32::from(p[3] % 3)).unwrap_or(NmsKernel::Hard),
+                    iou_threshold: float(p[4]).clamp(-1.0, 1.0),
+                    sigma: float(p[5]).clamp(-1.0, 1.0),
+                    nms_score_threshold: float(p[1]).clamp(-1.0, 1.0),
+                };
+                let cl = b.max(2);
+                let ins = vec![
+                    tensor(main, &[a, cl], &mut s),
+                    tensor(boxes, &[a, 4 * cl], &mut s),
+                    tensor(DType::I32, &[a], &mut s),
+                ];
+                (op.into(), ins, vec![q(main), q(boxes), i32t, i32t])
+            }
+            3 => {
+                let op = GenerateProposals {
+                    height_stride: 1.0,
+                    width_stride: float(p[1]).abs().clamp(0.5, 1e6),
+                    pre_nms_top_n: i32::from(p[2] % 5) - 1,
+                    post_nms_top_n: i32::from(p[3] % 5) - 1,
+                    iou_threshold: float(p[4]).clamp(-1.0, 1.0),
+                    min_size: float(p[5]).clamp(-1.0, 1.0),
+                    nchw: p[1].is_multiple_of(2),
+                };
+                let (anchors, info) = if main.is_float() {
+                    (main, main)
+                } else {
+                    (DType::I16, DType::U16)
+                };
+                let ins = if op.nchw {
+                    vec![
+                        tensor(main, &[a, e, b, c], &mut s),
+                        tensor(main, &[a, 4 * e, b, c], &mut s),
+                        tensor(anchors, &[e, 4], &mut s),
+                        tensor(info, &[a, 2], &mut s),
+                    ]
+                } else {
+                    vec![
+                        tensor(main, &[a, b, c, e], &mut s),
+                        tensor(main, &[a, b, c, 4 * e], &mut s),
+                        tensor(anchors, &[e, 4], &mut s),
+                        tensor(info, &[a, 2], &mut s),
+                    ]
+                };
+                (op.into(), ins, vec![q(main), q(boxes), i32t])
+            }
+            4 => {
+                let main = if main.is_float() { main } else { DType::F32 };
+                let regular = p[1].is_multiple_of(2);
+                let op = DetectionPostprocess {
+                    scale_y: 1.0,
+                    scale_x: float(p[2]).abs().clamp(0.5, 1e6),
+                    scale_h: 0.5,
+                    scale_w: 2.0,
+                    regular_nms: regular,
+                    max_detections: 1 + u32::from(p[3] % 3),
+                    max_classes_per_detection: 1 + i32::from(p[4] % 3),
+                    max_per_class: 1 + i32::from(p[5] % 3),
+                    score_threshold: 0.0,
+                    iou_threshold: float(p[4]).abs().min(1.0),
+                    bg_in_label: p[2].is_multiple_of(2),
+                };
+                let ins = vec![
+                    tensor(main, &[a, b, c.max(2)], &mut s),
+                    tensor(main, &[a, b, 4 + e], &mut s),
+                    tensor(main, &[b, 4], &mut s),
+                ];
+                (op.into(), ins, vec![q(main), q(main), i32t, i32t])
+            }
+            5 => {
+                let op = HeatmapMaxKeypoint {
+                    nchw: p[1].is_multiple_of(2),
+                };
+                let size = b.max(2);
+                let ins = vec![
+                    tensor(main, &[a, size, size, c], &mut s),
+                    tensor(boxes, &[a, 4], &mut s),
+                ];
+                let qs = if main.is_float() {
+                    q(main)
+                } else {
+                    (main, 0.5, 1)
+                };
+                (op.into(), ins, vec![qs, q(boxes)])
+            }
+            _ => {
+                let (rois, deltas) = if main.is_float() {
+                    (main, main)
+                } else {
+                    (DType::U16, main)
+                };
+                let ins = vec![
+                    tensor(rois, &[a, 4], &mut s),
+                    tensor(deltas, &[a, 4 * b.max(1)], &mut s),
+                    tensor(DType::I32, &[a], &mut s),
+                    tensor(rois, &[c, 2], &mut s),
+                ];
+                (BboxTransform.into(), ins, vec![q(rois)])
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(crate::kernels::proptest_config(512))]
+
+        #[test]
+        fn never_panics(
+            which in any::<u8>(),
+            d in proptest::array::uniform5(0usize..5),
+            p in proptest::array::uniform6(any::<u8>()),
+            seed in any::<u64>(),
+        ) {
+            let (op, ins, kinds) = case(which, d, p, seed);
+            // The device decodes the words first: a non-finite parameter stops there.
+            let Ok(decoded) = KernelOp::decode(op.opcode(), &op.encode_params()) else {
+                return Ok(());
+            };
+            prop_assert_eq!(&decoded, &op);
+            let refs: Vec<&T> = ins.iter().collect();
+            // Any outcome but a panic.
+            let _ = run(&decoded, &refs, &kinds);
+        }
+    }
+}
