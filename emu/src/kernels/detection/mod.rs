@@ -21,6 +21,8 @@ pub mod generate_proposals;
 pub mod heatmap;
 pub(crate) mod nms;
 pub mod postprocess;
+#[cfg(test)]
+mod props;
 pub mod roi_align;
 pub mod roi_pooling;
 
