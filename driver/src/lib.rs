@@ -26,4 +26,5 @@ pub mod prepared;
 #[cfg(feature = "service")]
 pub mod service;
 pub mod staging;
+pub mod tflite;
 pub mod workers;

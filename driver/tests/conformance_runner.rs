@@ -105,22 +105,46 @@ fn corpus_files_have_no_failures_and_skip_only_refused_operations() {
     );
 }
 
+/// `conv_float` with one more operation, of a vendor extension the driver does not know
+/// (valid, and refused by getSupportedOperations, as NNAPI intends): operation 1.
+fn with_foreign_operation() -> TestCase {
+    use vnpu_driver::hal::{ExtensionNameAndPrefix, Operand, OperandLifeTime};
+    let mut case = cases("V1_0.jsonl.gz")
+        .into_iter()
+        .find(|c| c.name == "conv_float/conv_float")
+        .unwrap();
+    let m = &mut case.model;
+    m.extension_name_to_prefix.push(ExtensionNameAndPrefix {
+        name: "com.example.unknown".into(),
+        prefix: 1,
+    });
+    let out = m.main.output_indexes[0];
+    let mut o: Operand = m.main.operands[out as usize].clone();
+    o.lifetime = OperandLifeTime::TEMPORARY_VARIABLE;
+    o.number_of_consumers = 0;
+    m.main.operands.push(o);
+    let extra = (m.main.operands.len() - 1) as u32;
+    m.main.operands[out as usize].number_of_consumers += 1;
+    m.main.operations.push(Operation {
+        r#type: OperationType(1 << 16),
+        inputs: vec![out],
+        outputs: vec![extra],
+    });
+    case
+}
+
 #[test]
 fn expected_failures_pass_when_refused_and_fail_when_everything_succeeds() {
     let dev = device();
     let all = cases("V1_0.jsonl.gz");
     // Refused by getSupportedOperations: skipped normally, a pass when failure is expected.
-    let mut lstm = all
-        .iter()
-        .find(|c| c.name.starts_with("lstm/"))
-        .unwrap()
-        .clone();
+    let mut foreign = with_foreign_operation();
     assert!(matches!(
-        run_case(dev.as_ref(), &lstm).verdict,
+        run_case(dev.as_ref(), &foreign).verdict,
         Verdict::Skip(_)
     ));
-    lstm.expect_failure = true;
-    assert_eq!(run_case(dev.as_ref(), &lstm).verdict, Verdict::Pass);
+    foreign.expect_failure = true;
+    assert_eq!(run_case(dev.as_ref(), &foreign).verdict, Verdict::Pass);
     // A supported case that runs fine fails when failure was expected.
     let mut conv = all
         .iter()
@@ -146,14 +170,10 @@ fn expected_failures_pass_when_refused_and_fail_when_everything_succeeds() {
 
 #[test]
 fn unsupported_operations_are_reported_per_operation() {
-    let case = cases("V1_0.jsonl.gz")
-        .into_iter()
-        .find(|c| c.name.starts_with("lstm/"))
-        .unwrap();
-    let (_, supported) = device().get_supported_operations_1_3(&case.model);
-    for (op, s) in case.model.main.operations.iter().zip(supported) {
-        assert_eq!(s, op.r#type != OperationType::LSTM);
-    }
+    let case = with_foreign_operation();
+    let (status, supported) = device().get_supported_operations_1_3(&case.model);
+    assert_eq!(status, vnpu_driver::hal::ErrorStatus::None);
+    assert_eq!(supported, [true, false]);
 }
 
 fn vnpu(args: &[&str]) -> (i32, String, String) {

@@ -46,9 +46,27 @@ enum Command {
         #[arg(long)]
         remote: Option<PathBuf>,
     },
-    /// Run one conformance case (a JSON file, or a case name looked up in the corpus).
+    /// Run one conformance case (a JSON file, or a case name looked up in the corpus), or a
+    /// TFLite model (`MODEL.tflite`).
     Run {
         case: String,
+        /// A model input from a .npy file, `NAME=FILE.npy` (NAME a tensor name or an input
+        /// index); inputs not given get seeded random data. TFLite models only.
+        #[arg(long = "input")]
+        inputs: Vec<String>,
+        /// Write each output as `K_NAME.npy` here. TFLite models only.
+        #[arg(long)]
+        output_dir: Option<PathBuf>,
+        /// Execute this many times (timings over all). TFLite models only.
+        #[arg(long, default_value_t = 1)]
+        repeat: usize,
+        /// The seed of random inputs. TFLite models only.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Run the model up to its first operator vnpu cannot map, instead of failing.
+        /// TFLite models only.
+        #[arg(long)]
+        partial: bool,
         /// Corpus files to look the case up in (default: the project's corpus).
         #[arg(long)]
         corpus: Vec<PathBuf>,
@@ -159,6 +177,28 @@ fn main() -> ExitCode {
     let device = target.device();
     match cli.command {
         Command::Info { .. } => info(&target),
+        Command::Run {
+            case,
+            cache_dir,
+            token,
+            inputs,
+            output_dir,
+            repeat,
+            seed,
+            partial,
+            ..
+        } if case.ends_with(".tflite") => run_model(
+            &target,
+            Path::new(&case),
+            ModelRun {
+                inputs,
+                output_dir,
+                repeat,
+                seed,
+                partial,
+                cache: cache_dir.zip(Some(token)),
+            },
+        ),
         Command::Run {
             case,
             corpus,
@@ -485,8 +525,13 @@ fn run(
 
 /// The token of `--token`, or one derived from the model.
 fn cache_token(case: &TestCase, hex: Option<&str>) -> Result<[u8; 32], String> {
+    token_for(&case.model, hex)
+}
+
+/// The cache token: `hex` (64 hex digits), or one derived from the model's contents.
+fn token_for(model: &Model, hex: Option<&str>) -> Result<[u8; 32], String> {
     let Some(hex) = hex else {
-        return vnpu_driver::cache::model_token(&case.model)
+        return vnpu_driver::cache::model_token(model)
             .map_err(|e| format!("cannot read the model's pools: {e}"));
     };
     let bad = || format!("--token must be 64 hex digits, not {hex:?}");
@@ -652,5 +697,146 @@ fn conformance_table(reports: &[PathBuf]) -> ExitCode {
         }
     }
     print!("{}", table::markdown(&records));
+    ExitCode::SUCCESS
+}
+
+/// `vnpu run MODEL.tflite`'s options.
+struct ModelRun {
+    inputs: Vec<String>,
+    output_dir: Option<PathBuf>,
+    repeat: usize,
+    seed: u64,
+    partial: bool,
+    cache: Option<(PathBuf, Option<String>)>,
+}
+
+/// Imports a TFLite model, runs it through the driver and reports times, operations and
+/// memory; writes the outputs as .npy.
+fn run_model(target: &Target, path: &Path, opts: ModelRun) -> ExitCode {
+    use vnpu_driver::tflite::{self, npy, run as model_run};
+    let fail = |e: String| {
+        eprintln!("vnpu: {e}");
+        ExitCode::from(2)
+    };
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) => return fail(format!("cannot read {}: {e}", path.display())),
+    };
+    let imported = match tflite::import(&bytes, opts.partial) {
+        Ok(m) => m,
+        Err(e) => return fail(format!("{}: {e}", path.display())),
+    };
+    let mut arrays = model_run::random_inputs(&imported.inputs, opts.seed);
+    let mut given = vec![false; arrays.len()];
+    for spec in &opts.inputs {
+        let Some((name, file)) = spec.split_once('=') else {
+            return fail(format!("--input {spec}: expected NAME=FILE.npy"));
+        };
+        let k = imported
+            .inputs
+            .iter()
+            .position(|t| t.name == name)
+            .or_else(|| {
+                name.parse::<usize>()
+                    .ok()
+                    .filter(|&k| k < imported.inputs.len())
+            });
+        let Some(k) = k else {
+            return fail(format!("--input {spec}: the model has no input {name}"));
+        };
+        match std::fs::read(file)
+            .map_err(|e| e.to_string())
+            .and_then(|b| npy::read(&b).map_err(|e| e.to_string()))
+        {
+            Ok(a) => {
+                arrays[k] = a;
+                given[k] = true;
+            }
+            Err(e) => return fail(format!("--input {spec}: {e}")),
+        }
+    }
+    let device = target.device();
+    let start = std::time::Instant::now();
+    let prepared = match &opts.cache {
+        None => prepare_plain(device, &imported.model),
+        Some((dir, hex)) => {
+            let token = match token_for(&imported.model, hex.as_deref()) {
+                Ok(t) => t,
+                Err(e) => return fail(e),
+            };
+            let (line, p) = prepare_cached(device, &imported.model, dir, &token);
+            println!("{line}");
+            p
+        }
+    };
+    let prepare_ms = start.elapsed().as_secs_f64() * 1e3;
+    let prepared = match prepared {
+        (_, ErrorStatus::None, Some(p)) => p,
+        (_, status, _) => return fail(format!("prepareModel_1_3: {status}")),
+    };
+    let ops: usize = imported.operations.values().sum();
+    let list: Vec<String> = imported
+        .operations
+        .iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect();
+    println!("model       {}", path.display());
+    println!("operations  {ops} ({})", list.join(", "));
+    if let Some((index, op, why)) = &imported.stopped {
+        println!("partial     stopped at operator {index} ({op}): {why}");
+    }
+    println!(
+        "constants   {:.1} KiB",
+        imported.constant_bytes as f64 / 1024.0
+    );
+    for (k, t) in imported.inputs.iter().enumerate() {
+        let from = if given[k] { "file" } else { "random" };
+        println!(
+            "input {k}     {} {:?} {} ({from})",
+            t.name, t.dims, t.r#type
+        );
+    }
+    println!("prepare     {prepare_ms:.2} ms");
+    let report = match model_run::run(&prepared, &imported, &arrays, opts.repeat) {
+        Ok(r) => r,
+        Err(e) => return fail(e.to_string()),
+    };
+    let mut ms: Vec<f64> = report
+        .executions
+        .iter()
+        .map(|d| d.as_secs_f64() * 1e3)
+        .collect();
+    ms.sort_by(f64::total_cmp);
+    let device_us = report.device_us.last().copied().unwrap_or(0);
+    println!(
+        "execute     {} run(s): median {:.3} ms, min {:.3} ms (device {device_us} µs)",
+        ms.len(),
+        ms[ms.len() / 2],
+        ms[0]
+    );
+    for (k, (t, a)) in imported.outputs.iter().zip(&report.outputs).enumerate() {
+        let mut line = format!("output {k}    {} {:?} {}", t.name, t.dims, t.r#type);
+        if let Some(dir) = &opts.output_dir {
+            let safe: String = t
+                .name
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || "._-".contains(c) {
+                        c
+                    } else {
+                        '_'
+                    }
+                })
+                .collect();
+            let file = dir.join(format!("{k}_{safe}.npy"));
+            let written =
+                std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&file, npy::write(a)));
+            if let Err(e) = written {
+                return fail(format!("cannot write {}: {e}", file.display()));
+            }
+            line.push_str(&format!(" -> {}", file.display()));
+        }
+        println!("{line}");
+    }
     ExitCode::SUCCESS
 }

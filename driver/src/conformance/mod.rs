@@ -10,6 +10,7 @@ pub mod compare;
 pub mod corpus;
 pub mod dynamic;
 pub mod exec;
+pub mod multinomial;
 pub mod report;
 pub mod suite;
 pub mod table;
@@ -318,6 +319,12 @@ fn run_case_inner(
                 )
             }
         };
+        // RANDOM_MULTINOMIAL: the harness checks the samples' distribution instead.
+        if k == 0 && case.multinomial_tolerance > 0.0 {
+            if let Err(e) = multinomial::check(case, &bytes) {
+                problems.push(e);
+            }
+        }
         let r = compare(
             want.operand,
             ty,

@@ -2,8 +2,8 @@
 
 use super::{
     activation, argminmax, arith, cast, comparison, conv, detection, fibonacci, gelu, image,
-    instance_norm, log_softmax, logical, math, movement, normalization, pool, reduce, reduction,
-    resize_nearest, topk, unsupported, OpDef,
+    instance_norm, log_softmax, logical, lookup, math, movement, normalization, pool, recurrent,
+    reduce, reduction, resize_nearest, topk, OpDef,
 };
 use crate::hal::OperationType;
 
@@ -96,12 +96,18 @@ pub static REGISTRY: &[&OpDef] = &[
     &detection::DETECTION_POSTPROCESSING,
     &detection::HEATMAP_MAX_KEYPOINT,
     &detection::AXIS_ALIGNED_BBOX_TRANSFORM,
-    &unsupported::EMBEDDING_LOOKUP,
-    &unsupported::HASHTABLE_LOOKUP,
-    &unsupported::LSH_PROJECTION,
-    &unsupported::RNN,
-    &unsupported::SVDF,
-    &unsupported::LSTM,
+    &lookup::EMBEDDING_LOOKUP,
+    &lookup::HASHTABLE_LOOKUP,
+    &lookup::LSH_PROJECTION,
+    &lookup::RANDOM_MULTINOMIAL,
+    &recurrent::LSTM,
+    &recurrent::UNIDIRECTIONAL_SEQUENCE_LSTM,
+    &recurrent::BIDIRECTIONAL_SEQUENCE_LSTM,
+    &recurrent::RNN,
+    &recurrent::UNIDIRECTIONAL_SEQUENCE_RNN,
+    &recurrent::BIDIRECTIONAL_SEQUENCE_RNN,
+    &recurrent::SVDF,
+    &recurrent::QUANTIZED_16BIT_LSTM,
     // Vendor extensions (`crate::extensions`), under the driver's internal prefixes.
     &fibonacci::EXAMPLE_FIBONACCI,
     &gelu::VNPU_GELU,

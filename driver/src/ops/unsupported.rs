@@ -1,13 +1,13 @@
 //! Operations the device does not run yet, defined here by their signatures only so that
 //! model validation checks them. Each moves to its family's file when it gains a lowering.
+//! (None today: every operation with a definition runs on the device.)
 
-use super::types::FLOATS;
-use super::{arg, Arg, HalVersion::*, OpDef, Signature, Ty};
-use crate::hal::{OperandType as T, OperationType};
+use super::{OpDef, Signature};
+use crate::hal::OperationType;
 
-const OUT: &[Arg] = &[arg("output", Ty::T)];
-
-const fn validate_only(op: OperationType, signatures: &'static [Signature]) -> OpDef {
+/// A definition that only validates (no lowering, runs on no type).
+#[allow(dead_code)]
+pub const fn validate_only(op: OperationType, signatures: &'static [Signature]) -> OpDef {
     OpDef {
         op,
         signatures,
@@ -16,152 +16,3 @@ const fn validate_only(op: OperationType, signatures: &'static [Signature]) -> O
         lower: None,
     }
 }
-
-/// EMBEDDING_LOOKUP ("Operations II").
-pub const EMBEDDING_LOOKUP: OpDef = validate_only(
-    OperationType::EMBEDDING_LOOKUP,
-    &[Signature::new(
-        V1_0,
-        &[
-            T::TENSOR_FLOAT32,
-            T::TENSOR_FLOAT16,
-            T::TENSOR_INT32,
-            T::TENSOR_QUANT8_ASYMM,
-            T::TENSOR_QUANT8_ASYMM_SIGNED,
-        ],
-        &[
-            arg("lookups", Ty::Is(T::TENSOR_INT32)),
-            arg("values", Ty::T),
-        ],
-        OUT,
-    )
-    .main(1)],
-);
-
-/// HASHTABLE_LOOKUP ("Operations II").
-pub const HASHTABLE_LOOKUP: OpDef = validate_only(
-    OperationType::HASHTABLE_LOOKUP,
-    &[Signature::new(
-        V1_0,
-        &[T::TENSOR_FLOAT32, T::TENSOR_INT32, T::TENSOR_QUANT8_ASYMM],
-        &[
-            arg("lookups", Ty::Is(T::TENSOR_INT32)),
-            arg("keys", Ty::Is(T::TENSOR_INT32)),
-            arg("values", Ty::T),
-        ],
-        &[
-            arg("output", Ty::T),
-            arg("hits", Ty::Is(T::TENSOR_QUANT8_ASYMM)),
-        ],
-    )
-    .main(2)],
-);
-
-/// LSH_PROJECTION ("Operations II").
-pub const LSH_PROJECTION: OpDef = validate_only(
-    OperationType::LSH_PROJECTION,
-    &[Signature::new(
-        V1_0,
-        FLOATS,
-        &[
-            arg("hash", Ty::T),
-            arg(
-                "input",
-                Ty::OneOf(&[
-                    T::TENSOR_FLOAT32,
-                    T::TENSOR_FLOAT16,
-                    T::TENSOR_INT32,
-                    T::TENSOR_QUANT8_ASYMM,
-                ]),
-            ),
-            arg("weight", Ty::T),
-            arg("type", Ty::Int),
-        ],
-        &[arg("output", Ty::Is(T::TENSOR_INT32))],
-    )],
-);
-
-/// RNN ("Operations II").
-pub const RNN: OpDef = validate_only(
-    OperationType::RNN,
-    &[Signature::new(
-        V1_0,
-        FLOATS,
-        &[
-            arg("input", Ty::T),
-            arg("weights", Ty::T),
-            arg("recurrent_weights", Ty::T),
-            arg("bias", Ty::T),
-            arg("hidden_state_in", Ty::T),
-            arg("activation", Ty::Int),
-        ],
-        &[arg("hidden_state_out", Ty::T), arg("output", Ty::T)],
-    )],
-);
-
-/// SVDF ("Operations II").
-pub const SVDF: OpDef = validate_only(
-    OperationType::SVDF,
-    &[Signature::new(
-        V1_0,
-        FLOATS,
-        &[
-            arg("input", Ty::T),
-            arg("weights_feature", Ty::T),
-            arg("weights_time", Ty::T),
-            arg("bias", Ty::T),
-            arg("state_in", Ty::T),
-            arg("rank", Ty::Int),
-            arg("activation", Ty::Int),
-        ],
-        &[arg("state_out", Ty::T), arg("output", Ty::T)],
-    )],
-);
-
-const LSTM_TENSORS: &[Arg] = &[
-    arg("t", Ty::T),
-    arg("t", Ty::T),
-    arg("t", Ty::T),
-    arg("t", Ty::T),
-    arg("t", Ty::T),
-    arg("t", Ty::T),
-    arg("t", Ty::T),
-    arg("t", Ty::T),
-    arg("t", Ty::T),
-    arg("t", Ty::T),
-    arg("t", Ty::T),
-    arg("t", Ty::T),
-    arg("t", Ty::T),
-    arg("t", Ty::T),
-    arg("t", Ty::T),
-    arg("t", Ty::T),
-    arg("t", Ty::T),
-    arg("t", Ty::T),
-    arg("t", Ty::T),
-    arg("t", Ty::T),
-    arg("activation", Ty::Int),
-    arg("cell_clip", Ty::Scalar),
-    arg("proj_clip", Ty::Scalar),
-];
-
-/// LSTM ("Operations II").
-pub const LSTM: OpDef = validate_only(
-    OperationType::LSTM,
-    &[Signature::new(
-        V1_0,
-        FLOATS,
-        LSTM_TENSORS,
-        &[
-            arg("scratch", Ty::T),
-            arg("output_state", Ty::T),
-            arg("cell_state", Ty::T),
-            arg("output", Ty::T),
-        ],
-    )
-    .optional(&[&[
-        arg("input_layer_norm", Ty::T),
-        arg("forget_layer_norm", Ty::T),
-        arg("cell_layer_norm", Ty::T),
-        arg("output_layer_norm", Ty::T),
-    ]])],
-);

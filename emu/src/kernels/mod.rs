@@ -35,11 +35,13 @@ pub mod image;
 pub mod index;
 pub mod kernel;
 pub(crate) mod layout;
+pub mod lookup;
 pub mod movement;
 pub mod normalization;
 pub mod pool;
 pub mod qconv;
 pub mod quant;
+pub mod recurrent;
 pub mod reduction;
 
 pub(crate) mod gemm;
@@ -90,6 +92,10 @@ pub use elementwise::unary::{Unary, UnaryKind};
 pub use extension::{fibonacci::Fibonacci, gelu::Gelu};
 pub use image::{resize_bilinear::ResizeBilinear, resize_nearest::ResizeNearest};
 pub use index::{argminmax::ArgMinMax, topk::TopK};
+pub use lookup::{
+    embedding::EmbeddingLookup, hashtable::HashtableLookup, lsh::LshProjection,
+    multinomial::RandomMultinomial,
+};
 pub use movement::{
     channel_shuffle::ChannelShuffle, concat::Concatenation, depth_space::DepthToSpace,
     depth_space::SpaceToDepth, fill::Fill, fill::Rank, gather::Gather, pad::Pad, reshape::Reshape,
@@ -98,6 +104,11 @@ pub use movement::{
 };
 pub use normalization::{instance::InstanceNorm, l2::L2Normalization, lrn::LocalResponseNorm};
 pub use pool::pool2d::{Pool, PoolKind};
+pub use recurrent::{
+    bidi_lstm::BidiLstm, bidi_rnn::BidiRnn, cell::LstmParams, lstm::Lstm,
+    quantized_lstm::QuantizedLstm, rnn::Rnn, sequence_lstm::SequenceLstm,
+    sequence_rnn::SequenceRnn, svdf::Svdf, RecurrentActivation,
+};
 pub use reduction::{
     mean::Mean,
     reduce::{Reduce, ReduceKind},
@@ -210,6 +221,18 @@ registry! {
     114 => HeatmapMaxKeypoint(detection::heatmap::HeatmapMaxKeypoint),
     115 => RoiAlign(detection::roi_align::RoiAlign),
     116 => RoiPooling(detection::roi_pooling::RoiPooling),
+    130 => Lstm(recurrent::lstm::Lstm),
+    131 => SequenceLstm(recurrent::sequence_lstm::SequenceLstm),
+    132 => BidiLstm(recurrent::bidi_lstm::BidiLstm),
+    133 => Rnn(recurrent::rnn::Rnn),
+    134 => SequenceRnn(recurrent::sequence_rnn::SequenceRnn),
+    135 => BidiRnn(recurrent::bidi_rnn::BidiRnn),
+    136 => Svdf(recurrent::svdf::Svdf),
+    137 => QuantizedLstm(recurrent::quantized_lstm::QuantizedLstm),
+    140 => EmbeddingLookup(lookup::embedding::EmbeddingLookup),
+    141 => HashtableLookup(lookup::hashtable::HashtableLookup),
+    142 => LshProjection(lookup::lsh::LshProjection),
+    143 => RandomMultinomial(lookup::multinomial::RandomMultinomial),
 }
 
 /// The object-safe face of [`Kernel`], implemented for every kernel.

@@ -1,0 +1,660 @@
+//! A TFLite main subgraph to an NN HAL 1.3 model, as the runtime's NNAPI delegate does:
+//! tensors to operands (types, shapes, quantisation, per-channel filters), buffers to
+//! constants (CONSTANT_REFERENCE from one memfd pool for anything over 128 bytes), builtin
+//! operators to NNAPI operations with their options as scalar operands. float16 weights
+//! behind a DEQUANTIZE are converted to float32 constants here (the op disappears).
+
+use std::collections::BTreeMap;
+
+use super::ops::{self, Mapped};
+use super::schema::{slot, Table};
+use super::ImportError;
+use crate::hal::{
+    DataLocation, ExtraParams, Memory, Model, Operand, OperandLifeTime, OperandType, Operation,
+    OperationType, Subgraph, SymmPerChannelQuantParams,
+};
+
+/// Constants up to this size are copied into the model (CONSTANT_COPY); larger ones live in
+/// the model's memory pool (CONSTANT_REFERENCE), as the NNAPI delegate does.
+const COPY_LIMIT: usize = 128;
+/// The most tensors or operators a subgraph may have.
+const MAX_ITEMS: usize = 1 << 20;
+/// The largest rank the device takes.
+const MAX_RANK: usize = 6;
+
+/// TFLite `TensorType` values.
+mod tensor_type {
+    pub const FLOAT32: i8 = 0;
+    pub const FLOAT16: i8 = 1;
+    pub const INT32: i8 = 2;
+    pub const UINT8: i8 = 3;
+    pub const BOOL: i8 = 6;
+    pub const INT16: i8 = 7;
+    pub const INT8: i8 = 9;
+}
+
+/// A graph input or output: its name, shape and HAL type.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TensorInfo {
+    /// The TFLite tensor's name.
+    pub name: String,
+    /// Its shape.
+    pub dims: Vec<u32>,
+    /// Its HAL operand type.
+    pub r#type: OperandType,
+    /// Quantisation scale (0 for float tensors).
+    pub scale: f32,
+    /// Quantisation zero point.
+    pub zero_point: i32,
+}
+
+/// An imported model.
+#[derive(Debug)]
+pub struct Imported {
+    /// The HAL model (validated).
+    pub model: Model,
+    /// Its inputs, in order.
+    pub inputs: Vec<TensorInfo>,
+    /// Its outputs, in order.
+    pub outputs: Vec<TensorInfo>,
+    /// NNAPI operations by name, with counts.
+    pub operations: BTreeMap<&'static str, usize>,
+    /// With `partial`: the operator the import stopped at (index, builtin name, reason).
+    pub stopped: Option<(usize, String, String)>,
+    /// Bytes of constants (weights).
+    pub constant_bytes: usize,
+}
+
+/// One TFLite tensor as read.
+pub(super) struct Tensor<'a> {
+    pub shape: Vec<i32>,
+    pub ty: i8,
+    pub name: String,
+    pub data: &'a [u8],
+    pub scales: Vec<f32>,
+    pub zero_points: Vec<i64>,
+    pub axis: i32,
+}
+
+/// The model under construction, from a TFLite subgraph.
+pub(super) struct Builder<'a> {
+    pub tensors: Vec<Tensor<'a>>,
+    /// The operand of each tensor, once made.
+    operand_of: Vec<Option<u32>>,
+    /// float32 values that replace a tensor (float16 weights dequantised here).
+    pub replaced: Vec<Option<Vec<u8>>>,
+    /// Whether each tensor holds a value yet (a constant, an input, or written).
+    pub written: Vec<bool>,
+    operands: Vec<Operand>,
+    values: Vec<u8>,
+    pool: Vec<u8>,
+    operations: Vec<Operation>,
+    /// NNAPI operations made, by name.
+    pub counts: BTreeMap<&'static str, usize>,
+}
+
+fn invalid(reason: impl Into<String>) -> ImportError {
+    ImportError::Malformed(reason.into())
+}
+
+impl<'a> Builder<'a> {
+    /// The HAL type and element size of a tensor.
+    pub fn hal_type(&self, t: usize) -> Result<(OperandType, usize), ImportError> {
+        let x = &self.tensors[t];
+        if self.replaced[t].is_some() {
+            return Ok((OperandType::TENSOR_FLOAT32, 4));
+        }
+        Ok(match x.ty {
+            tensor_type::FLOAT32 => (OperandType::TENSOR_FLOAT32, 4),
+            tensor_type::FLOAT16 => (OperandType::TENSOR_FLOAT16, 2),
+            tensor_type::INT32 => (OperandType::TENSOR_INT32, 4),
+            tensor_type::UINT8 => (OperandType::TENSOR_QUANT8_ASYMM, 1),
+            tensor_type::INT8 if x.scales.len() > 1 => {
+                (OperandType::TENSOR_QUANT8_SYMM_PER_CHANNEL, 1)
+            }
+            tensor_type::INT8 => (OperandType::TENSOR_QUANT8_ASYMM_SIGNED, 1),
+            tensor_type::INT16 => (OperandType::TENSOR_QUANT16_SYMM, 2),
+            tensor_type::BOOL => (OperandType::TENSOR_BOOL8, 1),
+            t => {
+                return Err(ImportError::Tensor {
+                    index: t as usize,
+                    reason: format!("tensor type {t} is not supported"),
+                })
+            }
+        })
+    }
+
+    /// The tensor's shape as HAL dims (checked).
+    pub fn dims(&self, t: usize) -> Result<Vec<u32>, ImportError> {
+        let s = &self.tensors[t].shape;
+        if s.len() > MAX_RANK {
+            return Err(ImportError::Tensor {
+                index: t,
+                reason: format!("rank {} above {MAX_RANK}", s.len()),
+            });
+        }
+        s.iter()
+            .map(|&d| {
+                u32::try_from(d).map_err(|_| ImportError::Tensor {
+                    index: t,
+                    reason: format!("dimension {d}"),
+                })
+            })
+            .collect()
+    }
+
+    /// The constant bytes of a tensor (its buffer, or its replacement), checked to hold its
+    /// shape; `None` for a tensor without data.
+    pub fn constant(&self, t: usize) -> Result<Option<&[u8]>, ImportError> {
+        if let Some(r) = &self.replaced[t] {
+            return Ok(Some(r));
+        }
+        let data = self.tensors[t].data;
+        if data.is_empty() {
+            return Ok(None);
+        }
+        let (_, es) = self.hal_type(t)?;
+        let n = self
+            .dims(t)?
+            .iter()
+            .try_fold(es, |a, &d| a.checked_mul(d as usize))
+            .ok_or_else(|| ImportError::Tensor {
+                index: t,
+                reason: "size overflows".into(),
+            })?;
+        if data.len() < n {
+            return Err(ImportError::Tensor {
+                index: t,
+                reason: format!("buffer of {} bytes for {n} bytes of data", data.len()),
+            });
+        }
+        Ok(Some(&data[..n]))
+    }
+
+    /// A tensor's int32 values (a constant shape, size, axes list).
+    pub fn ints(&self, t: usize) -> Result<Option<Vec<i32>>, ImportError> {
+        if self.tensors[t].ty != tensor_type::INT32 {
+            return Ok(None);
+        }
+        Ok(self.constant(t)?.map(|b| {
+            b.chunks_exact(4)
+                .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect()
+        }))
+    }
+
+    fn push(&mut self, o: Operand) -> u32 {
+        self.operands.push(o);
+        (self.operands.len() - 1) as u32
+    }
+
+    fn place(&mut self, bytes: &[u8]) -> (OperandLifeTime, DataLocation) {
+        let (lifetime, store, pool_index) = if bytes.len() <= COPY_LIMIT {
+            (OperandLifeTime::CONSTANT_COPY, &mut self.values, 0)
+        } else {
+            (OperandLifeTime::CONSTANT_REFERENCE, &mut self.pool, 0)
+        };
+        let offset = store.len().next_multiple_of(64);
+        store.resize(offset, 0);
+        store.extend_from_slice(bytes);
+        (
+            lifetime,
+            DataLocation {
+                pool_index,
+                offset: offset as u32,
+                length: bytes.len() as u32,
+            },
+        )
+    }
+
+    /// A new constant operand of `bytes`.
+    pub fn scalar(&mut self, r#type: OperandType, bytes: &[u8]) -> u32 {
+        let dims = if r#type.is_tensor() {
+            vec![(bytes.len() / 4) as u32]
+        } else {
+            Vec::new()
+        };
+        let (lifetime, location) = self.place(bytes);
+        self.push(Operand {
+            r#type,
+            dimensions: dims,
+            lifetime,
+            location,
+            ..Operand::default()
+        })
+    }
+
+    /// An INT32 scalar operand.
+    pub fn int(&mut self, v: i32) -> u32 {
+        self.scalar(OperandType::INT32, &v.to_le_bytes())
+    }
+
+    /// A BOOL scalar operand.
+    pub fn bool(&mut self, v: bool) -> u32 {
+        self.scalar(OperandType::BOOL, &[u8::from(v)])
+    }
+
+    /// A FLOAT32 scalar operand.
+    pub fn float(&mut self, v: f32) -> u32 {
+        self.scalar(OperandType::FLOAT32, &v.to_le_bytes())
+    }
+
+    /// A constant TENSOR_INT32 operand.
+    pub fn int_tensor(&mut self, v: &[i32]) -> u32 {
+        let b: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+        self.scalar(OperandType::TENSOR_INT32, &b)
+    }
+
+    /// A constant tensor of `n` zeros of `r#type` (`es` bytes each): a missing bias.
+    pub fn zeros(&mut self, r#type: OperandType, n: u32, es: usize) -> u32 {
+        let (lifetime, location) = self.place(&vec![0u8; n as usize * es]);
+        self.push(Operand {
+            r#type,
+            dimensions: vec![n],
+            lifetime,
+            location,
+            ..Operand::default()
+        })
+    }
+
+    /// The type of operand `o`.
+    pub fn operand_type(&self, o: u32) -> OperandType {
+        self.operands[o as usize].r#type
+    }
+
+    /// The dimensions of operand `o`.
+    pub fn dims_of(&self, o: u32) -> Vec<u32> {
+        self.operands[o as usize].dimensions.clone()
+    }
+
+    /// The operand of tensor `t`, made on first use (a constant when it has data). Reading a
+    /// tensor nothing has written yet is an error (a cyclic or unordered graph).
+    pub fn operand(&mut self, t: usize) -> Result<u32, ImportError> {
+        if t >= self.tensors.len() {
+            return Err(invalid(format!("tensor {t} out of range")));
+        }
+        if let Some(o) = self.operand_of[t] {
+            return Ok(o);
+        }
+        let (r#type, _) = self.hal_type(t)?;
+        let dims = self.dims(t)?;
+        let x = &self.tensors[t];
+        let (scale, zero_point, extra) = quantisation(t, x, r#type)?;
+        let mut o = Operand {
+            r#type,
+            dimensions: dims,
+            scale,
+            zero_point,
+            extra_params: extra,
+            ..Operand::default()
+        };
+        match self.constant(t)? {
+            Some(bytes) => {
+                let bytes = bytes.to_vec();
+                let (lifetime, location) = self.place(&bytes);
+                o.lifetime = lifetime;
+                o.location = location;
+                self.written[t] = true;
+            }
+            None if self.written[t] => o.lifetime = OperandLifeTime::TEMPORARY_VARIABLE,
+            None => {
+                return Err(ImportError::Graph(format!(
+                    "tensor {t} ({}) is read before any operator writes it: the graph is cyclic or out of order",
+                    self.tensors[t].name
+                )))
+            }
+        }
+        let i = self.push(o);
+        self.operand_of[t] = Some(i);
+        Ok(i)
+    }
+
+    /// The operand an operator writes for tensor `t` (never a constant, written once).
+    pub fn output(&mut self, t: usize) -> Result<u32, ImportError> {
+        if self.tensors.get(t).is_none() {
+            return Err(invalid(format!("tensor {t} out of range")));
+        }
+        if self.written[t] || self.operand_of[t].is_some() {
+            return Err(ImportError::Graph(format!(
+                "tensor {t} ({}) is written twice or is a constant",
+                self.tensors[t].name
+            )));
+        }
+        self.written[t] = true;
+        self.operand(t)
+    }
+
+    /// Adds an NNAPI operation.
+    pub fn op(&mut self, r#type: OperationType, inputs: Vec<u32>, outputs: Vec<u32>) {
+        *self.counts.entry(r#type.name().unwrap_or("?")).or_default() += 1;
+        self.operations.push(Operation {
+            r#type,
+            inputs,
+            outputs,
+        });
+    }
+}
+
+/// The scale, zero point and per-channel parameters of tensor `t` as HAL type `ty`.
+fn quantisation(
+    t: usize,
+    x: &Tensor<'_>,
+    ty: OperandType,
+) -> Result<(f32, i32, ExtraParams), ImportError> {
+    let bad = |reason: String| ImportError::Tensor { index: t, reason };
+    let quantised = matches!(
+        ty,
+        OperandType::TENSOR_QUANT8_ASYMM
+            | OperandType::TENSOR_QUANT8_ASYMM_SIGNED
+            | OperandType::TENSOR_QUANT16_SYMM
+            | OperandType::TENSOR_QUANT8_SYMM_PER_CHANNEL
+    );
+    if ty == OperandType::TENSOR_QUANT8_SYMM_PER_CHANNEL {
+        if x.zero_points.iter().any(|&z| z != 0) {
+            return Err(bad("per-channel zero points must be 0".into()));
+        }
+        let axis =
+            u32::try_from(x.axis).map_err(|_| bad(format!("quantized dimension {}", x.axis)))?;
+        return Ok((
+            0.0,
+            0,
+            ExtraParams::ChannelQuant(SymmPerChannelQuantParams {
+                scales: x.scales.clone(),
+                channel_dim: axis,
+            }),
+        ));
+    }
+    if !quantised {
+        // An int32 bias of a quantised operator carries its scale too.
+        if ty == OperandType::TENSOR_INT32 {
+            if let (Some(&s), Some(&z)) = (x.scales.first(), x.zero_points.first()) {
+                let z = i32::try_from(z).map_err(|_| bad(format!("zero point {z}")))?;
+                return Ok((s, z, ExtraParams::None));
+            }
+        }
+        return Ok((0.0, 0, ExtraParams::None));
+    }
+    let (Some(&s), Some(&z)) = (x.scales.first(), x.zero_points.first()) else {
+        return Err(bad("a quantised tensor without scale and zero point".into()));
+    };
+    let z = i32::try_from(z).map_err(|_| bad(format!("zero point {z}")))?;
+    Ok((s, z, ExtraParams::None))
+}
+
+fn read_tensor<'a>(
+    t: &Table<'a>,
+    buffers: &[Table<'a>],
+    index: usize,
+) -> Result<Tensor<'a>, ImportError> {
+    let bad = |reason: String| ImportError::Tensor { index, reason };
+    if t.table(slot::tensor::SPARSITY)?.is_some() {
+        return Err(bad("sparse tensors are not supported".into()));
+    }
+    let buffer = t.scalar::<u32>(slot::tensor::BUFFER, 0)? as usize;
+    let b = buffers
+        .get(buffer)
+        .ok_or_else(|| bad(format!("buffer {buffer} out of range")))?;
+    // Data outside the FlatBuffer: `size` bytes at `offset` in the file (offset 0 or 1
+    // means none, as the format reserves them).
+    let offset = b.scalar::<u64>(slot::buffer::OFFSET, 0)?;
+    let outside = if offset > 1 {
+        let size = b.scalar::<u64>(slot::buffer::SIZE, 0)?;
+        let file = b.file();
+        let range = usize::try_from(offset)
+            .ok()
+            .zip(usize::try_from(size).ok())
+            .and_then(|(o, n)| Some(o..o.checked_add(n)?))
+            .filter(|r| r.end <= file.len())
+            .ok_or_else(|| {
+                bad(format!(
+                    "buffer {buffer}: {size} bytes at {offset} lie outside the file"
+                ))
+            })?;
+        Some(&file[range])
+    } else {
+        None
+    };
+    let (scales, zero_points, axis) = match t.table(slot::tensor::QUANTIZATION)? {
+        Some(q) => (
+            q.scalars::<f32>(slot::quantization::SCALE)?,
+            q.scalars::<i64>(slot::quantization::ZERO_POINT)?,
+            q.scalar::<i32>(slot::quantization::QUANTIZED_DIMENSION, 0)?,
+        ),
+        None => (Vec::new(), Vec::new(), 0),
+    };
+    Ok(Tensor {
+        shape: t.scalars::<i32>(slot::tensor::SHAPE)?,
+        ty: t.scalar::<i8>(slot::tensor::TYPE, 0)?,
+        name: t.string(slot::tensor::NAME)?,
+        data: match outside {
+            Some(d) => d,
+            None => b.bytes(slot::buffer::DATA)?,
+        },
+        scales,
+        zero_points,
+        axis,
+    })
+}
+
+fn index_list(v: Vec<i32>, n: usize, what: &str) -> Result<Vec<usize>, ImportError> {
+    v.into_iter()
+        .map(|i| {
+            usize::try_from(i)
+                .ok()
+                .filter(|&i| i < n)
+                .ok_or_else(|| invalid(format!("{what} tensor index {i} out of range")))
+        })
+        .collect()
+}
+
+/// Imports the main subgraph of a verified model.
+pub(super) fn import_verified(buf: &[u8], partial: bool) -> Result<Imported, ImportError> {
+    let root = Table::root(buf)?;
+    let codes = root.tables(slot::model::OPERATOR_CODES)?;
+    let subgraphs = root.tables(slot::model::SUBGRAPHS)?;
+    let buffers = root.tables(slot::model::BUFFERS)?;
+    let main = subgraphs
+        .first()
+        .ok_or_else(|| invalid("the model has no subgraph"))?;
+    let raw = main.tables(slot::subgraph::TENSORS)?;
+    let operators = main.tables(slot::subgraph::OPERATORS)?;
+    if raw.len() > MAX_ITEMS || operators.len() > MAX_ITEMS {
+        return Err(invalid("too many tensors or operators"));
+    }
+    let tensors = raw
+        .iter()
+        .enumerate()
+        .map(|(k, t)| read_tensor(t, &buffers, k))
+        .collect::<Result<Vec<_>, _>>()?;
+    let n = tensors.len();
+    let inputs = index_list(main.scalars::<i32>(slot::subgraph::INPUTS)?, n, "input")?;
+    let outputs = index_list(main.scalars::<i32>(slot::subgraph::OUTPUTS)?, n, "output")?;
+    let mut b = Builder {
+        operand_of: vec![None; n],
+        replaced: vec![None; n],
+        written: vec![false; n],
+        tensors,
+        operands: Vec::new(),
+        values: Vec::new(),
+        pool: Vec::new(),
+        operations: Vec::new(),
+        counts: BTreeMap::new(),
+    };
+    for &i in &inputs {
+        b.written[i] = true;
+    }
+    let input_ops = inputs
+        .iter()
+        .map(|&i| b.operand(i))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut stopped = None;
+    let mut done = operators.len();
+    for (index, op) in operators.iter().enumerate() {
+        let code = op.scalar::<u32>(slot::operator::OPCODE_INDEX, 0)? as usize;
+        let c = codes.get(code).ok_or_else(|| {
+            invalid(format!(
+                "operator {index}: opcode index {code} out of range"
+            ))
+        })?;
+        let builtin = c
+            .scalar::<i32>(slot::operator_code::BUILTIN_CODE, 0)?
+            .max(i32::from(c.scalar::<i8>(
+                slot::operator_code::DEPRECATED_BUILTIN_CODE,
+                0,
+            )?));
+        let ins = op.scalars::<i32>(slot::operator::INPUTS)?;
+        let outs = op.scalars::<i32>(slot::operator::OUTPUTS)?;
+        let optional = |v: &Vec<i32>| -> Result<Vec<Option<usize>>, ImportError> {
+            v.iter()
+                .map(|&i| {
+                    if i < 0 {
+                        return Ok(None);
+                    }
+                    let i = i as usize;
+                    (i < n).then_some(Some(i)).ok_or_else(|| {
+                        invalid(format!("operator {index}: tensor index {i} out of range"))
+                    })
+                })
+                .collect()
+        };
+        let (ins, outs) = (optional(&ins)?, optional(&outs)?);
+        let options = op.table(slot::operator::OPTIONS)?;
+        let name = ops::name(builtin);
+        let mapped = ops::map(&mut b, builtin, &ins, &outs, options);
+        match mapped {
+            Ok(Mapped) => {}
+            Err(ImportError::Unsupported { reason, .. }) if partial => {
+                stopped = Some((index, name.clone(), reason));
+                done = index;
+                break;
+            }
+            Err(ImportError::Unsupported { reason, .. }) => {
+                return Err(ImportError::Unsupported {
+                    index,
+                    op: name,
+                    reason,
+                })
+            }
+            Err(ImportError::Operator { reason, .. }) | Err(ImportError::Malformed(reason)) => {
+                return Err(ImportError::Operator {
+                    index,
+                    op: name,
+                    reason,
+                })
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    // The outputs: the graph's, or (stopped early) whatever the prefix wrote that the
+    // rest reads.
+    let wanted: Vec<usize> = match &stopped {
+        None => outputs.clone(),
+        Some(_) => {
+            let mut w: Vec<usize> = Vec::new();
+            for op in &operators[done..] {
+                for i in op.scalars::<i32>(slot::operator::INPUTS)? {
+                    if let Ok(i) = usize::try_from(i) {
+                        if i < n
+                            && b.written[i]
+                            && b.tensors[i].data.is_empty()
+                            && !inputs.contains(&i)
+                            && !w.contains(&i)
+                        {
+                            w.push(i);
+                        }
+                    }
+                }
+            }
+            for &o in &outputs {
+                if b.written[o] && !w.contains(&o) {
+                    w.push(o);
+                }
+            }
+            w
+        }
+    };
+    let mut output_ops = Vec::with_capacity(wanted.len());
+    for &o in &wanted {
+        if !b.written[o] || b.operand_of[o].is_none() {
+            return Err(ImportError::Graph(format!(
+                "output tensor {o} ({}) is never written",
+                b.tensors[o].name
+            )));
+        }
+        output_ops.push(b.operand(o)?);
+    }
+    let info = |b: &Builder<'_>, t: usize, op: u32| -> TensorInfo {
+        let o = &b.operands[op as usize];
+        TensorInfo {
+            name: b.tensors[t].name.clone(),
+            dims: o.dimensions.clone(),
+            r#type: o.r#type,
+            scale: o.scale,
+            zero_point: o.zero_point,
+        }
+    };
+    let in_info: Vec<TensorInfo> = inputs
+        .iter()
+        .zip(&input_ops)
+        .map(|(&t, &o)| info(&b, t, o))
+        .collect();
+    let out_info: Vec<TensorInfo> = wanted
+        .iter()
+        .zip(&output_ops)
+        .map(|(&t, &o)| info(&b, t, o))
+        .collect();
+    finish(b, input_ops, output_ops, in_info, out_info, stopped)
+}
+
+fn finish(
+    mut b: Builder<'_>,
+    input_ops: Vec<u32>,
+    output_ops: Vec<u32>,
+    inputs: Vec<TensorInfo>,
+    outputs: Vec<TensorInfo>,
+    stopped: Option<(usize, String, String)>,
+) -> Result<Imported, ImportError> {
+    for &i in &input_ops {
+        b.operands[i as usize].lifetime = OperandLifeTime::SUBGRAPH_INPUT;
+    }
+    for &o in &output_ops {
+        if b.operands[o as usize].lifetime != OperandLifeTime::TEMPORARY_VARIABLE {
+            return Err(ImportError::Graph(
+                "a graph output is a graph input or a constant".into(),
+            ));
+        }
+        b.operands[o as usize].lifetime = OperandLifeTime::SUBGRAPH_OUTPUT;
+    }
+    for op in &b.operations {
+        for &i in &op.inputs {
+            b.operands[i as usize].number_of_consumers += 1;
+        }
+    }
+    let constant_bytes = b.values.len() + b.pool.len();
+    let pools = if b.pool.is_empty() {
+        Vec::new()
+    } else {
+        vec![Memory::ashmem_with(&b.pool).map_err(|e| ImportError::Io(e.to_string()))?]
+    };
+    let model = Model {
+        main: Subgraph {
+            operands: b.operands,
+            operations: b.operations,
+            input_indexes: input_ops,
+            output_indexes: output_ops,
+        },
+        operand_values: b.values,
+        pools,
+        ..Model::default()
+    };
+    crate::hal::validate_model(&model)
+        .map_err(|e| ImportError::Graph(format!("the imported model is not valid: {e}")))?;
+    Ok(Imported {
+        model,
+        inputs,
+        outputs,
+        operations: b.counts,
+        stopped,
+        constant_bytes,
+    })
+}

@@ -1,0 +1,497 @@
+//! TFLite builtin operators to NNAPI operations, one entry each in [`MAPPINGS`]: the
+//! builtin code, its name and how its inputs and options become the NNAPI operation's
+//! operands (the options tables' slots are the schema's, noted beside each read).
+
+use super::import::Builder;
+use super::schema::Table;
+use super::ImportError;
+use crate::hal::{OperandType, OperationType as Op};
+
+/// A mapped operator.
+pub struct Mapped;
+
+type MapFn = fn(&mut Ctx<'_, '_>) -> Result<Mapped, ImportError>;
+
+/// One builtin's mapping.
+struct Mapping {
+    code: i32,
+    name: &'static str,
+    map: MapFn,
+}
+
+/// What a mapping sees: the builder, the operator's tensors and its options.
+struct Ctx<'b, 'a> {
+    b: &'b mut Builder<'a>,
+    ins: &'b [Option<usize>],
+    outs: &'b [Option<usize>],
+    options: Option<Table<'a>>,
+}
+
+fn unsupported(reason: impl Into<String>) -> ImportError {
+    ImportError::Unsupported {
+        index: 0,
+        op: String::new(),
+        reason: reason.into(),
+    }
+}
+
+fn bad(reason: impl Into<String>) -> ImportError {
+    ImportError::Operator {
+        index: 0,
+        op: String::new(),
+        reason: reason.into(),
+    }
+}
+
+impl Ctx<'_, '_> {
+    fn tensor_in(&self, k: usize) -> Result<usize, ImportError> {
+        self.ins
+            .get(k)
+            .copied()
+            .flatten()
+            .ok_or_else(|| bad(format!("input {k} missing")))
+    }
+
+    fn input(&mut self, k: usize) -> Result<u32, ImportError> {
+        let t = self.tensor_in(k)?;
+        self.b.operand(t)
+    }
+
+    fn output(&mut self, k: usize) -> Result<u32, ImportError> {
+        let t = self
+            .outs
+            .get(k)
+            .copied()
+            .flatten()
+            .ok_or_else(|| bad(format!("output {k} missing")))?;
+        self.b.output(t)
+    }
+
+    fn opt_i32(&self, slot: u16, default: i32) -> Result<i32, ImportError> {
+        match &self.options {
+            Some(o) => o.scalar::<i32>(slot, default),
+            None => Ok(default),
+        }
+    }
+
+    fn opt_i8(&self, slot: u16, default: i8) -> Result<i8, ImportError> {
+        match &self.options {
+            Some(o) => o.scalar::<i8>(slot, default),
+            None => Ok(default),
+        }
+    }
+
+    fn opt_bool(&self, slot: u16) -> Result<bool, ImportError> {
+        Ok(self.opt_i8(slot, 0)? != 0)
+    }
+
+    fn opt_f32(&self, slot: u16, default: f32) -> Result<f32, ImportError> {
+        match &self.options {
+            Some(o) => o.scalar::<f32>(slot, default),
+            None => Ok(default),
+        }
+    }
+
+    /// A fused activation (TFLite's codes 0-3 are NNAPI's FuseCode).
+    fn act(&mut self, slot: u16) -> Result<u32, ImportError> {
+        let a = self.opt_i8(slot, 0)?;
+        if !(0..=3).contains(&a) {
+            return Err(unsupported(format!("fused activation {a}")));
+        }
+        Ok(self.b.int(i32::from(a)))
+    }
+
+    /// TFLite padding (SAME 0, VALID 1) as NNAPI's implicit scheme (SAME 1, VALID 2).
+    fn padding(&mut self, slot: u16) -> Result<u32, ImportError> {
+        match self.opt_i8(slot, 0)? {
+            0 => Ok(self.b.int(1)),
+            1 => Ok(self.b.int(2)),
+            p => Err(bad(format!("padding {p}"))),
+        }
+    }
+
+    fn positive(&mut self, slot: u16, default: i32, what: &str) -> Result<u32, ImportError> {
+        let v = self.opt_i32(slot, default)?;
+        if v < 1 {
+            return Err(bad(format!("{what} {v}")));
+        }
+        Ok(self.b.int(v))
+    }
+
+    /// An input the NNAPI operation takes as a constant INT32 tensor (a shape, axes).
+    fn const_ints(&mut self, k: usize) -> Result<Vec<i32>, ImportError> {
+        let t = self.tensor_in(k)?;
+        self.b
+            .ints(t)?
+            .ok_or_else(|| unsupported(format!("input {k} must be a constant int32 tensor")))
+    }
+
+    fn done(&mut self, op: Op, inputs: Vec<u32>, outputs: Vec<u32>) -> Result<Mapped, ImportError> {
+        self.b.op(op, inputs, outputs);
+        Ok(Mapped)
+    }
+
+    /// `op(input 0 ... input n-1) -> output 0`.
+    fn plain(&mut self, op: Op, n: usize) -> Result<Mapped, ImportError> {
+        let ins = (0..n)
+            .map(|k| self.input(k))
+            .collect::<Result<Vec<_>, _>>()?;
+        let out = self.output(0)?;
+        self.done(op, ins, vec![out])
+    }
+
+    /// A bias for a filter with `channels` outputs: the given one, or zeros.
+    fn bias(&mut self, k: usize, channels: u32, filter: u32) -> Result<u32, ImportError> {
+        if self.ins.get(k).copied().flatten().is_some() {
+            return self.input(k);
+        }
+        let f = self.b.operand_type(filter);
+        let (t, es) = match f {
+            OperandType::TENSOR_FLOAT32 => (OperandType::TENSOR_FLOAT32, 4),
+            OperandType::TENSOR_FLOAT16 => (OperandType::TENSOR_FLOAT16, 2),
+            _ => return Err(unsupported("a quantised filter without a bias")),
+        };
+        Ok(self.b.zeros(t, channels, es))
+    }
+}
+
+/// Every mapped builtin.
+static MAPPINGS: &[Mapping] = &[
+    Mapping {
+        code: 0,
+        name: "ADD",
+        map: |c| arith(c, Op::ADD),
+    },
+    Mapping {
+        code: 1,
+        name: "AVERAGE_POOL_2D",
+        map: |c| pool(c, Op::AVERAGE_POOL_2D),
+    },
+    Mapping {
+        code: 2,
+        name: "CONCATENATION",
+        map: concatenation,
+    },
+    Mapping {
+        code: 3,
+        name: "CONV_2D",
+        map: conv,
+    },
+    Mapping {
+        code: 4,
+        name: "DEPTHWISE_CONV_2D",
+        map: depthwise,
+    },
+    Mapping {
+        code: 6,
+        name: "DEQUANTIZE",
+        map: dequantize,
+    },
+    Mapping {
+        code: 9,
+        name: "FULLY_CONNECTED",
+        map: fully_connected,
+    },
+    Mapping {
+        code: 14,
+        name: "LOGISTIC",
+        map: |c| c.plain(Op::LOGISTIC, 1),
+    },
+    Mapping {
+        code: 17,
+        name: "MAX_POOL_2D",
+        map: |c| pool(c, Op::MAX_POOL_2D),
+    },
+    Mapping {
+        code: 18,
+        name: "MUL",
+        map: |c| arith(c, Op::MUL),
+    },
+    Mapping {
+        code: 19,
+        name: "RELU",
+        map: |c| c.plain(Op::RELU, 1),
+    },
+    Mapping {
+        code: 20,
+        name: "RELU_N1_TO_1",
+        map: |c| c.plain(Op::RELU1, 1),
+    },
+    Mapping {
+        code: 21,
+        name: "RELU6",
+        map: |c| c.plain(Op::RELU6, 1),
+    },
+    Mapping {
+        code: 22,
+        name: "RESHAPE",
+        map: reshape,
+    },
+    Mapping {
+        code: 23,
+        name: "RESIZE_BILINEAR",
+        map: resize_bilinear,
+    },
+    Mapping {
+        code: 25,
+        name: "SOFTMAX",
+        map: softmax,
+    },
+    Mapping {
+        code: 28,
+        name: "TANH",
+        map: |c| c.plain(Op::TANH, 1),
+    },
+    Mapping {
+        code: 34,
+        name: "PAD",
+        map: |c| c.plain(Op::PAD, 2),
+    },
+    Mapping {
+        code: 40,
+        name: "MEAN",
+        map: mean,
+    },
+    Mapping {
+        code: 41,
+        name: "SUB",
+        map: |c| arith(c, Op::SUB),
+    },
+    Mapping {
+        code: 54,
+        name: "PRELU",
+        map: |c| c.plain(Op::PRELU, 2),
+    },
+    Mapping {
+        code: 114,
+        name: "QUANTIZE",
+        map: |c| c.plain(Op::QUANTIZE, 1),
+    },
+    Mapping {
+        code: 117,
+        name: "HARD_SWISH",
+        map: |c| c.plain(Op::HARD_SWISH, 1),
+    },
+];
+
+/// The builtin's name (`BUILTIN_<code>` for one vnpu does not map).
+pub fn name(code: i32) -> String {
+    MAPPINGS
+        .iter()
+        .find(|m| m.code == code)
+        .map_or_else(|| format!("BUILTIN_{code}"), |m| m.name.to_string())
+}
+
+/// Maps one operator; `Unsupported` when vnpu has no mapping for it (or its options).
+pub(super) fn map<'a>(
+    b: &mut Builder<'a>,
+    code: i32,
+    ins: &[Option<usize>],
+    outs: &[Option<usize>],
+    options: Option<Table<'a>>,
+) -> Result<Mapped, ImportError> {
+    let m = MAPPINGS.iter().find(|m| m.code == code).ok_or_else(|| {
+        unsupported(format!(
+            "builtin operator {code} has no NNAPI mapping in vnpu"
+        ))
+    })?;
+    (m.map)(&mut Ctx {
+        b,
+        ins,
+        outs,
+        options,
+    })
+}
+
+/// ADD, SUB, MUL: options `fused_activation_function` at slot 4.
+fn arith(c: &mut Ctx<'_, '_>, op: Op) -> Result<Mapped, ImportError> {
+    let (x, y) = (c.input(0)?, c.input(1)?);
+    let act = c.act(4)?;
+    let out = c.output(0)?;
+    c.done(op, vec![x, y, act], vec![out])
+}
+
+/// Pool2DOptions: padding 4, stride_w 6, stride_h 8, filter_width 10, filter_height 12,
+/// fused_activation_function 14.
+fn pool(c: &mut Ctx<'_, '_>, op: Op) -> Result<Mapped, ImportError> {
+    let x = c.input(0)?;
+    let pad = c.padding(4)?;
+    let sw = c.positive(6, 1, "stride")?;
+    let sh = c.positive(8, 1, "stride")?;
+    let fw = c.positive(10, 1, "filter width")?;
+    let fh = c.positive(12, 1, "filter height")?;
+    let act = c.act(14)?;
+    let out = c.output(0)?;
+    c.done(op, vec![x, pad, sw, sh, fw, fh, act], vec![out])
+}
+
+/// ConcatenationOptions: axis 4, fused_activation_function 6 (NONE only).
+fn concatenation(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
+    if c.opt_i8(6, 0)? != 0 {
+        return Err(unsupported("CONCATENATION with a fused activation"));
+    }
+    let mut ins = (0..c.ins.len())
+        .map(|k| c.input(k))
+        .collect::<Result<Vec<_>, _>>()?;
+    let axis = c.opt_i32(4, 0)?;
+    ins.push(c.b.int(axis));
+    let out = c.output(0)?;
+    c.done(Op::CONCATENATION, ins, vec![out])
+}
+
+/// Conv2DOptions: padding 4, stride_w 6, stride_h 8, fused_activation_function 10,
+/// dilation_w_factor 12, dilation_h_factor 14. TFLite's filter is OHWI, as NNAPI's.
+fn conv(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
+    let x = c.input(0)?;
+    let f = c.input(1)?;
+    let channels = c.b.dims_of(f).first().copied().unwrap_or(0);
+    let bias = c.bias(2, channels, f)?;
+    let pad = c.padding(4)?;
+    let sw = c.positive(6, 1, "stride")?;
+    let sh = c.positive(8, 1, "stride")?;
+    let act = c.act(10)?;
+    let nchw = c.b.bool(false);
+    let dw = c.positive(12, 1, "dilation")?;
+    let dh = c.positive(14, 1, "dilation")?;
+    let out = c.output(0)?;
+    c.done(
+        Op::CONV_2D,
+        vec![x, f, bias, pad, sw, sh, act, nchw, dw, dh],
+        vec![out],
+    )
+}
+
+/// DepthwiseConv2DOptions: padding 4, stride_w 6, stride_h 8, depth_multiplier 10,
+/// fused_activation_function 12, dilation_w_factor 14, dilation_h_factor 16. The filter
+/// is `[1, H, W, O]`, as NNAPI's.
+fn depthwise(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
+    let x = c.input(0)?;
+    let f = c.input(1)?;
+    let channels = c.b.dims_of(f).last().copied().unwrap_or(0);
+    let bias = c.bias(2, channels, f)?;
+    let pad = c.padding(4)?;
+    let sw = c.positive(6, 1, "stride")?;
+    let sh = c.positive(8, 1, "stride")?;
+    let mult = c.positive(10, 1, "depth multiplier")?;
+    let act = c.act(12)?;
+    let nchw = c.b.bool(false);
+    let dw = c.positive(14, 1, "dilation")?;
+    let dh = c.positive(16, 1, "dilation")?;
+    let out = c.output(0)?;
+    c.done(
+        Op::DEPTHWISE_CONV_2D,
+        vec![x, f, bias, pad, sw, sh, mult, act, nchw, dw, dh],
+        vec![out],
+    )
+}
+
+/// DEQUANTIZE: a constant float16 tensor (weights stored in half precision) becomes a
+/// float32 constant here; anything else maps to NNAPI DEQUANTIZE.
+fn dequantize(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
+    let t = c.tensor_in(0)?;
+    if c.b.tensors[t].ty == 1 {
+        let Some(bytes) = c.b.constant(t)? else {
+            return Err(unsupported("DEQUANTIZE of a computed float16 tensor"));
+        };
+        let f32s: Vec<u8> = bytes
+            .chunks_exact(2)
+            .flat_map(|h| {
+                half::f16::from_le_bytes([h[0], h[1]])
+                    .to_f32()
+                    .to_le_bytes()
+            })
+            .collect();
+        let out = c
+            .outs
+            .first()
+            .copied()
+            .flatten()
+            .ok_or_else(|| bad("output 0 missing"))?;
+        if c.b.written[out] || !c.b.tensors[out].data.is_empty() {
+            return Err(bad("DEQUANTIZE writes a constant or written tensor"));
+        }
+        if c.b.dims(out)? != c.b.dims(t)? {
+            return Err(bad("DEQUANTIZE changes the shape"));
+        }
+        c.b.replaced[out] = Some(f32s);
+        return Ok(Mapped);
+    }
+    c.plain(Op::DEQUANTIZE, 1)
+}
+
+/// FullyConnectedOptions: fused_activation_function 4, weights_format 6 (DEFAULT only),
+/// keep_num_dims 8 (false only).
+fn fully_connected(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
+    if c.opt_i8(6, 0)? != 0 {
+        return Err(unsupported("FULLY_CONNECTED with shuffled weights"));
+    }
+    if c.opt_bool(8)? {
+        return Err(unsupported(
+            "FULLY_CONNECTED keeping its input's dimensions",
+        ));
+    }
+    let x = c.input(0)?;
+    let w = c.input(1)?;
+    let units = c.b.dims_of(w).first().copied().unwrap_or(0);
+    let bias = c.bias(2, units, w)?;
+    let act = c.act(4)?;
+    let out = c.output(0)?;
+    c.done(Op::FULLY_CONNECTED, vec![x, w, bias, act], vec![out])
+}
+
+/// RESHAPE: the shape from input 1 (a constant) or ReshapeOptions new_shape (slot 4).
+fn reshape(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
+    let x = c.input(0)?;
+    let shape = if c.ins.get(1).copied().flatten().is_some() {
+        c.const_ints(1)?
+    } else {
+        match &c.options {
+            Some(o) => o.scalars::<i32>(4)?,
+            None => return Err(bad("RESHAPE without a shape")),
+        }
+    };
+    let s = c.b.int_tensor(&shape);
+    let out = c.output(0)?;
+    c.done(Op::RESHAPE, vec![x, s], vec![out])
+}
+
+/// RESIZE_BILINEAR: size `[h, w]` from input 1 (a constant); ResizeBilinearOptions
+/// align_corners 8, half_pixel_centers 10.
+fn resize_bilinear(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
+    let x = c.input(0)?;
+    let size = c.const_ints(1)?;
+    let [h, w] = size[..] else {
+        return Err(bad("the size must be [height, width]"));
+    };
+    let (w, h) = (c.b.int(w), c.b.int(h));
+    let nchw = c.b.bool(false);
+    let align = c.opt_bool(8)?;
+    let half = c.opt_bool(10)?;
+    let (align, half) = (c.b.bool(align), c.b.bool(half));
+    let out = c.output(0)?;
+    c.done(
+        Op::RESIZE_BILINEAR,
+        vec![x, w, h, nchw, align, half],
+        vec![out],
+    )
+}
+
+/// SoftmaxOptions: beta 4.
+fn softmax(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
+    let x = c.input(0)?;
+    let beta = c.opt_f32(4, 1.0)?;
+    let beta = c.b.float(beta);
+    let out = c.output(0)?;
+    c.done(Op::SOFTMAX, vec![x, beta], vec![out])
+}
+
+/// MEAN: axes from input 1 (a constant); ReducerOptions keep_dims 4.
+fn mean(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
+    let x = c.input(0)?;
+    let axes = c.const_ints(1)?;
+    let axes = c.b.int_tensor(&axes);
+    let keep = c.opt_bool(4)?;
+    let keep = c.b.int(i32::from(keep));
+    let out = c.output(0)?;
+    c.done(Op::MEAN, vec![x, axes, keep], vec![out])
+}

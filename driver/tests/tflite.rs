@@ -1,0 +1,322 @@
+//! Real models (.tflite) through the driver: every shipped model imports, prepares, runs
+//! and matches its committed LiteRT reference outputs within the budget
+//! (`scripts/litert_compare.py` made them); hostile files give errors; an operator vnpu
+//! cannot map is named with its index, and `--partial` runs the prefix before it.
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::{device, prepare};
+use flatbuffers::{FlatBufferBuilder, WIPOffset};
+use vnpu_driver::hal::ErrorStatus;
+use vnpu_driver::tflite::npy::{self, Array, Dtype};
+use vnpu_driver::tflite::run::{run, within_budget};
+use vnpu_driver::tflite::{import, ImportError};
+
+const MODELS: &[&str] = &[
+    "face_detection_short_range",
+    "face_detection_full_range",
+    "face_landmark",
+    "iris_landmark",
+];
+
+fn models_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models")
+}
+
+fn read_npy(path: PathBuf) -> Array {
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    npy::read(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The files `input_K.npy` / `output_K.npy` of a reference directory, in order.
+fn arrays(dir: &std::path::Path, prefix: &str) -> Vec<Array> {
+    (0..)
+        .map(|k| dir.join(format!("{prefix}_{k}.npy")))
+        .take_while(|p| p.exists())
+        .map(read_npy)
+        .collect()
+}
+
+#[test]
+fn shipped_models_match_litert() {
+    for name in MODELS {
+        let bytes = std::fs::read(models_dir().join(format!("{name}.tflite"))).unwrap();
+        let imported = import(&bytes, false).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(imported.stopped.is_none());
+        let (status, prepared) = prepare(&imported.model);
+        assert_eq!(status, ErrorStatus::None, "{name}");
+        let reference = models_dir().join("reference").join(name);
+        let inputs = arrays(&reference, "input");
+        let want = arrays(&reference, "output");
+        assert_eq!(inputs.len(), imported.inputs.len(), "{name}");
+        assert_eq!(want.len(), imported.outputs.len(), "{name}");
+        let report = run(&prepared.unwrap(), &imported, &inputs, 1).unwrap();
+        for (k, (w, g)) in want.iter().zip(&report.outputs).enumerate() {
+            if let Err(e) = within_budget(w, g) {
+                panic!("{name} output {k}: {e}");
+            }
+        }
+    }
+}
+
+/// A tiny TFLite writer: float32 tensors, builtin operators with no options.
+#[derive(Default)]
+struct Tiny {
+    /// (shape, buffer data)
+    tensors: Vec<(Vec<i32>, Vec<u8>)>,
+    /// (builtin code, inputs, outputs)
+    ops: Vec<(i32, Vec<i32>, Vec<i32>)>,
+    inputs: Vec<i32>,
+    outputs: Vec<i32>,
+    /// Constants after the FlatBuffer (Buffer.offset/size), as large-model writers put them.
+    outside: bool,
+}
+
+impl Tiny {
+    fn tensor(&mut self, shape: &[i32], data: &[f32]) -> i32 {
+        let bytes = data.iter().flat_map(|v| v.to_le_bytes()).collect();
+        self.tensors.push((shape.to_vec(), bytes));
+        (self.tensors.len() - 1) as i32
+    }
+
+    fn op(&mut self, code: i32, ins: &[i32], outs: &[i32]) {
+        self.ops.push((code, ins.to_vec(), outs.to_vec()));
+    }
+
+    fn bytes(&self) -> Vec<u8> {
+        let mut b = FlatBufferBuilder::new();
+        let mut codes: Vec<i32> = self.ops.iter().map(|o| o.0).collect();
+        codes.dedup();
+        let code_tables: Vec<WIPOffset<_>> = codes
+            .iter()
+            .map(|&c| {
+                let t = b.start_table();
+                b.push_slot::<i8>(4, c.min(127) as i8, 0);
+                b.push_slot::<i32>(10, c, 0);
+                b.end_table(t)
+            })
+            .collect();
+        // Buffer 0 is the empty buffer, as converters write.
+        let mut buffers = vec![{
+            let t = b.start_table();
+            b.end_table(t)
+        }];
+        let mut tensors = Vec::new();
+        // Data placed after the FlatBuffer: (offset within the appended bytes, data).
+        let mut appended: Vec<u8> = Vec::new();
+        let mut placeholders = Vec::new();
+        for (shape, data) in &self.tensors {
+            let buffer = if data.is_empty() {
+                0
+            } else if self.outside {
+                let at = appended.len();
+                appended.extend_from_slice(data);
+                let t = b.start_table();
+                // Patched below, once the FlatBuffer's size is known: a unique marker.
+                let marker = 0x5A5A_0000_0000_0000u64 | at as u64;
+                placeholders.push(marker);
+                b.push_slot::<u64>(6, marker, 0);
+                b.push_slot::<u64>(8, data.len() as u64, 0);
+                buffers.push(b.end_table(t));
+                buffers.len() as u32 - 1
+            } else {
+                let d = b.create_vector(data);
+                let t = b.start_table();
+                b.push_slot_always(4, d);
+                buffers.push(b.end_table(t));
+                buffers.len() as u32 - 1
+            };
+            let s = b.create_vector(shape);
+            let name = b.create_string("t");
+            let t = b.start_table();
+            b.push_slot_always(4, s);
+            b.push_slot::<i8>(6, 0, 0);
+            b.push_slot::<u32>(8, buffer, 0);
+            b.push_slot_always(10, name);
+            tensors.push(b.end_table(t));
+        }
+        let ops: Vec<WIPOffset<_>> = self
+            .ops
+            .iter()
+            .map(|(code, ins, outs)| {
+                let index = codes.iter().position(|c| c == code).unwrap() as u32;
+                let i = b.create_vector(ins);
+                let o = b.create_vector(outs);
+                let t = b.start_table();
+                b.push_slot::<u32>(4, index, 0);
+                b.push_slot_always(6, i);
+                b.push_slot_always(8, o);
+                b.end_table(t)
+            })
+            .collect();
+        let tensors = b.create_vector(&tensors);
+        let ops = b.create_vector(&ops);
+        let ins = b.create_vector(&self.inputs);
+        let outs = b.create_vector(&self.outputs);
+        let sg = b.start_table();
+        b.push_slot_always(4, tensors);
+        b.push_slot_always(6, ins);
+        b.push_slot_always(8, outs);
+        b.push_slot_always(10, ops);
+        let sg = b.end_table(sg);
+        let subgraphs = b.create_vector(&[sg]);
+        let codes = b.create_vector(&code_tables);
+        let buffers = b.create_vector(&buffers);
+        let m = b.start_table();
+        b.push_slot::<u32>(4, 3, 0);
+        b.push_slot_always(6, codes);
+        b.push_slot_always(8, subgraphs);
+        b.push_slot_always(12, buffers);
+        let m = b.end_table(m);
+        b.finish(m, Some("TFL3"));
+        let mut file = b.finished_data().to_vec();
+        let base = file.len() as u64;
+        for marker in placeholders {
+            let at = file
+                .windows(8)
+                .position(|w| w == marker.to_le_bytes())
+                .expect("marker");
+            let offset = base + (marker & 0xFFFF_FFFF);
+            file[at..at + 8].copy_from_slice(&offset.to_le_bytes());
+        }
+        file.extend_from_slice(&appended);
+        file
+    }
+}
+
+const ADD: i32 = 0;
+const RELU: i32 = 19;
+const DEPTH_TO_SPACE: i32 = 5;
+
+/// `relu(x + c) -> y`, then `relu(y) -> z`.
+fn two_ops() -> Tiny {
+    let mut t = Tiny::default();
+    let x = t.tensor(&[1, 4], &[]);
+    let c = t.tensor(&[1, 4], &[1.0, -2.0, 3.0, -4.0]);
+    let y = t.tensor(&[1, 4], &[]);
+    let z = t.tensor(&[1, 4], &[]);
+    t.op(ADD, &[x, c], &[y]);
+    t.op(RELU, &[y], &[z]);
+    t.inputs = vec![x];
+    t.outputs = vec![z];
+    t
+}
+
+#[test]
+fn a_written_model_runs() {
+    let imported = import(&two_ops().bytes(), false).unwrap();
+    let (status, prepared) = prepare(&imported.model);
+    assert_eq!(status, ErrorStatus::None);
+    let x = Array {
+        dtype: Dtype::F32,
+        shape: vec![1, 4],
+        data: [0.5f32, 0.5, -5.0, 5.0]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect(),
+    };
+    let report = run(&prepared.unwrap(), &imported, &[x], 1).unwrap();
+    let got: Vec<f32> = report.outputs[0]
+        .data
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    assert_eq!(got, [1.5, 0.0, 0.0, 1.0]);
+}
+
+#[test]
+fn constants_outside_the_flatbuffer() {
+    let mut t = two_ops();
+    t.outside = true;
+    let bytes = t.bytes();
+    let imported = import(&bytes, false).unwrap();
+    assert!(imported.constant_bytes >= 16);
+    // Data that would run past the end of the file.
+    let e = import(&bytes[..bytes.len() - 4], false).unwrap_err();
+    assert!(
+        matches!(&e, ImportError::Tensor { reason, .. } if reason.contains("outside the file")),
+        "{e}"
+    );
+}
+
+#[test]
+fn hostile_files_give_errors() {
+    let good = two_ops().bytes();
+    // Truncated anywhere.
+    for cut in [0, 4, 7, 8, 16, good.len() / 2, good.len() - 1] {
+        assert!(import(&good[..cut], false).is_err(), "cut at {cut}");
+    }
+    // Wrong identifier.
+    let mut bad = good.clone();
+    bad[4..8].copy_from_slice(b"TFL2");
+    assert!(matches!(import(&bad, false), Err(ImportError::Malformed(m)) if m.contains("TFL3")));
+    // The root offset out of range.
+    let mut bad = good.clone();
+    bad[0..4].copy_from_slice(&(good.len() as u32 + 64).to_le_bytes());
+    assert!(matches!(
+        import(&bad, false),
+        Err(ImportError::Malformed(_))
+    ));
+    // Every single-byte corruption: an error or a model, never a panic.
+    for at in 0..good.len() {
+        let mut b = good.clone();
+        b[at] ^= 0xA5;
+        let _ = import(&b, false);
+    }
+}
+
+#[test]
+fn a_cyclic_graph_is_refused() {
+    let mut t = Tiny::default();
+    let x = t.tensor(&[4], &[]);
+    let y = t.tensor(&[4], &[]);
+    let z = t.tensor(&[4], &[]);
+    t.op(ADD, &[x, z], &[y]);
+    t.op(ADD, &[y, x], &[z]);
+    t.inputs = vec![x];
+    t.outputs = vec![z];
+    let e = import(&t.bytes(), false).unwrap_err();
+    assert!(
+        matches!(&e, ImportError::Graph(m) if m.contains("cyclic")),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_buffer_smaller_than_its_tensor_is_refused() {
+    let mut t = two_ops();
+    t.tensors[1].1.truncate(10);
+    let e = import(&t.bytes(), false).unwrap_err();
+    assert!(
+        matches!(&e, ImportError::Tensor { index: 1, reason } if reason.contains("buffer")),
+        "{e}"
+    );
+}
+
+#[test]
+fn an_unmapped_operator_is_named_and_partial_runs_the_prefix() {
+    let mut t = two_ops();
+    let z = t.outputs[0];
+    let w = t.tensor(&[1, 1, 1, 4], &[]);
+    t.op(DEPTH_TO_SPACE, &[z], &[w]);
+    t.outputs = vec![w];
+    let e = import(&t.bytes(), false).unwrap_err();
+    assert!(
+        matches!(&e, ImportError::Unsupported { index: 2, op, .. } if op == "BUILTIN_5"),
+        "{e}"
+    );
+    let partial = import(&t.bytes(), true).unwrap();
+    let (index, op, _) = partial.stopped.clone().unwrap();
+    assert_eq!((index, op.as_str()), (2, "BUILTIN_5"));
+    assert_eq!(
+        partial.outputs.len(),
+        1,
+        "the prefix's output is what the rest reads"
+    );
+    assert_eq!(partial.outputs[0].dims, [1, 4]);
+    let (status, _) = prepare(&partial.model);
+    assert_eq!(status, ErrorStatus::None);
+    let _ = device();
+}

@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""Runs a .tflite model in LiteRT (XNNPACK, 1 thread) and in `vnpu run` on the same seeded
+inputs, and compares them.
+
+    scripts/litert_compare.py MODEL.tflite [--seed N] [--repeat N] [--bench]
+                              [--write-reference DIR] [--vnpu PATH]
+
+Prints, per output, the max abs error and the budget it is checked against (float: 1e-4 of
+the output's range in LiteRT, or of its magnitude when it is constant; quantised: +-1 LSB, with at most 1% of values at +-2), both
+timings, and PASS or FAIL (the exit code is 1 on FAIL). --bench records LiteRT's
+single-thread time in target/litert_times.json, which `cargo bench -p vnpu-benches --bench
+models` prints beside its own figure. --write-reference writes the inputs and LiteRT's
+outputs as .npy files (how models/reference/ is made).
+
+The script makes its own virtual environment (scripts/.venv-litert, or $VNPU_LITERT_VENV)
+with ai-edge-litert and numpy from the package index on first use. `cargo test` never needs
+it: the shipped models' references are committed.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV = Path(os.environ.get("VNPU_LITERT_VENV", ROOT / "scripts" / ".venv-litert"))
+PACKAGES = ["ai-edge-litert", "numpy"]
+
+
+def ensure_venv():
+    """Re-runs this script inside the venv (made on first use)."""
+    if Path(sys.prefix).resolve() == VENV.resolve():
+        return
+    py = VENV / "bin" / "python"
+    if not py.exists():
+        print(f"making {VENV} with {' '.join(PACKAGES)} ...", file=sys.stderr)
+        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
+        subprocess.run([str(py), "-m", "pip", "install", "-q", *PACKAGES], check=True)
+    os.execv(str(py), [str(py), __file__, *sys.argv[1:]])
+
+
+def inputs_for(details, seed):
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    arrays = []
+    for d in details:
+        shape, dtype = tuple(d["shape"]), d["dtype"]
+        if np.issubdtype(dtype, np.floating):
+            a = rng.uniform(-1.0, 1.0, size=shape).astype(dtype)
+        elif dtype == np.int8:
+            a = rng.integers(-128, 128, size=shape, dtype=np.int8)
+        elif dtype == np.uint8:
+            a = rng.integers(0, 256, size=shape, dtype=np.uint8)
+        else:
+            a = rng.integers(0, 8, size=shape).astype(dtype)
+        arrays.append(a)
+    return arrays
+
+
+def run_litert(model, arrays, repeat):
+    from ai_edge_litert.interpreter import Interpreter
+
+    it = Interpreter(model_path=str(model), num_threads=1)
+    it.allocate_tensors()
+    for d, a in zip(it.get_input_details(), arrays):
+        it.set_tensor(d["index"], a)
+    it.invoke()  # warm-up
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        it.invoke()
+        times.append((time.perf_counter() - t) * 1e3)
+    outs = [it.get_tensor(d["index"]).copy() for d in it.get_output_details()]
+    quant = [d["quantization"] for d in it.get_output_details()]
+    return outs, sorted(times)[len(times) // 2], quant
+
+
+def run_vnpu(vnpu, model, arrays, repeat, work):
+    import numpy as np
+
+    args = [str(vnpu), "run", str(model), "--repeat", str(repeat), "--output-dir", str(work / "out")]
+    for k, a in enumerate(arrays):
+        f = work / f"in{k}.npy"
+        np.save(f, a)
+        args += ["--input", f"{k}={f}"]
+    r = subprocess.run(args, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"vnpu run failed:\n{r.stdout}{r.stderr}")
+    ms = None
+    for line in r.stdout.splitlines():
+        if line.startswith("execute"):
+            ms = float(line.split("median ")[1].split(" ms")[0])
+    files = sorted((work / "out").glob("*.npy"), key=lambda p: int(p.name.split("_")[0]))
+    return [np.load(f) for f in files], ms
+
+
+def compare(want, got, quant):
+    """(max abs error, budget text, ok)."""
+    import numpy as np
+
+    if want.shape != got.shape:
+        return float("inf"), f"shape {got.shape} vs {want.shape}", False
+    diff = np.abs(want.astype(np.float64) - got.astype(np.float64))
+    err = float(diff.max()) if diff.size else 0.0
+    if np.issubdtype(want.dtype, np.floating):
+        span = float(want.max() - want.min()) if want.size else 0.0
+        # A constant output (one value, say) has no range: its magnitude stands in.
+        if span == 0.0 and want.size:
+            span = float(np.abs(want).max())
+        budget = 1e-4 * max(span, 1e-6)
+        return err, f"1e-4 of range {span:.4g} = {budget:.3g}", err <= budget
+    share2 = float((diff > 1).mean()) if diff.size else 0.0
+    ok = err <= 2 and share2 <= 0.01
+    return err, f"+-1 LSB ({share2:.2%} at +-2, at most 1%)", ok
+
+
+def main():
+    ensure_venv()
+    import numpy as np
+
+    p = argparse.ArgumentParser()
+    p.add_argument("model", type=Path)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--repeat", type=int, default=20)
+    p.add_argument("--bench", action="store_true")
+    p.add_argument("--write-reference", type=Path)
+    p.add_argument("--vnpu", type=Path, default=ROOT / "target" / "release" / "vnpu")
+    a = p.parse_args()
+    if not a.vnpu.exists():
+        subprocess.run(["cargo", "build", "--release", "-p", "vnpu-driver", "--bin", "vnpu"],
+                       cwd=ROOT, check=True)
+    from ai_edge_litert.interpreter import Interpreter
+
+    probe = Interpreter(model_path=str(a.model), num_threads=1)
+    arrays = inputs_for(probe.get_input_details(), a.seed)
+    want, lt_ms, quant = run_litert(a.model, arrays, a.repeat)
+    with tempfile.TemporaryDirectory() as t:
+        got, vn_ms = run_vnpu(a.vnpu, a.model, arrays, a.repeat, Path(t))
+    ok = len(want) == len(got)
+    print(f"model   {a.model.name}")
+    for k, (w, g) in enumerate(zip(want, got)):
+        err, budget, good = compare(w, g, quant[k])
+        ok &= good
+        print(f"output {k}: {list(w.shape)} max abs error {err:.3g}, budget {budget}: {'ok' if good else 'OVER'}")
+    print(f"time    LiteRT (XNNPACK, 1 thread) {lt_ms:.3f} ms, vnpu {vn_ms:.3f} ms ({vn_ms / lt_ms:.2f}x)")
+    if a.write_reference:
+        a.write_reference.mkdir(parents=True, exist_ok=True)
+        for k, x in enumerate(arrays):
+            np.save(a.write_reference / f"input_{k}.npy", x)
+        for k, y in enumerate(want):
+            np.save(a.write_reference / f"output_{k}.npy", y)
+        print(f"wrote   {a.write_reference}")
+    if a.bench:
+        f = ROOT / "target" / "litert_times.json"
+        times = json.loads(f.read_text()) if f.exists() else {}
+        times[a.model.stem] = lt_ms
+        f.parent.mkdir(exist_ok=True)
+        f.write_text(json.dumps(times, indent=1, sort_keys=True) + "\n")
+        print(f"bench   LiteRT {lt_ms:.3f} ms recorded in {f}")
+    print("PASS" if ok else "FAIL")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
