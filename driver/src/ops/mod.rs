@@ -20,6 +20,7 @@ pub mod arith;
 pub mod cast;
 pub mod comparison;
 pub mod conv;
+pub mod detection;
 pub mod fibonacci;
 pub mod gelu;
 pub mod image;

@@ -1,9 +1,9 @@
 //! The one list of operation definitions.
 
 use super::{
-    activation, argminmax, arith, cast, comparison, conv, fibonacci, gelu, image, instance_norm,
-    log_softmax, logical, lookup, math, movement, normalization, pool, recurrent, reduce,
-    reduction, resize_nearest, topk, OpDef,
+    activation, argminmax, arith, cast, comparison, conv, detection, fibonacci, gelu, image,
+    instance_norm, log_softmax, logical, lookup, math, movement, normalization, pool, recurrent,
+    reduce, reduction, resize_nearest, topk, OpDef,
 };
 use crate::hal::OperationType;
 
@@ -89,6 +89,13 @@ pub static REGISTRY: &[&OpDef] = &[
     &topk::TOPK_V2,
     &instance_norm::INSTANCE_NORMALIZATION,
     &log_softmax::LOG_SOFTMAX,
+    &detection::ROI_ALIGN,
+    &detection::ROI_POOLING,
+    &detection::BOX_WITH_NMS_LIMIT,
+    &detection::GENERATE_PROPOSALS,
+    &detection::DETECTION_POSTPROCESSING,
+    &detection::HEATMAP_MAX_KEYPOINT,
+    &detection::AXIS_ALIGNED_BBOX_TRANSFORM,
     &lookup::EMBEDDING_LOOKUP,
     &lookup::HASHTABLE_LOOKUP,
     &lookup::LSH_PROJECTION,

@@ -28,6 +28,7 @@
 pub mod activation;
 pub mod control;
 pub mod conv;
+pub mod detection;
 pub mod elementwise;
 pub mod extension;
 pub mod image;
@@ -75,6 +76,11 @@ pub use control::{
 pub use conv::{
     conv2d::Conv2d, depthwise::DepthwiseConv2d, fully_connected::FullyConnected,
     grouped::GroupedConv2d, transpose::TransposeConv2d, window::ConvWindow,
+};
+pub use detection::{
+    bbox_transform::BboxTransform, box_nms::BoxWithNmsLimit, generate_proposals::GenerateProposals,
+    heatmap::HeatmapMaxKeypoint, nms::NmsKernel, postprocess::DetectionPostprocess,
+    roi_align::RoiAlign, roi_pooling::RoiPooling,
 };
 pub use elementwise::binary::{Binary, BinaryKind};
 pub use elementwise::compare::{Compare, CompareKind};
@@ -208,6 +214,13 @@ registry! {
     92 => RuntimeSlice(movement::slice::RuntimeSlice),
     100 => Fibonacci(extension::fibonacci::Fibonacci),
     101 => Gelu(extension::gelu::Gelu),
+    110 => BboxTransform(detection::bbox_transform::BboxTransform),
+    111 => BoxWithNmsLimit(detection::box_nms::BoxWithNmsLimit),
+    112 => GenerateProposals(detection::generate_proposals::GenerateProposals),
+    113 => DetectionPostprocess(detection::postprocess::DetectionPostprocess),
+    114 => HeatmapMaxKeypoint(detection::heatmap::HeatmapMaxKeypoint),
+    115 => RoiAlign(detection::roi_align::RoiAlign),
+    116 => RoiPooling(detection::roi_pooling::RoiPooling),
     130 => Lstm(recurrent::lstm::Lstm),
     131 => SequenceLstm(recurrent::sequence_lstm::SequenceLstm),
     132 => BidiLstm(recurrent::bidi_lstm::BidiLstm),
