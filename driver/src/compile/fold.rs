@@ -55,6 +55,7 @@ pub fn fold_constants(model: &Model, constants: &mut [Option<Vec<u8>>]) -> usize
             shapes: &shapes,
             deferred: &deferred,
             omitted: &omitted,
+            dynamic: &[],
         };
         let Ok(l) = lower(&ops, op) else { continue };
         let Some(values) = run_on_host(sg, &shapes, constants, &l.op, &l.inputs, &l.outputs) else {

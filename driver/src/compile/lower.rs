@@ -21,6 +21,8 @@ pub struct Operands<'a> {
     pub deferred: &'a [bool],
     /// Model inputs the request leaves out (`hasNoValue`): treated as NO_VALUE.
     pub omitted: &'a [bool],
+    /// Operands whose shape is known only at run time (`shapes` holds their capacity).
+    pub dynamic: &'a [bool],
 }
 
 /// A lowered operation: the kernel plus the operands that become its tensors.
@@ -113,6 +115,11 @@ impl Operands<'_> {
             .chunks_exact(4)
             .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
             .collect())
+    }
+
+    /// Whether operand `i`'s shape is known only at run time.
+    pub fn is_dynamic(&self, i: u32) -> bool {
+        self.dynamic.get(i as usize).copied().unwrap_or(false)
     }
 
     /// The known shape of operand `i`.

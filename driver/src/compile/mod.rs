@@ -563,6 +563,7 @@ fn compile_inner(
                 shapes: &shapes,
                 deferred: &deferred,
                 omitted,
+                dynamic: &dynamic,
             };
             lower(&ops, op)?
         };

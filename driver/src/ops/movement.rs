@@ -500,7 +500,16 @@ pub const CHANNEL_SHUFFLE: OpDef = OpDef {
 
 fn lower_slice(a: &Args<'_>) -> Result<Lowered, CompileError> {
     let shape = a.shape("input")?.to_vec();
+    let dynamic_input = a.operands.is_dynamic(a.input("input")?);
     let (begin, size) = match (a.ints("begin"), a.ints("size")) {
+        // A run-time shaped input (a zero-row NMS result, say): the window is resolved on
+        // the device against the real shape.
+        (Ok(_), Ok(s)) if dynamic_input => {
+            let shape = Some(&s)
+                .filter(|s| s.len() == shape.len())
+                .and_then(|s| s.iter().map(|&d| u32::try_from(d).ok()).collect());
+            return a.kernel(RuntimeSlice { shape }, &["input", "begin", "size"]);
+        }
         (Ok(b), Ok(s)) => (b, s),
         // Computed on the device (a loop's counter, say): the device reads them and
         // the output's shape is known at run time.
