@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use super::report::{summarize, tally_by_operation_and_type, CaseRecord};
+use super::report::{summarize, tally_by_operation_and_type, CaseRecord, Status};
 
 /// The commands that regenerate docs/CONFORMANCE.md, as the document states them.
 pub const REGENERATE: &str = "\
@@ -51,13 +51,23 @@ pub fn markdown(records: &[CaseRecord]) -> String {
             u.operation, u.input_type, t.passed, t.failed, t.skipped
         );
     }
+    // Every case that did not pass, with its reason.
+    let _ = write!(md, "\n## Cases that did not pass\n\n");
+    let mut none = true;
+    for r in records.iter().filter(|r| r.status != Status::Passed) {
+        none = false;
+        let _ = writeln!(md, "- `{}` ({:?}): {}", r.name, r.status, r.reason);
+    }
+    if none {
+        let _ = writeln!(md, "None: every case passed.");
+    }
     md
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::conformance::report::{OperationUse, Status};
+    use crate::conformance::report::OperationUse;
 
     fn record(status: Status, ops: &[(&str, &str)]) -> CaseRecord {
         CaseRecord {
@@ -91,7 +101,11 @@ mod tests {
         assert!(md.starts_with("# Conformance by operation and operand type\n"));
         assert!(md.contains(REGENERATE));
         assert!(md.contains("Cases: 1 passed, 1 failed, 1 skipped.\n"));
-        let table: Vec<&str> = md.lines().skip_while(|l| !l.starts_with("| ")).collect();
+        let table: Vec<&str> = md
+            .lines()
+            .skip_while(|l| !l.starts_with("| "))
+            .take_while(|l| l.starts_with('|'))
+            .collect();
         assert_eq!(
             table,
             [
@@ -102,13 +116,17 @@ mod tests {
                 "| RELU | TENSOR_FLOAT32 | 1 | 0 | 0 |",
             ]
         );
-        assert!(md.ends_with("|\n"));
+        // The cases that did not pass, each with its status and reason.
+        assert!(
+            md.contains("## Cases that did not pass\n\n- `x/x` (Skipped): \n- `x/x` (Failed): \n")
+        );
     }
 
     #[test]
     fn no_records_give_an_empty_table() {
         let md = markdown(&[]);
         assert!(md.contains("Cases: 0 passed, 0 failed, 0 skipped.\n"));
-        assert!(md.ends_with("|---|---|---:|---:|---:|\n"));
+        assert!(md.contains("|---|---|---:|---:|---:|\n"));
+        assert!(md.ends_with("None: every case passed.\n"));
     }
 }
