@@ -126,6 +126,14 @@ impl Ctx<'_, '_> {
             .ok_or_else(|| unsupported(format!("input {k} must be a constant int32 tensor")))
     }
 
+    /// An input holding one constant int32 (an axis), as an INT32 scalar operand.
+    fn const_axis(&mut self, k: usize) -> Result<u32, ImportError> {
+        match self.const_ints(k)?[..] {
+            [axis] => Ok(self.b.int(axis)),
+            _ => Err(bad("the axis must hold one value")),
+        }
+    }
+
     fn done(&mut self, op: Op, inputs: Vec<u32>, outputs: Vec<u32>) -> Result<Mapped, ImportError> {
         self.b.op(op, inputs, outputs);
         Ok(Mapped)
@@ -175,7 +183,7 @@ static MAPPINGS: &[Mapping] = &[
     Mapping { code: 20, name: "RELU_N1_TO_1", map: |c| c.plain(Op::RELU1, 1) },
     Mapping { code: 21, name: "RELU6", map: |c| c.plain(Op::RELU6, 1) },
     Mapping { code: 22, name: "RESHAPE", map: reshape },
-    Mapping { code: 23, name: "RESIZE_BILINEAR", map: resize_bilinear },
+    Mapping { code: 23, name: "RESIZE_BILINEAR", map: |c| resize(c, Op::RESIZE_BILINEAR, 8, 10) },
     Mapping { code: 25, name: "SOFTMAX", map: softmax },
     Mapping { code: 26, name: "SPACE_TO_DEPTH", map: |c| block(c, Op::SPACE_TO_DEPTH) },
     Mapping { code: 28, name: "TANH", map: |c| c.plain(Op::TANH, 1) },
@@ -212,7 +220,7 @@ static MAPPINGS: &[Mapping] = &[
     Mapping { code: 81, name: "REDUCE_PROD", map: |c| reduce(c, Op::REDUCE_PROD) },
     Mapping { code: 82, name: "REDUCE_MAX", map: |c| reduce(c, Op::REDUCE_MAX) },
     Mapping { code: 89, name: "REDUCE_MIN", map: |c| reduce(c, Op::REDUCE_MIN) },
-    Mapping { code: 97, name: "RESIZE_NEAREST_NEIGHBOR", map: resize_nearest },
+    Mapping { code: 97, name: "RESIZE_NEAREST_NEIGHBOR", map: |c| resize(c, Op::RESIZE_NEAREST_NEIGHBOR, 4, 6) },
     Mapping { code: 98, name: "LEAKY_RELU", map: leaky_relu },
     Mapping { code: 101, name: "ABS", map: |c| c.plain(Op::ABS, 1) },
     Mapping { code: 111, name: "ELU", map: elu },
@@ -401,9 +409,10 @@ fn reshape(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
     c.done(Op::RESHAPE, vec![x, s], vec![out])
 }
 
-/// RESIZE_BILINEAR: size `[h, w]` from input 1 (a constant); ResizeBilinearOptions
-/// align_corners 8, half_pixel_centers 10.
-fn resize_bilinear(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
+/// RESIZE_BILINEAR (ResizeBilinearOptions align_corners 8, half_pixel_centers 10) and
+/// RESIZE_NEAREST_NEIGHBOR (its options' 4 and 6): the size `[h, w]` from input 1 (a
+/// constant).
+fn resize(c: &mut Ctx<'_, '_>, op: Op, align: u16, half: u16) -> Result<Mapped, ImportError> {
     let x = c.input(0)?;
     let size = c.const_ints(1)?;
     let [h, w] = size[..] else {
@@ -411,15 +420,10 @@ fn resize_bilinear(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
     };
     let (w, h) = (c.b.int(w), c.b.int(h));
     let nchw = c.b.bool(false);
-    let align = c.opt_bool(8)?;
-    let half = c.opt_bool(10)?;
+    let (align, half) = (c.opt_bool(align)?, c.opt_bool(half)?);
     let (align, half) = (c.b.bool(align), c.b.bool(half));
     let out = c.output(0)?;
-    c.done(
-        Op::RESIZE_BILINEAR,
-        vec![x, w, h, nchw, align, half],
-        vec![out],
-    )
+    c.done(op, vec![x, w, h, nchw, align, half], vec![out])
 }
 
 /// SoftmaxOptions: beta 4.
@@ -535,13 +539,9 @@ fn strided_slice(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
 
 /// SPLIT: inputs axis (a constant), x; SplitOptions num_splits 4.
 fn split(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
-    let axis = c.const_ints(0)?;
-    let [axis] = axis[..] else {
-        return Err(bad("the axis must hold one value"));
-    };
+    let axis = c.const_axis(0)?;
     let x = c.input(1)?;
     let n = c.positive(4, 0, "number of splits")?;
-    let axis = c.b.int(axis);
     let outs = (0..c.outs.len())
         .map(|k| c.output(k))
         .collect::<Result<Vec<_>, _>>()?;
@@ -560,11 +560,7 @@ fn log_softmax(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
 /// ARG_MAX, ARG_MIN: inputs x, axis (a constant); an int32 output only.
 fn arg_min_max(c: &mut Ctx<'_, '_>, op: Op) -> Result<Mapped, ImportError> {
     let x = c.input(0)?;
-    let axis = c.const_ints(1)?;
-    let [axis] = axis[..] else {
-        return Err(bad("the axis must hold one value"));
-    };
-    let axis = c.b.int(axis);
+    let axis = c.const_axis(1)?;
     let out = c.output(0)?;
     if c.b.operand_type(out) != OperandType::TENSOR_INT32 {
         return Err(unsupported("an index output other than int32"));
@@ -596,11 +592,7 @@ fn transpose_conv(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
 /// EXPAND_DIMS: inputs x, axis (a constant).
 fn expand_dims(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
     let x = c.input(0)?;
-    let axis = c.const_ints(1)?;
-    let [axis] = axis[..] else {
-        return Err(bad("the axis must hold one value"));
-    };
-    let axis = c.b.int(axis);
+    let axis = c.const_axis(1)?;
     let out = c.output(0)?;
     c.done(Op::EXPAND_DIMS, vec![x, axis], vec![out])
 }
@@ -615,26 +607,6 @@ fn reduce(c: &mut Ctx<'_, '_>, op: Op) -> Result<Mapped, ImportError> {
     let keep = c.b.bool(keep);
     let out = c.output(0)?;
     c.done(op, vec![x, axes, keep], vec![out])
-}
-
-/// RESIZE_NEAREST_NEIGHBOR: size `[h, w]` from input 1 (a constant);
-/// ResizeNearestNeighborOptions align_corners 4, half_pixel_centers 6.
-fn resize_nearest(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
-    let x = c.input(0)?;
-    let size = c.const_ints(1)?;
-    let [h, w] = size[..] else {
-        return Err(bad("the size must be [height, width]"));
-    };
-    let (w, h) = (c.b.int(w), c.b.int(h));
-    let nchw = c.b.bool(false);
-    let (align, half) = (c.opt_bool(4)?, c.opt_bool(6)?);
-    let (align, half) = (c.b.bool(align), c.b.bool(half));
-    let out = c.output(0)?;
-    c.done(
-        Op::RESIZE_NEAREST_NEIGHBOR,
-        vec![x, w, h, nchw, align, half],
-        vec![out],
-    )
 }
 
 /// LEAKY_RELU (LeakyReluOptions alpha 4) as NNAPI PRELU with a one-element alpha.
