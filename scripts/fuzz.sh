@@ -15,6 +15,11 @@ for t in corpus_case prepare_execute; do
     done
   fi
 done
+# The .tflite importer starts from the shipped models.
+if [ ! -d corpus/tflite_import ] || [ -z "$(ls -A corpus/tflite_import)" ]; then
+  mkdir -p corpus/tflite_import
+  cp ../models/*.tflite corpus/tflite_import/
+fi
 for t in $(RUSTC_BOOTSTRAP=1 cargo fuzz list); do
   echo "== $t ($secs s)"
   RUSTC_BOOTSTRAP=1 cargo fuzz run "$t" -- -max_total_time="$secs"
