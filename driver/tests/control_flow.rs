@@ -296,3 +296,53 @@ fn infinite_loop_timeout() {
     assert_eq!(status, ErrorStatus::None);
     assert_eq!(out[0], [12.0]);
 }
+
+/// `x, i = [[1]], 0; while i < n { i += 1; x = concat(x, x) }`: x doubles each time.
+fn doubling_model() -> Model {
+    let row = &[1u32, 1][..];
+    let cond = subgraph(3, &[(T::TENSOR_BOOL8, ONE)], |b, i, o| {
+        b.op(Op::LESS, &[i[1], i[2]], &[o[0]]);
+    });
+    let mut body = ModelBuilder::default();
+    let x = body.input(T::TENSOR_FLOAT32, &[1, 0]);
+    let k = body.input(T::TENSOR_FLOAT32, ONE);
+    let _n = body.input(T::TENSOR_FLOAT32, ONE);
+    let x2 = body.output(T::TENSOR_FLOAT32, &[1, 0]);
+    let k2 = body.output(T::TENSOR_FLOAT32, ONE);
+    let one = body.constant(T::TENSOR_FLOAT32, ONE, &f32_bytes(&[1.0]));
+    arith(&mut body, Op::ADD, k, one, k2);
+    let axis = body.constant(T::INT32, &[], &1i32.to_le_bytes());
+    body.op(Op::CONCATENATION, &[x, x, axis], &[x2]);
+    let mut m = ModelBuilder::default();
+    let n = m.input(T::TENSOR_FLOAT32, ONE);
+    let x0 = m.constant(T::TENSOR_FLOAT32, row, &f32_bytes(&[1.0]));
+    let zero = m.constant(T::TENSOR_FLOAT32, ONE, &f32_bytes(&[0.0]));
+    let out = m.output(T::TENSOR_FLOAT32, &[1, 0]);
+    let k = m.temp(T::TENSOR_FLOAT32, ONE);
+    let (c, b) = (m.subgraph(0), m.subgraph(1));
+    m.op(Op::WHILE, &[c, b, x0, zero, n], &[out, k]);
+    m.build_with(vec![cond, body], Vec::new())
+}
+
+#[test]
+fn a_state_that_grows_without_bound_fails_cleanly() {
+    let p = prepared(&doubling_model());
+    // 2^6 elements fit after regrowing.
+    let (status, shapes, out) = run(&p, &[vec![6.0]], &[4 * 64], None);
+    assert_eq!(status, ErrorStatus::None);
+    assert_eq!(shapes[0].dimensions, [1, 64]);
+    assert!(out[0].iter().all(|&v| v == 1.0));
+    // 2^60 elements never fit: an error, not a hang or a crash.
+    let start = Instant::now();
+    let (status, _, _) = run(&p, &[vec![60.0]], &[4], None);
+    assert_ne!(status, ErrorStatus::None);
+    assert!(
+        start.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        start.elapsed()
+    );
+    // The prepared model still runs.
+    let (status, shapes, _) = run(&p, &[vec![2.0]], &[16], None);
+    assert_eq!(status, ErrorStatus::None);
+    assert_eq!(shapes[0].dimensions, [1, 4]);
+}
