@@ -19,7 +19,9 @@
 //! Bit 31 of the dtype word marks a *dynamic* tensor: its shape in the table is a capacity
 //! (`byte_len` bytes), and its real shape is set at run time by the op that writes it (a
 //! kernel whose output shapes depend on the input values, or one that reads a dynamic
-//! tensor). A dynamic tensor is plain. The sequencer's instructions ([`crate::kernels::control`])
+//! tensor). A dynamic tensor is plain. Bit 30 marks a *transient* tensor: only the op right
+//! after its writer reads it, so the engine may hand it over in its local memory without
+//! writing it to DRAM (the driver never reads it). The sequencer's instructions ([`crate::kernels::control`])
 //! travel in the op stream; a branch target is an op index, at most `op_count`.
 //! The layout ([`Layout`]) is 0 (plain, what every earlier v2 program has) or 1 (a float32
 //! filter pre-packed in GEMM panels, whose `byte_len` is then the packed size); a packed
@@ -54,6 +56,8 @@ pub const MAX_PROGRAM_LEN: u64 = 64 << 20;
 const NO_AXIS: u32 = u32::MAX;
 /// The dtype word's bit marking a dynamic tensor.
 const DYNAMIC: u32 = 1 << 31;
+/// The dtype word's bit marking a transient tensor.
+const TRANSIENT: u32 = 1 << 30;
 
 /// A tensor of the program: its type and where it lives in device DRAM.
 #[derive(Clone, Debug, PartialEq)]
@@ -66,6 +70,8 @@ pub struct TensorDesc {
     pub byte_len: u64,
     /// The shape is a capacity; the real shape is known at run time.
     pub dynamic: bool,
+    /// Only the op right after its writer reads it: it need not reach DRAM.
+    pub transient: bool,
 }
 
 impl TensorDesc {
@@ -77,6 +83,7 @@ impl TensorDesc {
             addr,
             byte_len,
             dynamic: false,
+            transient: false,
         }
     }
 }
@@ -120,7 +127,8 @@ impl Program {
         put(&mut w, scales.len() as u32);
         w.extend_from_slice(&0u64.to_le_bytes());
         for t in &self.tensors {
-            let dynamic = if t.dynamic { DYNAMIC } else { 0 };
+            let dynamic =
+                if t.dynamic { DYNAMIC } else { 0 } | if t.transient { TRANSIENT } else { 0 };
             put(
                 &mut w,
                 t.ty.dtype as u32 | (t.ty.layout as u32) << 16 | dynamic,
@@ -209,7 +217,8 @@ impl Program {
             let dtype =
                 DType::from_u32(dtype_raw).ok_or_else(|| bad(format!("dtype {dtype_raw}")))?;
             let dynamic = word & DYNAMIC != 0;
-            let layout_raw = (word & !DYNAMIC) >> 16;
+            let transient = word & TRANSIENT != 0;
+            let layout_raw = (word & !(DYNAMIC | TRANSIENT)) >> 16;
             let layout =
                 Layout::from_u32(layout_raw).ok_or_else(|| bad(format!("layout {layout_raw}")))?;
             if dynamic && layout != Layout::Plain {
@@ -253,7 +262,7 @@ impl Program {
                 return Err(bad("channel axis and channel count disagree".into()));
             }
             raw.push((
-                (dtype, layout, dynamic),
+                (dtype, layout, dynamic, transient),
                 shape,
                 addr,
                 byte_len,
@@ -271,7 +280,16 @@ impl Program {
         let mut tensors = Vec::with_capacity(raw.len());
         for (
             index,
-            ((dtype, layout, dynamic), shape, addr, byte_len, scale, zero_point, axis, channels),
+            (
+                (dtype, layout, dynamic, transient),
+                shape,
+                addr,
+                byte_len,
+                scale,
+                zero_point,
+                axis,
+                channels,
+            ),
         ) in raw.into_iter().enumerate()
         {
             let bad = |reason: String| ProgramError::Tensor {
@@ -308,6 +326,7 @@ impl Program {
                 addr,
                 byte_len,
                 dynamic,
+                transient,
             });
         }
         if next_scale != scales.len() {

@@ -710,3 +710,81 @@ fn a_branch_beyond_the_end_is_rejected() {
     };
     assert!(Program::decode(&p.encode(), DRAM_BASE, 1 << 20).is_err());
 }
+
+#[test]
+fn a_transient_tensor_goes_from_its_writer_to_its_reader_without_dram() {
+    let dev = device();
+    let mut q = HostQueue::create(&dev, 32, RING_IOVA).unwrap();
+    let t = |addr: u64| TensorDesc::new(TensorType::new(DType::F32, &[4]), DRAM_BASE + addr);
+    let mut mid = t(0x300);
+    mid.transient = true;
+    let add = || {
+        KernelOp::from(Binary {
+            kind: BinaryKind::Add,
+            act: Activation::None,
+        })
+    };
+    // x + y -> mid (transient), mid + y -> out.
+    let program = Program {
+        tensors: vec![t(0x100), t(0x200), mid, t(0x400)],
+        ops: vec![
+            OpDesc {
+                op: add(),
+                inputs: vec![0, 1],
+                outputs: vec![2],
+            },
+            OpDesc {
+                op: add(),
+                inputs: vec![2, 1],
+                outputs: vec![3],
+            },
+        ],
+    }
+    .encode();
+    let buf = SharedRegion::new("buf", 8192).unwrap();
+    buf.write(0, &f32_bytes(&[1.0, 2.0, 3.0, 4.0])).unwrap();
+    buf.write(16, &f32_bytes(&[10.0, 20.0, 30.0, 40.0]))
+        .unwrap();
+    buf.write(32, &f32_bytes(&[-7.0; 4])).unwrap();
+    buf.write(1024, &program).unwrap();
+    dev.iommu()
+        .map(BUF_IOVA, buf.fd(), 0, 8192, Perm::READ_WRITE)
+        .unwrap();
+    let plen = program.len() as u64;
+    q.submit(
+        &dev,
+        &[
+            cmd(Opcode::DmaCopy, 1, BUF_IOVA, DRAM_BASE + 0x100, 16),
+            cmd(Opcode::DmaCopy, 2, BUF_IOVA + 16, DRAM_BASE + 0x200, 16),
+            // A marker where the transient tensor lives in DRAM.
+            cmd(Opcode::DmaCopy, 3, BUF_IOVA + 32, DRAM_BASE + 0x300, 16),
+            cmd(
+                Opcode::DmaCopy,
+                4,
+                BUF_IOVA + 1024,
+                DRAM_BASE + 0x1000,
+                plen,
+            ),
+            cmd(Opcode::Fence, 5, 0, 0, 0),
+            cmd(Opcode::RunProgram, 6, DRAM_BASE + 0x1000, 0, plen),
+            cmd(Opcode::Fence, 7, 0, 0, 0),
+            cmd(Opcode::DmaCopy, 8, DRAM_BASE + 0x400, BUF_IOVA + 4096, 16),
+            cmd(Opcode::DmaCopy, 9, DRAM_BASE + 0x300, BUF_IOVA + 4112, 16),
+            cmd(Opcode::Fence, 10, 0, 0, 0),
+        ],
+    )
+    .unwrap();
+    let done = wait_for(&mut q, &dev, 10);
+    assert!(
+        done.iter().all(|c| c.status == Status::Ok as u16),
+        "{done:?}"
+    );
+    let mut out = [0f32; 8];
+    buf.read_f32(4096, &mut out).unwrap();
+    assert_eq!(out[..4], [21.0, 42.0, 63.0, 84.0]);
+    assert_eq!(
+        out[4..],
+        [-7.0; 4],
+        "the transient tensor never reached DRAM"
+    );
+}

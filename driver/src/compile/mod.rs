@@ -884,6 +884,49 @@ impl Compiled {
         }
     }
 
+    /// Operands only the op right after their writer reads: the device hands them over in
+    /// its local memory without writing them to DRAM. Only internal arena tensors with one
+    /// writer, of a program without control flow (a loop or branch would run ops again or
+    /// out of order), never model outputs.
+    fn transient(&self) -> Vec<bool> {
+        let n = self.operands.len();
+        let mut out = vec![false; n];
+        if self.ops.iter().any(|l| l.op.branch_target().is_some()) {
+            return out;
+        }
+        let mut writer: Vec<Option<usize>> = vec![None; n];
+        let mut writers = vec![0u32; n];
+        for (k, l) in self.ops.iter().enumerate() {
+            for &o in &l.outputs {
+                if let Some(w) = writer.get_mut(o as usize) {
+                    *w = Some(k);
+                    writers[o as usize] += 1;
+                }
+            }
+        }
+        let mut ok: Vec<Option<bool>> = vec![None; n];
+        for (k, l) in self.ops.iter().enumerate() {
+            for &i in &l.inputs {
+                let i = i as usize;
+                let next = writer.get(i).copied().flatten().map(|w| w + 1 == k);
+                if let Some(slot) = ok.get_mut(i) {
+                    *slot = Some(slot.unwrap_or(true) && next == Some(true));
+                }
+            }
+        }
+        for (i, t) in out.iter_mut().enumerate() {
+            *t = ok[i] == Some(true)
+                && writers[i] == 1
+                && !self.dynamic.get(i).copied().unwrap_or(false)
+                && matches!(self.placement.get(i), Some(Some(Placement::Arena(_))))
+                && self
+                    .operands
+                    .get(i)
+                    .is_some_and(|o| o.lifetime == OperandLifeTime::TEMPORARY_VARIABLE);
+        }
+        out
+    }
+
     /// Operands in the order the program's tensor table lists them (first use by an op,
     /// inputs before outputs).
     fn table_order(&self) -> Vec<u32> {
@@ -945,6 +988,7 @@ impl Compiled {
         const_base: u64,
         arena_base: u64,
     ) -> Result<Program, CompileError> {
+        let transient = self.transient();
         let mut ids: Vec<u32> = Vec::new();
         let mut index_of = std::collections::HashMap::new();
         let mut tensors = Vec::new();
@@ -980,6 +1024,7 @@ impl Compiled {
                 byte_len,
                 addr,
                 dynamic: self.dynamic.get(i as usize).copied().unwrap_or(false),
+                transient: transient.get(i as usize).copied().unwrap_or(false),
             });
             index_of.insert(i, t);
             ids.push(i);

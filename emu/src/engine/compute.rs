@@ -45,13 +45,24 @@ fn store(bus: &Bus, addr: u64, data: &[u8]) -> Result<(), u64> {
     w.region.write(w.offset, data).map_err(|_| addr)
 }
 
-/// The engine's local memory across ops: the tensors the last ops wrote, as they were
-/// written (write-through: DRAM always holds them too), so the op that reads them next
-/// skips the load. An entry dies when a later output overlaps its DRAM bytes (the arena
-/// reuses memory) or when it falls out of the budget.
+/// The engine's local memory across ops: the tensors the last ops wrote, so the op that
+/// reads them next skips the load. Write-through for ordinary tensors (DRAM holds them
+/// too); a *transient* tensor (read only by the next op) stays here alone, *held*, and
+/// reaches DRAM only if it must leave before it is read. An entry dies when a later output
+/// overlaps its DRAM bytes (the arena reuses memory: a held entry is dead by then), when
+/// its reader is done with a transient one, or when it falls out of the budget (a held one
+/// is written back then).
 #[derive(Default)]
 struct Sram {
-    entries: Vec<(u32, u64, Staged)>,
+    entries: Vec<Entry>,
+}
+
+struct Entry {
+    id: u32,
+    addr: u64,
+    data: Staged,
+    /// Not in DRAM.
+    held: bool,
 }
 
 /// Bytes the engine keeps across ops.
@@ -62,25 +73,49 @@ impl Sram {
     fn get(&self, id: u32, len: u64) -> Option<&Staged> {
         self.entries
             .iter()
-            .find(|(t, _, s)| *t == id && s.bytes().len() as u64 == len)
-            .map(|(_, _, s)| s)
+            .find(|e| e.id == id && e.data.bytes().len() as u64 == len)
+            .map(|e| &e.data)
     }
 
-    /// Records that `written` bytes at `addr` now hold tensor `id`, whose bytes are
-    /// `data` when it is worth keeping.
-    fn wrote(&mut self, id: u32, addr: u64, written: u64, data: Option<Staged>) {
+    /// Records that `written` bytes at `addr` now hold tensor `id`, whose bytes are `data`
+    /// when it is worth keeping (`held`: they are not in DRAM). Returns the held entries
+    /// the budget pushed out, which the caller writes to DRAM.
+    fn wrote(
+        &mut self,
+        id: u32,
+        addr: u64,
+        written: u64,
+        data: Option<Staged>,
+        held: bool,
+    ) -> Vec<(u64, Staged)> {
         let end = addr.saturating_add(written);
-        self.entries
-            .retain(|(t, a, s)| *t != id && (a + s.bytes().len() as u64 <= addr || end <= *a));
+        self.entries.retain(|e| {
+            e.id != id && (e.addr + e.data.bytes().len() as u64 <= addr || end <= e.addr)
+        });
+        let mut out = Vec::new();
         let Some(data) = data.filter(|d| d.bytes().len() <= SRAM_BYTES) else {
-            return;
+            return out;
         };
-        self.entries.push((id, addr, data));
-        let mut total: usize = self.entries.iter().map(|e| e.2.bytes().len()).sum();
+        self.entries.push(Entry {
+            id,
+            addr,
+            data,
+            held,
+        });
+        let mut total: usize = self.entries.iter().map(|e| e.data.bytes().len()).sum();
         while total > SRAM_BYTES {
-            let (_, _, s) = self.entries.remove(0);
-            total -= s.bytes().len();
+            let e = self.entries.remove(0);
+            total -= e.data.bytes().len();
+            if e.held {
+                out.push((e.addr, e.data));
+            }
         }
+        out
+    }
+
+    /// Forgets tensor `id` (a transient tensor its reader is done with).
+    fn forget(&mut self, id: u32) {
+        self.entries.retain(|e| e.id != id);
     }
 }
 
@@ -335,11 +370,23 @@ fn run_kernel(
         let Some(bytes) = v.bytes().get(..len) else {
             return Err((Status::KernelError, 0));
         };
-        let addr = program.tensors[o as usize].addr;
-        store(bus, addr, bytes).map_err(|a| (Status::DmaFault, a))?;
-        // Kept only when the buffer holds exactly the tensor's bytes.
-        let keep = (len == v.bytes().len()).then_some(v);
-        sram.wrote(o, addr, len as u64, keep);
+        let t = &program.tensors[o as usize];
+        // Kept only when the buffer holds exactly the tensor's bytes; a transient one
+        // kept here skips DRAM.
+        let whole = len == v.bytes().len();
+        let held = t.transient && whole && len <= SRAM_BYTES;
+        if !held {
+            store(bus, t.addr, bytes).map_err(|a| (Status::DmaFault, a))?;
+        }
+        for (addr, d) in sram.wrote(o, t.addr, len as u64, whole.then_some(v), held) {
+            store(bus, addr, d.bytes()).map_err(|a| (Status::DmaFault, a))?;
+        }
+    }
+    // A transient input's only reader is done with it.
+    for &i in &op.inputs {
+        if program.tensors[i as usize].transient {
+            sram.forget(i);
+        }
     }
     Ok(op_ns)
 }
@@ -364,40 +411,42 @@ mod tests {
     #[test]
     fn sram_keeps_what_was_written_until_something_overlaps_it() {
         let mut s = Sram::default();
-        s.wrote(1, 0x1000, 64, Some(staged(64)));
-        s.wrote(2, 0x2000, 64, Some(staged(64)));
+        assert!(s.wrote(1, 0x1000, 64, Some(staged(64)), false).is_empty());
+        s.wrote(2, 0x2000, 64, Some(staged(64)), false);
         assert!(s.get(1, 64).is_some());
         assert!(s.get(1, 32).is_none(), "a different length is a miss");
         // A write over part of tensor 1's bytes (the arena reused them) forgets it.
-        s.wrote(3, 0x1020, 16, None);
+        s.wrote(3, 0x1020, 16, None, false);
         assert!(s.get(1, 64).is_none());
         assert!(s.get(2, 64).is_some());
         // Writing tensor 2 again replaces its entry.
-        s.wrote(2, 0x2000, 8, Some(staged(8)));
+        s.wrote(2, 0x2000, 8, Some(staged(8)), false);
         assert!(s.get(2, 64).is_none());
         assert!(s.get(2, 8).is_some());
+        s.forget(2);
+        assert!(s.get(2, 8).is_none());
     }
 
     #[test]
-    fn sram_stays_within_its_budget() {
+    fn sram_stays_within_its_budget_and_writes_back_what_only_it_holds() {
         let mut s = Sram::default();
         let big = SRAM_BYTES / 2 + 1;
-        s.wrote(1, 0, big as u64, Some(staged(big)));
-        s.wrote(2, 1 << 30, big as u64, Some(staged(big)));
+        assert!(s
+            .wrote(1, 0, big as u64, Some(staged(big)), true)
+            .is_empty());
+        // Tensor 1 is held (not in DRAM): pushed out, it comes back to be written.
+        let out = s.wrote(2, 1 << 30, big as u64, Some(staged(big)), false);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].0, 0);
         assert!(
             s.get(1, big as u64).is_none(),
             "the oldest entry goes first"
         );
         assert!(s.get(2, big as u64).is_some());
-        s.wrote(
-            3,
-            1 << 31,
-            (SRAM_BYTES + 1) as u64,
-            Some(staged(SRAM_BYTES + 1)),
-        );
-        assert!(
-            s.get(3, (SRAM_BYTES + 1) as u64).is_none(),
-            "too large to keep"
-        );
+        // An entry in DRAM too leaves without a write-back.
+        let too_big = SRAM_BYTES + 1;
+        let out = s.wrote(3, 1 << 31, too_big as u64, Some(staged(too_big)), false);
+        assert!(out.is_empty());
+        assert!(s.get(3, too_big as u64).is_none(), "too large to keep");
     }
 }
