@@ -47,6 +47,7 @@ pub mod reduction;
 pub(crate) mod gemm;
 #[cfg(test)]
 mod reference;
+pub(crate) mod simd;
 #[cfg(test)]
 mod tests;
 

@@ -11,8 +11,9 @@ use crate::kernels::conv::{
 };
 use crate::kernels::kernel::{Cost, Kernel, Words};
 use crate::kernels::layout::{layout_shape, with_nhwc};
-use crate::kernels::qconv::{self, DepthwiseConv2dParams};
+use crate::kernels::qconv::{self, ConvGeometry, DepthwiseConv2dParams};
 use crate::kernels::quant::QuantElem;
+use crate::kernels::simd::{vectorized, Body};
 use crate::kernels::{bad_shape, Activation, KernelError, Result};
 use crate::tensor::TensorType;
 
@@ -120,14 +121,55 @@ impl ConvCore for DepthwiseConv2d {
 pub(crate) fn depthwise_f32(p: &DepthwiseConv2d, a: ConvArgs<'_>) -> Result<()> {
     let ConvArgs { x, f, bias, out } = a;
     let (g, oc) = p.window.geometry(x.shape, out.shape, f.shape, p.nchw)?;
-    let (h, w, c, oh, ow) = (g.in_h, g.in_w, g.in_c, g.out_h, g.out_w);
-    let (kh, kw, mult) = (g.filter_h, g.filter_w, p.depth_multiplier as usize);
-    let (sh, sw, dh, dw) = (g.stride_h, g.stride_w, g.dilation_h, g.dilation_w);
-    let (pt, pl) = (g.pad_top, g.pad_left);
+    let mult = p.depth_multiplier as usize;
     with_nhwc(p.nchw, x, out, |src, dst| {
         if oc == 0 {
             return Ok(());
         }
+        vectorized(DepthwisePixels {
+            g: &g,
+            mult,
+            oc,
+            src,
+            dst: &mut *dst,
+            filter: f.data,
+            bias,
+        });
+        p.act.apply_slice(dst);
+        Ok(())
+    })
+}
+
+/// Every output pixel of a float32 depthwise convolution in NHWC, before the activation,
+/// vectorised across channels.
+struct DepthwisePixels<'a> {
+    g: &'a ConvGeometry,
+    mult: usize,
+    oc: usize,
+    src: &'a [f32],
+    dst: &'a mut [f32],
+    filter: &'a [f32],
+    bias: &'a [f32],
+}
+
+impl Body for DepthwisePixels<'_> {
+    type Out = ();
+
+    #[inline(always)]
+    fn run(self) {
+        let DepthwisePixels {
+            g,
+            mult,
+            oc,
+            src,
+            dst,
+            filter,
+            bias,
+        } = self;
+        let (h, w, c, oh, ow) = (g.in_h, g.in_w, g.in_c, g.out_h, g.out_w);
+        let (kh, kw) = (g.filter_h, g.filter_w);
+        let (sh, sw, dh, dw) = (g.stride_h, g.stride_w, g.dilation_h, g.dilation_w);
+        let (pt, pl) = (g.pad_top, g.pad_left);
         for (pix, acc) in dst.chunks_exact_mut(oc).enumerate() {
             let b = pix / (oh * ow);
             let (oy, ox) = ((pix / ow) % oh, pix % ow);
@@ -145,7 +187,7 @@ pub(crate) fn depthwise_f32(p: &DepthwiseConv2d, a: ConvArgs<'_>) -> Result<()> 
                         continue;
                     }
                     let inp = &src[((b * h + iy) * w + ix) * c..][..c];
-                    let wt = &f.data[(ky * kw + kx) * oc..][..oc];
+                    let wt = &filter[(ky * kw + kx) * oc..][..oc];
                     if mult == 1 {
                         for ((a, &v), &k) in acc.iter_mut().zip(inp).zip(wt) {
                             *a += v * k;
@@ -164,7 +206,5 @@ pub(crate) fn depthwise_f32(p: &DepthwiseConv2d, a: ConvArgs<'_>) -> Result<()> 
                 }
             }
         }
-        p.act.apply_slice(dst);
-        Ok(())
-    })
+    }
 }

@@ -268,19 +268,38 @@ impl Kernel for Binary {
         widen_f16(inputs, outputs, |ins, outs| {
             let (x, y) = (ins[0].f32s()?, ins[1].f32s()?);
             let o = outs[0].f32s_mut()?;
-            let f: fn(f32, f32) -> f32 = match kind {
-                BinaryKind::Add => |p, q| p + q,
-                BinaryKind::Sub => |p, q| p - q,
-                BinaryKind::Mul => |p, q| p * q,
-                BinaryKind::Div => |p, q| p / q,
-            };
-            for_each_broadcast(ins[0].shape(), ins[1].shape(), &out_shape, |i, ia, ib| {
-                o[i] = f(x[ia], y[ib]);
-            });
+            let shapes = [ins[0].shape(), ins[1].shape(), &out_shape[..]];
+            // One loop per operation (a closure per kind, not a call per element).
+            match kind {
+                BinaryKind::Add => binary_f32(shapes, x, y, o, |p, q| p + q),
+                BinaryKind::Sub => binary_f32(shapes, x, y, o, |p, q| p - q),
+                BinaryKind::Mul => binary_f32(shapes, x, y, o, |p, q| p * q),
+                BinaryKind::Div => binary_f32(shapes, x, y, o, |p, q| p / q),
+            }
             act.apply_slice(o);
             Ok(())
         })
     }
+}
+
+/// `o = f(x, y)` with broadcasting; `shapes` are x's, y's and o's.
+fn binary_f32(
+    shapes: [&[usize]; 3],
+    x: &[f32],
+    y: &[f32],
+    o: &mut [f32],
+    f: impl Fn(f32, f32) -> f32,
+) {
+    let [sa, sb, so] = shapes;
+    if sa == so && sb == so {
+        for ((o, &p), &q) in o.iter_mut().zip(x).zip(y) {
+            *o = f(p, q);
+        }
+        return;
+    }
+    for_each_broadcast(sa, sb, so, |i, ia, ib| {
+        o[i] = f(x[ia], y[ib]);
+    });
 }
 
 #[cfg(test)]

@@ -41,6 +41,23 @@ pub(crate) fn fill_bytes(dtype: DType, value: f32) -> Option<Vec<u8>> {
     })
 }
 
+/// Fills `out` with copies of the element `fill`: one element written, then the filled
+/// prefix copied onto the rest, doubling each time (log n copies, not one per element).
+pub(crate) fn repeat_fill(out: &mut [u8], fill: &[u8]) {
+    let es = fill.len();
+    if es == 0 || out.len() < es {
+        return;
+    }
+    let whole = out.len() - out.len() % es;
+    out[..es].copy_from_slice(fill);
+    let mut done = es;
+    while done < whole {
+        let n = done.min(whole - done);
+        out.copy_within(..n, done);
+        done += n;
+    }
+}
+
 impl Kernel for Pad {
     fn name(&self) -> &'static str {
         "PAD"
@@ -110,9 +127,7 @@ impl Kernel for Pad {
         let es = x.ty.dtype.size() as usize;
         let fill = fill_bytes(x.ty.dtype, self.value)
             .ok_or_else(|| bad_shape("PAD", "unrepresentable pad value"))?;
-        for chunk in out.bytes.chunks_exact_mut(es) {
-            chunk.copy_from_slice(&fill);
-        }
+        repeat_fill(out.bytes, &fill);
         if x.bytes.is_empty() {
             return Ok(());
         }
@@ -138,5 +153,19 @@ impl Kernel for Pad {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn repeat_fill_writes_every_element() {
+        for n in 0..40 {
+            let mut out = vec![0u8; n * 3 + 1];
+            super::repeat_fill(&mut out, &[1, 2, 3]);
+            let want: Vec<u8> = (0..n * 3).map(|i| [1, 2, 3][i % 3]).collect();
+            assert_eq!(&out[..n * 3], &want[..]);
+            assert_eq!(out[n * 3], 0, "a partial element is left alone");
+        }
     }
 }

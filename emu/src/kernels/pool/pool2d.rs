@@ -13,6 +13,7 @@
 use crate::kernels::kernel::{enc, same_dtype, Cost, Kernel, Words};
 use crate::kernels::layout::{conv_out_size, image_dims, layout_shape, nhwc_dims, with_nhwc};
 use crate::kernels::quant::{quantized_activation_range, QuantElem};
+use crate::kernels::simd::{vectorized, Body};
 use crate::kernels::{bad_shape, Activation, KernelError, Padding, Result, Tensor, TensorMut};
 use crate::tensor::{widen_f16, DType, TensorType, View, ViewMut};
 
@@ -253,22 +254,48 @@ fn window(start: usize, len: usize, pad: usize, size: usize) -> (usize, usize) {
 
 /// The float32 pooling; shapes were validated by `output_shapes`.
 pub(crate) fn pool_f32(p: &Pool, x: Tensor<'_>, out: TensorMut<'_>) -> Result<()> {
-    let Pool {
-        kind,
-        pad,
-        stride_w,
-        stride_h,
-        filter_w,
-        filter_h,
-        act,
-        nchw,
-    } = *p;
-    let (n, h, w, c) = nhwc_dims(x.shape, nchw).ok_or(KernelError::TooLarge)?;
-    let (_, oh, ow, _) = nhwc_dims(out.shape, nchw).ok_or(KernelError::TooLarge)?;
-    let (sh, sw) = (stride_h as usize, stride_w as usize);
-    let (fh, fw) = (filter_h as usize, filter_w as usize);
-    let (pt, pl) = (pad.top as usize, pad.left as usize);
-    with_nhwc(nchw, x, out, |src, dst| {
+    let in_dims = nhwc_dims(x.shape, p.nchw).ok_or(KernelError::TooLarge)?;
+    let (_, oh, ow, _) = nhwc_dims(out.shape, p.nchw).ok_or(KernelError::TooLarge)?;
+    with_nhwc(p.nchw, x, out, |src, dst| {
+        vectorized(PoolPixels {
+            p,
+            in_dims,
+            out_hw: (oh, ow),
+            src,
+            dst: &mut *dst,
+        });
+        p.act.apply_slice(dst);
+        Ok(())
+    })
+}
+
+/// Every output pixel of a float32 pooling in NHWC, before the activation, vectorised
+/// across channels.
+struct PoolPixels<'a> {
+    p: &'a Pool,
+    /// The input's `(n, h, w, c)`.
+    in_dims: (usize, usize, usize, usize),
+    out_hw: (usize, usize),
+    src: &'a [f32],
+    dst: &'a mut [f32],
+}
+
+impl Body for PoolPixels<'_> {
+    type Out = ();
+
+    #[inline(always)]
+    fn run(self) {
+        let PoolPixels {
+            p,
+            in_dims: (n, h, w, c),
+            out_hw: (oh, ow),
+            src,
+            dst,
+        } = self;
+        let kind = p.kind;
+        let (sh, sw) = (p.stride_h as usize, p.stride_w as usize);
+        let (fh, fw) = (p.filter_h as usize, p.filter_w as usize);
+        let (pt, pl) = (p.pad.top as usize, p.pad.left as usize);
         for b in 0..n {
             for oy in 0..oh {
                 let (y0, y1) = window(oy * sh, fh, pt, h);
@@ -315,9 +342,7 @@ pub(crate) fn pool_f32(p: &Pool, x: Tensor<'_>, out: TensorMut<'_>) -> Result<()
                 }
             }
         }
-        act.apply_slice(dst);
-        Ok(())
-    })
+    }
 }
 
 #[cfg(test)]
