@@ -262,6 +262,31 @@ impl<'a> Builder<'a> {
         self.operands[o as usize].r#type
     }
 
+    /// The scale and zero point of operand `o`.
+    pub fn quant_of(&self, o: u32) -> (f32, i32) {
+        let x = &self.operands[o as usize];
+        (x.scale, x.zero_point)
+    }
+
+    /// A new temporary operand no TFLite tensor names: an intermediate value the import
+    /// adds (a requantisation's float32 step, say).
+    pub fn temporary(
+        &mut self,
+        r#type: OperandType,
+        dimensions: Vec<u32>,
+        scale: f32,
+        zero_point: i32,
+    ) -> u32 {
+        self.push(Operand {
+            r#type,
+            dimensions,
+            scale,
+            zero_point,
+            lifetime: OperandLifeTime::TEMPORARY_VARIABLE,
+            ..Operand::default()
+        })
+    }
+
     /// The dimensions of operand `o`.
     pub fn dims_of(&self, o: u32) -> Vec<u32> {
         self.operands[o as usize].dimensions.clone()
