@@ -1,4 +1,4 @@
-//! Real models (.tflite) through the driver: every shipped model imports,
+//! Real models (.tflite) through the driver: every shipped model, float and int8, imports,
 //! prepares, runs and matches its committed LiteRT reference outputs within the budget
 //! (`scripts/litert_compare.py` made them: float within 1e-4 of each output's range,
 //! int8 within one step with at most 1% of values two steps off); hostile files give
@@ -21,6 +21,9 @@ const MODELS: &[&str] = &[
     "face_detection_full_range",
     "face_landmark",
     "iris_landmark",
+    // int8 (scripts/quantize_models.py), against LiteRT's reference kernels.
+    "face_detection_short_range_int8",
+    "iris_landmark_int8",
 ];
 
 fn models_dir() -> PathBuf {
@@ -56,9 +59,41 @@ fn shipped_models_match_litert() {
         assert_eq!(want.len(), imported.outputs.len(), "{name}");
         let report = run(&prepared.unwrap(), &imported, &inputs, 1).unwrap();
         for (k, (w, g)) in want.iter().zip(&report.outputs).enumerate() {
-            if let Err(e) = within_budget(w, g) {
+            if let Err(e) = within_budget(w, g, imported.outputs[k].dequantized_step) {
                 panic!("{name} output {k}: {e}");
             }
+        }
+    }
+}
+
+#[test]
+fn int8_models_run_integer_operations() {
+    use vnpu_driver::hal::{OperandType, OperationType};
+    for name in MODELS.iter().filter(|n| n.ends_with("_int8")) {
+        let bytes = std::fs::read(models_dir().join(format!("{name}.tflite"))).unwrap();
+        let imported = import(&bytes, false).unwrap();
+        let m = &imported.model.main;
+        for t in imported.inputs.iter().chain(&imported.outputs) {
+            assert_eq!(t.r#type, OperandType::TENSOR_QUANT8_ASYMM_SIGNED, "{name}");
+        }
+        let convs: Vec<_> = m
+            .operations
+            .iter()
+            .filter(|o| {
+                matches!(
+                    o.r#type,
+                    OperationType::CONV_2D | OperationType::DEPTHWISE_CONV_2D
+                )
+            })
+            .collect();
+        assert!(!convs.is_empty(), "{name}");
+        for o in convs {
+            let ty = |k: usize| m.operands[o.inputs[k] as usize].r#type;
+            assert_eq!(ty(0), OperandType::TENSOR_QUANT8_ASYMM_SIGNED, "{name}");
+            assert_eq!(ty(1), OperandType::TENSOR_QUANT8_SYMM_PER_CHANNEL, "{name}");
+            assert_eq!(ty(2), OperandType::TENSOR_INT32, "{name}");
+            let out = m.operands[o.outputs[0] as usize].r#type;
+            assert_eq!(out, OperandType::TENSOR_QUANT8_ASYMM_SIGNED, "{name}");
         }
     }
 }
@@ -214,6 +249,7 @@ impl Tiny {
 const ADD: i32 = 0;
 const RELU: i32 = 19;
 const QUANTIZE: i32 = 114;
+const DEQUANTIZE: i32 = 6;
 /// TFLite's INT8 tensor type.
 const INT8: i8 = 9;
 /// A builtin vnpu does not map (SQUARED_DIFFERENCE).
@@ -301,6 +337,42 @@ fn an_int8_relu_that_rescales_is_requantised_first() {
     for (&q, &g) in input.iter().zip(&got) {
         assert_eq!(g, q.max(from.1 as i8), "input {q}");
     }
+}
+
+#[test]
+fn a_dequantized_output_is_budgeted_in_its_steps() {
+    let mut t = Tiny::default();
+    let x = t.int8(&[4], &[], 0.25, 3);
+    let y = t.tensor(&[4], &[]);
+    t.op(DEQUANTIZE, &[x], &[y]);
+    t.inputs = vec![x];
+    t.outputs = vec![y];
+    let imported = import(&t.bytes(), false).unwrap();
+    let step = imported.outputs[0].dequantized_step;
+    assert_eq!(step, Some(0.25));
+    let (status, prepared) = prepare(&imported.model);
+    assert_eq!(status, ErrorStatus::None);
+    let report = run(
+        &prepared.unwrap(),
+        &imported,
+        &[int8_array(&[4], &[3, 7, -1, 127])],
+        1,
+    )
+    .unwrap();
+    let f32s = |v: &[f32]| Array {
+        dtype: Dtype::F32,
+        shape: vec![4],
+        data: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+    };
+    let got = &report.outputs[0];
+    assert_eq!(got.data, f32s(&[0.0, 1.0, -1.0, 31.0]).data);
+    // One step off everywhere is within the budget; two steps off anywhere in four values
+    // (over 1%) or three anywhere is not.
+    assert!(within_budget(&f32s(&[0.25, 0.75, -1.25, 31.25]), got, step).is_ok());
+    assert!(within_budget(&f32s(&[0.5, 1.0, -1.0, 31.0]), got, step).is_err());
+    assert!(within_budget(&f32s(&[0.75, 1.0, -1.0, 31.0]), got, step).is_err());
+    // Without the step, the float budget (1e-4 of the range) applies.
+    assert!(within_budget(&f32s(&[0.25, 1.0, -1.0, 31.0]), got, None).is_err());
 }
 
 /// `relu(x + c) -> y`, then `relu(y) -> z`.

@@ -46,6 +46,9 @@ pub struct TensorInfo {
     pub scale: f32,
     /// Quantisation zero point.
     pub zero_point: i32,
+    /// For a float tensor a DEQUANTIZE makes from a per-tensor quantised one: that tensor's
+    /// scale (the step an error budget for it counts in).
+    pub dequantized_step: Option<f32>,
 }
 
 /// An imported model.
@@ -85,6 +88,8 @@ pub(super) struct Builder<'a> {
     pub replaced: Vec<Option<Vec<u8>>>,
     /// Whether each tensor holds a value yet (a constant, an input, or written).
     pub written: Vec<bool>,
+    /// The scale of the quantised tensor a DEQUANTIZE made each float tensor from.
+    pub dequantized_step: Vec<Option<f32>>,
     operands: Vec<Operand>,
     values: Vec<u8>,
     pool: Vec<u8>,
@@ -498,6 +503,7 @@ pub(super) fn import_verified(buf: &[u8], partial: bool) -> Result<Imported, Imp
         operand_of: vec![None; n],
         replaced: vec![None; n],
         written: vec![false; n],
+        dequantized_step: vec![None; n],
         tensors,
         operands: Vec::new(),
         values: Vec::new(),
@@ -616,6 +622,7 @@ pub(super) fn import_verified(buf: &[u8], partial: bool) -> Result<Imported, Imp
             r#type: o.r#type,
             scale: o.scale,
             zero_point: o.zero_point,
+            dequantized_step: b.dequantized_step[t],
         }
     };
     let in_info: Vec<TensorInfo> = inputs

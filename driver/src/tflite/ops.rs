@@ -385,7 +385,8 @@ fn depthwise(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
 }
 
 /// DEQUANTIZE: a constant float16 tensor (weights stored in half precision) becomes a
-/// float32 constant here; anything else maps to NNAPI DEQUANTIZE.
+/// float32 constant here; anything else maps to NNAPI DEQUANTIZE (and a float tensor made
+/// from a per-tensor quantised one remembers its step, for error budgets).
 fn dequantize(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
     let t = c.tensor_in(0)?;
     if c.b.tensors[t].ty == 1 {
@@ -415,7 +416,14 @@ fn dequantize(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
         c.b.replaced[out] = Some(f32s);
         return Ok(Mapped);
     }
-    c.plain(Op::DEQUANTIZE, 1)
+    let (x, out) = (c.input(0)?, c.output(0)?);
+    let ty = c.b.operand_type(x);
+    if ty == OperandType::TENSOR_QUANT8_ASYMM || ty == OperandType::TENSOR_QUANT8_ASYMM_SIGNED {
+        if let Some(o) = c.outs.first().copied().flatten() {
+            c.b.dequantized_step[o] = Some(c.b.quant_of(x).0);
+        }
+    }
+    c.done(Op::DEQUANTIZE, vec![x], vec![out])
 }
 
 /// QUANTIZE: float input maps to NNAPI QUANTIZE; a quantised input (TFLite's requantise,
