@@ -6,8 +6,18 @@ inputs, and compares them.
                               [--write-reference DIR] [--vnpu PATH]
 
 Prints, per output, the max abs error and the budget it is checked against (float: 1e-4 of
-the output's range in LiteRT, or of its magnitude when it is constant; quantised: +-1 LSB, with at most 1% of values at +-2), both
-timings, and PASS or FAIL (the exit code is 1 on FAIL). --bench records LiteRT's
+the output's range in LiteRT, or of its magnitude when it is constant; quantised: +-1 LSB,
+with at most 1% of values at +-2; a float output that a DEQUANTIZE makes from a quantised
+tensor: +-1 LSB of that tensor's scale, at most 1% at +-2), both timings, and PASS or FAIL
+(the exit code is 1 on FAIL).
+
+The reference outputs of a float model are LiteRT's with XNNPACK. Those of a quantised
+model (one with int8 or uint8 tensors) come from LiteRT's reference kernels
+(BUILTIN_REF, 1 thread), the integer arithmetic of TFLite's quantisation spec that NNAPI's
+operations follow: XNNPACK rescales int8 results in float32 instead, which differs from
+it by one step on a small share of each layer's values, and through a deep network those
+steps add up to many (the script prints how far XNNPACK's outputs are from the reference
+ones). Timings are XNNPACK's either way. --bench records LiteRT's
 single-thread time in target/litert_times.json, which `cargo bench -p vnpu-benches --bench
 models` prints beside its own figure. --write-reference writes the inputs and LiteRT's
 outputs as .npy files (how models/reference/ is made).
@@ -62,10 +72,13 @@ def inputs_for(details, seed):
     return arrays
 
 
-def run_litert(model, arrays, repeat):
-    from ai_edge_litert.interpreter import Interpreter
+def run_litert(model, arrays, repeat, reference_kernels=False):
+    """LiteRT's outputs on `arrays` and its median time (XNNPACK, or with
+    `reference_kernels` the builtin reference kernels)."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
-    it = Interpreter(model_path=str(model), num_threads=1)
+    kw = {"experimental_op_resolver_type": OpResolverType.BUILTIN_REF} if reference_kernels else {}
+    it = Interpreter(model_path=str(model), num_threads=1, **kw)
     it.allocate_tensors()
     for d, a in zip(it.get_input_details(), arrays):
         it.set_tensor(d["index"], a)
@@ -76,8 +89,46 @@ def run_litert(model, arrays, repeat):
         it.invoke()
         times.append((time.perf_counter() - t) * 1e3)
     outs = [it.get_tensor(d["index"]).copy() for d in it.get_output_details()]
-    quant = [d["quantization"] for d in it.get_output_details()]
-    return outs, sorted(times)[len(times) // 2], quant
+    return outs, sorted(times)[len(times) // 2]
+
+
+def quantised(it):
+    """Whether the model has quantised (int8 / uint8) tensors."""
+    import numpy as np
+
+    return any(d["dtype"] in (np.int8, np.uint8) and d["quantization"][0] != 0.0
+               for d in it.get_tensor_details())
+
+
+def output_steps(model):
+    """Per output, the step a budget in LSB counts in: the output's own scale when it is
+    quantised, the scale of the quantised tensor a DEQUANTIZE made it from when it is
+    float, else None."""
+    import numpy as np
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    # Without delegates, so that the operators are the model's own.
+    it = Interpreter(model_path=str(model), num_threads=1,
+                     experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+    it.allocate_tensors()
+    tensors = {d["index"]: d for d in it.get_tensor_details()}
+    made_by = {}
+    for op in it._get_ops_details():
+        for o in op["outputs"]:
+            made_by[o] = op
+    steps = []
+    for d in it.get_output_details():
+        scale = d["quantization"][0]
+        if np.issubdtype(d["dtype"], np.integer):
+            steps.append(scale or 1.0)
+            continue
+        op = made_by.get(d["index"])
+        src = tensors.get(op["inputs"][0]) if op and op["op_name"] == "DEQUANTIZE" else None
+        if src is not None and src["dtype"] in (np.int8, np.uint8) and src["quantization"][0]:
+            steps.append(float(src["quantization"][0]))
+        else:
+            steps.append(None)
+    return steps
 
 
 def run_vnpu(vnpu, model, arrays, repeat, work):
@@ -99,14 +150,21 @@ def run_vnpu(vnpu, model, arrays, repeat, work):
     return [np.load(f) for f in files], ms
 
 
-def compare(want, got, quant):
-    """(max abs error, budget text, ok)."""
+def compare(want, got, step):
+    """(max abs error, budget text, ok). `step`: see output_steps."""
     import numpy as np
 
     if want.shape != got.shape:
         return float("inf"), f"shape {got.shape} vs {want.shape}", False
     diff = np.abs(want.astype(np.float64) - got.astype(np.float64))
     err = float(diff.max()) if diff.size else 0.0
+    if np.issubdtype(want.dtype, np.floating) and step is not None:
+        # Dequantised: count in steps of the quantised tensor (a little slack for the
+        # float rounding of `step * (q - zero_point)`).
+        steps = diff / step
+        share2 = float((steps > 1 + 1e-3).mean()) if diff.size else 0.0
+        ok = float(steps.max(initial=0.0)) <= 2 + 1e-3 and share2 <= 0.01
+        return err, f"+-1 LSB of {step:.4g} ({share2:.2%} at +-2, at most 1%)", ok
     if np.issubdtype(want.dtype, np.floating):
         span = float(want.max() - want.min()) if want.size else 0.0
         # A constant output (one value, say) has no range: its magnitude stands in.
@@ -138,15 +196,24 @@ def main():
 
     probe = Interpreter(model_path=str(a.model), num_threads=1)
     arrays = inputs_for(probe.get_input_details(), a.seed)
-    want, lt_ms, quant = run_litert(a.model, arrays, a.repeat)
+    fast, lt_ms = run_litert(a.model, arrays, a.repeat)
+    steps = output_steps(a.model)
+    quant = quantised(probe)
+    want = run_litert(a.model, arrays, 1, reference_kernels=True)[0] if quant else fast
     with tempfile.TemporaryDirectory() as t:
         got, vn_ms = run_vnpu(a.vnpu, a.model, arrays, a.repeat, Path(t))
     ok = len(want) == len(got)
     print(f"model   {a.model.name}")
+    if quant:
+        print("against LiteRT's reference kernels (a quantised model)")
     for k, (w, g) in enumerate(zip(want, got)):
-        err, budget, good = compare(w, g, quant[k])
+        err, budget, good = compare(w, g, steps[k])
         ok &= good
         print(f"output {k}: {list(w.shape)} max abs error {err:.3g}, budget {budget}: {'ok' if good else 'OVER'}")
+        if quant:
+            xerr, xbudget, xgood = compare(w, fast[k], steps[k])
+            print(f"          (LiteRT XNNPACK against the reference kernels: max abs error "
+                  f"{xerr:.3g}, {xbudget}: {'within' if xgood else 'over'})")
     print(f"time    LiteRT (XNNPACK, 1 thread) {lt_ms:.3f} ms, vnpu {vn_ms:.3f} ms ({vn_ms / lt_ms:.2f}x)")
     if a.write_reference:
         a.write_reference.mkdir(parents=True, exist_ok=True)

@@ -17,6 +17,9 @@ const MODELS: &[&str] = &[
     "face_detection_full_range",
     "face_landmark",
     "iris_landmark",
+    // int8, made by scripts/quantize_models.py.
+    "face_detection_short_range_int8",
+    "iris_landmark_int8",
 ];
 
 fn root() -> PathBuf {

@@ -1,7 +1,9 @@
-//! Real models (.tflite) through the driver: every shipped model imports, prepares, runs
-//! and matches its committed LiteRT reference outputs within the budget
-//! (`scripts/litert_compare.py` made them); hostile files give errors; an operator vnpu
-//! cannot map is named with its index, and `--partial` runs the prefix before it.
+//! Real models (.tflite) through the driver: every shipped model, float and int8, imports,
+//! prepares, runs and matches its committed LiteRT reference outputs within the budget
+//! (`scripts/litert_compare.py` made them: float within 1e-4 of each output's range,
+//! int8 within one step with at most 1% of values two steps off); hostile files give
+//! errors; an operator vnpu cannot map is named with its index, and `--partial` runs the
+//! prefix before it.
 
 mod common;
 
@@ -19,6 +21,9 @@ const MODELS: &[&str] = &[
     "face_detection_full_range",
     "face_landmark",
     "iris_landmark",
+    // int8 (scripts/quantize_models.py), against LiteRT's reference kernels.
+    "face_detection_short_range_int8",
+    "iris_landmark_int8",
 ];
 
 fn models_dir() -> PathBuf {
@@ -54,9 +59,41 @@ fn shipped_models_match_litert() {
         assert_eq!(want.len(), imported.outputs.len(), "{name}");
         let report = run(&prepared.unwrap(), &imported, &inputs, 1).unwrap();
         for (k, (w, g)) in want.iter().zip(&report.outputs).enumerate() {
-            if let Err(e) = within_budget(w, g) {
+            if let Err(e) = within_budget(w, g, imported.outputs[k].dequantized_step) {
                 panic!("{name} output {k}: {e}");
             }
+        }
+    }
+}
+
+#[test]
+fn int8_models_run_integer_operations() {
+    use vnpu_driver::hal::{OperandType, OperationType};
+    for name in MODELS.iter().filter(|n| n.ends_with("_int8")) {
+        let bytes = std::fs::read(models_dir().join(format!("{name}.tflite"))).unwrap();
+        let imported = import(&bytes, false).unwrap();
+        let m = &imported.model.main;
+        for t in imported.inputs.iter().chain(&imported.outputs) {
+            assert_eq!(t.r#type, OperandType::TENSOR_QUANT8_ASYMM_SIGNED, "{name}");
+        }
+        let convs: Vec<_> = m
+            .operations
+            .iter()
+            .filter(|o| {
+                matches!(
+                    o.r#type,
+                    OperationType::CONV_2D | OperationType::DEPTHWISE_CONV_2D
+                )
+            })
+            .collect();
+        assert!(!convs.is_empty(), "{name}");
+        for o in convs {
+            let ty = |k: usize| m.operands[o.inputs[k] as usize].r#type;
+            assert_eq!(ty(0), OperandType::TENSOR_QUANT8_ASYMM_SIGNED, "{name}");
+            assert_eq!(ty(1), OperandType::TENSOR_QUANT8_SYMM_PER_CHANNEL, "{name}");
+            assert_eq!(ty(2), OperandType::TENSOR_INT32, "{name}");
+            let out = m.operands[o.outputs[0] as usize].r#type;
+            assert_eq!(out, OperandType::TENSOR_QUANT8_ASYMM_SIGNED, "{name}");
         }
     }
 }
@@ -66,6 +103,8 @@ fn shipped_models_match_litert() {
 struct Tiny {
     /// (shape, buffer data)
     tensors: Vec<(Vec<i32>, Vec<u8>)>,
+    /// Per tensor: its TFLite type and quantisation (scale, zero point), when not float32.
+    quant: Vec<Option<(i8, f32, i64)>>,
     /// (builtin code, inputs, outputs)
     ops: Vec<(i32, Vec<i32>, Vec<i32>)>,
     inputs: Vec<i32>,
@@ -78,6 +117,15 @@ impl Tiny {
     fn tensor(&mut self, shape: &[i32], data: &[f32]) -> i32 {
         let bytes = data.iter().flat_map(|v| v.to_le_bytes()).collect();
         self.tensors.push((shape.to_vec(), bytes));
+        self.quant.push(None);
+        (self.tensors.len() - 1) as i32
+    }
+
+    /// An int8 tensor with scale and zero point (constant when `data` is not empty).
+    fn int8(&mut self, shape: &[i32], data: &[i8], scale: f32, zero_point: i64) -> i32 {
+        let bytes = data.iter().map(|&v| v as u8).collect();
+        self.tensors.push((shape.to_vec(), bytes));
+        self.quant.push(Some((INT8, scale, zero_point)));
         (self.tensors.len() - 1) as i32
     }
 
@@ -107,7 +155,7 @@ impl Tiny {
         // Data placed after the FlatBuffer: (offset within the appended bytes, data).
         let mut appended: Vec<u8> = Vec::new();
         let mut placeholders = Vec::new();
-        for (shape, data) in &self.tensors {
+        for ((shape, data), quant) in self.tensors.iter().zip(&self.quant) {
             let buffer = if data.is_empty() {
                 0
             } else if self.outside {
@@ -128,13 +176,25 @@ impl Tiny {
                 buffers.push(b.end_table(t));
                 buffers.len() as u32 - 1
             };
+            // QuantizationParameters: scale 8, zero_point 10.
+            let q = quant.map(|(_, scale, zp)| {
+                let sc = b.create_vector(&[scale]);
+                let z = b.create_vector(&[zp]);
+                let q = b.start_table();
+                b.push_slot_always(8, sc);
+                b.push_slot_always(10, z);
+                b.end_table(q)
+            });
             let s = b.create_vector(shape);
             let name = b.create_string("t");
             let t = b.start_table();
             b.push_slot_always(4, s);
-            b.push_slot::<i8>(6, 0, 0);
+            b.push_slot::<i8>(6, quant.map_or(0, |q| q.0), 0);
             b.push_slot::<u32>(8, buffer, 0);
             b.push_slot_always(10, name);
+            if let Some(q) = q {
+                b.push_slot_always(12, q);
+            }
             tensors.push(b.end_table(t));
         }
         let ops: Vec<WIPOffset<_>> = self
@@ -188,8 +248,132 @@ impl Tiny {
 
 const ADD: i32 = 0;
 const RELU: i32 = 19;
+const QUANTIZE: i32 = 114;
+const DEQUANTIZE: i32 = 6;
+/// TFLite's INT8 tensor type.
+const INT8: i8 = 9;
 /// A builtin vnpu does not map (SQUARED_DIFFERENCE).
 const UNMAPPED: i32 = 99;
+
+fn int8_array(shape: &[usize], v: &[i8]) -> Array {
+    Array {
+        dtype: Dtype::I8,
+        shape: shape.to_vec(),
+        data: v.iter().map(|&x| x as u8).collect(),
+    }
+}
+
+fn run_int8(t: &Tiny, x: &[i8]) -> (Vec<i8>, std::collections::BTreeMap<&'static str, usize>) {
+    let imported = import(&t.bytes(), false).unwrap();
+    let (status, prepared) = prepare(&imported.model);
+    assert_eq!(status, ErrorStatus::None);
+    let report = run(
+        &prepared.unwrap(),
+        &imported,
+        &[int8_array(&[x.len()], x)],
+        1,
+    )
+    .unwrap();
+    let out = report.outputs[0].data.iter().map(|&v| v as i8).collect();
+    (out, imported.operations)
+}
+
+/// TFLite's rescale of int8 `q` from (scale, zero point) `from` to `to`, in exact
+/// arithmetic, rounded half away from zero and clamped.
+fn rescale(q: i8, from: (f32, i64), to: (f32, i64)) -> i8 {
+    let real = (f64::from(q) - from.1 as f64) * f64::from(from.0);
+    (real / f64::from(to.0) + to.1 as f64)
+        .round()
+        .clamp(-128.0, 127.0) as i8
+}
+
+#[test]
+fn an_int8_quantize_requantises() {
+    // QUANTIZE from int8 to int8 with other parameters (as quantised models put before a
+    // CONCATENATION): NNAPI's QUANTIZE takes float only, so it goes through float32.
+    let (from, to) = ((0.05f32, -3i64), (0.13f32, 10i64));
+    let mut t = Tiny::default();
+    let x = t.int8(&[256], &[], from.0, from.1);
+    let y = t.int8(&[256], &[], to.0, to.1);
+    t.op(QUANTIZE, &[x], &[y]);
+    t.inputs = vec![x];
+    t.outputs = vec![y];
+    let input: Vec<i8> = (-128..=127).collect();
+    let (got, ops) = run_int8(&t, &input);
+    assert_eq!(ops.get("DEQUANTIZE"), Some(&1), "{ops:?}");
+    assert_eq!(ops.get("QUANTIZE"), Some(&1), "{ops:?}");
+    for (&q, &g) in input.iter().zip(&got) {
+        assert_eq!(g, rescale(q, from, to), "input {q}");
+    }
+}
+
+#[test]
+fn an_int8_relu_that_rescales_is_requantised_first() {
+    // TFLite's int8 RELU may give its output other parameters than its input's; NNAPI's
+    // keeps the input's, so the import requantises, then applies RELU.
+    let (from, to) = ((0.03f32, 5i64), (0.015f32, -128i64));
+    let mut t = Tiny::default();
+    let x = t.int8(&[256], &[], from.0, from.1);
+    let y = t.int8(&[256], &[], to.0, to.1);
+    t.op(RELU, &[x], &[y]);
+    t.inputs = vec![x];
+    t.outputs = vec![y];
+    let input: Vec<i8> = (-128..=127).collect();
+    let (got, ops) = run_int8(&t, &input);
+    assert_eq!(ops.get("RELU"), Some(&1), "{ops:?}");
+    for (&q, &g) in input.iter().zip(&got) {
+        let want = rescale(q, from, to).max(to.1 as i8);
+        assert_eq!(g, want, "input {q}");
+    }
+    // With equal parameters, RELU alone.
+    let mut t = Tiny::default();
+    let x = t.int8(&[256], &[], from.0, from.1);
+    let y = t.int8(&[256], &[], from.0, from.1);
+    t.op(RELU, &[x], &[y]);
+    t.inputs = vec![x];
+    t.outputs = vec![y];
+    let (got, ops) = run_int8(&t, &input);
+    assert_eq!(ops.len(), 1, "{ops:?}");
+    for (&q, &g) in input.iter().zip(&got) {
+        assert_eq!(g, q.max(from.1 as i8), "input {q}");
+    }
+}
+
+#[test]
+fn a_dequantized_output_is_budgeted_in_its_steps() {
+    let mut t = Tiny::default();
+    let x = t.int8(&[4], &[], 0.25, 3);
+    let y = t.tensor(&[4], &[]);
+    t.op(DEQUANTIZE, &[x], &[y]);
+    t.inputs = vec![x];
+    t.outputs = vec![y];
+    let imported = import(&t.bytes(), false).unwrap();
+    let step = imported.outputs[0].dequantized_step;
+    assert_eq!(step, Some(0.25));
+    let (status, prepared) = prepare(&imported.model);
+    assert_eq!(status, ErrorStatus::None);
+    let report = run(
+        &prepared.unwrap(),
+        &imported,
+        &[int8_array(&[4], &[3, 7, -1, 127])],
+        1,
+    )
+    .unwrap();
+    let f32s = |v: &[f32]| Array {
+        dtype: Dtype::F32,
+        shape: vec![4],
+        data: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+    };
+    let got = &report.outputs[0];
+    assert_eq!(got.data, f32s(&[0.0, 1.0, -1.0, 31.0]).data);
+    // One step off everywhere is within the budget; two steps off anywhere in four values
+    // (over 1%) or three anywhere is not.
+    assert!(within_budget(&f32s(&[0.25, 0.75, -1.25, 31.25]), got, step).is_ok());
+    assert!(within_budget(&f32s(&[0.5, 1.0, -1.0, 31.0]), got, step).is_err());
+    assert!(within_budget(&f32s(&[0.75, 1.0, -1.0, 31.0]), got, step).is_err());
+    // Without the step, the float budget (1e-4 of the range) applies.
+    assert!(within_budget(&f32s(&[0.25, 1.0, -1.0, 31.0]), got, None).is_err());
+}
 
 /// `relu(x + c) -> y`, then `relu(y) -> z`.
 fn two_ops() -> Tiny {

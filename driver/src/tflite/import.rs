@@ -46,6 +46,9 @@ pub struct TensorInfo {
     pub scale: f32,
     /// Quantisation zero point.
     pub zero_point: i32,
+    /// For a float tensor a DEQUANTIZE makes from a per-tensor quantised one: that tensor's
+    /// scale (the step an error budget for it counts in).
+    pub dequantized_step: Option<f32>,
 }
 
 /// An imported model.
@@ -85,6 +88,8 @@ pub(super) struct Builder<'a> {
     pub replaced: Vec<Option<Vec<u8>>>,
     /// Whether each tensor holds a value yet (a constant, an input, or written).
     pub written: Vec<bool>,
+    /// The scale of the quantised tensor a DEQUANTIZE made each float tensor from.
+    pub dequantized_step: Vec<Option<f32>>,
     operands: Vec<Operand>,
     values: Vec<u8>,
     pool: Vec<u8>,
@@ -260,6 +265,31 @@ impl<'a> Builder<'a> {
     /// The type of operand `o`.
     pub fn operand_type(&self, o: u32) -> OperandType {
         self.operands[o as usize].r#type
+    }
+
+    /// The scale and zero point of operand `o`.
+    pub fn quant_of(&self, o: u32) -> (f32, i32) {
+        let x = &self.operands[o as usize];
+        (x.scale, x.zero_point)
+    }
+
+    /// A new temporary operand no TFLite tensor names: an intermediate value the import
+    /// adds (a requantisation's float32 step, say).
+    pub fn temporary(
+        &mut self,
+        r#type: OperandType,
+        dimensions: Vec<u32>,
+        scale: f32,
+        zero_point: i32,
+    ) -> u32 {
+        self.push(Operand {
+            r#type,
+            dimensions,
+            scale,
+            zero_point,
+            lifetime: OperandLifeTime::TEMPORARY_VARIABLE,
+            ..Operand::default()
+        })
     }
 
     /// The dimensions of operand `o`.
@@ -473,6 +503,7 @@ pub(super) fn import_verified(buf: &[u8], partial: bool) -> Result<Imported, Imp
         operand_of: vec![None; n],
         replaced: vec![None; n],
         written: vec![false; n],
+        dequantized_step: vec![None; n],
         tensors,
         operands: Vec::new(),
         values: Vec::new(),
@@ -591,6 +622,7 @@ pub(super) fn import_verified(buf: &[u8], partial: bool) -> Result<Imported, Imp
             r#type: o.r#type,
             scale: o.scale,
             zero_point: o.zero_point,
+            dequantized_step: b.dequantized_step[t],
         }
     };
     let in_info: Vec<TensorInfo> = inputs

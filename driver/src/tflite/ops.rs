@@ -148,6 +148,51 @@ impl Ctx<'_, '_> {
         self.done(op, ins, vec![out])
     }
 
+    /// Requantises `x` into `out` (both quantised), as TFLite's quantised-to-quantised
+    /// QUANTIZE does. NNAPI has no requantise operation (its QUANTIZE takes float input
+    /// only), so the value goes through a float32 temporary: DEQUANTIZE, then QUANTIZE.
+    /// It rounds as TFLite's fixed-point rescale except where the exact value lies within
+    /// float rounding of a half step (one step apart there).
+    fn requantize_into(&mut self, x: u32, out: u32) {
+        let real = self
+            .b
+            .temporary(OperandType::TENSOR_FLOAT32, self.b.dims_of(x), 0.0, 0);
+        self.b.op(Op::DEQUANTIZE, vec![x], vec![real]);
+        self.b.op(Op::QUANTIZE, vec![real], vec![out]);
+    }
+
+    /// A new temporary holding `x` requantised to `like`'s type, scale and zero point.
+    fn requantized(&mut self, x: u32, like: u32) -> u32 {
+        let (scale, zero_point) = self.b.quant_of(like);
+        let q = self.b.temporary(
+            self.b.operand_type(like),
+            self.b.dims_of(x),
+            scale,
+            zero_point,
+        );
+        self.requantize_into(x, q);
+        q
+    }
+
+    /// Whether operands `x` and `out` are quantised with different parameters (an
+    /// operation NNAPI requires to keep its input's then needs `x` requantised first).
+    fn rescales(&self, x: u32, out: u32) -> bool {
+        let (tx, to) = (self.b.operand_type(x), self.b.operand_type(out));
+        tx.is_quantized() && tx == to && self.b.quant_of(x) != self.b.quant_of(out)
+    }
+
+    /// An activation (RELU, RELU1, RELU6). NNAPI's output keeps the input's quantisation;
+    /// TFLite's may differ (it rescales, then clamps), so a rescaling one becomes a
+    /// requantisation to the output's parameters, then the activation on those.
+    fn activation(&mut self, op: Op) -> Result<Mapped, ImportError> {
+        let mut x = self.input(0)?;
+        let out = self.output(0)?;
+        if self.rescales(x, out) {
+            x = self.requantized(x, out);
+        }
+        self.done(op, vec![x], vec![out])
+    }
+
     /// A bias for a filter with `channels` outputs: the given one, or zeros.
     fn bias(&mut self, k: usize, channels: u32, filter: u32) -> Result<u32, ImportError> {
         if self.ins.get(k).copied().flatten().is_some() {
@@ -179,9 +224,9 @@ static MAPPINGS: &[Mapping] = &[
     Mapping { code: 14, name: "LOGISTIC", map: |c| c.plain(Op::LOGISTIC, 1) },
     Mapping { code: 17, name: "MAX_POOL_2D", map: |c| pool(c, Op::MAX_POOL_2D) },
     Mapping { code: 18, name: "MUL", map: |c| arith(c, Op::MUL) },
-    Mapping { code: 19, name: "RELU", map: |c| c.plain(Op::RELU, 1) },
-    Mapping { code: 20, name: "RELU_N1_TO_1", map: |c| c.plain(Op::RELU1, 1) },
-    Mapping { code: 21, name: "RELU6", map: |c| c.plain(Op::RELU6, 1) },
+    Mapping { code: 19, name: "RELU", map: |c| c.activation(Op::RELU) },
+    Mapping { code: 20, name: "RELU_N1_TO_1", map: |c| c.activation(Op::RELU1) },
+    Mapping { code: 21, name: "RELU6", map: |c| c.activation(Op::RELU6) },
     Mapping { code: 22, name: "RESHAPE", map: reshape },
     Mapping { code: 23, name: "RESIZE_BILINEAR", map: |c| resize(c, Op::RESIZE_BILINEAR, 8, 10) },
     Mapping { code: 25, name: "SOFTMAX", map: softmax },
@@ -224,7 +269,7 @@ static MAPPINGS: &[Mapping] = &[
     Mapping { code: 98, name: "LEAKY_RELU", map: leaky_relu },
     Mapping { code: 101, name: "ABS", map: |c| c.plain(Op::ABS, 1) },
     Mapping { code: 111, name: "ELU", map: elu },
-    Mapping { code: 114, name: "QUANTIZE", map: |c| c.plain(Op::QUANTIZE, 1) },
+    Mapping { code: 114, name: "QUANTIZE", map: quantize },
     Mapping { code: 117, name: "HARD_SWISH", map: |c| c.plain(Op::HARD_SWISH, 1) },
 ];
 
@@ -340,7 +385,8 @@ fn depthwise(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
 }
 
 /// DEQUANTIZE: a constant float16 tensor (weights stored in half precision) becomes a
-/// float32 constant here; anything else maps to NNAPI DEQUANTIZE.
+/// float32 constant here; anything else maps to NNAPI DEQUANTIZE (and a float tensor made
+/// from a per-tensor quantised one remembers its step, for error budgets).
 fn dequantize(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
     let t = c.tensor_in(0)?;
     if c.b.tensors[t].ty == 1 {
@@ -370,7 +416,29 @@ fn dequantize(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
         c.b.replaced[out] = Some(f32s);
         return Ok(Mapped);
     }
-    c.plain(Op::DEQUANTIZE, 1)
+    let (x, out) = (c.input(0)?, c.output(0)?);
+    let ty = c.b.operand_type(x);
+    if ty == OperandType::TENSOR_QUANT8_ASYMM || ty == OperandType::TENSOR_QUANT8_ASYMM_SIGNED {
+        if let Some(o) = c.outs.first().copied().flatten() {
+            c.b.dequantized_step[o] = Some(c.b.quant_of(x).0);
+        }
+    }
+    c.done(Op::DEQUANTIZE, vec![x], vec![out])
+}
+
+/// QUANTIZE: float input maps to NNAPI QUANTIZE; a quantised input (TFLite's requantise,
+/// which quantised models put before a CONCATENATION, say) is requantised.
+fn quantize(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
+    let x = c.input(0)?;
+    let out = c.output(0)?;
+    if !c.b.operand_type(x).is_quantized() {
+        return c.done(Op::QUANTIZE, vec![x], vec![out]);
+    }
+    if !c.b.operand_type(out).is_quantized() {
+        return Err(unsupported("QUANTIZE to a type that is not quantised"));
+    }
+    c.requantize_into(x, out);
+    Ok(Mapped)
 }
 
 /// FullyConnectedOptions: fused_activation_function 4, weights_format 6 (DEFAULT only),

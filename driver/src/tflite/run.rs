@@ -217,8 +217,10 @@ pub fn run(
 
 /// Whether `got` is within the error budget of the reference `want` (LiteRT's output):
 /// float outputs within 1e-4 of the reference's range (of its magnitude when it is
-/// constant); quantised ones within 1 step, with at most 1% of values 2 steps off.
-pub fn within_budget(want: &Array, got: &Array) -> Result<(), String> {
+/// constant); quantised ones within 1 step, with at most 1% of values 2 steps off; a
+/// float output dequantised from a quantised tensor of scale `step` (its
+/// [`TensorInfo::dequantized_step`]) likewise, in steps of that scale.
+pub fn within_budget(want: &Array, got: &Array, step: Option<f32>) -> Result<(), String> {
     if want.dtype != got.dtype || want.shape != got.shape {
         return Err(format!(
             "{:?} {:?}, expected {:?} {:?}",
@@ -231,7 +233,25 @@ pub fn within_budget(want: &Array, got: &Array) -> Result<(), String> {
         .zip(&g)
         .map(|(a, b)| (a - b).abs())
         .fold(0.0, f64::max);
-    if matches!(want.dtype, Dtype::F32 | Dtype::F16) {
+    let float = matches!(want.dtype, Dtype::F32 | Dtype::F16);
+    if let (true, Some(step)) = (float, step.filter(|s| *s > 0.0)) {
+        // In steps, with a little slack for the float rounding of `step * (q - zp)`.
+        let step = f64::from(step);
+        let two = w
+            .iter()
+            .zip(&g)
+            .filter(|(a, b)| (*a - *b).abs() / step > 1.0 + 1e-3)
+            .count();
+        return match err / step <= 2.0 + 1e-3 && two * 100 <= w.len() {
+            true => Ok(()),
+            false => Err(format!(
+                "max error {:.3} steps of {step:.4e}, {two} of {} values 2 steps off",
+                err / step,
+                w.len()
+            )),
+        };
+    }
+    if float {
         let (lo, hi) = w
             .iter()
             .fold((f64::MAX, f64::MIN), |(l, h), &v| (l.min(v), h.max(v)));
