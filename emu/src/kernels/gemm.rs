@@ -2,6 +2,7 @@
 //! `matrixmultiply::{sgemm, dgemm}` (float32 for float kernels; float64 for the quantised
 //! ones, whose integer sums it computes exactly).
 
+use super::simd::{vectorized, Body};
 use super::{KernelError, Result};
 
 /// The largest index touched by a strided `rows x cols` matrix, checked.
@@ -219,54 +220,91 @@ pub(crate) fn gemm_packed(m: usize, a: Mat<'_>, b: Packed<'_>, c: MatMut<'_>) ->
         Some(i) if i < c.len() => {}
         _ => return Err(KernelError::TooLarge),
     }
-    let micro = micro_kernel();
-    let mut apack = vec![0.0f32; MC.next_multiple_of(MR) * KC.min(k)];
-    let panels = n.div_ceil(NR);
-    let mut k0 = 0;
-    while k0 < k {
-        let kc = KC.min(k - k0);
-        let mut i0 = 0;
-        while i0 < m {
-            let mc = MC.min(m - i0);
-            let strips = mc.div_ceil(MR);
-            // A's rows i0..i0+mc, columns k0..k0+kc, as `strips` micro-panels of MR rows
-            // stored column by column (zero rows past m).
-            for (s, strip) in apack.chunks_exact_mut(MR * kc).take(strips).enumerate() {
-                for r in 0..MR {
-                    let i = i0 + s * MR + r;
-                    let dst = strip.iter_mut().skip(r).step_by(MR);
-                    if i >= i0 + mc {
-                        dst.for_each(|v| *v = 0.0);
-                    } else if a.cs == 1 {
-                        let row = &a.data[i * a.rs + k0..][..kc];
-                        dst.zip(row).for_each(|(v, &x)| *v = x);
-                    } else {
-                        let at = i * a.rs + k0 * a.cs;
-                        let row = a.data[at..].iter().step_by(a.cs).take(kc);
-                        dst.zip(row).for_each(|(v, &x)| *v = x);
-                    }
-                }
-            }
-            for p in 0..panels {
-                let panel = &bp[(p * k + k0) * NR..][..kc * NR];
-                let j0 = p * NR;
-                let cols = NR.min(n - j0);
-                for (s, strip) in apack.chunks_exact(MR * kc).take(strips).enumerate() {
-                    let acc = micro(strip, panel);
-                    let rows = MR.min(mc - s * MR);
-                    for (r, sums) in acc.iter().enumerate().take(rows) {
-                        let at = (i0 + s * MR + r) * rsc + j0;
-                        for (dst, &v) in c[at..at + cols].iter_mut().zip(sums) {
-                            *dst += v;
-                        }
-                    }
-                }
-            }
-            i0 += mc;
-        }
-        k0 += kc;
-    }
+    vectorized(Blocked {
+        m,
+        a,
+        b: Packed { data: bp, k, n },
+        c,
+        rsc,
+    });
     Ok(())
+}
+
+/// The blocked loops of [`gemm_packed`] on checked views; built for the widest vector
+/// unit, so packing A and adding the micro-kernels' sums into C use it too.
+struct Blocked<'a> {
+    m: usize,
+    a: Mat<'a>,
+    b: Packed<'a>,
+    c: &'a mut [f32],
+    rsc: usize,
+}
+
+impl Body for Blocked<'_> {
+    type Out = ();
+
+    #[inline(always)]
+    fn run(self) {
+        let Blocked { m, a, b, c, rsc } = self;
+        let Packed { data: bp, k, n } = b;
+        let micro = micro_kernel();
+        let zeros = vec![0.0f32; KC.min(k)];
+        // A strided A (not row-contiguous) is copied row by row first; a contiguous one is
+        // read where it is.
+        let mut apack = if a.cs == 1 {
+            Vec::new()
+        } else {
+            vec![0.0f32; MC * KC.min(k)]
+        };
+        let panels = n.div_ceil(NR);
+        let mut k0 = 0;
+        while k0 < k {
+            let kc = KC.min(k - k0);
+            let mut i0 = 0;
+            while i0 < m {
+                let mc = MC.min(m - i0);
+                if a.cs != 1 {
+                    for (r, row) in apack.chunks_exact_mut(kc).take(mc).enumerate() {
+                        let at = (i0 + r) * a.rs + k0 * a.cs;
+                        let src = a.data[at..].iter().step_by(a.cs);
+                        row.iter_mut().zip(src).for_each(|(v, &x)| *v = x);
+                    }
+                }
+                let row = |i: usize| -> &[f32] {
+                    if a.cs == 1 {
+                        &a.data[i * a.rs + k0..][..kc]
+                    } else {
+                        &apack[(i - i0) * kc..][..kc]
+                    }
+                };
+                for p in 0..panels {
+                    let panel = &bp[(p * k + k0) * NR..][..kc * NR];
+                    let j0 = p * NR;
+                    let cols = NR.min(n - j0);
+                    for r0 in (0..mc).step_by(MR) {
+                        let rows = MR.min(mc - r0);
+                        let a_rows = std::array::from_fn(|r| {
+                            if r < rows {
+                                row(i0 + r0 + r)
+                            } else {
+                                &zeros[..kc]
+                            }
+                        });
+                        micro(Tile {
+                            a: a_rows,
+                            b: panel,
+                            c: &mut c[(i0 + r0) * rsc + j0..],
+                            rsc,
+                            rows,
+                            cols,
+                        });
+                    }
+                }
+                i0 += mc;
+            }
+            k0 += kc;
+        }
+    }
 }
 
 /// `C += A * B` in float32 with an unpacked `B` (`k x n`): packs B, then [`gemm_packed`].
@@ -286,52 +324,80 @@ pub(crate) fn gemm_f32(
     gemm_packed(m, a, Packed { data: &bp, k, n }, c)
 }
 
-/// One `MR x NR` block of `A * B` over a micro-panel of A (`kc` columns of MR) and a
-/// panel of B (`kc` rows of NR).
-type Micro = fn(&[f32], &[f32]) -> [[f32; NR]; MR];
+/// One `MR x NR` tile of `C += A * B`: `a` holds A's `MR` rows (each `kc` long; rows past
+/// `rows` are zeros), `b` a B panel (`kc` rows of [`NR`]), `c` the tile's first row of C
+/// (row stride `rsc`); only `rows x cols` of C are written.
+pub(crate) struct Tile<'a> {
+    a: [&'a [f32]; MR],
+    b: &'a [f32],
+    c: &'a mut [f32],
+    rsc: usize,
+    rows: usize,
+    cols: usize,
+}
+
+/// A micro-kernel: one [`Tile`].
+type Micro = fn(Tile<'_>);
 
 macro_rules! micro_body {
-    ($a:expr, $b:expr, $fma:expr) => {{
+    ($t:expr, $fma:expr) => {{
+        let Tile {
+            a,
+            b,
+            c,
+            rsc,
+            rows,
+            cols,
+        } = $t;
+        let kc = b.len() / NR;
+        // Six rows sliced to `kc` each, so the loop below needs no bounds checks.
+        let [a0, a1, a2, a3, a4, a5] = a;
+        let (a0, a1, a2) = (&a0[..kc], &a1[..kc], &a2[..kc]);
+        let (a3, a4, a5) = (&a3[..kc], &a4[..kc], &a5[..kc]);
         let mut acc = [[0.0f32; NR]; MR];
-        for (col, row) in $a.chunks_exact(MR).zip($b.chunks_exact(NR)) {
-            let col: &[f32; MR] = col.try_into().unwrap_or(&[0.0; MR]);
+        for (l, row) in b.chunks_exact(NR).enumerate() {
             let row: &[f32; NR] = row.try_into().unwrap_or(&[0.0; NR]);
-            for (acc_r, &x) in acc.iter_mut().zip(col) {
+            let col = [a0[l], a1[l], a2[l], a3[l], a4[l], a5[l]];
+            for (acc_r, &x) in acc.iter_mut().zip(&col) {
                 for (s, &y) in acc_r.iter_mut().zip(row) {
                     *s = $fma(x, y, *s);
                 }
             }
         }
-        acc
+        for (r, sums) in acc.iter().enumerate().take(rows) {
+            for (d, &v) in c[r * rsc..][..cols].iter_mut().zip(sums) {
+                *d += v;
+            }
+        }
     }};
 }
 
-fn micro_plain(a: &[f32], b: &[f32]) -> [[f32; NR]; MR] {
-    micro_body!(a, b, |x: f32, y: f32, s: f32| x * y + s)
+fn micro_plain(t: Tile<'_>) {
+    micro_body!(t, |x: f32, y: f32, s: f32| x * y + s)
 }
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{MR, NR};
+    use super::{Tile, MR, NR};
 
     #[target_feature(enable = "avx2,fma")]
-    pub(super) fn micro_avx2(a: &[f32], b: &[f32]) -> [[f32; NR]; MR] {
-        micro_body!(a, b, |x: f32, y: f32, s: f32| x.mul_add(y, s))
+    pub(super) fn micro_avx2(t: Tile<'_>) {
+        micro_body!(t, |x: f32, y: f32, s: f32| x.mul_add(y, s))
     }
 
     #[target_feature(enable = "avx512f,fma")]
-    pub(super) fn micro_avx512(a: &[f32], b: &[f32]) -> [[f32; NR]; MR] {
-        micro_body!(a, b, |x: f32, y: f32, s: f32| x.mul_add(y, s))
+    pub(super) fn micro_avx512(t: Tile<'_>) {
+        micro_body!(t, |x: f32, y: f32, s: f32| x.mul_add(y, s))
     }
 
-    pub(super) fn avx2(a: &[f32], b: &[f32]) -> [[f32; NR]; MR] {
+    pub(super) fn avx2(t: Tile<'_>) {
         // SAFETY: chosen by `micro_kernel` only where the CPU has AVX2 and FMA.
-        unsafe { micro_avx2(a, b) }
+        unsafe { micro_avx2(t) }
     }
 
-    pub(super) fn avx512(a: &[f32], b: &[f32]) -> [[f32; NR]; MR] {
+    pub(super) fn avx512(t: Tile<'_>) {
         // SAFETY: chosen by `micro_kernel` only where the CPU has AVX-512F and FMA.
-        unsafe { micro_avx512(a, b) }
+        unsafe { micro_avx512(t) }
     }
 }
 

@@ -126,18 +126,123 @@ pub(crate) fn depthwise_f32(p: &DepthwiseConv2d, a: ConvArgs<'_>) -> Result<()> 
         if oc == 0 {
             return Ok(());
         }
-        vectorized(DepthwisePixels {
-            g: &g,
-            mult,
-            oc,
-            src,
-            dst: &mut *dst,
-            filter: f.data,
-            bias,
-        });
+        if mult == 1 && g.stride_w == 1 && g.dilation_w == 1 {
+            vectorized(DepthwiseRows::new(&g, src, dst, f.data, bias));
+        } else {
+            vectorized(DepthwisePixels {
+                g: &g,
+                mult,
+                oc,
+                src,
+                dst: &mut *dst,
+                filter: f.data,
+                bias,
+            });
+        }
         p.act.apply_slice(dst);
         Ok(())
     })
+}
+
+/// Pixels per chunk of a [`DepthwiseRows`] span: about 256 floats, whatever the channels.
+fn pixels_per_chunk(c: usize) -> usize {
+    (256 / c.max(1)).max(1)
+}
+
+/// A float32 depthwise convolution with multiplier 1 and unit horizontal stride and
+/// dilation, in NHWC, before the activation, row by row: each tap adds `input * weight`
+/// over the whole span of an output row it reaches, which is contiguous in both tensors.
+/// The weights are tiled to a chunk of pixels, so the inner loop runs over hundreds of
+/// floats instead of one pixel's channels. Each output still sums its bias and taps in
+/// the same order as [`DepthwisePixels`], so the results are identical.
+struct DepthwiseRows<'a> {
+    g: &'a ConvGeometry,
+    src: &'a [f32],
+    dst: &'a mut [f32],
+    /// Per tap, its `c` weights repeated for [`pixels_per_chunk`] pixels.
+    tiled: Vec<f32>,
+    /// The bias repeated the same way.
+    bias: Vec<f32>,
+}
+
+impl<'a> DepthwiseRows<'a> {
+    fn new(
+        g: &'a ConvGeometry,
+        src: &'a [f32],
+        dst: &'a mut [f32],
+        filter: &[f32],
+        bias: &[f32],
+    ) -> Self {
+        let c = g.in_c;
+        let t = pixels_per_chunk(c);
+        let taps = g.filter_h * g.filter_w;
+        let mut tiled = Vec::with_capacity(taps * c * t);
+        for w in filter.chunks_exact(c).take(taps) {
+            for _ in 0..t {
+                tiled.extend_from_slice(w);
+            }
+        }
+        DepthwiseRows {
+            g,
+            src,
+            dst,
+            tiled,
+            bias: bias.repeat(t),
+        }
+    }
+}
+
+impl Body for DepthwiseRows<'_> {
+    type Out = ();
+
+    #[inline(always)]
+    fn run(self) {
+        let DepthwiseRows {
+            g,
+            src,
+            dst,
+            tiled,
+            bias,
+        } = self;
+        let (h, w, c, oh, ow) = (g.in_h, g.in_w, g.in_c, g.out_h, g.out_w);
+        let (kh, kw, sh, dh) = (g.filter_h, g.filter_w, g.stride_h, g.dilation_h);
+        let (pt, pl) = (g.pad_top, g.pad_left);
+        let span = pixels_per_chunk(c) * c;
+        if ow * c == 0 {
+            return;
+        }
+        for (row, acc) in dst.chunks_exact_mut(ow * c).enumerate() {
+            let (b, oy) = (row / oh, row % oh);
+            for chunk in acc.chunks_mut(span) {
+                chunk.copy_from_slice(&bias[..chunk.len()]);
+            }
+            for ky in 0..kh {
+                let py = oy * sh + ky * dh;
+                let iy = py.wrapping_sub(pt);
+                if py < pt || iy >= h {
+                    continue;
+                }
+                let in_row = &src[(b * h + iy) * w * c..][..w * c];
+                for kx in 0..kw {
+                    // Output x reads input x + kx - pl: the outputs whose input is inside.
+                    let ox0 = pl.saturating_sub(kx).min(ow);
+                    let ox1 = (w + pl).saturating_sub(kx).min(ow).max(ox0);
+                    if ox0 == ox1 {
+                        continue;
+                    }
+                    let ix0 = ox0 + kx - pl;
+                    let out = &mut acc[ox0 * c..ox1 * c];
+                    let inp = &in_row[ix0 * c..][..out.len()];
+                    let wt = &tiled[(ky * kw + kx) * span..][..span];
+                    for (a, x) in out.chunks_mut(span).zip(inp.chunks(span)) {
+                        for ((a, &v), &k) in a.iter_mut().zip(x).zip(wt) {
+                            *a += v * k;
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// Every output pixel of a float32 depthwise convolution in NHWC, before the activation,
