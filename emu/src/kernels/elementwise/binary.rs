@@ -10,6 +10,7 @@
 //! Parameter words: kind (Add 0, Sub 1, Mul 2, Div 3), act. Inputs: a, b. Output: one.
 
 use super::{decode_kind, kind_enum};
+use crate::kernels::elementwise::zip_f32;
 use crate::kernels::kernel::{same_dtype, Kernel, Words};
 use crate::kernels::layout::{broadcast_shape, for_each_broadcast};
 use crate::kernels::quant::{
@@ -271,35 +272,15 @@ impl Kernel for Binary {
             let shapes = [ins[0].shape(), ins[1].shape(), &out_shape[..]];
             // One loop per operation (a closure per kind, not a call per element).
             match kind {
-                BinaryKind::Add => binary_f32(shapes, x, y, o, |p, q| p + q),
-                BinaryKind::Sub => binary_f32(shapes, x, y, o, |p, q| p - q),
-                BinaryKind::Mul => binary_f32(shapes, x, y, o, |p, q| p * q),
-                BinaryKind::Div => binary_f32(shapes, x, y, o, |p, q| p / q),
+                BinaryKind::Add => zip_f32(shapes, x, y, o, |p, q| p + q),
+                BinaryKind::Sub => zip_f32(shapes, x, y, o, |p, q| p - q),
+                BinaryKind::Mul => zip_f32(shapes, x, y, o, |p, q| p * q),
+                BinaryKind::Div => zip_f32(shapes, x, y, o, |p, q| p / q),
             }
             act.apply_slice(o);
             Ok(())
         })
     }
-}
-
-/// `o = f(x, y)` with broadcasting; `shapes` are x's, y's and o's.
-fn binary_f32(
-    shapes: [&[usize]; 3],
-    x: &[f32],
-    y: &[f32],
-    o: &mut [f32],
-    f: impl Fn(f32, f32) -> f32,
-) {
-    let [sa, sb, so] = shapes;
-    if sa == so && sb == so {
-        for ((o, &p), &q) in o.iter_mut().zip(x).zip(y) {
-            *o = f(p, q);
-        }
-        return;
-    }
-    for_each_broadcast(sa, sb, so, |i, ia, ib| {
-        o[i] = f(x[ia], y[ib]);
-    });
 }
 
 #[cfg(test)]

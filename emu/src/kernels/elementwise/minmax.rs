@@ -10,6 +10,7 @@
 //! Parameter words: kind (Maximum 0, Minimum 1, Pow 2, Prelu 3). Inputs: a, b. Output: one.
 
 use super::{decode_kind, kind_enum};
+use crate::kernels::elementwise::zip_f32;
 use crate::kernels::kernel::{same_dtype, Kernel, Words};
 use crate::kernels::layout::{broadcast_shape, for_each_broadcast};
 use crate::kernels::quant::{multiply_by_quantized_multiplier, quantize_multiplier, QuantElem};
@@ -208,15 +209,15 @@ impl Kernel for MinMax {
         widen_f16(inputs, outputs, |ins, outs| {
             let (x, y) = (ins[0].f32s()?, ins[1].f32s()?);
             let o = outs[0].f32s_mut()?;
-            let f: fn(f32, f32) -> f32 = match kind {
-                MinMaxKind::Maximum => |p, q| if p < q { q } else { p },
-                MinMaxKind::Minimum => |p, q| if q < p { q } else { p },
-                MinMaxKind::Pow => f32::powf,
-                MinMaxKind::Prelu => |p, q| if p >= 0.0 { p } else { p * q },
-            };
-            for_each_broadcast(ins[0].shape(), ins[1].shape(), &out_shape, |i, ia, ib| {
-                o[i] = f(x[ia], y[ib]);
-            });
+            let shapes = [ins[0].shape(), ins[1].shape(), &out_shape[..]];
+            match kind {
+                MinMaxKind::Maximum => zip_f32(shapes, x, y, o, |p, q| if p < q { q } else { p }),
+                MinMaxKind::Minimum => zip_f32(shapes, x, y, o, |p, q| if q < p { q } else { p }),
+                MinMaxKind::Pow => zip_f32(shapes, x, y, o, f32::powf),
+                MinMaxKind::Prelu => {
+                    zip_f32(shapes, x, y, o, |p, q| if p >= 0.0 { p } else { p * q })
+                }
+            }
             Ok(())
         })
     }

@@ -8,7 +8,55 @@ pub mod math;
 pub mod minmax;
 pub mod unary;
 
+use crate::kernels::layout::for_each_broadcast;
 use crate::kernels::{Result, Words};
+
+/// `o = f(x, y)` element-wise with broadcasting (`shapes` are x's, y's and o's), as one
+/// loop per `f` (callers pass a closure per operation, never a function pointer). Equal
+/// shapes, and an operand that repeats along leading dimensions only (a per-channel
+/// vector, say), run as straight slices the compiler vectorises.
+pub(crate) fn zip_f32(
+    shapes: [&[usize]; 3],
+    x: &[f32],
+    y: &[f32],
+    o: &mut [f32],
+    f: impl Fn(f32, f32) -> f32,
+) {
+    let [sx, sy, so] = shapes;
+    if sx == so && sy == so {
+        for ((o, &p), &q) in o.iter_mut().zip(x).zip(y) {
+            *o = f(p, q);
+        }
+        return;
+    }
+    if sx == so && repeats_along_leading(sy, so) && !y.is_empty() {
+        for (o, x) in o.chunks_mut(y.len()).zip(x.chunks(y.len())) {
+            for ((o, &p), &q) in o.iter_mut().zip(x).zip(y) {
+                *o = f(p, q);
+            }
+        }
+        return;
+    }
+    if sy == so && repeats_along_leading(sx, so) && !x.is_empty() {
+        for (o, y) in o.chunks_mut(x.len()).zip(y.chunks(x.len())) {
+            for ((o, &p), &q) in o.iter_mut().zip(x).zip(y) {
+                *o = f(p, q);
+            }
+        }
+        return;
+    }
+    for_each_broadcast(sx, sy, so, |i, ia, ib| {
+        o[i] = f(x[ia], y[ib]);
+    });
+}
+
+/// Whether a tensor of `shape` broadcast to `out` is its own elements repeated whole: its
+/// dimensions, leading 1s dropped, are `out`'s trailing ones.
+fn repeats_along_leading(shape: &[usize], out: &[usize]) -> bool {
+    let lead = shape.iter().take_while(|&&d| d == 1).count();
+    let tail = &shape[lead..];
+    tail.len() <= out.len() && out.ends_with(tail)
+}
 
 /// Defines the kind enum of a kernel family from one list of its variants with their
 /// NNAPI names: the enum (its parameter word is the variant's position), `ALL`, `name`,
@@ -59,4 +107,40 @@ pub(crate) fn decode_kind<K>(
 ) -> Result<K> {
     let k = w.u32("kind")?;
     from_word(k).ok_or_else(|| w.err(format!("bad {what} kind {k}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::layout::broadcast_shape;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The straight-slice paths of `zip_f32` agree with the general broadcast walk.
+        #[test]
+        fn zip_matches_the_broadcast_walk(
+            out in proptest::collection::vec(1usize..5, 1..5),
+            keep_x in proptest::collection::vec(any::<bool>(), 5),
+            keep_y in proptest::collection::vec(any::<bool>(), 5),
+            drop_x in 0usize..3,
+            drop_y in 0usize..3,
+        ) {
+            // Each operand: `out` with some dimensions 1 and some leading ones dropped.
+            let operand = |keep: &[bool], drop: usize| -> Vec<usize> {
+                let s: Vec<usize> = out.iter().zip(keep).map(|(&d, &k)| if k { d } else { 1 }).collect();
+                s[drop.min(s.len())..].to_vec()
+            };
+            let (sx, sy) = (operand(&keep_x, drop_x), operand(&keep_y, drop_y));
+            let so = broadcast_shape("test", &sx, &sy).expect("broadcastable");
+            let x: Vec<f32> = (0..sx.iter().product::<usize>()).map(|i| i as f32 * 0.5).collect();
+            let y: Vec<f32> = (0..sy.iter().product::<usize>()).map(|i| i as f32 * 3.0 - 7.0).collect();
+            let n: usize = so.iter().product();
+            let f = |p: f32, q: f32| p * 2.0 - q;
+            let mut got = vec![0.0; n];
+            zip_f32([&sx, &sy, &so], &x, &y, &mut got, f);
+            let mut want = vec![0.0; n];
+            for_each_broadcast(&sx, &sy, &so, |i, ia, ib| want[i] = f(x[ia], y[ib]));
+            prop_assert_eq!(got, want);
+        }
+    }
 }
