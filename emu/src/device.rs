@@ -34,6 +34,7 @@ use crate::ring::{
 use crate::shm::SharedRegion;
 use crate::timing::TimingModel;
 use crate::trace::{TraceEvent, Tracer};
+use crate::weights::WeightCache;
 use crate::DRAM_BASE;
 
 #[derive(Clone, Debug)]
@@ -49,6 +50,8 @@ pub struct DeviceConfig {
     /// Handle a doorbell on the ringing thread when the device is idle, running small
     /// commands there (see the module documentation).
     pub inline_small_commands: bool,
+    /// Bytes of the compute engine's weight cache ([`crate::weights`]; 0: none).
+    pub weight_cache_bytes: usize,
 }
 
 impl Default for DeviceConfig {
@@ -60,6 +63,7 @@ impl Default for DeviceConfig {
             max_dma_len: 1 << 30,
             trace: false,
             inline_small_commands: true,
+            weight_cache_bytes: crate::weights::DEFAULT_WEIGHT_CACHE_BYTES,
         }
     }
 }
@@ -89,20 +93,35 @@ pub struct Bus {
     pub generation: AtomicU64,
     /// Engines running a job right now (a reset waits for them to stop).
     pub busy: AtomicU32,
+    /// Tensors the compute engine keeps across runs, coherent with DRAM.
+    pub weights: WeightCache,
 }
 
 impl Bus {
-    /// Resolves a device address: DRAM above `DRAM_BASE`, host memory (IOMMU) below.
+    /// Resolves a device address: DRAM above `DRAM_BASE`, host memory (IOMMU) below. A
+    /// write into DRAM drops what the weight cache holds of those bytes; the writer calls
+    /// [`Bus::wrote`] when done.
     pub fn resolve(&self, addr: u64, len: u64, need: Perm) -> Result<Window, IommuError> {
         if addr >= self.dram_base {
             let off = addr - self.dram_base;
             self.dram.check(off, len)?;
+            if need.allows(Perm::WRITE) {
+                self.weights.invalidate(addr, len);
+            }
             Ok(Window {
                 region: Arc::clone(&self.dram),
                 offset: off,
             })
         } else {
             self.iommu.translate(addr, len, need)
+        }
+    }
+
+    /// Says a write of `[addr, addr + len)` resolved for [`Perm::WRITE`] is done, so the
+    /// weight cache drops anything it loaded while the write was under way.
+    pub fn wrote(&self, addr: u64, len: u64) {
+        if addr >= self.dram_base {
+            self.weights.invalidate(addr, len);
         }
     }
 }
@@ -232,6 +251,7 @@ impl Device {
                 progress: AtomicU32::new(0),
                 generation: AtomicU64::new(0),
                 busy: AtomicU32::new(0),
+                weights: WeightCache::new(config.weight_cache_bytes),
             },
             irq,
             clock: AtomicU64::new(0),
@@ -646,6 +666,7 @@ impl CommandProcessor {
         if let Err(e) = self.s.bus.dram.discard() {
             tracing::warn!("reset could not clear device memory: {e}");
         }
+        self.s.bus.weights.clear();
         self.queues = None;
         self.sq_head = 0;
         self.cq_tail = 0;
@@ -838,6 +859,7 @@ impl CommandProcessor {
                 .bus
                 .resolve(e.args[1], 8, Perm::WRITE)
                 .and_then(|w| Ok(w.region.write(w.offset, &now.to_le_bytes())?));
+            self.s.bus.wrote(e.args[1], 8);
             let outcome = match ok {
                 Ok(()) => Outcome::ok(0),
                 Err(_) => Outcome::fail(Status::DmaFault, 0, e.args[1]),
@@ -876,6 +898,7 @@ impl CommandProcessor {
                 w.region.store_u32(w.offset + 4, status_phase)?;
                 Ok(())
             });
+        self.s.bus.wrote(addr, CQ_ENTRY_SIZE);
         if written.is_err() {
             self.queue_error(addr);
             return;

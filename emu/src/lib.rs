@@ -19,6 +19,7 @@ pub mod shm;
 pub mod tensor;
 pub mod timing;
 pub mod trace;
+pub mod weights;
 
 pub use device::{Bus, Device, DeviceConfig, DeviceError};
 

@@ -4,6 +4,7 @@
 //! instructions (branches, jumps, copies) and tracks the run-time shape of every dynamic
 //! tensor.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::Outcome;
@@ -32,17 +33,41 @@ pub struct Run {
 pub const REPORT_ENTRY: u64 = 4 + 4 * MAX_RANK as u64;
 
 fn load(bus: &Bus, addr: u64, len: u64) -> Result<Staged, u64> {
-    let mut s = Staged::zeroed(len as usize);
     let w = bus.resolve(addr, len, Perm::READ).map_err(|_| addr)?;
-    w.region.read(w.offset, s.bytes_mut()).map_err(|_| addr)?;
-    Ok(s)
+    Staged::copied_from(&w.region, w.offset, len as usize).map_err(|_| addr)
 }
 
 fn store(bus: &Bus, addr: u64, data: &[u8]) -> Result<(), u64> {
     let w = bus
         .resolve(addr, data.len() as u64, Perm::WRITE)
         .map_err(|_| addr)?;
-    w.region.write(w.offset, data).map_err(|_| addr)
+    let written = w.region.write(w.offset, data).map_err(|_| addr);
+    bus.wrote(addr, data.len() as u64);
+    written
+}
+
+/// An op's input, from wherever the engine has it.
+enum Input {
+    /// In the program's local memory ([`Sram`]).
+    Local,
+    /// In the weight cache.
+    Cached(Arc<Staged>),
+    /// Just loaded from DRAM.
+    Loaded(Staged),
+}
+
+/// Which tensors the weight cache may keep: those no op of the program writes (a
+/// dynamic tensor's bytes depend on the run, so never).
+fn cacheable(program: &Program) -> Vec<bool> {
+    let mut keep: Vec<bool> = program.tensors.iter().map(|t| !t.dynamic).collect();
+    for op in &program.ops {
+        for &o in &op.outputs {
+            if let Some(k) = keep.get_mut(o as usize) {
+                *k = false;
+            }
+        }
+    }
+    keep
 }
 
 /// The engine's local memory across ops: the tensors the last ops wrote, so the op that
@@ -200,7 +225,8 @@ pub fn run_program(bus: &Bus, run: Run, req_id: u32) -> Outcome {
         }
     };
     let mut tensors = Tensors::new(&program.tensors);
-    let outcome = sequence(bus, &program, &mut tensors, run, req_id);
+    let keep = cacheable(&program);
+    let outcome = sequence(bus, &program, &keep, &mut tensors, run, req_id);
     if outcome.status != Status::Ok || run.report == 0 {
         return outcome;
     }
@@ -214,6 +240,7 @@ pub fn run_program(bus: &Bus, run: Run, req_id: u32) -> Outcome {
 fn sequence(
     bus: &Bus,
     program: &Program,
+    keep: &[bool],
     tensors: &mut Tensors<'_>,
     run: Run,
     req_id: u32,
@@ -253,7 +280,7 @@ fn sequence(
             _ => {}
         }
         let start = Instant::now();
-        match run_kernel(bus, program, tensors, &mut sram, pc) {
+        match run_kernel(bus, program, keep, tensors, &mut sram, pc) {
             Ok(op_ns) => {
                 bus.trace
                     .record("compute", op.op.name(), start, req_id, op_ns);
@@ -272,6 +299,7 @@ fn sequence(
 fn run_kernel(
     bus: &Bus,
     program: &Program,
+    keep: &[bool],
     tensors: &mut Tensors<'_>,
     sram: &mut Sram,
     pc: usize,
@@ -281,18 +309,32 @@ fn run_kernel(
         tracing::debug!("kernel {pc} failed: {e}");
         (Status::KernelError, 0)
     };
-    // Inputs the last ops wrote come from local memory; the rest from DRAM.
-    let mut loaded: Vec<Option<Staged>> = Vec::with_capacity(op.inputs.len());
+    // Inputs the last ops wrote come from local memory, weights from the weight cache;
+    // the rest from DRAM.
+    let mut loaded: Vec<Input> = Vec::with_capacity(op.inputs.len());
     for &i in &op.inputs {
         let len = tensors.len(i);
         if sram.get(i, len).is_some() {
-            loaded.push(None);
+            loaded.push(Input::Local);
             continue;
         }
         let addr = program.tensors[i as usize].addr;
-        loaded.push(Some(
-            load(bus, addr, len).map_err(|a| (Status::DmaFault, a))?,
-        ));
+        let cached = keep.get(i as usize).copied().unwrap_or(false);
+        if cached {
+            if let Some(s) = bus.weights.get(addr, len) {
+                loaded.push(Input::Cached(s));
+                continue;
+            }
+        }
+        let ticket = bus.weights.ticket();
+        let data = load(bus, addr, len).map_err(|a| (Status::DmaFault, a))?;
+        loaded.push(if cached {
+            let data = Arc::new(data);
+            bus.weights.offer(addr, data.clone(), ticket);
+            Input::Cached(data)
+        } else {
+            Input::Loaded(data)
+        });
     }
     let in_tys: Vec<&TensorType> = op
         .inputs
@@ -338,7 +380,11 @@ fn run_kernel(
             .iter()
             .zip(op.inputs.iter().zip(&loaded))
             .map(|(ty, (&i, l))| {
-                let held = l.as_ref().or_else(|| sram.get(i, tensors.len(i)));
+                let held = match l {
+                    Input::Local => sram.get(i, tensors.len(i)),
+                    Input::Cached(s) => Some(&**s),
+                    Input::Loaded(s) => Some(s),
+                };
                 View {
                     ty,
                     bytes: held.map_or(&[][..], |s| s.bytes()),

@@ -17,7 +17,9 @@ fn copy(bus: &Bus, src: u64, dst: u64, len: u64) -> Result<(), u64> {
     }
     let s = bus.resolve(src, len, Perm::READ).map_err(|_| src)?;
     let d = bus.resolve(dst, len, Perm::WRITE).map_err(|_| dst)?;
-    copy_between(&s.region, s.offset, &d.region, d.offset, len).map_err(|_| dst)
+    let copied = copy_between(&s.region, s.offset, &d.region, d.offset, len).map_err(|_| dst);
+    bus.wrote(dst, len);
+    copied
 }
 
 /// Flips one bit of `[dst, dst + len)`; returns the corrupted address.
@@ -32,6 +34,7 @@ fn flip_bit(bus: &Bus, dst: u64, len: u64, random: u64) -> u64 {
             b[0] ^= 1 << ((random >> 32) % 8);
             let _ = w.region.write(w.offset, &b);
         }
+        bus.wrote(at, 1);
     }
     at
 }

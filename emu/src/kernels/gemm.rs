@@ -139,16 +139,6 @@ pub(crate) fn gemm<T: Scalar>(
     Ok(())
 }
 
-/// Fills each `row_len` row of `out` with `bias`.
-pub(crate) fn fill_bias(out: &mut [f32], bias: &[f32]) {
-    if bias.is_empty() {
-        return;
-    }
-    for row in out.chunks_exact_mut(bias.len()) {
-        row.copy_from_slice(bias);
-    }
-}
-
 /// Columns of one panel of a packed B (the device's GEMM panel width).
 pub const NR: usize = 16;
 /// Rows of A one micro-kernel call multiplies.
@@ -204,13 +194,24 @@ pub(crate) struct Packed<'a> {
 }
 
 /// `C += A * B` in float32 with `B` packed into panels: A `m x k`, C `m x n` row-major with
-/// row stride `rsc`. Every float32 GEMM runs here (an unpacked B is packed first), so a
+/// row stride `rsc`; with `bias`, `C = bias + A * B` instead (C's old contents unread; an
+/// empty bias is zeros), added to each row in the micro-kernel's store rather than in a
+/// pass of its own. Every float32 GEMM runs here (an unpacked B is packed first), so a
 /// product is bit-identical whether its B came packed or not.
-pub(crate) fn gemm_packed(m: usize, a: Mat<'_>, b: Packed<'_>, c: MatMut<'_>) -> Result<()> {
+pub(crate) fn gemm_packed(
+    m: usize,
+    a: Mat<'_>,
+    b: Packed<'_>,
+    c: MatMut<'_>,
+    bias: Option<&[f32]>,
+) -> Result<()> {
     let Packed { data: bp, k, n } = b;
     let MatMut { data: c, rs: rsc } = c;
     if m == 0 || n == 0 {
         return Ok(());
+    }
+    if bias.is_some_and(|b| !b.is_empty() && b.len() < n) {
+        return Err(KernelError::TooLarge);
     }
     let fits = max_index(m, k, a.rs, a.cs).is_some_and(|i| i < a.data.len());
     if k == 0 || !fits || packed_len(k, n).is_none_or(|l| l > bp.len()) {
@@ -226,6 +227,7 @@ pub(crate) fn gemm_packed(m: usize, a: Mat<'_>, b: Packed<'_>, c: MatMut<'_>) ->
         b: Packed { data: bp, k, n },
         c,
         rsc,
+        bias,
     });
     Ok(())
 }
@@ -238,6 +240,7 @@ struct Blocked<'a> {
     b: Packed<'a>,
     c: &'a mut [f32],
     rsc: usize,
+    bias: Option<&'a [f32]>,
 }
 
 impl Body for Blocked<'_> {
@@ -245,7 +248,14 @@ impl Body for Blocked<'_> {
 
     #[inline(always)]
     fn run(self) {
-        let Blocked { m, a, b, c, rsc } = self;
+        let Blocked {
+            m,
+            a,
+            b,
+            c,
+            rsc,
+            bias,
+        } = self;
         let Packed { data: bp, k, n } = b;
         let micro = micro_kernel();
         let zeros = vec![0.0f32; KC.min(k)];
@@ -281,6 +291,17 @@ impl Body for Blocked<'_> {
                     let panel = &bp[(p * k + k0) * NR..][..kc * NR];
                     let j0 = p * NR;
                     let cols = NR.min(n - j0);
+                    // The first block of the depth stores bias + sums; later ones add.
+                    let start = match bias {
+                        Some(b) if k0 == 0 => {
+                            let mut z = [0.0f32; NR];
+                            if !b.is_empty() {
+                                z[..cols].copy_from_slice(&b[j0..j0 + cols]);
+                            }
+                            Some(z)
+                        }
+                        _ => None,
+                    };
                     for r0 in (0..mc).step_by(MR) {
                         let rows = MR.min(mc - r0);
                         let a_rows = std::array::from_fn(|r| {
@@ -297,6 +318,7 @@ impl Body for Blocked<'_> {
                             rsc,
                             rows,
                             cols,
+                            start,
                         });
                     }
                 }
@@ -307,7 +329,7 @@ impl Body for Blocked<'_> {
     }
 }
 
-/// `C += A * B` in float32 with an unpacked `B` (`k x n`): packs B, then [`gemm_packed`].
+/// [`gemm_packed`] with an unpacked `B` (`k x n`): packs B first.
 pub(crate) fn gemm_f32(
     m: usize,
     k: usize,
@@ -315,18 +337,20 @@ pub(crate) fn gemm_f32(
     a: Mat<'_>,
     b: Mat<'_>,
     c: MatMut<'_>,
+    bias: Option<&[f32]>,
 ) -> Result<()> {
     if m == 0 || n == 0 {
         return Ok(());
     }
     let mut bp = vec![0.0f32; packed_len(k, n).ok_or(KernelError::TooLarge)?];
     pack_b(k, n, b, &mut bp)?;
-    gemm_packed(m, a, Packed { data: &bp, k, n }, c)
+    gemm_packed(m, a, Packed { data: &bp, k, n }, c, bias)
 }
 
 /// One `MR x NR` tile of `C += A * B`: `a` holds A's `MR` rows (each `kc` long; rows past
 /// `rows` are zeros), `b` a B panel (`kc` rows of [`NR`]), `c` the tile's first row of C
-/// (row stride `rsc`); only `rows x cols` of C are written.
+/// (row stride `rsc`); only `rows x cols` of C are written: `C = start + sums` with a
+/// `start` row, else `C += sums`.
 pub(crate) struct Tile<'a> {
     a: [&'a [f32]; MR],
     b: &'a [f32],
@@ -334,6 +358,7 @@ pub(crate) struct Tile<'a> {
     rsc: usize,
     rows: usize,
     cols: usize,
+    start: Option<[f32; NR]>,
 }
 
 /// A micro-kernel: one [`Tile`].
@@ -348,8 +373,17 @@ macro_rules! micro_body {
             rsc,
             rows,
             cols,
+            start,
         } = $t;
         let kc = b.len() / NR;
+        // C = start + sums is C = start, then C += sums (the same one addition).
+        if let Some(z) = start {
+            for r in 0..rows {
+                for (d, &z) in c[r * rsc..][..cols].iter_mut().zip(&z) {
+                    *d = z;
+                }
+            }
+        }
         // Six rows sliced to `kc` each, so the loop below needs no bounds checks.
         let [a0, a1, a2, a3, a4, a5] = a;
         let (a0, a1, a2) = (&a0[..kc], &a1[..kc], &a2[..kc]);
@@ -441,6 +475,7 @@ mod tests {
                 Mat { data: &a, rs: k, cs: 1 },
                 Mat { data: &b, rs: 1, cs: k },
                 MatMut { data: &mut c, rs: n },
+                None,
             ).unwrap();
             for i in 0..m {
                 for j in 0..n {
@@ -475,7 +510,8 @@ mod tests {
                 cs: 1
             },
             short,
-            m
+            m,
+            None
         )
         .is_err());
         let mut out = [0.0f32; 8];

@@ -11,7 +11,7 @@ use crate::kernels::conv::window::{decode_act_layout, encode_act_layout, ConvSha
 use crate::kernels::conv::{
     conv_cost, conv_kernel_methods, qerr, ConvArgs, ConvCore, ConvWindow, QStage,
 };
-use crate::kernels::gemm::{fill_bias, gemm_packed, pack_b, packed_len, Mat, MatMut, Packed};
+use crate::kernels::gemm::{gemm_packed, pack_b, packed_len, Mat, MatMut, Packed};
 use crate::kernels::kernel::{Cost, Kernel, Words};
 use crate::kernels::layout::{layout_shape, with_nhwc};
 use crate::kernels::qconv::{self, Conv2dParams};
@@ -135,7 +135,6 @@ fn conv2d_f32_with(p: &Conv2d, a: ConvArgs<'_>, packed: bool) -> Result<()> {
         n: o,
     };
     with_nhwc(p.nchw, x, out, |src, dst| {
-        fill_bias(dst, bias);
         let direct = kh == 1 && kw == 1 && sh == 1 && sw == 1 && p.window.pad == Padding::default();
         if direct {
             // 1x1, stride 1, no padding: the input is already the [N*H*W, C] matrix.
@@ -145,7 +144,7 @@ fn conv2d_f32_with(p: &Conv2d, a: ConvArgs<'_>, packed: bool) -> Result<()> {
                 rs: c,
                 cs: 1,
             };
-            gemm_packed(m, a, wmat, MatMut { data: dst, rs: o })?;
+            gemm_packed(m, a, wmat, MatMut { data: dst, rs: o }, Some(bias))?;
         } else {
             let pixels = oh * ow;
             let tile = (IM2COL_TILE / k).max(16).min(pixels.max(1));
@@ -189,7 +188,7 @@ fn conv2d_f32_with(p: &Conv2d, a: ConvArgs<'_>, packed: bool) -> Result<()> {
                         data: &mut obatch[p0 * o..],
                         rs: o,
                     };
-                    gemm_packed(rows, a, wmat, cm)?;
+                    gemm_packed(rows, a, wmat, cm, Some(bias))?;
                     p0 += rows;
                 }
             }

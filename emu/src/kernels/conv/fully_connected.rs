@@ -7,7 +7,7 @@
 use crate::kernels::conv::{
     check_conv_types, conv_cost, conv_kernel_methods, qerr, ConvArgs, ConvCore, QStage,
 };
-use crate::kernels::gemm::{fill_bias, gemm_f32, gemm_packed, Mat, MatMut, Packed};
+use crate::kernels::gemm::{gemm_f32, gemm_packed, Mat, MatMut, Packed};
 use crate::kernels::kernel::{Cost, Kernel, Words};
 use crate::kernels::qconv::{self, FullyConnectedParams};
 use crate::kernels::quant::QuantElem;
@@ -89,7 +89,6 @@ impl ConvCore for FullyConnected {
         let ConvArgs { x, f: w, bias, out } = a;
         let (n, k) = (w.shape[0], w.shape[1]);
         let m = x.data.len() / k;
-        fill_bias(out.data, bias);
         let a = Mat {
             data: x.data,
             rs: k,
@@ -104,6 +103,7 @@ impl ConvCore for FullyConnected {
                 data: out.data,
                 rs: n,
             },
+            Some(bias),
         )?;
         self.act.apply_slice(out.data);
         Ok(())
@@ -137,7 +137,6 @@ pub(crate) fn fully_connected_f32(
 ) -> Result<()> {
     let (n, k) = (w.shape[0], w.shape[1]);
     let m = x.data.len() / k;
-    fill_bias(out.data, bias);
     gemm_f32(
         m,
         k,
@@ -156,6 +155,7 @@ pub(crate) fn fully_connected_f32(
             data: out.data,
             rs: n,
         },
+        Some(bias),
     )?;
     act.apply_slice(out.data);
     Ok(())

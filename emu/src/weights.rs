@@ -1,0 +1,240 @@
+//! The compute engine's weight cache: DRAM tensors that no op of the program running
+//! writes (weights and biases, mostly) stay in the engine's local memory across runs, so a
+//! model run again does not stream its constants from DRAM each time, as an NPU keeps its
+//! weights resident in SRAM.
+//!
+//! It is coherent with DRAM: every write into device memory (a DMA, an op's output, a
+//! timestamp, a reset) drops the entries it overlaps, once when the write is resolved and
+//! once when it is done, and an entry loaded while a write to anything was under way is
+//! not kept. So a cached tensor is always the bytes DRAM holds; the cache only saves the
+//! copy.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::tensor::Staged;
+
+/// Bytes the cache keeps by default (an NPU's weight SRAM is a few MiB to tens of MiB).
+pub const DEFAULT_WEIGHT_CACHE_BYTES: usize = 16 << 20;
+
+/// Tensors kept by (device address, byte length), least recently used out first.
+#[derive(Debug)]
+pub struct WeightCache {
+    budget: usize,
+    /// Bumped by every invalidation: a load that saw another value at its start may have
+    /// read bytes a write was changing, and is not kept.
+    writes: AtomicU64,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    entries: BTreeMap<(u64, u64), Entry>,
+    bytes: usize,
+    /// The longest entry (bounds the overlap search).
+    longest: u64,
+    tick: u64,
+}
+
+#[derive(Debug)]
+struct Entry {
+    data: Arc<Staged>,
+    used: u64,
+}
+
+/// What a load must remember to offer its bytes to the cache afterwards.
+#[derive(Clone, Copy, Debug)]
+pub struct LoadTicket(u64);
+
+impl WeightCache {
+    /// A cache keeping at most `budget` bytes (0: keeps nothing).
+    pub fn new(budget: usize) -> WeightCache {
+        WeightCache {
+            budget,
+            writes: AtomicU64::new(0),
+            inner: Mutex::new(Inner::default()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The tensor of `len` bytes at `addr`, if kept.
+    pub fn get(&self, addr: u64, len: u64) -> Option<Arc<Staged>> {
+        if self.budget == 0 {
+            return None;
+        }
+        let mut inner = self.lock();
+        inner.tick += 1;
+        let tick = inner.tick;
+        let e = inner.entries.get_mut(&(addr, len))?;
+        e.used = tick;
+        Some(e.data.clone())
+    }
+
+    /// Taken before reading a tensor from DRAM that may be offered with [`Self::offer`].
+    pub fn ticket(&self) -> LoadTicket {
+        LoadTicket(self.writes.load(Ordering::Acquire))
+    }
+
+    /// Keeps `data`, read from `addr` after `ticket` was taken, unless a write was
+    /// resolved since (its bytes may be torn) or it does not fit the budget.
+    pub fn offer(&self, addr: u64, data: Arc<Staged>, ticket: LoadTicket) {
+        let len = data.bytes().len();
+        if len == 0 || len > self.budget / 4 {
+            return;
+        }
+        let mut inner = self.lock();
+        // Checked under the lock: invalidations bump the counter under it too.
+        if self.writes.load(Ordering::Acquire) != ticket.0 {
+            return;
+        }
+        inner.tick += 1;
+        let used = inner.tick;
+        if let Some(old) = inner
+            .entries
+            .insert((addr, len as u64), Entry { data, used })
+        {
+            inner.bytes -= old.data.bytes().len();
+        }
+        inner.bytes += len;
+        inner.longest = inner.longest.max(len as u64);
+        while inner.bytes > self.budget {
+            let Some(oldest) = inner
+                .entries
+                .iter()
+                .min_by_key(|(_, e)| e.used)
+                .map(|(k, _)| *k)
+            else {
+                break;
+            };
+            if let Some(e) = inner.entries.remove(&oldest) {
+                inner.bytes -= e.data.bytes().len();
+            }
+        }
+    }
+
+    /// Drops every entry overlapping `[addr, addr + len)`: DRAM there is being written.
+    pub fn invalidate(&self, addr: u64, len: u64) {
+        let mut inner = self.lock();
+        self.writes.fetch_add(1, Ordering::AcqRel);
+        if inner.entries.is_empty() {
+            return;
+        }
+        let end = addr.saturating_add(len);
+        let lowest = addr.saturating_sub(inner.longest);
+        let doomed: Vec<(u64, u64)> = inner
+            .entries
+            .range((lowest, 0)..(end, 0))
+            .map(|(k, _)| *k)
+            .filter(|&(a, l)| a.saturating_add(l) > addr && a < end)
+            .collect();
+        for k in doomed {
+            if let Some(e) = inner.entries.remove(&k) {
+                inner.bytes -= e.data.bytes().len();
+            }
+        }
+    }
+
+    /// Drops everything (device memory was cleared).
+    pub fn clear(&self) {
+        let mut inner = self.lock();
+        self.writes.fetch_add(1, Ordering::AcqRel);
+        inner.entries.clear();
+        inner.bytes = 0;
+        inner.longest = 0;
+    }
+
+    /// Bytes kept now.
+    pub fn bytes(&self) -> usize {
+        self.lock().bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn staged(len: usize, fill: u8) -> Arc<Staged> {
+        let mut s = Staged::zeroed(len);
+        s.bytes_mut().fill(fill);
+        Arc::new(s)
+    }
+
+    #[test]
+    fn keeps_and_gives_back_exact_matches() {
+        let c = WeightCache::new(1 << 20);
+        let t = c.ticket();
+        c.offer(0x1000, staged(64, 7), t);
+        assert_eq!(c.get(0x1000, 64).unwrap().bytes(), &[7u8; 64][..]);
+        assert!(
+            c.get(0x1000, 32).is_none(),
+            "another length is another tensor"
+        );
+        assert!(c.get(0x1004, 64).is_none());
+    }
+
+    #[test]
+    fn a_load_that_raced_a_write_is_not_kept() {
+        let c = WeightCache::new(1 << 20);
+        let t = c.ticket();
+        c.invalidate(0x9000, 8); // anywhere: the load may have seen it half done
+        c.offer(0x1000, staged(64, 1), t);
+        assert!(c.get(0x1000, 64).is_none());
+    }
+
+    #[test]
+    fn stays_within_budget_dropping_the_least_recently_used() {
+        let c = WeightCache::new(1024);
+        for k in 0..4u64 {
+            c.offer(k * 0x1000, staged(256, k as u8), c.ticket());
+        }
+        assert!(c.get(0, 256).is_some()); // 0 is now the most recent
+        c.offer(0x10000, staged(256, 9), c.ticket());
+        assert!(c.bytes() <= 1024);
+        assert!(c.get(0x1000, 256).is_none(), "the least recently used went");
+        assert!(c.get(0, 256).is_some());
+        // A tensor over a quarter of the budget is never kept.
+        c.offer(0x20000, staged(300, 1), c.ticket());
+        assert!(c.get(0x20000, 300).is_none());
+    }
+
+    proptest! {
+        /// Against a model of DRAM: whatever mix of writes and cached loads happens, what
+        /// the cache gives back is what DRAM holds.
+        #[test]
+        fn never_gives_stale_bytes(
+            ops in proptest::collection::vec((0u8..3, 0u64..16, 1u64..6, any::<u8>()), 1..200)
+        ) {
+            let c = WeightCache::new(64);
+            let mut dram = [0u8; 24];
+            for (kind, at, len, v) in ops {
+                let at = at.min(23);
+                let len = len.min(24 - at);
+                let range = at as usize..(at + len) as usize;
+                match kind {
+                    0 => {
+                        c.invalidate(at, len);
+                        dram[range].fill(v);
+                        c.invalidate(at, len);
+                    }
+                    1 => {
+                        let t = c.ticket();
+                        let mut s = Staged::zeroed(len as usize);
+                        s.bytes_mut().copy_from_slice(&dram[range]);
+                        c.offer(at, Arc::new(s), t);
+                    }
+                    _ => {
+                        if let Some(s) = c.get(at, len) {
+                            prop_assert_eq!(s.bytes(), &dram[range]);
+                        }
+                    }
+                }
+            }
+            prop_assert!(c.bytes() <= 64);
+        }
+    }
+}
