@@ -19,9 +19,10 @@
 //! Bit 31 of the dtype word marks a *dynamic* tensor: its shape in the table is a capacity
 //! (`byte_len` bytes), and its real shape is set at run time by the op that writes it (a
 //! kernel whose output shapes depend on the input values, or one that reads a dynamic
-//! tensor). A dynamic tensor is plain. Bit 30 marks a *transient* tensor: only the op right
-//! after its writer reads it, so the engine may hand it over in its local memory without
-//! writing it to DRAM (the driver never reads it). The sequencer's instructions ([`crate::kernels::control`])
+//! tensor). A dynamic tensor is plain. Bit 30 marks a *transient* tensor: only ops after
+//! its one writer read it (in a program without control flow) and the driver never does, so
+//! the engine may keep it in its local memory until its last reader without writing it to
+//! DRAM. The sequencer's instructions ([`crate::kernels::control`])
 //! travel in the op stream; a branch target is an op index, at most `op_count`.
 //! The layout ([`Layout`]) is 0 (plain, what every earlier v2 program has) or 1 (a float32
 //! filter pre-packed in GEMM panels, whose `byte_len` is then the packed size); a packed
@@ -70,7 +71,8 @@ pub struct TensorDesc {
     pub byte_len: u64,
     /// The shape is a capacity; the real shape is known at run time.
     pub dynamic: bool,
-    /// Only the op right after its writer reads it: it need not reach DRAM.
+    /// Only ops after its writer read it, and the driver never does: it need not reach
+    /// DRAM.
     pub transient: bool,
 }
 

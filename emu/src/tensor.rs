@@ -387,6 +387,24 @@ impl Staged {
         Ok(Staged { words: v, len })
     }
 
+    /// This buffer's memory reused for `len` bytes: what it held stays (the caller
+    /// overwrites or [`Staged::clear`]s it); only bytes past its old length are zeroed.
+    pub fn recycled(mut self, len: usize) -> Staged {
+        self.words.resize(len.div_ceil(8), 0);
+        self.len = len;
+        self
+    }
+
+    /// Bytes the buffer can hold without growing.
+    pub fn capacity(&self) -> usize {
+        self.words.capacity() * 8
+    }
+
+    /// Zeroes every byte.
+    pub fn clear(&mut self) {
+        self.words.fill(0);
+    }
+
     /// The bytes.
     pub fn bytes(&self) -> &[u8] {
         &bytemuck::cast_slice(&self.words)[..self.len]

@@ -884,9 +884,9 @@ impl Compiled {
         }
     }
 
-    /// Operands only the op right after their writer reads: the device hands them over in
-    /// its local memory without writing them to DRAM. Only internal arena tensors with one
-    /// writer, of a program without control flow (a loop or branch would run ops again or
+    /// Operands only ops after their one writer read: the device keeps them in its local
+    /// memory until their last reader without writing them to DRAM. Only internal arena
+    /// tensors, of a program without control flow (a loop or branch would run ops again or
     /// out of order), never model outputs.
     fn transient(&self) -> Vec<bool> {
         let n = self.operands.len();
@@ -908,9 +908,9 @@ impl Compiled {
         for (k, l) in self.ops.iter().enumerate() {
             for &i in &l.inputs {
                 let i = i as usize;
-                let next = writer.get(i).copied().flatten().map(|w| w + 1 == k);
+                let after = writer.get(i).copied().flatten().map(|w| w < k);
                 if let Some(slot) = ok.get_mut(i) {
-                    *slot = Some(slot.unwrap_or(true) && next == Some(true));
+                    *slot = Some(slot.unwrap_or(true) && after == Some(true));
                 }
             }
         }

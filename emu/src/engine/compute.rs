@@ -37,6 +37,14 @@ fn load(bus: &Bus, addr: u64, len: u64) -> Result<Staged, u64> {
     Staged::copied_from(&w.region, w.offset, len as usize).map_err(|_| addr)
 }
 
+/// [`load`] into a spare buffer.
+fn load_into(bus: &Bus, addr: u64, len: u64, spare: &mut Spare) -> Result<Staged, u64> {
+    let w = bus.resolve(addr, len, Perm::READ).map_err(|_| addr)?;
+    let mut s = spare.take(len as usize, false);
+    w.region.read(w.offset, s.bytes_mut()).map_err(|_| addr)?;
+    Ok(s)
+}
+
 fn store(bus: &Bus, addr: u64, data: &[u8]) -> Result<(), u64> {
     let w = bus
         .resolve(addr, data.len() as u64, Perm::WRITE)
@@ -56,27 +64,42 @@ enum Input {
     Loaded(Staged),
 }
 
-/// Which tensors the weight cache may keep: those no op of the program writes (a
-/// dynamic tensor's bytes depend on the run, so never).
-fn cacheable(program: &Program) -> Vec<bool> {
-    let mut keep: Vec<bool> = program.tensors.iter().map(|t| !t.dynamic).collect();
-    for op in &program.ops {
-        for &o in &op.outputs {
-            if let Some(k) = keep.get_mut(o as usize) {
-                *k = false;
+/// What the engine works out from a program before running it.
+struct Plan {
+    /// Which tensors the weight cache may keep: those no op of the program writes (a
+    /// dynamic tensor's bytes depend on the run, so never).
+    keep: Vec<bool>,
+    /// The last op that reads each tensor (in program order).
+    last_reader: Vec<usize>,
+}
+
+impl Plan {
+    fn new(program: &Program) -> Plan {
+        let mut keep: Vec<bool> = program.tensors.iter().map(|t| !t.dynamic).collect();
+        let mut last_reader = vec![0usize; program.tensors.len()];
+        for (k, op) in program.ops.iter().enumerate() {
+            for &o in &op.outputs {
+                if let Some(c) = keep.get_mut(o as usize) {
+                    *c = false;
+                }
+            }
+            for &i in &op.inputs {
+                if let Some(r) = last_reader.get_mut(i as usize) {
+                    *r = k;
+                }
             }
         }
+        Plan { keep, last_reader }
     }
-    keep
 }
 
 /// The engine's local memory across ops: the tensors the last ops wrote, so the op that
 /// reads them next skips the load. Write-through for ordinary tensors (DRAM holds them
-/// too); a *transient* tensor (read only by the next op) stays here alone, *held*, and
-/// reaches DRAM only if it must leave before it is read. An entry dies when a later output
-/// overlaps its DRAM bytes (the arena reuses memory: a held entry is dead by then), when
-/// its reader is done with a transient one, or when it falls out of the budget (a held one
-/// is written back then).
+/// too); a *transient* tensor (read only by later ops of the program) stays here alone,
+/// *held*, and reaches DRAM only if it must leave before its last reader. An entry dies
+/// when a later output overlaps its DRAM bytes (the arena reuses memory: a held entry is
+/// dead by then), when the last reader of a transient one is done, or when it falls out of
+/// the budget (a held one is written back then).
 #[derive(Default)]
 struct Sram {
     entries: Vec<Entry>,
@@ -104,7 +127,8 @@ impl Sram {
 
     /// Records that `written` bytes at `addr` now hold tensor `id`, whose bytes are `data`
     /// when it is worth keeping (`held`: they are not in DRAM). Returns the held entries
-    /// the budget pushed out, which the caller writes to DRAM.
+    /// the budget pushed out, which the caller writes to DRAM; the buffers of the other
+    /// entries it drops go to `spare`.
     fn wrote(
         &mut self,
         id: u32,
@@ -112,14 +136,27 @@ impl Sram {
         written: u64,
         data: Option<Staged>,
         held: bool,
+        spare: &mut Spare,
     ) -> Vec<(u64, Staged)> {
         let end = addr.saturating_add(written);
-        self.entries.retain(|e| {
-            e.id != id && (e.addr + e.data.bytes().len() as u64 <= addr || end <= e.addr)
-        });
+        let mut k = 0;
+        while k < self.entries.len() {
+            let e = &self.entries[k];
+            let apart = e.addr + e.data.bytes().len() as u64 <= addr || end <= e.addr;
+            if e.id != id && apart {
+                k += 1;
+            } else {
+                spare.give(self.entries.remove(k).data);
+            }
+        }
         let mut out = Vec::new();
-        let Some(data) = data.filter(|d| d.bytes().len() <= SRAM_BYTES) else {
-            return out;
+        let data = match data {
+            Some(d) if d.bytes().len() <= SRAM_BYTES => d,
+            Some(d) => {
+                spare.give(d);
+                return out;
+            }
+            None => return out,
         };
         self.entries.push(Entry {
             id,
@@ -133,14 +170,57 @@ impl Sram {
             total -= e.data.bytes().len();
             if e.held {
                 out.push((e.addr, e.data));
+            } else {
+                spare.give(e.data);
             }
         }
         out
     }
 
-    /// Forgets tensor `id` (a transient tensor its reader is done with).
-    fn forget(&mut self, id: u32) {
-        self.entries.retain(|e| e.id != id);
+    /// Forgets tensor `id` (a transient tensor its last reader is done with).
+    fn forget(&mut self, id: u32, spare: &mut Spare) {
+        while let Some(k) = self.entries.iter().position(|e| e.id == id) {
+            spare.give(self.entries.remove(k).data);
+        }
+    }
+}
+
+/// Buffers a run is done with, reused for the next ops' outputs and loads: a run of a
+/// model then allocates (and page-faults) only for its first few ops.
+#[derive(Default)]
+struct Spare {
+    bufs: Vec<Staged>,
+}
+
+impl Spare {
+    /// How many buffers are kept.
+    const KEEP: usize = 16;
+
+    fn give(&mut self, s: Staged) {
+        if self.bufs.len() < Self::KEEP && s.capacity() > 0 {
+            self.bufs.push(s);
+        }
+    }
+
+    /// A buffer of `len` bytes: zeroed when `zero`, else holding whatever it held.
+    fn take(&mut self, len: usize, zero: bool) -> Staged {
+        let best = self
+            .bufs
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.capacity() >= len)
+            .min_by_key(|(_, b)| b.capacity())
+            .map(|(i, _)| i);
+        match best {
+            Some(i) => {
+                let mut s = self.bufs.swap_remove(i).recycled(len);
+                if zero {
+                    s.clear();
+                }
+                s
+            }
+            None => Staged::zeroed(len),
+        }
     }
 }
 
@@ -225,8 +305,8 @@ pub fn run_program(bus: &Bus, run: Run, req_id: u32) -> Outcome {
         }
     };
     let mut tensors = Tensors::new(&program.tensors);
-    let keep = cacheable(&program);
-    let outcome = sequence(bus, &program, &keep, &mut tensors, run, req_id);
+    let plan = Plan::new(&program);
+    let outcome = sequence(bus, &program, &plan, &mut tensors, run, req_id);
     if outcome.status != Status::Ok || run.report == 0 {
         return outcome;
     }
@@ -240,7 +320,7 @@ pub fn run_program(bus: &Bus, run: Run, req_id: u32) -> Outcome {
 fn sequence(
     bus: &Bus,
     program: &Program,
-    keep: &[bool],
+    plan: &Plan,
     tensors: &mut Tensors<'_>,
     run: Run,
     req_id: u32,
@@ -251,6 +331,7 @@ fn sequence(
     let mut ns = 0u64;
     let mut pc = 0usize;
     let mut sram = Sram::default();
+    let mut spare = Spare::default();
     while let Some(op) = program.ops.get(pc) {
         let index = pc as u32;
         let fail = |status, fault| Outcome::fail(status, index, fault);
@@ -280,7 +361,7 @@ fn sequence(
             _ => {}
         }
         let start = Instant::now();
-        match run_kernel(bus, program, keep, tensors, &mut sram, pc) {
+        match run_kernel(bus, program, plan, tensors, (&mut sram, &mut spare), pc) {
             Ok(op_ns) => {
                 bus.trace
                     .record("compute", op.op.name(), start, req_id, op_ns);
@@ -299,9 +380,9 @@ fn sequence(
 fn run_kernel(
     bus: &Bus,
     program: &Program,
-    keep: &[bool],
+    plan: &Plan,
     tensors: &mut Tensors<'_>,
-    sram: &mut Sram,
+    (sram, spare): (&mut Sram, &mut Spare),
     pc: usize,
 ) -> Result<u64, (Status, u64)> {
     let op = &program.ops[pc];
@@ -319,7 +400,7 @@ fn run_kernel(
             continue;
         }
         let addr = program.tensors[i as usize].addr;
-        let cached = keep.get(i as usize).copied().unwrap_or(false);
+        let cached = plan.keep.get(i as usize).copied().unwrap_or(false);
         if cached {
             if let Some(s) = bus.weights.get(addr, len) {
                 loaded.push(Input::Cached(s));
@@ -327,13 +408,12 @@ fn run_kernel(
             }
         }
         let ticket = bus.weights.ticket();
-        let data = load(bus, addr, len).map_err(|a| (Status::DmaFault, a))?;
         loaded.push(if cached {
-            let data = Arc::new(data);
+            let data = Arc::new(load(bus, addr, len).map_err(|a| (Status::DmaFault, a))?);
             bus.weights.offer(addr, data.clone(), ticket);
             Input::Cached(data)
         } else {
-            Input::Loaded(data)
+            Input::Loaded(load_into(bus, addr, len, spare).map_err(|a| (Status::DmaFault, a))?)
         });
     }
     let in_tys: Vec<&TensorType> = op
@@ -371,9 +451,14 @@ fn run_kernel(
             .map(|&o| tensors.types[o as usize].clone())
             .collect()
     };
+    // Kernels that write every element of their float32 outputs get them uncleared.
+    let overwrites = op.op.overwrites_f32_outputs();
     let mut out_data: Vec<Staged> = out_tys
         .iter()
-        .map(|t| Staged::zeroed(t.numel() * t.dtype.size() as usize))
+        .map(|t| {
+            let zero = !(overwrites && t.dtype == crate::tensor::DType::F32);
+            spare.take(t.numel() * t.dtype.size() as usize, zero)
+        })
         .collect();
     let real = {
         let inputs: Vec<View<'_>> = in_tys
@@ -424,14 +509,27 @@ fn run_kernel(
         if !held {
             store(bus, t.addr, bytes).map_err(|a| (Status::DmaFault, a))?;
         }
-        for (addr, d) in sram.wrote(o, t.addr, len as u64, whole.then_some(v), held) {
+        let kept = match whole {
+            true => Some(v),
+            false => {
+                spare.give(v);
+                None
+            }
+        };
+        for (addr, d) in sram.wrote(o, t.addr, len as u64, kept, held, spare) {
             store(bus, addr, d.bytes()).map_err(|a| (Status::DmaFault, a))?;
+            spare.give(d);
         }
     }
-    // A transient input's only reader is done with it.
+    // A transient input's last reader is done with it.
     for &i in &op.inputs {
-        if program.tensors[i as usize].transient {
-            sram.forget(i);
+        if program.tensors[i as usize].transient && plan.last_reader[i as usize] == pc {
+            sram.forget(i, spare);
+        }
+    }
+    for l in loaded {
+        if let Input::Loaded(s) = l {
+            spare.give(s);
         }
     }
     Ok(op_ns)
@@ -457,31 +555,35 @@ mod tests {
     #[test]
     fn sram_keeps_what_was_written_until_something_overlaps_it() {
         let mut s = Sram::default();
-        assert!(s.wrote(1, 0x1000, 64, Some(staged(64)), false).is_empty());
-        s.wrote(2, 0x2000, 64, Some(staged(64)), false);
+        let sp = &mut Spare::default();
+        assert!(s
+            .wrote(1, 0x1000, 64, Some(staged(64)), false, sp)
+            .is_empty());
+        s.wrote(2, 0x2000, 64, Some(staged(64)), false, sp);
         assert!(s.get(1, 64).is_some());
         assert!(s.get(1, 32).is_none(), "a different length is a miss");
         // A write over part of tensor 1's bytes (the arena reused them) forgets it.
-        s.wrote(3, 0x1020, 16, None, false);
+        s.wrote(3, 0x1020, 16, None, false, sp);
         assert!(s.get(1, 64).is_none());
         assert!(s.get(2, 64).is_some());
         // Writing tensor 2 again replaces its entry.
-        s.wrote(2, 0x2000, 8, Some(staged(8)), false);
+        s.wrote(2, 0x2000, 8, Some(staged(8)), false, sp);
         assert!(s.get(2, 64).is_none());
         assert!(s.get(2, 8).is_some());
-        s.forget(2);
+        s.forget(2, sp);
         assert!(s.get(2, 8).is_none());
     }
 
     #[test]
     fn sram_stays_within_its_budget_and_writes_back_what_only_it_holds() {
         let mut s = Sram::default();
+        let sp = &mut Spare::default();
         let big = SRAM_BYTES / 2 + 1;
         assert!(s
-            .wrote(1, 0, big as u64, Some(staged(big)), true)
+            .wrote(1, 0, big as u64, Some(staged(big)), true, sp)
             .is_empty());
         // Tensor 1 is held (not in DRAM): pushed out, it comes back to be written.
-        let out = s.wrote(2, 1 << 30, big as u64, Some(staged(big)), false);
+        let out = s.wrote(2, 1 << 30, big as u64, Some(staged(big)), false, sp);
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].0, 0);
         assert!(
@@ -491,7 +593,7 @@ mod tests {
         assert!(s.get(2, big as u64).is_some());
         // An entry in DRAM too leaves without a write-back.
         let too_big = SRAM_BYTES + 1;
-        let out = s.wrote(3, 1 << 31, too_big as u64, Some(staged(too_big)), false);
+        let out = s.wrote(3, 1 << 31, too_big as u64, Some(staged(too_big)), false, sp);
         assert!(out.is_empty());
         assert!(s.get(3, too_big as u64).is_none(), "too large to keep");
     }

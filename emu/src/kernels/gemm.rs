@@ -258,6 +258,7 @@ impl Body for Blocked<'_> {
         } = self;
         let Packed { data: bp, k, n } = b;
         let micro = micro_kernel();
+        let wide = wide_kernel();
         let zeros = vec![0.0f32; KC.min(k)];
         // A strided A (not row-contiguous) is copied row by row first; a contiguous one is
         // read where it is.
@@ -287,9 +288,46 @@ impl Body for Blocked<'_> {
                         &apack[(i - i0) * kc..][..kc]
                     }
                 };
-                for p in 0..panels {
+                let mut p = 0;
+                while p < panels {
                     let panel = &bp[(p * k + k0) * NR..][..kc * NR];
                     let j0 = p * NR;
+                    // Two panels at once where the CPU has the registers for it.
+                    if let (Some(wide), true) = (wide, p + 1 < panels) {
+                        let next = &bp[((p + 1) * k + k0) * NR..][..kc * NR];
+                        let cols = (2 * NR).min(n - j0);
+                        let start = match bias {
+                            Some(b) if k0 == 0 => {
+                                let mut z = [0.0f32; 2 * NR];
+                                if !b.is_empty() {
+                                    z[..cols].copy_from_slice(&b[j0..j0 + cols]);
+                                }
+                                Some(z)
+                            }
+                            _ => None,
+                        };
+                        for r0 in (0..mc).step_by(MR) {
+                            let rows = MR.min(mc - r0);
+                            let a_rows = std::array::from_fn(|r| {
+                                if r < rows {
+                                    row(i0 + r0 + r)
+                                } else {
+                                    &zeros[..kc]
+                                }
+                            });
+                            wide(WideTile {
+                                a: a_rows,
+                                b: [panel, next],
+                                c: &mut c[(i0 + r0) * rsc + j0..],
+                                rsc,
+                                rows,
+                                cols,
+                                start,
+                            });
+                        }
+                        p += 2;
+                        continue;
+                    }
                     let cols = NR.min(n - j0);
                     // The first block of the depth stores bias + sums; later ones add.
                     let start = match bias {
@@ -321,6 +359,7 @@ impl Body for Blocked<'_> {
                             start,
                         });
                     }
+                    p += 1;
                 }
                 i0 += mc;
             }
@@ -363,6 +402,76 @@ pub(crate) struct Tile<'a> {
 
 /// A micro-kernel: one [`Tile`].
 type Micro = fn(Tile<'_>);
+
+/// One `MR x 2NR` tile over two adjacent B panels (`b`): twice the sums per A value
+/// loaded; otherwise as [`Tile`] (`cols` up to `2 * NR`). Each sum runs in the same order
+/// as in a [`Tile`], so the results are the same bits.
+pub(crate) struct WideTile<'a> {
+    a: [&'a [f32]; MR],
+    b: [&'a [f32]; 2],
+    c: &'a mut [f32],
+    rsc: usize,
+    rows: usize,
+    cols: usize,
+    start: Option<[f32; 2 * NR]>,
+}
+
+/// A wide micro-kernel: one [`WideTile`].
+type Wide = fn(WideTile<'_>);
+
+macro_rules! wide_body {
+    ($t:expr, $fma:expr) => {{
+        let WideTile {
+            a,
+            b: [b0, b1],
+            c,
+            rsc,
+            rows,
+            cols,
+            start,
+        } = $t;
+        let kc = b0.len() / NR;
+        if let Some(z) = start {
+            for r in 0..rows {
+                for (d, &z) in c[r * rsc..][..cols].iter_mut().zip(&z) {
+                    *d = z;
+                }
+            }
+        }
+        let [a0, a1, a2, a3, a4, a5] = a;
+        let (a0, a1, a2) = (&a0[..kc], &a1[..kc], &a2[..kc]);
+        let (a3, a4, a5) = (&a3[..kc], &a4[..kc], &a5[..kc]);
+        let b1 = &b1[..kc * NR];
+        // Two accumulator blocks, each indexed only by constants once unrolled, so both
+        // stay in registers.
+        let mut lo = [[0.0f32; NR]; MR];
+        let mut hi = [[0.0f32; NR]; MR];
+        for (l, (r0, r1)) in b0.chunks_exact(NR).zip(b1.chunks_exact(NR)).enumerate() {
+            let r0: &[f32; NR] = r0.try_into().unwrap_or(&[0.0; NR]);
+            let r1: &[f32; NR] = r1.try_into().unwrap_or(&[0.0; NR]);
+            let col = [a0[l], a1[l], a2[l], a3[l], a4[l], a5[l]];
+            for ((lo_r, hi_r), &x) in lo.iter_mut().zip(hi.iter_mut()).zip(&col) {
+                for (s, &y) in lo_r.iter_mut().zip(r0) {
+                    *s = $fma(x, y, *s);
+                }
+                for (s, &y) in hi_r.iter_mut().zip(r1) {
+                    *s = $fma(x, y, *s);
+                }
+            }
+        }
+        let left = cols.min(NR);
+        for r in 0..rows {
+            let row = &mut c[r * rsc..][..cols];
+            let (d_lo, d_hi) = row.split_at_mut(left);
+            for (d, &v) in d_lo.iter_mut().zip(&lo[r]) {
+                *d += v;
+            }
+            for (d, &v) in d_hi.iter_mut().zip(&hi[r]) {
+                *d += v;
+            }
+        }
+    }};
+}
 
 macro_rules! micro_body {
     ($t:expr, $fma:expr) => {{
@@ -412,7 +521,7 @@ fn micro_plain(t: Tile<'_>) {
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{Tile, MR, NR};
+    use super::{Tile, WideTile, MR, NR};
 
     #[target_feature(enable = "avx2,fma")]
     pub(super) fn micro_avx2(t: Tile<'_>) {
@@ -424,6 +533,16 @@ mod x86 {
         micro_body!(t, |x: f32, y: f32, s: f32| x.mul_add(y, s))
     }
 
+    #[target_feature(enable = "avx512f,fma")]
+    pub(super) fn wide_avx512(t: WideTile<'_>) {
+        wide_body!(t, |x: f32, y: f32, s: f32| x.mul_add(y, s))
+    }
+
+    pub(super) fn wide512(t: WideTile<'_>) {
+        // SAFETY: chosen by `wide_kernel` only where the CPU has AVX-512F and FMA.
+        unsafe { wide_avx512(t) }
+    }
+
     pub(super) fn avx2(t: Tile<'_>) {
         // SAFETY: chosen by `micro_kernel` only where the CPU has AVX2 and FMA.
         unsafe { micro_avx2(t) }
@@ -433,6 +552,24 @@ mod x86 {
         // SAFETY: chosen by `micro_kernel` only where the CPU has AVX-512F and FMA.
         unsafe { micro_avx512(t) }
     }
+}
+
+/// The two-panel micro-kernel, where the CPU has the 32 vector registers its twelve
+/// accumulators need (AVX-512); it multiplies with fused multiply-adds as
+/// [`micro_kernel`]'s AVX-512 choice does.
+fn wide_kernel() -> Option<Wide> {
+    static CHOSEN: std::sync::OnceLock<Option<Wide>> = std::sync::OnceLock::new();
+    *CHOSEN.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("fma")
+                && std::arch::is_x86_feature_detected!("avx512f")
+            {
+                return Some(x86::wide512 as Wide);
+            }
+        }
+        None
+    })
 }
 
 /// The widest micro-kernel this CPU runs (the same one for every product, packed or not).

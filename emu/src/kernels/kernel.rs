@@ -63,6 +63,12 @@ pub trait Kernel: Clone + Debug + PartialEq + Sized {
     /// `check_outputs`, and every view holds exactly its shape's bytes.
     fn run(&self, inputs: &[View<'_>], outputs: &mut [ViewMut<'_>]) -> Result<()>;
 
+    /// Whether `run` writes every element of every float32 output, so the engine may hand
+    /// it output buffers without clearing them first (default: no, they come zeroed).
+    fn overwrites_f32_outputs(&self) -> bool {
+        false
+    }
+
     /// Whether the output shapes depend on the input *values*: then `output_shapes` gives
     /// capacities and [`Kernel::run_sized`] the real shapes.
     fn shapes_depend_on_values(&self) -> bool {

@@ -257,6 +257,8 @@ pub trait DynKernel {
     fn run(&self, inputs: &[View<'_>], outputs: &mut [ViewMut<'_>]) -> Result<()>;
     /// See [`Kernel::shapes_depend_on_values`].
     fn shapes_depend_on_values(&self) -> bool;
+    /// See [`Kernel::overwrites_f32_outputs`].
+    fn overwrites_f32_outputs(&self) -> bool;
     /// See [`Kernel::run_sized`].
     fn run_sized(
         &self,
@@ -293,6 +295,9 @@ impl<K: Kernel> DynKernel for K {
     fn shapes_depend_on_values(&self) -> bool {
         Kernel::shapes_depend_on_values(self)
     }
+    fn overwrites_f32_outputs(&self) -> bool {
+        Kernel::overwrites_f32_outputs(self)
+    }
     fn run_sized(
         &self,
         inputs: &[View<'_>],
@@ -317,6 +322,11 @@ impl KernelOp {
     /// ([`Kernel::shapes_depend_on_values`]).
     pub fn shapes_depend_on_values(&self) -> bool {
         self.kernel().shapes_depend_on_values()
+    }
+
+    /// See [`Kernel::overwrites_f32_outputs`].
+    pub fn overwrites_f32_outputs(&self) -> bool {
+        self.kernel().overwrites_f32_outputs()
     }
 
     /// The op's name, for errors and traces.
@@ -491,9 +501,18 @@ pub fn run_f32(
         .iter()
         .map(|s| TensorType::new(DType::F32, s))
         .collect();
+    // As the engine does, a kernel that says it overwrites its outputs gets them full of
+    // garbage (NaN bits): every test through here then checks that it does.
+    let garbage = op.overwrites_f32_outputs();
     let mut out_bufs: Vec<Staged> = out_tys
         .iter()
-        .map(|t| Staged::zeroed(t.numel() * 4))
+        .map(|t| {
+            let mut s = Staged::zeroed(t.numel() * 4);
+            if garbage {
+                s.bytes_mut().fill(0xFF);
+            }
+            s
+        })
         .collect();
     let views: Vec<View<'_>> = in_tys
         .iter()

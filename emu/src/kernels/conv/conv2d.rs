@@ -35,6 +35,11 @@ pub struct Conv2d {
 }
 
 impl Kernel for Conv2d {
+    /// The GEMM stores bias + sums into every output element (no accumulation into old contents).
+    fn overwrites_f32_outputs(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         "CONV_2D"
     }

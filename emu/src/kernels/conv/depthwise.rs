@@ -31,6 +31,11 @@ pub struct DepthwiseConv2d {
 }
 
 impl Kernel for DepthwiseConv2d {
+    /// Every output starts from its bias, then adds its taps.
+    fn overwrites_f32_outputs(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         "DEPTHWISE_CONV_2D"
     }

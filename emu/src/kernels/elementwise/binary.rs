@@ -176,6 +176,11 @@ fn floor_div(p: i32, q: i32) -> i32 {
 }
 
 impl Kernel for Binary {
+    /// Every output index is visited once by the (broadcast) walk.
+    fn overwrites_f32_outputs(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         self.kind.name()
     }

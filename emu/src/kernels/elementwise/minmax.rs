@@ -91,6 +91,11 @@ fn run_quant<T: QuantElem>(
 }
 
 impl Kernel for MinMax {
+    /// Every output index is visited once by the (broadcast) walk.
+    fn overwrites_f32_outputs(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         self.kind.name()
     }

@@ -59,6 +59,11 @@ pub(crate) fn repeat_fill(out: &mut [u8], fill: &[u8]) {
 }
 
 impl Kernel for Pad {
+    /// The pad value fills the whole output before the input is copied in.
+    fn overwrites_f32_outputs(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         "PAD"
     }

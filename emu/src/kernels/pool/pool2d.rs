@@ -62,6 +62,11 @@ impl Pool {
 }
 
 impl Kernel for Pool {
+    /// Each output pixel starts from its initial value (fill), then its window.
+    fn overwrites_f32_outputs(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         KINDS[self.index()].1
     }
