@@ -172,6 +172,15 @@ fn conv2d_f32_with(p: &Conv2d, a: ConvArgs<'_>, packed: bool) -> Result<()> {
                             // Position in padded coordinates; in the input if in [pt, pt+h).
                             let py = oy * sh + ky * dh;
                             let iy = py.wrapping_sub(pt);
+                            // A whole filter row inside the input is one contiguous run of
+                            // `kw * c` floats (dilation 1): one copy, not `kw`.
+                            let ix0 = (ox * sw).wrapping_sub(pl);
+                            let inside = py >= pt && iy < h && ox * sw >= pl && ix0 + kw <= w;
+                            if dw == 1 && inside {
+                                row[ky * kw * c..][..kw * c]
+                                    .copy_from_slice(&img[(iy * w + ix0) * c..][..kw * c]);
+                                continue;
+                            }
                             for kx in 0..kw {
                                 let seg = &mut row[(ky * kw + kx) * c..][..c];
                                 let px = ox * sw + kx * dw;
