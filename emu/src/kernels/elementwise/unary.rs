@@ -115,6 +115,11 @@ impl Unary {
 }
 
 impl Kernel for Unary {
+    /// Every element is mapped from its input.
+    fn overwrites_f32_outputs(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         self.kind.name()
     }

@@ -27,6 +27,11 @@ pub struct ResizeBilinear {
 }
 
 impl Kernel for ResizeBilinear {
+    /// Every output pixel is interpolated in turn.
+    fn overwrites_f32_outputs(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         "RESIZE_BILINEAR"
     }

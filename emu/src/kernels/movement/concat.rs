@@ -17,6 +17,11 @@ pub struct Concatenation {
 }
 
 impl Kernel for Concatenation {
+    /// The inputs' pieces tile the whole output.
+    fn overwrites_f32_outputs(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         "CONCATENATION"
     }

@@ -15,6 +15,11 @@ pub struct Reshape {
 }
 
 impl Kernel for Reshape {
+    /// The input's bytes are copied over the whole output.
+    fn overwrites_f32_outputs(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &'static str {
         "RESHAPE"
     }
