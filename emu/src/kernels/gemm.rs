@@ -322,7 +322,7 @@ impl Body for Blocked<'_> {
                                 rsc,
                                 rows,
                                 cols,
-                                start,
+                                start: start.as_ref(),
                             });
                         }
                         p += 2;
@@ -356,7 +356,7 @@ impl Body for Blocked<'_> {
                             rsc,
                             rows,
                             cols,
-                            start,
+                            start: start.as_ref(),
                         });
                     }
                     p += 1;
@@ -397,7 +397,7 @@ pub(crate) struct Tile<'a> {
     rsc: usize,
     rows: usize,
     cols: usize,
-    start: Option<[f32; NR]>,
+    start: Option<&'a [f32; NR]>,
 }
 
 /// A micro-kernel: one [`Tile`].
@@ -413,7 +413,7 @@ pub(crate) struct WideTile<'a> {
     rsc: usize,
     rows: usize,
     cols: usize,
-    start: Option<[f32; 2 * NR]>,
+    start: Option<&'a [f32; 2 * NR]>,
 }
 
 /// A wide micro-kernel: one [`WideTile`].
@@ -433,7 +433,7 @@ macro_rules! wide_body {
         let kc = b0.len() / NR;
         if let Some(z) = start {
             for r in 0..rows {
-                for (d, &z) in c[r * rsc..][..cols].iter_mut().zip(&z) {
+                for (d, &z) in c[r * rsc..][..cols].iter_mut().zip(z) {
                     *d = z;
                 }
             }
@@ -488,7 +488,7 @@ macro_rules! micro_body {
         // C = start + sums is C = start, then C += sums (the same one addition).
         if let Some(z) = start {
             for r in 0..rows {
-                for (d, &z) in c[r * rsc..][..cols].iter_mut().zip(&z) {
+                for (d, &z) in c[r * rsc..][..cols].iter_mut().zip(z) {
                     *d = z;
                 }
             }
