@@ -288,78 +288,58 @@ impl Body for Blocked<'_> {
                         &apack[(i - i0) * kc..][..kc]
                     }
                 };
+                // The first block of the depth stores bias + sums; later ones add.
+                let start = |j0: usize, cols: usize| -> Option<[f32; 2 * NR]> {
+                    let b = bias.filter(|_| k0 == 0)?;
+                    let mut z = [0.0f32; 2 * NR];
+                    if !b.is_empty() {
+                        z[..cols].copy_from_slice(&b[j0..j0 + cols]);
+                    }
+                    Some(z)
+                };
+                // A's rows for the tile at `r0` (zeros past `rows`).
+                let a_rows = |r0: usize, rows: usize| -> [&[f32]; MR] {
+                    std::array::from_fn(|r| {
+                        if r < rows {
+                            row(i0 + r0 + r)
+                        } else {
+                            &zeros[..kc]
+                        }
+                    })
+                };
                 let mut p = 0;
                 while p < panels {
                     let panel = &bp[(p * k + k0) * NR..][..kc * NR];
                     let j0 = p * NR;
                     // Two panels at once where the CPU has the registers for it.
-                    if let (Some(wide), true) = (wide, p + 1 < panels) {
-                        let next = &bp[((p + 1) * k + k0) * NR..][..kc * NR];
-                        let cols = (2 * NR).min(n - j0);
-                        let start = match bias {
-                            Some(b) if k0 == 0 => {
-                                let mut z = [0.0f32; 2 * NR];
-                                if !b.is_empty() {
-                                    z[..cols].copy_from_slice(&b[j0..j0 + cols]);
-                                }
-                                Some(z)
-                            }
-                            _ => None,
-                        };
-                        for r0 in (0..mc).step_by(MR) {
-                            let rows = MR.min(mc - r0);
-                            let a_rows = std::array::from_fn(|r| {
-                                if r < rows {
-                                    row(i0 + r0 + r)
-                                } else {
-                                    &zeros[..kc]
-                                }
-                            });
-                            wide(WideTile {
-                                a: a_rows,
-                                b: [panel, next],
-                                c: &mut c[(i0 + r0) * rsc + j0..],
+                    let pair = wide.filter(|_| p + 1 < panels);
+                    let cols = (if pair.is_some() { 2 * NR } else { NR }).min(n - j0);
+                    let z = start(j0, cols);
+                    for r0 in (0..mc).step_by(MR) {
+                        let rows = MR.min(mc - r0);
+                        let c = &mut c[(i0 + r0) * rsc + j0..];
+                        match pair {
+                            Some(wide) => wide(WideTile {
+                                a: a_rows(r0, rows),
+                                b: [panel, &bp[((p + 1) * k + k0) * NR..][..kc * NR]],
+                                c,
                                 rsc,
                                 rows,
                                 cols,
-                                start: start.as_ref(),
-                            });
+                                start: z.as_ref(),
+                            }),
+                            None => micro(Tile {
+                                a: a_rows(r0, rows),
+                                b: panel,
+                                c,
+                                rsc,
+                                rows,
+                                cols,
+                                start: z.as_ref().map(|z| &z[..NR]),
+                            }),
                         }
-                        p += 2;
-                        continue;
                     }
-                    let cols = NR.min(n - j0);
-                    // The first block of the depth stores bias + sums; later ones add.
-                    let start = match bias {
-                        Some(b) if k0 == 0 => {
-                            let mut z = [0.0f32; NR];
-                            if !b.is_empty() {
-                                z[..cols].copy_from_slice(&b[j0..j0 + cols]);
-                            }
-                            Some(z)
-                        }
-                        _ => None,
-                    };
-                    for r0 in (0..mc).step_by(MR) {
-                        let rows = MR.min(mc - r0);
-                        let a_rows = std::array::from_fn(|r| {
-                            if r < rows {
-                                row(i0 + r0 + r)
-                            } else {
-                                &zeros[..kc]
-                            }
-                        });
-                        micro(Tile {
-                            a: a_rows,
-                            b: panel,
-                            c: &mut c[(i0 + r0) * rsc + j0..],
-                            rsc,
-                            rows,
-                            cols,
-                            start: start.as_ref(),
-                        });
-                    }
-                    p += 1;
+                    p += if pair.is_some() { 2 } else { 1 };
                 }
                 i0 += mc;
             }
@@ -397,7 +377,7 @@ pub(crate) struct Tile<'a> {
     rsc: usize,
     rows: usize,
     cols: usize,
-    start: Option<&'a [f32; NR]>,
+    start: Option<&'a [f32]>,
 }
 
 /// A micro-kernel: one [`Tile`].
