@@ -13,6 +13,7 @@ use vnpu_emu::shm::SharedRegion;
 use super::format::{decode_body, ConstValue, Header, Image, HEADER_LEN, MAX_MODEL_CACHE};
 use super::io::{file_size, CHUNK};
 use super::mac::{verify, MAC_LEN};
+use super::parse::Parsing;
 use super::{Cache, CacheError, CacheFiles};
 use crate::compile::constants::{Constants, Values};
 use crate::compile::ConstantBlock;
@@ -116,29 +117,39 @@ impl Cache {
         file: &[u8],
         token: &[u8; BYTE_SIZE_OF_CACHE_TOKEN],
     ) -> Result<(Header, Image), CacheError> {
+        let header = Self::verify_model_file(key, hw, file, token)?;
+        let end = file.len().saturating_sub(MAC_LEN);
+        let body = file
+            .get(HEADER_LEN..end)
+            .ok_or(CacheError::Malformed("file length"))?;
+        let image = decode_body(body, header.data_len)?;
+        Ok((header, image))
+    }
+
+    /// Verifies the MAC of a model cache file over all of it, then reads its header
+    /// (which checks the file's length: exactly header, body and MAC).
+    fn verify_model_file(
+        key: &[u8; 32],
+        hw: &Hardware,
+        file: &[u8],
+        token: &[u8; BYTE_SIZE_OF_CACHE_TOKEN],
+    ) -> Result<Header, CacheError> {
         let (contents, tag) = file.split_at(file.len().saturating_sub(MAC_LEN));
         if !verify(key, &Self::binding(hw, token), contents, tag) {
             return Err(CacheError::Integrity);
         }
-        let header = Header::decode(file)?;
-        let image = decode_body(&contents[HEADER_LEN..], header.data_len)?;
-        Ok((header, image))
+        Header::decode(file)
     }
 
-    /// Verifies the model cache, checks the data cache's size against it, allocates the
-    /// device memory and builds the program.
+    /// Builds what a parsed model cache needs in device memory: the constant layout and
+    /// the program relocated to the data (at `data`) and a fresh arena, its own device
+    /// memory allocated.
     fn ready(
         hw: &Arc<Hardware>,
-        (key, file, token): (&[u8; 32], &[u8], &[u8; BYTE_SIZE_OF_CACHE_TOKEN]),
-        data_size: u64,
+        image: Image,
+        data: Option<DramBlock>,
+        header: Header,
     ) -> Result<Ready, CacheError> {
-        let (header, image) = Self::open_model_file(key, hw, file, token)?;
-        if data_size != header.data_len {
-            return Err(CacheError::DataLength {
-                got: data_size,
-                want: header.data_len,
-            });
-        }
         let n = image.model.main.operands.len();
         let mut offsets = vec![None; n];
         let mut layouts = vec![Layout::Plain; n];
@@ -152,10 +163,6 @@ impl Cache {
             bytes: Vec::new(),
             offsets,
             layouts,
-        };
-        let data = match header.data_len {
-            0 => None,
-            len => Some(hw.alloc_dram(len)?),
         };
         let built = match image.instance {
             Some(inst) => {
@@ -183,9 +190,11 @@ impl Cache {
         })
     }
 
-    /// Loads a prepared model from verified cache files. The model cache is verified and
-    /// its program relocated to fresh device memory before any copy starts, so the program
-    /// travels to the device in the same batch as the data.
+    /// Loads a prepared model from verified cache files. The model cache's MAC is
+    /// verified before anything in it is parsed; the parse runs on the helper thread
+    /// ([`super::parse`]) while this one reads the data cache, and the program is
+    /// relocated to fresh device memory before any copy starts, so it travels to the
+    /// device in the same batch as the data.
     pub fn load(
         &self,
         ctx: &ModelContext,
@@ -198,18 +207,42 @@ impl Cache {
         let key = self.key()?;
         let file = self.read_model_file(files.model.as_fd())?;
         let data_size = file_size(files.data.as_fd())?;
-        let ready = Self::ready(hw, (&key, &file, token), data_size)?;
+        let header = Self::verify_model_file(&key, hw, &file, token)?;
+        if data_size != header.data_len {
+            return Err(CacheError::DataLength {
+                got: data_size,
+                want: header.data_len,
+            });
+        }
         let len = usize::try_from(data_size).map_err(|_| CacheError::Malformed("size"))?;
-        let program_len = ready.built.as_ref().map_or(0, |(_, b, _)| b.bytes.len());
-        let staging = self.take_staging(hw, program_at(len) + program_len)?;
+        // The program is part of the body, so the body's length bounds it.
+        let need = usize::try_from(header.body_len)
+            .ok()
+            .and_then(|b| program_at(len).checked_add(b))
+            .ok_or(CacheError::Malformed("size"))?;
+        let data = match header.data_len {
+            0 => None,
+            n => Some(hw.alloc_dram(n)?),
+        };
+        let parsing = self.parser.start(file, header.data_len);
+        let staging = self.take_staging(hw, need)?;
         let fd = files.data.as_fd();
-        let upload = (ready.upload(), epoch);
         let filled = match len <= OVERLAP_FROM {
-            true => self.fill_small(hw, fd, &staging, upload, len, &ready.header),
-            false => self.fill(hw, fd, &staging, upload, len, &ready.header),
+            true => self.fill_small(hw, fd, &staging, (parsing, data, header), epoch, len),
+            false => Self::ready(hw, parsing.wait()?, data, header).and_then(|ready| {
+                self.fill(
+                    hw,
+                    fd,
+                    &staging,
+                    (ready.upload(), epoch),
+                    len,
+                    &ready.header,
+                )?;
+                Ok(ready)
+            }),
         };
         self.keep_staging(staging);
-        filled?;
+        let ready = filled?;
         // Constants needed on the host later (to compile other input shapes) are copied
         // back from device memory then; that memory lives as long as the model.
         let from = ready
@@ -274,18 +307,18 @@ impl Cache {
         }
     }
 
-    /// Reads a small data cache into `staging`, then copies it and the program (written
-    /// behind it) to the device in one batch, hashing it while the device copies; fails
-    /// unless the digest matches.
+    /// Reads a small data cache into `staging` while the model cache is parsed, then
+    /// copies it and the program (written behind it) to the device in one batch, hashing
+    /// it while the device copies; fails unless the digest matches.
     fn fill_small(
         &self,
         hw: &Arc<Hardware>,
         fd: BorrowedFd<'_>,
         staging: &Staging,
-        (upload, epoch): (Upload<'_>, u64),
+        (parsing, data, header): (Parsing<'_>, Option<DramBlock>, Header),
+        epoch: u64,
         len: usize,
-        header: &Header,
-    ) -> Result<(), CacheError> {
+    ) -> Result<Ready, CacheError> {
         let base = staging
             .region
             .ptr(0, staging.region.len() as u64)
@@ -293,6 +326,8 @@ impl Cache {
         // SAFETY: `base` is our private staging mapping, valid for `len` bytes while
         // `staging` lives; nothing reads them before the read returns.
         unsafe { self.io.read_chunked(fd, base, len, &mut |_, _| {})? };
+        let ready = Self::ready(hw, parsing.wait()?, data, header)?;
+        let upload = ready.upload();
         let iova = staging.map.iova;
         let mut cmds = Vec::with_capacity(2);
         if len > 0 {
@@ -312,10 +347,10 @@ impl Cache {
             hasher.update(unsafe { std::slice::from_raw_parts(base, len) });
         }
         copying.wait()?;
-        if hasher.finish() != header.data_digest {
+        if hasher.finish() != ready.header.data_digest {
             return Err(CacheError::DataDigest);
         }
-        Ok(())
+        Ok(ready)
     }
 
     /// Reads the data cache into `staging`, hashing it and copying it to device memory as

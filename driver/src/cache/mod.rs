@@ -22,6 +22,7 @@ pub mod io;
 pub mod key;
 mod load;
 pub mod mac;
+mod parse;
 mod save;
 pub mod wire;
 
@@ -168,6 +169,8 @@ pub struct Cache {
     key: Mutex<Option<[u8; key::KEY_LEN]>>,
     /// The data cache staging buffer kept between loads.
     staging: Mutex<Option<load::Staging>>,
+    /// The thread that parses model caches while loads read their data caches.
+    parser: parse::Parser,
 }
 
 impl Cache {
@@ -179,6 +182,7 @@ impl Cache {
             config,
             key: Mutex::new(None),
             staging: Mutex::new(None),
+            parser: parse::Parser::default(),
         }
     }
 

@@ -85,6 +85,9 @@ pub struct Reader<'a> {
     pos: usize,
 }
 
+/// The most items a list is sized for before they are read.
+const MAX_PREALLOC: usize = 1 << 16;
+
 fn short() -> CacheError {
     CacheError::Malformed("truncated")
 }
@@ -174,15 +177,25 @@ impl<'a> Reader<'a> {
     /// A length-prefixed list of u32.
     pub fn u32s(&mut self) -> Result<Vec<u32>, CacheError> {
         let n = self.len(4)?;
-        (0..n).map(|_| self.u32()).collect()
+        // One bounds check and one exact allocation for the whole list (a loader parses
+        // thousands of these: collecting through `Result` grows the vector as it goes).
+        let raw = self.take(n * 4)?;
+        Ok(raw
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect())
     }
 
     /// A length-prefixed list of usize.
     pub fn usizes(&mut self) -> Result<Vec<usize>, CacheError> {
         let n = self.len(8)?;
-        (0..n)
-            .map(|_| usize::try_from(self.u64()?).map_err(|_| CacheError::Malformed("usize")))
-            .collect()
+        let raw = self.take(n * 8)?;
+        let mut out = Vec::with_capacity(n);
+        for c in raw.chunks_exact(8) {
+            let v = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+            out.push(usize::try_from(v).map_err(|_| CacheError::Malformed("usize"))?);
+        }
+        Ok(out)
     }
 
     /// A length-prefixed list, each item read by `f` (taking at least `min_item` bytes).
@@ -192,7 +205,14 @@ impl<'a> Reader<'a> {
         mut f: impl FnMut(&mut Reader<'a>) -> Result<T, CacheError>,
     ) -> Result<Vec<T>, CacheError> {
         let n = self.len(min_item)?;
-        (0..n).map(|_| f(self)).collect()
+        // Sized up front (growing it costs a loader thousands of reallocations), but
+        // never by more than a bounded count: an item may be far larger in memory than
+        // the `min_item` bytes it takes in the input.
+        let mut out = Vec::with_capacity(n.min(MAX_PREALLOC));
+        for _ in 0..n {
+            out.push(f(self)?);
+        }
+        Ok(out)
     }
 }
 
