@@ -449,7 +449,7 @@ fn constant_values(
     let mut v: Values = vec![None; n];
     for (i, c) in list {
         let bytes = match c {
-            ConstValue::Inline(b) => Some(b.clone()),
+            ConstValue::Inline(b) => Some(b.as_slice().to_vec()),
             ConstValue::Data {
                 offset,
                 len,

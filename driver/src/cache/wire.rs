@@ -174,6 +174,25 @@ impl<'a> Reader<'a> {
         Ok(self.take(n)?.to_vec())
     }
 
+    /// A length-prefixed byte string, borrowed from the input.
+    pub fn byte_slice(&mut self) -> Result<&'a [u8], CacheError> {
+        let n = self.len(1)?;
+        self.take(n)
+    }
+
+    /// A length-prefixed list of u32 into `out` (cleared first): a caller reading many
+    /// short lists it does not keep reuses one buffer.
+    pub fn u32s_into(&mut self, out: &mut Vec<u32>) -> Result<(), CacheError> {
+        let n = self.len(4)?;
+        let raw = self.take(n * 4)?;
+        out.clear();
+        out.extend(
+            raw.chunks_exact(4)
+                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+        );
+        Ok(())
+    }
+
     /// A length-prefixed list of u32.
     pub fn u32s(&mut self) -> Result<Vec<u32>, CacheError> {
         let n = self.len(4)?;
@@ -240,6 +259,16 @@ mod tests {
         assert_eq!(r.bytes().unwrap(), b"abc");
         assert_eq!(r.u32s().unwrap(), vec![1, 2]);
         assert_eq!(r.usizes().unwrap(), vec![3]);
+        r.finish().unwrap();
+        let mut w = Writer::new();
+        w.bytes(b"xy");
+        w.u32s(&[4, 5, 6]);
+        let b = w.into_bytes();
+        let mut r = Reader::new(&b);
+        assert_eq!(r.byte_slice().unwrap(), b"xy");
+        let mut out = vec![9];
+        r.u32s_into(&mut out).unwrap();
+        assert_eq!(out, vec![4, 5, 6]);
         r.finish().unwrap();
     }
 
