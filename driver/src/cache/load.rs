@@ -3,7 +3,7 @@
 //! memory, hashed chunk by chunk as it arrives and copied into device memory meanwhile,
 //! and nothing is used unless its digest matches.
 
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::sync::mpsc;
 use std::sync::Arc;
 
@@ -11,9 +11,8 @@ use vnpu_emu::iommu::Perm;
 use vnpu_emu::shm::SharedRegion;
 
 use super::format::{decode_body, ConstValue, Header, Image, HEADER_LEN, MAX_MODEL_CACHE};
-use super::io::{file_size, CHUNK};
+use super::io::{file_size, CacheIo, CHUNK};
 use super::mac::{verify, MAC_LEN};
-use super::parse::Parsing;
 use super::{Cache, CacheError, CacheFiles};
 use crate::compile::constants::{Constants, Values};
 use crate::compile::ConstantBlock;
@@ -118,11 +117,7 @@ impl Cache {
         token: &[u8; BYTE_SIZE_OF_CACHE_TOKEN],
     ) -> Result<(Header, Image), CacheError> {
         let header = Self::verify_model_file(key, hw, file, token)?;
-        let end = file.len().saturating_sub(MAC_LEN);
-        let body = file
-            .get(HEADER_LEN..end)
-            .ok_or(CacheError::Malformed("file length"))?;
-        let image = decode_body(body, header.data_len)?;
+        let image = parse_body(file, &header)?;
         Ok((header, image))
     }
 
@@ -191,8 +186,8 @@ impl Cache {
     }
 
     /// Loads a prepared model from verified cache files. The model cache's MAC is
-    /// verified before anything in it is parsed; the parse runs on the helper thread
-    /// ([`super::parse`]) while this one reads the data cache, and the program is
+    /// verified before anything in it is parsed; a small data cache is read by the
+    /// helper thread ([`super::helper`]) while this one parses, and the program is
     /// relocated to fresh device memory before any copy starts, so it travels to the
     /// device in the same batch as the data.
     pub fn load(
@@ -224,22 +219,23 @@ impl Cache {
             0 => None,
             n => Some(hw.alloc_dram(n)?),
         };
-        let parsing = self.parser.start(file, header.data_len);
         let staging = self.take_staging(hw, need)?;
         let fd = files.data.as_fd();
         let filled = match len <= OVERLAP_FROM {
-            true => self.fill_small(hw, fd, &staging, (parsing, data, header), epoch, len),
-            false => Self::ready(hw, parsing.wait()?, data, header).and_then(|ready| {
-                self.fill(
-                    hw,
-                    fd,
-                    &staging,
-                    (ready.upload(), epoch),
-                    len,
-                    &ready.header,
-                )?;
-                Ok(ready)
-            }),
+            true => self.fill_small(hw, fd, &staging, (&file, data, header), epoch, len),
+            false => parse_body(&file, &header)
+                .and_then(|image| Self::ready(hw, image, data, header))
+                .and_then(|ready| {
+                    self.fill(
+                        hw,
+                        fd,
+                        &staging,
+                        (ready.upload(), epoch),
+                        len,
+                        &ready.header,
+                    )?;
+                    Ok(ready)
+                }),
         };
         self.keep_staging(staging);
         let ready = filled?;
@@ -307,15 +303,17 @@ impl Cache {
         }
     }
 
-    /// Reads a small data cache into `staging` while the model cache is parsed, then
-    /// copies it and the program (written behind it) to the device in one batch, hashing
-    /// it while the device copies; fails unless the digest matches.
+    /// Has the helper read a small data cache into `staging` and hash it while this
+    /// thread parses the model cache `file` (MAC verified), then copies the data and the
+    /// program (written behind it) to the device in one batch; fails unless the digest
+    /// matches. The helper hashes what it has just read, while it is in its core's cache
+    /// (hashed from another core it took ~2.5x as long) and while the device copies.
     fn fill_small(
         &self,
         hw: &Arc<Hardware>,
         fd: BorrowedFd<'_>,
         staging: &Staging,
-        (parsing, data, header): (Parsing<'_>, Option<DramBlock>, Header),
+        (file, data, header): (&[u8], Option<DramBlock>, Header),
         epoch: u64,
         len: usize,
     ) -> Result<Ready, CacheError> {
@@ -323,10 +321,24 @@ impl Cache {
             .region
             .ptr(0, staging.region.len() as u64)
             .map_err(mem)?;
+        let target = ReadTarget {
+            io: Arc::clone(&self.io),
+            fd: fd.as_raw_fd(),
+            dst: base,
+            len,
+        };
+        let (arrived, read) = mpsc::sync_channel(1);
         // SAFETY: `base` is our private staging mapping, valid for `len` bytes while
-        // `staging` lives; nothing reads them before the read returns.
-        unsafe { self.io.read_chunked(fd, base, len, &mut |_, _| {})? };
-        let ready = Self::ready(hw, parsing.wait()?, data, header)?;
+        // `staging` lives, and `fd` is open while `files` lives: both outlive `reading`,
+        // which is waited for (or dropped, which waits) before this function returns;
+        // this thread touches only the staging bytes after `len` meanwhile.
+        let reading = self
+            .helper
+            .run(move || unsafe { target.read_then_hash(arrived) });
+        let parsed = parse_body(file, &header).and_then(|i| Self::ready(hw, i, data, header));
+        let read = read.recv().unwrap_or_else(|_| Err(helper_failed()));
+        let ready = parsed?;
+        read?;
         let upload = ready.upload();
         let iova = staging.map.iova;
         let mut cmds = Vec::with_capacity(2);
@@ -339,18 +351,13 @@ impl Cache {
             cmds.push(dma(iova + at as u64, addr, bytes.len() as u64));
         }
         let copying = hw.submit(cmds, 0, Some(epoch))?;
-        let mut hasher = super::mac::DataDigest::default();
-        if len > 0 {
-            // The read completed and nothing writes these bytes again (the device maps
-            // them READ); `base` is valid for `len` bytes while `staging` lives.
-            // SAFETY: as just said: in bounds, initialised, and never written meanwhile.
-            hasher.update(unsafe { std::slice::from_raw_parts(base, len) });
-        }
+        let digest = reading.wait().flatten();
         copying.wait()?;
-        if hasher.finish() != ready.header.data_digest {
-            return Err(CacheError::DataDigest);
+        match digest {
+            Some(d) if d == ready.header.data_digest => Ok(ready),
+            Some(_) => Err(CacheError::DataDigest),
+            None => Err(helper_failed().into()),
         }
-        Ok(ready)
     }
 
     /// Reads the data cache into `staging`, hashing it and copying it to device memory as
@@ -420,6 +427,62 @@ impl Cache {
         }
         Ok(())
     }
+}
+
+/// Parses the body of a model cache file whose MAC verified and whose header is `header`.
+fn parse_body(file: &[u8], header: &Header) -> Result<Image, CacheError> {
+    let end = file.len().saturating_sub(MAC_LEN);
+    let body = file
+        .get(HEADER_LEN..end)
+        .ok_or(CacheError::Malformed("file length"))?;
+    decode_body(body, header.data_len)
+}
+
+/// A read of a data cache into staging memory, handed to the helper thread.
+struct ReadTarget {
+    io: Arc<CacheIo>,
+    fd: RawFd,
+    dst: *mut u8,
+    len: usize,
+}
+
+// SAFETY: `dst` points into a shared-memory staging mapping that the loading thread
+// keeps alive, and does not touch, until the helper's read of it has finished
+// (`fill_small`); the fd is a plain number, open for that long.
+unsafe impl Send for ReadTarget {}
+
+impl ReadTarget {
+    /// Reads the whole data cache, says how the read went on `arrived`, then returns the
+    /// data's digest (`None` if the read failed).
+    ///
+    /// # Safety
+    /// `dst` must be valid for writes of `len` bytes, `fd` open, and nothing else may
+    /// write those bytes, for the whole call; nothing else may read them until the read
+    /// is reported.
+    unsafe fn read_then_hash(
+        self,
+        arrived: mpsc::SyncSender<std::io::Result<()>>,
+    ) -> Option<[u8; MAC_LEN]> {
+        // SAFETY: the caller keeps `fd` open for the call.
+        let fd = unsafe { BorrowedFd::borrow_raw(self.fd) };
+        // SAFETY: forwarded from the caller's contract.
+        let read = unsafe { self.io.read_chunked(fd, self.dst, self.len, &mut |_, _| {}) };
+        let ok = read.is_ok();
+        // The loader may have stopped waiting (its own error); the digest is unused then.
+        let _ = arrived.send(read);
+        if !ok {
+            return None;
+        }
+        // SAFETY: the read filled these `len` bytes and nothing writes them during the
+        // call (the device only reads them).
+        let bytes = unsafe { std::slice::from_raw_parts(self.dst, self.len) };
+        Some(super::mac::DataDigest::of(bytes))
+    }
+}
+
+/// What a load reports when the helper thread failed to answer.
+fn helper_failed() -> std::io::Error {
+    std::io::Error::other("the cache helper thread failed")
 }
 
 /// Where the data and the program go in device memory.

@@ -18,11 +18,11 @@
 
 pub mod format;
 pub mod handles;
+mod helper;
 pub mod io;
 pub mod key;
 mod load;
 pub mod mac;
-mod parse;
 mod save;
 pub mod wire;
 
@@ -169,8 +169,8 @@ pub struct Cache {
     key: Mutex<Option<[u8; key::KEY_LEN]>>,
     /// The data cache staging buffer kept between loads.
     staging: Mutex<Option<load::Staging>>,
-    /// The thread that parses model caches while loads read their data caches.
-    parser: parse::Parser,
+    /// The thread that reads data caches while loads parse their model caches.
+    helper: helper::Helper,
 }
 
 impl Cache {
@@ -182,7 +182,7 @@ impl Cache {
             config,
             key: Mutex::new(None),
             staging: Mutex::new(None),
-            parser: parse::Parser::default(),
+            helper: helper::Helper::default(),
         }
     }
 
