@@ -102,11 +102,8 @@ impl Cache {
 
     /// The model cache's bytes, of a plausible size.
     fn read_model_file(&self, fd: BorrowedFd<'_>) -> Result<Vec<u8>, CacheError> {
-        let size = file_size(fd)?;
-        if size > MAX_MODEL_CACHE || size < (HEADER_LEN + MAC_LEN) as u64 {
-            return Err(CacheError::Malformed("model cache size"));
-        }
-        Ok(self.io.read_vec(fd, size as usize)?)
+        let size = model_file_size(fd)?;
+        Ok(self.io.read_vec(fd, size)?)
     }
 
     /// Verifies the MAC of a model cache file, then parses it.
@@ -200,42 +197,37 @@ impl Cache {
         let hw = &ctx.hw;
         let epoch = hw.epoch();
         let key = self.key()?;
-        let file = self.read_model_file(files.model.as_fd())?;
+        let model_size = model_file_size(files.model.as_fd())?;
         let data_size = file_size(files.data.as_fd())?;
-        let header = Self::verify_model_file(&key, hw, &file, token)?;
-        if data_size != header.data_len {
-            return Err(CacheError::DataLength {
-                got: data_size,
-                want: header.data_len,
-            });
-        }
-        let len = usize::try_from(data_size).map_err(|_| CacheError::Malformed("size"))?;
-        // The program is part of the body, so the body's length bounds it.
-        let need = usize::try_from(header.body_len)
-            .ok()
-            .and_then(|b| program_at(len).checked_add(b))
-            .ok_or(CacheError::Malformed("size"))?;
-        let data = match header.data_len {
-            0 => None,
-            n => Some(hw.alloc_dram(n)?),
-        };
-        let staging = self.take_staging(hw, need)?;
         let fd = files.data.as_fd();
-        let filled = match len <= OVERLAP_FROM {
-            true => self.fill_small(hw, fd, &staging, (&file, data, header), epoch, len),
-            false => parse_body(&file, &header)
-                .and_then(|image| Self::ready(hw, image, data, header))
-                .and_then(|ready| {
-                    self.fill(
-                        hw,
-                        fd,
-                        &staging,
-                        (ready.upload(), epoch),
-                        len,
-                        &ready.header,
-                    )?;
-                    Ok(ready)
-                }),
+        let (staging, filled) = match usize::try_from(data_size) {
+            // A small data cache is read (into private staging, bounded in size, where
+            // nothing uses it) while the model cache is verified and parsed.
+            Ok(len) if len <= OVERLAP_FROM && model_size <= OVERLAP_FROM => {
+                let staging = self.take_staging(hw, program_at(len) + model_size)?;
+                let model = (files.model.as_fd(), model_size, &key, token);
+                let filled = self.fill_small(hw, fd, &staging, model, epoch, len);
+                (staging, filled)
+            }
+            _ => {
+                let file = self.read_model_file(files.model.as_fd())?;
+                let header = Self::verify_model_file(&key, hw, &file, token)?;
+                let len = data_len(&header, data_size)?;
+                // The program is part of the body, so the body's length bounds it.
+                let need = program_at(len)
+                    .checked_add(file.len())
+                    .ok_or(CacheError::Malformed("size"))?;
+                let data = alloc_data(hw, &header)?;
+                let staging = self.take_staging(hw, need)?;
+                let filled = parse_body(&file, &header)
+                    .and_then(|image| Self::ready(hw, image, data, header))
+                    .and_then(|ready| {
+                        let upload = (ready.upload(), epoch);
+                        self.fill(hw, fd, &staging, upload, len, &ready.header)?;
+                        Ok(ready)
+                    });
+                (staging, filled)
+            }
         };
         self.keep_staging(staging);
         let ready = filled?;
@@ -303,17 +295,18 @@ impl Cache {
         }
     }
 
-    /// Has the helper read a small data cache into `staging` and hash it while this
-    /// thread parses the model cache `file` (MAC verified), then copies the data and the
-    /// program (written behind it) to the device in one batch; fails unless the digest
-    /// matches. The helper hashes what it has just read, while it is in its core's cache
-    /// (hashed from another core it took ~2.5x as long) and while the device copies.
+    /// Reads the model cache, then has the helper read a small data cache into
+    /// `staging` and hash it while this thread verifies the model cache's MAC over the
+    /// whole file and only then parses it; then copies the data and the program (written behind it) to the device
+    /// in one batch, and fails unless the digest matches. The helper hashes what it has
+    /// just read, while it is in its core's cache (hashed from another core it took
+    /// ~2.5x as long), and while the device copies.
     fn fill_small(
         &self,
         hw: &Arc<Hardware>,
         fd: BorrowedFd<'_>,
         staging: &Staging,
-        (file, data, header): (&[u8], Option<DramBlock>, Header),
+        (model_fd, model_size, key, token): ModelFile<'_>,
         epoch: u64,
         len: usize,
     ) -> Result<Ready, CacheError> {
@@ -327,6 +320,8 @@ impl Cache {
             dst: base,
             len,
         };
+        // The model cache first: the helper's read holds the I/O ring while it runs.
+        let file = self.io.read_vec(model_fd, model_size)?;
         let (arrived, read) = mpsc::sync_channel(1);
         // SAFETY: `base` is our private staging mapping, valid for `len` bytes while
         // `staging` lives, and `fd` is open while `files` lives: both outlive `reading`,
@@ -335,7 +330,10 @@ impl Cache {
         let reading = self
             .helper
             .run(move || unsafe { target.read_then_hash(arrived) });
-        let parsed = parse_body(file, &header).and_then(|i| Self::ready(hw, i, data, header));
+        let header = Self::verify_model_file(key, hw, &file, token)?;
+        data_len(&header, len as u64)?;
+        let data = alloc_data(hw, &header)?;
+        let parsed = parse_body(&file, &header).and_then(|i| Self::ready(hw, i, data, header));
         let read = read.recv().unwrap_or_else(|_| Err(helper_failed()));
         let ready = parsed?;
         read?;
@@ -427,6 +425,42 @@ impl Cache {
         }
         Ok(())
     }
+}
+
+/// The model cache file of a load: its fd and size, the key and the token.
+type ModelFile<'a> = (
+    BorrowedFd<'a>,
+    usize,
+    &'a [u8; 32],
+    &'a [u8; BYTE_SIZE_OF_CACHE_TOKEN],
+);
+
+/// The size of a model cache file, if plausible.
+fn model_file_size(fd: BorrowedFd<'_>) -> Result<usize, CacheError> {
+    let size = file_size(fd)?;
+    if size > MAX_MODEL_CACHE || size < (HEADER_LEN + MAC_LEN) as u64 {
+        return Err(CacheError::Malformed("model cache size"));
+    }
+    usize::try_from(size).map_err(|_| CacheError::Malformed("model cache size"))
+}
+
+/// The data cache's length, if the (verified) header agrees with the file's `size`.
+fn data_len(header: &Header, size: u64) -> Result<usize, CacheError> {
+    if size != header.data_len {
+        return Err(CacheError::DataLength {
+            got: size,
+            want: header.data_len,
+        });
+    }
+    usize::try_from(size).map_err(|_| CacheError::Malformed("size"))
+}
+
+/// Device memory for the data cache (none for an empty one).
+fn alloc_data(hw: &Arc<Hardware>, header: &Header) -> Result<Option<DramBlock>, CacheError> {
+    Ok(match header.data_len {
+        0 => None,
+        n => Some(hw.alloc_dram(n)?),
+    })
 }
 
 /// Parses the body of a model cache file whose MAC verified and whose header is `header`.
