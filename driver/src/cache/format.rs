@@ -91,11 +91,52 @@ impl Header {
     }
 }
 
+/// The bytes of a constant held in the model cache. Kernel parameters are scalars, so
+/// values up to [`InlineBytes::SMALL`] bytes are held in place, without an allocation
+/// each (a load parses a hundred or more of them), longer ones on the heap.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum InlineBytes {
+    /// `len` bytes at the start of `bytes`.
+    Small {
+        /// How many bytes of `bytes` are the value.
+        len: u8,
+        /// The value, then zeros.
+        bytes: [u8; InlineBytes::SMALL],
+    },
+    /// A longer value.
+    Large(Vec<u8>),
+}
+
+impl InlineBytes {
+    /// The longest value held in place.
+    pub const SMALL: usize = 16;
+
+    /// The value `b`.
+    pub fn new(b: &[u8]) -> InlineBytes {
+        match u8::try_from(b.len()) {
+            Ok(len) if b.len() <= Self::SMALL => {
+                let mut bytes = [0u8; Self::SMALL];
+                bytes[..b.len()].copy_from_slice(b);
+                InlineBytes::Small { len, bytes }
+            }
+            _ => InlineBytes::Large(b.to_vec()),
+        }
+    }
+
+    /// The value's bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        match self {
+            InlineBytes::Small { len, bytes } => &bytes[..usize::from(*len).min(Self::SMALL)],
+            InlineBytes::Large(v) => v,
+        }
+    }
+}
+
 /// Where a constant's bytes are.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ConstValue {
     /// In the model cache (scalars: parameters of kernels).
-    Inline(Vec<u8>),
+    Inline(InlineBytes),
     /// In the data cache.
     Data {
         /// Offset in the data cache.
@@ -244,9 +285,11 @@ fn put_compiled(w: &mut Writer, c: &Compiled) {
 }
 
 fn get_compiled(r: &mut Reader<'_>, operands: &[Operand]) -> Result<Compiled, CacheError> {
+    // One buffer for every kernel's parameters (decoded, not kept).
+    let mut params = Vec::new();
     let ops = r.list(28, |r| {
         let opcode = r.u32()?;
-        let params = r.u32s()?;
+        r.u32s_into(&mut params)?;
         Ok(Lowered {
             op: KernelOp::decode(opcode, &params)
                 .map_err(|_| CacheError::Malformed("kernel parameters"))?,
@@ -308,7 +351,7 @@ pub fn encode_body(image: &Image) -> Vec<u8> {
         match v {
             ConstValue::Inline(b) => {
                 w.u8(0);
-                w.bytes(b);
+                w.bytes(b.as_slice());
             }
             ConstValue::Data {
                 offset,
@@ -354,7 +397,7 @@ pub fn decode_body(body: &[u8], data_len: u64) -> Result<Image, CacheError> {
     let constants = r.list(5, |r| {
         let i = r.u32()?;
         let v = match r.u8()? {
-            0 => ConstValue::Inline(r.bytes()?),
+            0 => ConstValue::Inline(InlineBytes::new(r.byte_slice()?)),
             tag @ (1 | 2) => ConstValue::Data {
                 offset: r.u64()?,
                 len: r.u64()?,

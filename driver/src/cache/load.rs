@@ -3,7 +3,7 @@
 //! memory, hashed chunk by chunk as it arrives and copied into device memory meanwhile,
 //! and nothing is used unless its digest matches.
 
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::sync::mpsc;
 use std::sync::Arc;
 
@@ -11,7 +11,7 @@ use vnpu_emu::iommu::Perm;
 use vnpu_emu::shm::SharedRegion;
 
 use super::format::{decode_body, ConstValue, Header, Image, HEADER_LEN, MAX_MODEL_CACHE};
-use super::io::{file_size, CHUNK};
+use super::io::{file_size, CacheIo, CHUNK};
 use super::mac::{verify, MAC_LEN};
 use super::{Cache, CacheError, CacheFiles};
 use crate::compile::constants::{Constants, Values};
@@ -102,11 +102,8 @@ impl Cache {
 
     /// The model cache's bytes, of a plausible size.
     fn read_model_file(&self, fd: BorrowedFd<'_>) -> Result<Vec<u8>, CacheError> {
-        let size = file_size(fd)?;
-        if size > MAX_MODEL_CACHE || size < (HEADER_LEN + MAC_LEN) as u64 {
-            return Err(CacheError::Malformed("model cache size"));
-        }
-        Ok(self.io.read_vec(fd, size as usize)?)
+        let size = model_file_size(fd)?;
+        Ok(self.io.read_vec(fd, size)?)
     }
 
     /// Verifies the MAC of a model cache file, then parses it.
@@ -116,29 +113,35 @@ impl Cache {
         file: &[u8],
         token: &[u8; BYTE_SIZE_OF_CACHE_TOKEN],
     ) -> Result<(Header, Image), CacheError> {
+        let header = Self::verify_model_file(key, hw, file, token)?;
+        let image = parse_body(file, &header)?;
+        Ok((header, image))
+    }
+
+    /// Verifies the MAC of a model cache file over all of it, then reads its header
+    /// (which checks the file's length: exactly header, body and MAC).
+    fn verify_model_file(
+        key: &[u8; 32],
+        hw: &Hardware,
+        file: &[u8],
+        token: &[u8; BYTE_SIZE_OF_CACHE_TOKEN],
+    ) -> Result<Header, CacheError> {
         let (contents, tag) = file.split_at(file.len().saturating_sub(MAC_LEN));
         if !verify(key, &Self::binding(hw, token), contents, tag) {
             return Err(CacheError::Integrity);
         }
-        let header = Header::decode(file)?;
-        let image = decode_body(&contents[HEADER_LEN..], header.data_len)?;
-        Ok((header, image))
+        Header::decode(file)
     }
 
-    /// Verifies the model cache, checks the data cache's size against it, allocates the
-    /// device memory and builds the program.
+    /// Builds what a parsed model cache needs in device memory: the constant layout and
+    /// the program relocated to the data (at `data`) and a fresh arena, its own device
+    /// memory allocated.
     fn ready(
         hw: &Arc<Hardware>,
-        (key, file, token): (&[u8; 32], &[u8], &[u8; BYTE_SIZE_OF_CACHE_TOKEN]),
-        data_size: u64,
+        image: Image,
+        data: Option<DramBlock>,
+        header: Header,
     ) -> Result<Ready, CacheError> {
-        let (header, image) = Self::open_model_file(key, hw, file, token)?;
-        if data_size != header.data_len {
-            return Err(CacheError::DataLength {
-                got: data_size,
-                want: header.data_len,
-            });
-        }
         let n = image.model.main.operands.len();
         let mut offsets = vec![None; n];
         let mut layouts = vec![Layout::Plain; n];
@@ -152,10 +155,6 @@ impl Cache {
             bytes: Vec::new(),
             offsets,
             layouts,
-        };
-        let data = match header.data_len {
-            0 => None,
-            len => Some(hw.alloc_dram(len)?),
         };
         let built = match image.instance {
             Some(inst) => {
@@ -183,9 +182,11 @@ impl Cache {
         })
     }
 
-    /// Loads a prepared model from verified cache files. The model cache is verified and
-    /// its program relocated to fresh device memory before any copy starts, so the program
-    /// travels to the device in the same batch as the data.
+    /// Loads a prepared model from verified cache files. The model cache's MAC is
+    /// verified before anything in it is parsed; a small data cache is read by the
+    /// helper thread ([`super::helper`]) while this one parses, and the program is
+    /// relocated to fresh device memory before any copy starts, so it travels to the
+    /// device in the same batch as the data.
     pub fn load(
         &self,
         ctx: &ModelContext,
@@ -196,20 +197,40 @@ impl Cache {
         let hw = &ctx.hw;
         let epoch = hw.epoch();
         let key = self.key()?;
-        let file = self.read_model_file(files.model.as_fd())?;
+        let model_size = model_file_size(files.model.as_fd())?;
         let data_size = file_size(files.data.as_fd())?;
-        let ready = Self::ready(hw, (&key, &file, token), data_size)?;
-        let len = usize::try_from(data_size).map_err(|_| CacheError::Malformed("size"))?;
-        let program_len = ready.built.as_ref().map_or(0, |(_, b, _)| b.bytes.len());
-        let staging = self.take_staging(hw, program_at(len) + program_len)?;
         let fd = files.data.as_fd();
-        let upload = (ready.upload(), epoch);
-        let filled = match len <= OVERLAP_FROM {
-            true => self.fill_small(hw, fd, &staging, upload, len, &ready.header),
-            false => self.fill(hw, fd, &staging, upload, len, &ready.header),
+        let (staging, filled) = match usize::try_from(data_size) {
+            // A small data cache is read (into private staging, bounded in size, where
+            // nothing uses it) while the model cache is verified and parsed.
+            Ok(len) if len <= OVERLAP_FROM && model_size <= OVERLAP_FROM => {
+                let staging = self.take_staging(hw, program_at(len) + model_size)?;
+                let model = (files.model.as_fd(), model_size, &key, token);
+                let filled = self.fill_small(hw, fd, &staging, model, epoch, len);
+                (staging, filled)
+            }
+            _ => {
+                let file = self.read_model_file(files.model.as_fd())?;
+                let header = Self::verify_model_file(&key, hw, &file, token)?;
+                let len = data_len(&header, data_size)?;
+                // The program is part of the body, so the body's length bounds it.
+                let need = program_at(len)
+                    .checked_add(file.len())
+                    .ok_or(CacheError::Malformed("size"))?;
+                let data = alloc_data(hw, &header)?;
+                let staging = self.take_staging(hw, need)?;
+                let filled = parse_body(&file, &header)
+                    .and_then(|image| Self::ready(hw, image, data, header))
+                    .and_then(|ready| {
+                        let upload = (ready.upload(), epoch);
+                        self.fill(hw, fd, &staging, upload, len, &ready.header)?;
+                        Ok(ready)
+                    });
+                (staging, filled)
+            }
         };
         self.keep_staging(staging);
-        filled?;
+        let ready = filled?;
         // Constants needed on the host later (to compile other input shapes) are copied
         // back from device memory then; that memory lives as long as the model.
         let from = ready
@@ -274,25 +295,49 @@ impl Cache {
         }
     }
 
-    /// Reads a small data cache into `staging`, then copies it and the program (written
-    /// behind it) to the device in one batch, hashing it while the device copies; fails
-    /// unless the digest matches.
+    /// Reads the model cache, then has the helper read a small data cache into
+    /// `staging` and hash it while this thread verifies the model cache's MAC over the
+    /// whole file and only then parses it; then copies the data and the program (written behind it) to the device
+    /// in one batch, and fails unless the digest matches. The helper hashes what it has
+    /// just read, while it is in its core's cache (hashed from another core it took
+    /// ~2.5x as long), and while the device copies.
     fn fill_small(
         &self,
         hw: &Arc<Hardware>,
         fd: BorrowedFd<'_>,
         staging: &Staging,
-        (upload, epoch): (Upload<'_>, u64),
+        (model_fd, model_size, key, token): ModelFile<'_>,
+        epoch: u64,
         len: usize,
-        header: &Header,
-    ) -> Result<(), CacheError> {
+    ) -> Result<Ready, CacheError> {
         let base = staging
             .region
             .ptr(0, staging.region.len() as u64)
             .map_err(mem)?;
+        let target = ReadTarget {
+            io: Arc::clone(&self.io),
+            fd: fd.as_raw_fd(),
+            dst: base,
+            len,
+        };
+        // The model cache first: the helper's read holds the I/O ring while it runs.
+        let file = self.io.read_vec(model_fd, model_size)?;
+        let (arrived, read) = mpsc::sync_channel(1);
         // SAFETY: `base` is our private staging mapping, valid for `len` bytes while
-        // `staging` lives; nothing reads them before the read returns.
-        unsafe { self.io.read_chunked(fd, base, len, &mut |_, _| {})? };
+        // `staging` lives, and `fd` is open while `files` lives: both outlive `reading`,
+        // which is waited for (or dropped, which waits) before this function returns;
+        // this thread touches only the staging bytes after `len` meanwhile.
+        let reading = self
+            .helper
+            .run(move || unsafe { target.read_then_hash(arrived) });
+        let header = Self::verify_model_file(key, hw, &file, token)?;
+        data_len(&header, len as u64)?;
+        let data = alloc_data(hw, &header)?;
+        let parsed = parse_body(&file, &header).and_then(|i| Self::ready(hw, i, data, header));
+        let read = recv_spinning(&read).unwrap_or_else(|_| Err(helper_failed()));
+        let ready = parsed?;
+        read?;
+        let upload = ready.upload();
         let iova = staging.map.iova;
         let mut cmds = Vec::with_capacity(2);
         if len > 0 {
@@ -304,18 +349,13 @@ impl Cache {
             cmds.push(dma(iova + at as u64, addr, bytes.len() as u64));
         }
         let copying = hw.submit(cmds, 0, Some(epoch))?;
-        let mut hasher = super::mac::DataDigest::default();
-        if len > 0 {
-            // The read completed and nothing writes these bytes again (the device maps
-            // them READ); `base` is valid for `len` bytes while `staging` lives.
-            // SAFETY: as just said: in bounds, initialised, and never written meanwhile.
-            hasher.update(unsafe { std::slice::from_raw_parts(base, len) });
-        }
+        let digest = reading.wait().flatten();
         copying.wait()?;
-        if hasher.finish() != header.data_digest {
-            return Err(CacheError::DataDigest);
+        match digest {
+            Some(d) if d == ready.header.data_digest => Ok(ready),
+            Some(_) => Err(CacheError::DataDigest),
+            None => Err(helper_failed().into()),
         }
-        Ok(())
     }
 
     /// Reads the data cache into `staging`, hashing it and copying it to device memory as
@@ -387,6 +427,118 @@ impl Cache {
     }
 }
 
+/// The model cache file of a load: its fd and size, the key and the token.
+type ModelFile<'a> = (
+    BorrowedFd<'a>,
+    usize,
+    &'a [u8; 32],
+    &'a [u8; BYTE_SIZE_OF_CACHE_TOKEN],
+);
+
+/// The size of a model cache file, if plausible.
+fn model_file_size(fd: BorrowedFd<'_>) -> Result<usize, CacheError> {
+    let size = file_size(fd)?;
+    if size > MAX_MODEL_CACHE || size < (HEADER_LEN + MAC_LEN) as u64 {
+        return Err(CacheError::Malformed("model cache size"));
+    }
+    usize::try_from(size).map_err(|_| CacheError::Malformed("model cache size"))
+}
+
+/// The data cache's length, if the (verified) header agrees with the file's `size`.
+fn data_len(header: &Header, size: u64) -> Result<usize, CacheError> {
+    if size != header.data_len {
+        return Err(CacheError::DataLength {
+            got: size,
+            want: header.data_len,
+        });
+    }
+    usize::try_from(size).map_err(|_| CacheError::Malformed("size"))
+}
+
+/// Device memory for the data cache (none for an empty one).
+fn alloc_data(hw: &Arc<Hardware>, header: &Header) -> Result<Option<DramBlock>, CacheError> {
+    Ok(match header.data_len {
+        0 => None,
+        n => Some(hw.alloc_dram(n)?),
+    })
+}
+
+/// Parses the body of a model cache file whose MAC verified and whose header is `header`.
+fn parse_body(file: &[u8], header: &Header) -> Result<Image, CacheError> {
+    let end = file.len().saturating_sub(MAC_LEN);
+    let body = file
+        .get(HEADER_LEN..end)
+        .ok_or(CacheError::Malformed("file length"))?;
+    decode_body(body, header.data_len)
+}
+
+/// A read of a data cache into staging memory, handed to the helper thread.
+struct ReadTarget {
+    io: Arc<CacheIo>,
+    fd: RawFd,
+    dst: *mut u8,
+    len: usize,
+}
+
+// SAFETY: `dst` points into a shared-memory staging mapping that the loading thread
+// keeps alive, and does not touch, until the helper's read of it has finished
+// (`fill_small`); the fd is a plain number, open for that long.
+unsafe impl Send for ReadTarget {}
+
+impl ReadTarget {
+    /// Reads the whole data cache, says how the read went on `arrived`, then returns the
+    /// data's digest (`None` if the read failed).
+    ///
+    /// # Safety
+    /// `dst` must be valid for writes of `len` bytes, `fd` open, and nothing else may
+    /// write those bytes, for the whole call; nothing else may read them until the read
+    /// is reported.
+    unsafe fn read_then_hash(
+        self,
+        arrived: mpsc::SyncSender<std::io::Result<()>>,
+    ) -> Option<[u8; MAC_LEN]> {
+        // SAFETY: the caller keeps `fd` open for the call.
+        let fd = unsafe { BorrowedFd::borrow_raw(self.fd) };
+        // SAFETY: forwarded from the caller's contract.
+        let read = unsafe { self.io.read_chunked(fd, self.dst, self.len, &mut |_, _| {}) };
+        let ok = read.is_ok();
+        // The loader may have stopped waiting (its own error); the digest is unused then.
+        let _ = arrived.send(read);
+        if !ok {
+            return None;
+        }
+        // SAFETY: the read filled these `len` bytes and nothing writes them during the
+        // call (the device only reads them).
+        let bytes = unsafe { std::slice::from_raw_parts(self.dst, self.len) };
+        Some(super::mac::DataDigest::of(bytes))
+    }
+}
+
+/// How long a load spins for the helper's read before it sleeps.
+const SPIN: std::time::Duration = std::time::Duration::from_micros(50);
+
+/// Waits for `rx`, spinning up to [`SPIN`] before blocking. The parse usually ends a few
+/// tens of µs before the helper's read; a thread that blocks then is woken ~15 µs after
+/// the answer on an idle VM (a halted vCPU; measured with a ping-pong of two threads),
+/// which is on the load's critical path. The spin is bounded, so a slow read costs at
+/// most [`SPIN`] of CPU.
+fn recv_spinning<T>(rx: &mpsc::Receiver<T>) -> Result<T, mpsc::RecvError> {
+    let start = std::time::Instant::now();
+    loop {
+        match rx.try_recv() {
+            Ok(v) => return Ok(v),
+            Err(mpsc::TryRecvError::Disconnected) => return Err(mpsc::RecvError),
+            Err(mpsc::TryRecvError::Empty) if start.elapsed() < SPIN => std::hint::spin_loop(),
+            Err(mpsc::TryRecvError::Empty) => return rx.recv(),
+        }
+    }
+}
+
+/// What a load reports when the helper thread failed to answer.
+fn helper_failed() -> std::io::Error {
+    std::io::Error::other("the cache helper thread failed")
+}
+
 /// Where the data and the program go in device memory.
 #[derive(Clone, Copy)]
 struct Upload<'a> {
@@ -414,7 +566,7 @@ fn constant_values(
     let mut v: Values = vec![None; n];
     for (i, c) in list {
         let bytes = match c {
-            ConstValue::Inline(b) => Some(b.clone()),
+            ConstValue::Inline(b) => Some(b.as_slice().to_vec()),
             ConstValue::Data {
                 offset,
                 len,

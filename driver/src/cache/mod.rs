@@ -18,6 +18,7 @@
 
 pub mod format;
 pub mod handles;
+mod helper;
 pub mod io;
 pub mod key;
 mod load;
@@ -168,6 +169,8 @@ pub struct Cache {
     key: Mutex<Option<[u8; key::KEY_LEN]>>,
     /// The data cache staging buffer kept between loads.
     staging: Mutex<Option<load::Staging>>,
+    /// The thread that reads data caches while loads parse their model caches.
+    helper: helper::Helper,
 }
 
 impl Cache {
@@ -179,6 +182,7 @@ impl Cache {
             config,
             key: Mutex::new(None),
             staging: Mutex::new(None),
+            helper: helper::Helper::default(),
         }
     }
 

@@ -3,7 +3,7 @@
 
 use std::os::fd::AsFd;
 
-use super::format::{encode_body, ConstValue, Header, Image};
+use super::format::{encode_body, ConstValue, Header, Image, InlineBytes};
 use super::mac::{build_id, device_identity, mac, Binding};
 use super::{Cache, CacheError, CacheFiles};
 use crate::hal::{Model, BYTE_SIZE_OF_CACHE_TOKEN};
@@ -25,7 +25,7 @@ pub fn image_of(parts: &CacheParts<'_>) -> Image {
                     len: c.len() as u64,
                     layout: parts.block.layout(i as u32),
                 },
-                None => ConstValue::Inline(c.clone()),
+                None => ConstValue::Inline(InlineBytes::new(c)),
             };
             Some((i as u32, v))
         })

@@ -85,6 +85,9 @@ pub struct Reader<'a> {
     pos: usize,
 }
 
+/// The most items a list is sized for before they are read.
+const MAX_PREALLOC: usize = 1 << 16;
+
 fn short() -> CacheError {
     CacheError::Malformed("truncated")
 }
@@ -171,18 +174,47 @@ impl<'a> Reader<'a> {
         Ok(self.take(n)?.to_vec())
     }
 
+    /// A length-prefixed byte string, borrowed from the input.
+    pub fn byte_slice(&mut self) -> Result<&'a [u8], CacheError> {
+        let n = self.len(1)?;
+        self.take(n)
+    }
+
+    /// A length-prefixed list of u32 into `out` (cleared first): a caller reading many
+    /// short lists it does not keep reuses one buffer.
+    pub fn u32s_into(&mut self, out: &mut Vec<u32>) -> Result<(), CacheError> {
+        let n = self.len(4)?;
+        let raw = self.take(n * 4)?;
+        out.clear();
+        out.extend(
+            raw.chunks_exact(4)
+                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+        );
+        Ok(())
+    }
+
     /// A length-prefixed list of u32.
     pub fn u32s(&mut self) -> Result<Vec<u32>, CacheError> {
         let n = self.len(4)?;
-        (0..n).map(|_| self.u32()).collect()
+        // One bounds check and one exact allocation for the whole list (a loader parses
+        // thousands of these: collecting through `Result` grows the vector as it goes).
+        let raw = self.take(n * 4)?;
+        Ok(raw
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect())
     }
 
     /// A length-prefixed list of usize.
     pub fn usizes(&mut self) -> Result<Vec<usize>, CacheError> {
         let n = self.len(8)?;
-        (0..n)
-            .map(|_| usize::try_from(self.u64()?).map_err(|_| CacheError::Malformed("usize")))
-            .collect()
+        let raw = self.take(n * 8)?;
+        let mut out = Vec::with_capacity(n);
+        for c in raw.chunks_exact(8) {
+            let v = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+            out.push(usize::try_from(v).map_err(|_| CacheError::Malformed("usize"))?);
+        }
+        Ok(out)
     }
 
     /// A length-prefixed list, each item read by `f` (taking at least `min_item` bytes).
@@ -192,7 +224,14 @@ impl<'a> Reader<'a> {
         mut f: impl FnMut(&mut Reader<'a>) -> Result<T, CacheError>,
     ) -> Result<Vec<T>, CacheError> {
         let n = self.len(min_item)?;
-        (0..n).map(|_| f(self)).collect()
+        // Sized up front (growing it costs a loader thousands of reallocations), but
+        // never by more than a bounded count: an item may be far larger in memory than
+        // the `min_item` bytes it takes in the input.
+        let mut out = Vec::with_capacity(n.min(MAX_PREALLOC));
+        for _ in 0..n {
+            out.push(f(self)?);
+        }
+        Ok(out)
     }
 }
 
@@ -220,6 +259,16 @@ mod tests {
         assert_eq!(r.bytes().unwrap(), b"abc");
         assert_eq!(r.u32s().unwrap(), vec![1, 2]);
         assert_eq!(r.usizes().unwrap(), vec![3]);
+        r.finish().unwrap();
+        let mut w = Writer::new();
+        w.bytes(b"xy");
+        w.u32s(&[4, 5, 6]);
+        let b = w.into_bytes();
+        let mut r = Reader::new(&b);
+        assert_eq!(r.byte_slice().unwrap(), b"xy");
+        let mut out = vec![9];
+        r.u32s_into(&mut out).unwrap();
+        assert_eq!(out, vec![4, 5, 6]);
         r.finish().unwrap();
     }
 

@@ -164,8 +164,20 @@ pub fn lower(ops: &Operands<'_>, op: &Operation) -> Result<Lowered, CompileError
 /// For each operand of `sg`, whether some operation reads its value at compile time
 /// (scalars and parameter tensors), by the signatures of the operations that consume it.
 pub fn value_operands(sg: &Subgraph) -> Vec<bool> {
+    value_operands_among(sg, None)
+}
+
+/// [`value_operands`], looking only at the operations that read an operand `wanted`
+/// marks (all of them without it): binding every signature of a large model costs a
+/// cache load more than the rest of its restore.
+pub fn value_operands_among(sg: &Subgraph, wanted: Option<&[bool]>) -> Vec<bool> {
     let mut v = vec![false; sg.operands.len()];
     for op in &sg.operations {
+        if let Some(w) = wanted {
+            if !op.inputs.iter().any(|&i| w.get(i as usize) == Some(&true)) {
+                continue;
+            }
+        }
         let Some(def) = ops::definition(op.r#type) else {
             continue;
         };

@@ -319,7 +319,13 @@ pub fn constant_block(sg: &Subgraph, constants: &[Option<Vec<u8>>]) -> ConstantB
 /// Model inputs the host reads at execution instead of the device: those some operation
 /// reads as a parameter (e.g. RESHAPE's shape).
 pub fn deferred_inputs(sg: &Subgraph) -> Vec<bool> {
-    let values = lower::value_operands(sg);
+    let mut inputs = vec![false; sg.operands.len()];
+    for &i in &sg.input_indexes {
+        if let Some(slot) = inputs.get_mut(i as usize) {
+            *slot = true;
+        }
+    }
+    let values = lower::value_operands_among(sg, Some(&inputs));
     let mut d = vec![false; sg.operands.len()];
     for &i in &sg.input_indexes {
         if let Some(slot) = d.get_mut(i as usize) {
