@@ -18,9 +18,9 @@ use crate::device::{ModelContext, ModelLease};
 use crate::domain::{transfer, BufferRegistry, DriverBuffer, Io, Role};
 use crate::fence::{self, SyncFence};
 use crate::hal::{
-    validate_request, DataLocation, ErrorStatus, MeasureTiming, Model, NativeHandle,
+    validate_request, DataLocation, ErrorStatus, MeasureTiming, Memory, Model, NativeHandle,
     OptionalTimePoint, OptionalTimeoutDuration, OutputShape, Request, RequestArgument,
-    RequestMemoryPool, Timing,
+    RequestMemoryPool, Timing, MEMORY_ASHMEM, MEMORY_MMAP_FD,
 };
 use crate::hw::{DramBlock, Hardware, HwError, IoMapping};
 use crate::hwbuf::HwUse;
@@ -351,6 +351,43 @@ impl VnpuPreparedModel {
     /// NN's `HalManagedBuffer::validateRequest` for every driver-managed buffer in the
     /// request: each argument's role, state and dimensions, and no buffer written by one
     /// argument and used by another. Returns, per input, the dimensions its buffer gives.
+    /// Maps a shared-memory pool into the device's IOMMU for as long as the returned pin
+    /// lives (a burst's slot cache keeps it); `None` for memory that is not a sealed
+    /// "ashmem" or "mmap_fd" pool (executions then map it each time, or stage it).
+    pub fn pin(&self, m: &Memory) -> Option<Arc<PinnedPool>> {
+        if !matches!(m.name.as_str(), MEMORY_ASHMEM | MEMORY_MMAP_FD) {
+            return None;
+        }
+        let r = open_pool(m, Perm::READ, HwUse::Execution).ok()?;
+        if !r.mappable() {
+            return None;
+        }
+        let key = PinKey::of(&r)?;
+        let map = self.hw.map(r.fd, r.offset, r.size, r.perm).ok()?;
+        Some(Arc::new(PinnedPool { map, key }))
+    }
+
+    /// executeSynchronously_1_3 with the request's pools already mapped where `pins` has
+    /// them (by pool index): a burst's executions.
+    pub fn execute_pinned(
+        &self,
+        request: &Request,
+        measure: MeasureTiming,
+        pins: &[Option<Arc<PinnedPool>>],
+    ) -> (ErrorStatus, Vec<OutputShape>, Timing) {
+        self.run(
+            request,
+            measure,
+            OptionalTimePoint::NONE,
+            OptionalTimeoutDuration::default(),
+            Instant::now(),
+            Via {
+                fenced: false,
+                pins,
+            },
+        )
+    }
+
     fn check_buffers(
         &self,
         request: &Request,
@@ -538,8 +575,9 @@ impl VnpuPreparedModel {
         deadline: OptionalTimePoint,
         loop_timeout: OptionalTimeoutDuration,
         start: Instant,
-        fenced: bool,
+        via: Via<'_>,
     ) -> (ErrorStatus, Vec<OutputShape>, Timing) {
+        let Via { fenced, pins } = via;
         let fail = |s: ErrorStatus| (s, Vec::new(), Timing::NONE);
         if let Err(e) = validate_request(request, &self.model, !fenced) {
             tracing::debug!("request: {e}");
@@ -688,7 +726,14 @@ impl VnpuPreparedModel {
                         continue;
                     }
                 };
-                let pool = if r.mappable() {
+                // A burst's pin serves only the very memory it maps.
+                let pinned = pins
+                    .get(p)
+                    .and_then(Option::as_ref)
+                    .filter(|pin| PinKey::of(r) == Some(pin.key));
+                let pool = if let Some(pin) = pinned {
+                    Ok(DevicePool::Pinned(Arc::clone(pin)))
+                } else if r.mappable() {
                     self.hw
                         .map(r.fd, r.offset, r.size, r.perm)
                         .map(DevicePool::Mapped)
@@ -933,6 +978,47 @@ impl IFencedExecutionCallback for FencedInfo {
 
 /// What the device does with request pool `pool`: reads it, and writes it too when an
 /// output lives there (a hardware buffer is locked for exactly that).
+/// How an execution arrives: fenced (unspecified outputs refused), and the pools a burst
+/// keeps mapped, by request pool index.
+#[derive(Clone, Copy, Default)]
+struct Via<'a> {
+    fenced: bool,
+    pins: &'a [Option<Arc<PinnedPool>>],
+}
+
+/// A shared-memory pool ("ashmem", "mmap_fd") kept mapped in the device's IOMMU while a
+/// burst caches its slot, so its executions skip mapping and unmapping it: made by
+/// [`VnpuPreparedModel::pin`], used by [`VnpuPreparedModel::execute_pinned`].
+pub struct PinnedPool {
+    map: IoMapping,
+    /// The memory it maps (its fd's file, offset, size and access), to check that a
+    /// request's pool is still that memory.
+    key: PinKey,
+}
+
+/// What identifies a pinned pool's memory.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct PinKey {
+    dev: u64,
+    ino: u64,
+    offset: u64,
+    size: u64,
+    perm: Perm,
+}
+
+impl PinKey {
+    fn of(r: &PoolRange<'_>) -> Option<PinKey> {
+        let st = nix::sys::stat::fstat(r.fd).ok()?;
+        Some(PinKey {
+            dev: st.st_dev,
+            ino: st.st_ino,
+            offset: r.offset,
+            size: r.size,
+            perm: r.perm,
+        })
+    }
+}
+
 fn access(request: &Request, pool: usize) -> Perm {
     let written = request
         .outputs
@@ -975,10 +1061,12 @@ impl ReqPool<'_> {
     }
 }
 
-/// A request pool as the device reaches it: mapped directly, staged, or device memory.
+/// A request pool as the device reaches it: mapped directly (for this execution, or kept
+/// by a burst), staged, or device memory.
 enum DevicePool {
     Driver(u64),
     Mapped(IoMapping),
+    Pinned(Arc<PinnedPool>),
     Staged {
         staged: Option<StagedPool>,
         map: Option<IoMapping>,
@@ -992,6 +1080,7 @@ impl DevicePool {
         match self {
             DevicePool::Driver(addr) => Some(addr + off as u64),
             DevicePool::Mapped(m) => Some(m.iova + off as u64),
+            DevicePool::Pinned(p) => Some(p.map.iova + off as u64),
             DevicePool::Staged {
                 staged: Some(s),
                 map: Some(m),
@@ -1104,7 +1193,7 @@ impl IPreparedModel for VnpuPreparedModel {
             deadline,
             loop_timeout,
             Instant::now(),
-            false,
+            Via::default(),
         )
     }
 
@@ -1137,8 +1226,17 @@ impl IPreparedModel for VnpuPreparedModel {
             return fail(e.status());
         }
         let fenced = Instant::now();
-        let (status, _, since_fence) =
-            self.run(request, measure, deadline, loop_timeout, fenced, true);
+        let (status, _, since_fence) = self.run(
+            request,
+            measure,
+            deadline,
+            loop_timeout,
+            fenced,
+            Via {
+                fenced: true,
+                pins: &[],
+            },
+        );
         if status != ErrorStatus::None {
             return fail(status);
         }

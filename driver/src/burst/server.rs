@@ -3,6 +3,9 @@
 //! slots it lacks, each only once), runs the execution synchronously on the prepared
 //! model, and writes the result packet.
 //!
+//! A cached slot's memory stays mapped in the device's IOMMU (a [`PinnedPool`]) until the
+//! client frees the slot or the burst ends, so executions do not map and unmap it.
+//!
 //! Every request is validated before use: a packet that breaks the rules, an unknown
 //! slot, or a request the model refuses gets a failure result (status, no shapes, no
 //! timing), never a crash or a hang. A result too large for the result queue is replaced
@@ -21,6 +24,7 @@ use crate::hal::{
     RequestMemoryPool, Timing,
 };
 use crate::interface::{BurstResult, IBurstCallback, IBurstContext, IPreparedModel};
+use crate::prepared::{PinnedPool, VnpuPreparedModel};
 
 /// How long the burst thread spins on an empty request queue before it sleeps. A futex
 /// wake-up costs tens of microseconds on a small VM, a spin round trip well under one;
@@ -30,8 +34,15 @@ pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
 /// What the burst thread and its context share.
 struct Shared {
     stop: AtomicBool,
-    /// Slot → memory, as the client's callback gave them.
-    slots: Mutex<HashMap<i32, Memory>>,
+    /// Slot → memory, as the client's callback gave them, and its mapping in the device's
+    /// IOMMU, kept while the slot is cached (for a model of this driver's own device).
+    slots: Mutex<HashMap<i32, Slot>>,
+}
+
+/// A cached slot.
+struct Slot {
+    memory: Memory,
+    pin: Option<Arc<PinnedPool>>,
 }
 
 /// A running burst; dropping it stops the thread and forgets the slots.
@@ -156,20 +167,25 @@ fn execute(
             return fail(ErrorStatus::GeneralFailure);
         }
     };
-    let memories = match resolve(callback, shared, &slots) {
+    let local = local_model(model);
+    let cached = match resolve(callback, shared, &slots, local) {
         Ok(m) => m,
         Err(s) => return fail(s),
     };
+    let (memories, pins): (Vec<Memory>, Vec<Option<Arc<PinnedPool>>>) = cached.into_iter().unzip();
     request.pools = memories
         .into_iter()
         .map(RequestMemoryPool::HidlMemory)
         .collect();
-    let (status, shapes, timing) = model.execute_synchronously_1_3(
-        &request,
-        measure,
-        OptionalTimePoint::NONE,
-        OptionalTimeoutDuration::default(),
-    );
+    let (status, shapes, timing) = match local {
+        Some(m) => m.execute_pinned(&request, measure, &pins),
+        None => model.execute_synchronously_1_3(
+            &request,
+            measure,
+            OptionalTimePoint::NONE,
+            OptionalTimeoutDuration::default(),
+        ),
+    };
     match status {
         ErrorStatus::None => (status, shapes, timing),
         // Shapes tell the client how large the outputs must be.
@@ -178,12 +194,19 @@ fn execute(
     }
 }
 
-/// The memories of `slots`, fetching the uncached ones (each once) from the client.
+/// The model as this driver's own prepared model, whose executions can use pinned pools.
+fn local_model(model: &Arc<dyn IPreparedModel>) -> Option<&VnpuPreparedModel> {
+    model.as_any()?.downcast_ref::<VnpuPreparedModel>()
+}
+
+/// The memories of `slots` (with their pins), fetching the uncached ones (each once) from
+/// the client and pinning them in `local`'s device.
 fn resolve(
     callback: &dyn IBurstCallback,
     shared: &Shared,
     slots: &[i32],
-) -> Result<Vec<Memory>, ErrorStatus> {
+    local: Option<&VnpuPreparedModel>,
+) -> Result<Vec<(Memory, Option<Arc<PinnedPool>>)>, ErrorStatus> {
     let mut missing: Vec<i32> = {
         let cache = shared.slots.lock().unwrap_or_else(|p| p.into_inner());
         slots
@@ -200,12 +223,24 @@ fn resolve(
             tracing::debug!("burst: getMemories gave {status} for slots {missing:?}");
             return Err(ErrorStatus::GeneralFailure);
         }
+        let fetched: Vec<Slot> = memories
+            .into_iter()
+            .map(|memory| Slot {
+                pin: local.and_then(|m| m.pin(&memory)),
+                memory,
+            })
+            .collect();
         let mut cache = shared.slots.lock().unwrap_or_else(|p| p.into_inner());
-        cache.extend(missing.into_iter().zip(memories));
+        cache.extend(missing.into_iter().zip(fetched));
     }
     let cache = shared.slots.lock().unwrap_or_else(|p| p.into_inner());
     slots
         .iter()
-        .map(|s| cache.get(s).cloned().ok_or(ErrorStatus::GeneralFailure))
+        .map(|s| {
+            cache
+                .get(s)
+                .map(|c| (c.memory.clone(), c.pin.clone()))
+                .ok_or(ErrorStatus::GeneralFailure)
+        })
         .collect()
 }
