@@ -16,7 +16,7 @@ use thiserror::Error;
 use vnpu_emu::host::{wait_irq, HostQueue};
 use vnpu_emu::iommu::{Perm, PAGE_SIZE};
 use vnpu_emu::regs;
-use vnpu_emu::ring::{CompletionEntry, Opcode, Status, SubmissionEntry};
+use vnpu_emu::ring::{CompletionEntry, Opcode, Status, SubmissionEntry, FLAG_IRQ};
 use vnpu_emu::{Device, DeviceConfig};
 
 use crate::alloc::RangeAllocator;
@@ -456,6 +456,11 @@ impl Hardware {
             let Some(queue) = q.queue.as_mut() else {
                 return Err(HwError::Lost);
             };
+            // No interrupts: a batch the device runs inline is reaped by its submitter,
+            // and one that is not asks for an interrupt then ([`Self::wait_batch`]).
+            for c in &mut cmds {
+                c.flags &= !FLAG_IRQ;
+            }
             queue.submit(dev, &cmds).map_err(|_| HwError::Timeout)?;
             q.batches.insert(first, Arc::clone(&batch));
         }
@@ -488,9 +493,16 @@ impl Hardware {
     fn wait_batch(&self, batch: &Batch) -> Result<Vec<CompletionEntry>, HwError> {
         let deadline = Instant::now() + COMMAND_TIMEOUT;
         // Polled completion (as blk-mq polls): a batch the device ran inline on the
-        // doorbell is complete already; reaping it here saves waiting for the interrupt
-        // thread to wake and route it. (Not under the batch's lock: routing takes it.)
+        // doorbell is complete already; reaping it here saves an interrupt, the interrupt
+        // thread's wake-up and its routing. (Not under the batch's lock: routing takes it.)
         self.route_completions();
+        let pending = {
+            let got = batch.got.lock().unwrap_or_else(|p| p.into_inner());
+            got.entries.len() < batch.expected && !got.hung
+        };
+        // Still running: ask for an interrupt when it is done. Without room in the ring
+        // for the request, poll instead.
+        let woken = !pending || self.request_interrupt();
         let mut got = batch.got.lock().unwrap_or_else(|p| p.into_inner());
         while got.entries.len() < batch.expected {
             if got.hung {
@@ -503,13 +515,38 @@ impl Hardware {
             if left.is_zero() {
                 return Err(HwError::Timeout);
             }
+            let nap = if woken { 100 } else { 1 };
             got = batch
                 .done
-                .wait_timeout(got, left.min(Duration::from_millis(100)))
+                .wait_timeout(got, left.min(Duration::from_millis(nap)))
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
+            if !woken && got.entries.len() < batch.expected {
+                drop(got);
+                self.route_completions();
+                got = batch.got.lock().unwrap_or_else(|p| p.into_inner());
+            }
         }
         Ok(std::mem::take(&mut got.entries))
+    }
+
+    /// Queues a FENCE that raises an interrupt once everything before it is done (the
+    /// batches themselves go without); false if the ring has no room or is gone.
+    fn request_interrupt(&self) -> bool {
+        let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        let id = q.next_req_id;
+        let Some(queue) = q.queue.as_mut() else {
+            return false;
+        };
+        if queue.free_slots(&self.device) < 1 {
+            return false;
+        }
+        let fence = SubmissionEntry::new(Opcode::Fence, id, [0; 6]);
+        if queue.submit(&self.device, &[fence]).is_err() {
+            return false;
+        }
+        q.next_req_id = id.wrapping_add(1).max(1);
+        true
     }
 
     /// Drains the completion ring and hands each entry to its batch.
