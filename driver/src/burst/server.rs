@@ -40,6 +40,7 @@ struct Shared {
 }
 
 /// A cached slot.
+#[derive(Clone)]
 struct Slot {
     memory: Memory,
     pin: Option<Arc<PinnedPool>>,
@@ -172,7 +173,8 @@ fn execute(
         Ok(m) => m,
         Err(s) => return fail(s),
     };
-    let (memories, pins): (Vec<Memory>, Vec<Option<Arc<PinnedPool>>>) = cached.into_iter().unzip();
+    let (memories, pins): (Vec<Memory>, Vec<Option<Arc<PinnedPool>>>) =
+        cached.into_iter().map(|c| (c.memory, c.pin)).unzip();
     request.pools = memories
         .into_iter()
         .map(RequestMemoryPool::HidlMemory)
@@ -206,7 +208,7 @@ fn resolve(
     shared: &Shared,
     slots: &[i32],
     local: Option<&VnpuPreparedModel>,
-) -> Result<Vec<(Memory, Option<Arc<PinnedPool>>)>, ErrorStatus> {
+) -> Result<Vec<Slot>, ErrorStatus> {
     let mut missing: Vec<i32> = {
         let cache = shared.slots.lock().unwrap_or_else(|p| p.into_inner());
         slots
@@ -236,11 +238,6 @@ fn resolve(
     let cache = shared.slots.lock().unwrap_or_else(|p| p.into_inner());
     slots
         .iter()
-        .map(|s| {
-            cache
-                .get(s)
-                .map(|c| (c.memory.clone(), c.pin.clone()))
-                .ok_or(ErrorStatus::GeneralFailure)
-        })
+        .map(|s| cache.get(s).cloned().ok_or(ErrorStatus::GeneralFailure))
         .collect()
 }
