@@ -365,28 +365,6 @@ impl Staged {
         }
     }
 
-    /// `len` bytes copied out of `region` at `offset`, without zeroing the buffer first.
-    pub fn copied_from(
-        region: &crate::shm::SharedRegion,
-        offset: u64,
-        len: usize,
-    ) -> std::result::Result<Staged, crate::error::MemError> {
-        let src = region.ptr(offset, len as u64)?;
-        let words = len.div_ceil(8);
-        let mut v: Vec<u64> = Vec::with_capacity(words);
-        // SAFETY: `src` is valid for `len` bytes of the device's memory (bounds-checked by
-        // `ptr`; copied, never borrowed), `v` has room for `words * 8 >= len` bytes, and
-        // every one of them is written (the copy, then zeros to the end of the last word)
-        // before `set_len` makes them readable; every bit pattern is a valid u64.
-        unsafe {
-            let dst = v.as_mut_ptr().cast::<u8>();
-            std::ptr::copy_nonoverlapping(src, dst, len);
-            std::ptr::write_bytes(dst.add(len), 0, words * 8 - len);
-            v.set_len(words);
-        }
-        Ok(Staged { words: v, len })
-    }
-
     /// This buffer's memory reused for `len` bytes: what it held stays (the caller
     /// overwrites or [`Staged::clear`]s it); only bytes past its old length are zeroed.
     pub fn recycled(mut self, len: usize) -> Staged {

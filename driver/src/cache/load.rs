@@ -323,13 +323,14 @@ impl Cache {
         // The model cache first: the helper's read holds the I/O ring while it runs.
         let file = self.io.read_vec(model_fd, model_size)?;
         let (arrived, read) = mpsc::sync_channel(1);
-        // SAFETY: `base` is our private staging mapping, valid for `len` bytes while
-        // `staging` lives, and `fd` is open while `files` lives: both outlive `reading`,
-        // which is waited for (or dropped, which waits) before this function returns;
-        // this thread touches only the staging bytes after `len` meanwhile.
-        let reading = self
-            .helper
-            .run(move || unsafe { target.read_then_hash(arrived) });
+        // `base` is our private staging mapping, valid for `len` bytes while `staging`
+        // lives, and `fd` is open while `files` lives: both outlive `reading`, which is
+        // waited for (or dropped, which waits) before this function returns; this thread
+        // touches only the staging bytes after `len` meanwhile.
+        let reading = self.helper.run(move || {
+            // SAFETY: by the facts above, `read_then_hash`'s contract holds.
+            unsafe { target.read_then_hash(arrived) }
+        });
         let header = Self::verify_model_file(key, hw, &file, token)?;
         data_len(&header, len as u64)?;
         let data = alloc_data(hw, &header)?;

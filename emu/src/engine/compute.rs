@@ -32,13 +32,9 @@ pub struct Run {
 /// Bytes of one shape-report entry: `u32 rank | u32 dims[6]`.
 pub const REPORT_ENTRY: u64 = 4 + 4 * MAX_RANK as u64;
 
-fn load(bus: &Bus, addr: u64, len: u64) -> Result<Staged, u64> {
-    let w = bus.resolve(addr, len, Perm::READ).map_err(|_| addr)?;
-    Staged::copied_from(&w.region, w.offset, len as usize).map_err(|_| addr)
-}
-
-/// [`load`] into a spare buffer.
-fn load_into(bus: &Bus, addr: u64, len: u64, spare: &mut Spare) -> Result<Staged, u64> {
+/// Copies `len` bytes at device address `addr` into a spare buffer (read over whole, so
+/// never cleared first).
+fn load(bus: &Bus, addr: u64, len: u64, spare: &mut Spare) -> Result<Staged, u64> {
     let w = bus.resolve(addr, len, Perm::READ).map_err(|_| addr)?;
     let mut s = spare.take(len as usize, false);
     w.region.read(w.offset, s.bytes_mut()).map_err(|_| addr)?;
@@ -351,7 +347,12 @@ fn sequence(
             }
             KernelOp::BranchIfFalse(b) => {
                 let c = op.inputs[0];
-                let cond = match load(bus, program.tensors[c as usize].addr, tensors.len(c)) {
+                let cond = match load(
+                    bus,
+                    program.tensors[c as usize].addr,
+                    tensors.len(c),
+                    &mut spare,
+                ) {
                     Ok(v) => v.bytes().first().is_some_and(|&v| v != 0),
                     Err(a) => return fail(Status::DmaFault, a),
                 };
@@ -409,11 +410,11 @@ fn run_kernel(
         }
         let ticket = bus.weights.ticket();
         loaded.push(if cached {
-            let data = Arc::new(load(bus, addr, len).map_err(|a| (Status::DmaFault, a))?);
+            let data = Arc::new(load(bus, addr, len, spare).map_err(|a| (Status::DmaFault, a))?);
             bus.weights.offer(addr, data.clone(), ticket);
             Input::Cached(data)
         } else {
-            Input::Loaded(load_into(bus, addr, len, spare).map_err(|a| (Status::DmaFault, a))?)
+            Input::Loaded(load(bus, addr, len, spare).map_err(|a| (Status::DmaFault, a))?)
         });
     }
     let in_tys: Vec<&TensorType> = op
