@@ -23,6 +23,8 @@ use std::thread::JoinHandle;
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use thiserror::Error;
 
+use crate::engine::compute::Decoded;
+use crate::engine::programs::ProgramCache;
 use crate::engine::{compute, dma, Outcome};
 use crate::error::{IommuError, MemError};
 use crate::fault::{Fault, FaultInjector, FaultPlan};
@@ -95,6 +97,8 @@ pub struct Bus {
     pub busy: AtomicU32,
     /// Tensors the compute engine keeps across runs, coherent with DRAM.
     pub weights: WeightCache,
+    /// Programs the compute engine keeps decoded across runs.
+    pub programs: ProgramCache<Decoded>,
 }
 
 impl Bus {
@@ -176,6 +180,10 @@ struct Shared {
     /// A Kick is queued and not yet taken: register writes coalesce into it, so a host
     /// hammering the doorbell queues one message, not one per write.
     kick_pending: AtomicBool,
+    /// The command processor stopped for want of completion-ring room: only then does a
+    /// CQ_HEAD write need to wake it (a host reaping every completion would otherwise
+    /// wake it once per batch, and keep it busy when the next doorbell comes).
+    cq_stalled: AtomicBool,
 }
 
 impl Shared {
@@ -252,11 +260,13 @@ impl Device {
                 generation: AtomicU64::new(0),
                 busy: AtomicU32::new(0),
                 weights: WeightCache::new(config.weight_cache_bytes),
+                programs: ProgramCache::default(),
             },
             irq,
             clock: AtomicU64::new(0),
             events: Mutex::new(tx.clone()),
             kick_pending: AtomicBool::new(false),
+            cq_stalled: AtomicBool::new(false),
         });
         init_registers(&shared.regs, &config);
         let (dma_tx, dma_rx) = channel::<Work>();
@@ -327,7 +337,16 @@ impl Device {
                     Err(_) => self.shared.kick(),
                 }
             }
-            regs::SQ_TAIL | regs::CQ_HEAD | regs::CONTROL => {
+            regs::CQ_HEAD => {
+                regs.set(offset, value);
+                // Pairs with the processor's fence in `pump`: either it sees this head or
+                // this sees its stall.
+                std::sync::atomic::fence(Ordering::SeqCst);
+                if self.shared.cq_stalled.swap(false, Ordering::SeqCst) {
+                    self.shared.kick();
+                }
+            }
+            regs::SQ_TAIL | regs::CONTROL => {
                 regs.set(offset, value);
                 self.shared.kick();
             }
@@ -667,12 +686,14 @@ impl CommandProcessor {
             tracing::warn!("reset could not clear device memory: {e}");
         }
         self.s.bus.weights.clear();
+        self.s.bus.programs.clear();
         self.queues = None;
         self.sq_head = 0;
         self.cq_tail = 0;
         self.cq_phase = true;
         self.in_flight = 0;
         self.blocked_on = None;
+        self.s.cq_stalled.store(false, Ordering::SeqCst);
         self.lost = false;
         self.halted = false;
         self.completed = 0;
@@ -748,7 +769,22 @@ impl CommandProcessor {
             }
             match self.cq_committed(&q) {
                 Some(n) if n + 1 < q.cq_size => {}
-                Some(_) => return, // completion ring full: wait for the host
+                Some(_) => {
+                    // Completion ring full: wait for the host's CQ_HEAD, unless it moved
+                    // before the stall was visible (checked again after announcing it).
+                    self.s.cq_stalled.store(true, Ordering::SeqCst);
+                    std::sync::atomic::fence(Ordering::SeqCst);
+                    match self.cq_committed(&q) {
+                        Some(n) if n + 1 < q.cq_size => {
+                            self.s.cq_stalled.store(false, Ordering::SeqCst);
+                        }
+                        Some(_) => return,
+                        None => {
+                            self.queue_error(self.regs().get(regs::CQ_HEAD) as u64);
+                            return;
+                        }
+                    }
+                }
                 None => {
                     self.queue_error(self.regs().get(regs::CQ_HEAD) as u64);
                     return;

@@ -195,6 +195,70 @@ fn runs_a_program() {
     assert_eq!(out, [11.0, 0.0, 0.0, 4.5]);
 }
 
+/// The engine keeps decoded programs across runs; a program rewritten in place (same
+/// address, same length, other op) runs as rewritten, not as kept.
+#[test]
+fn a_program_rewritten_in_place_runs_as_rewritten() {
+    let dev = device();
+    let mut q = HostQueue::create(&dev, 32, RING_IOVA).unwrap();
+    let t = |addr: u64| TensorDesc::new(TensorType::new(DType::F32, &[4]), DRAM_BASE + addr);
+    let program = |kind| {
+        Program {
+            tensors: vec![t(0x100), t(0x200), t(0x300)],
+            ops: vec![OpDesc {
+                op: KernelOp::from(Binary {
+                    kind,
+                    act: Activation::None,
+                }),
+                inputs: vec![0, 1],
+                outputs: vec![2],
+            }],
+        }
+        .encode()
+    };
+    let buf = SharedRegion::new("buf", 8192).unwrap();
+    buf.write(0, &f32_bytes(&[1.0, -2.0, 3.0, 4.0])).unwrap();
+    buf.write(16, &f32_bytes(&[10.0, 1.0, -30.0, 0.5])).unwrap();
+    dev.iommu()
+        .map(BUF_IOVA, buf.fd(), 0, 8192, Perm::READ_WRITE)
+        .unwrap();
+    let mut id = 0;
+    let mut run = |bytes: &[u8]| {
+        buf.write(1024, bytes).unwrap();
+        let plen = bytes.len() as u64;
+        let mut c = |op, a, b, len| {
+            id += 1;
+            cmd(op, id, a, b, len)
+        };
+        let cmds = [
+            c(Opcode::DmaCopy, BUF_IOVA, DRAM_BASE + 0x100, 16),
+            c(Opcode::DmaCopy, BUF_IOVA + 16, DRAM_BASE + 0x200, 16),
+            c(Opcode::DmaCopy, BUF_IOVA + 1024, DRAM_BASE + 0x1000, plen),
+            c(Opcode::Fence, 0, 0, 0),
+            c(Opcode::RunProgram, DRAM_BASE + 0x1000, 0, plen),
+            c(Opcode::Fence, 0, 0, 0),
+            c(Opcode::DmaCopy, DRAM_BASE + 0x300, BUF_IOVA + 4096, 16),
+            c(Opcode::Fence, 0, 0, 0),
+        ];
+        q.submit(&dev, &cmds).unwrap();
+        let done = wait_for(&mut q, &dev, cmds.len());
+        assert!(
+            done.iter().all(|c| c.status == Status::Ok as u16),
+            "{done:?}"
+        );
+        let mut out = [0f32; 4];
+        buf.read_f32(4096, &mut out).unwrap();
+        out
+    };
+    let add = program(BinaryKind::Add);
+    let sub = program(BinaryKind::Sub);
+    assert_eq!(add.len(), sub.len());
+    assert_eq!(run(&add), [11.0, -1.0, -27.0, 4.5]);
+    assert_eq!(run(&add), [11.0, -1.0, -27.0, 4.5]);
+    assert_eq!(run(&sub), [-9.0, -3.0, 33.0, 3.5]);
+    assert_eq!(run(&add), [11.0, -1.0, -27.0, 4.5]);
+}
+
 #[test]
 fn corrupt_program_is_rejected() {
     let dev = device();
@@ -250,6 +314,37 @@ fn ring_wraps_many_times() {
         seen += 1;
     }
     assert_eq!(seen, 100);
+}
+
+/// More work than the completion ring has room for: the device stops when the ring is
+/// full and carries on once the host consumes completions (its CQ_HEAD write wakes it).
+#[test]
+fn a_full_completion_ring_resumes_when_the_host_consumes_it() {
+    let dev = device();
+    let mut q = HostQueue::create(&dev, 4, RING_IOVA).unwrap();
+    let mut next = 0u32;
+    for _ in 0..50 {
+        // Three fill the ring (one slot stays empty); until the host consumes them, the
+        // next three stay queued.
+        for _ in 0..2 {
+            let batch: Vec<_> = (0..3)
+                .map(|k| cmd(Opcode::Nop, next + k, 0, 0, 0))
+                .collect();
+            let deadline = std::time::Instant::now() + WAIT;
+            while q.free_slots(&dev) < 3 {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the device took nothing"
+                );
+                std::thread::yield_now();
+            }
+            q.submit(&dev, &batch).unwrap();
+            next += 3;
+        }
+        let done = wait_for(&mut q, &dev, 6);
+        let ids: Vec<u32> = done.iter().map(|c| c.req_id).collect();
+        assert_eq!(ids, (next - 6..next).collect::<Vec<_>>());
+    }
 }
 
 #[test]

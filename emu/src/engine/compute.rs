@@ -60,7 +60,16 @@ enum Input {
     Loaded(Staged),
 }
 
+/// A program as the engine runs it: decoded and checked, with its plan (kept across runs
+/// by the [`super::programs::ProgramCache`]).
+#[derive(Debug)]
+pub struct Decoded {
+    program: Program,
+    plan: Plan,
+}
+
 /// What the engine works out from a program before running it.
+#[derive(Debug)]
 struct Plan {
     /// Which tensors the weight cache may keep: those no op of the program writes (a
     /// dynamic tensor's bytes depend on the run, so never).
@@ -293,16 +302,20 @@ pub fn run_program(bus: &Bus, run: Run, req_id: u32) -> Outcome {
     if w.region.read(w.offset, &mut bytes).is_err() {
         return Outcome::fail(Status::DmaFault, 0, addr);
     }
-    let program = match Program::decode(&bytes, bus.dram_base, bus.dram.len() as u64) {
-        Ok(p) => p,
+    let decoded = bus.programs.get_or_decode(addr, &bytes, |b| {
+        let program = Program::decode(b, bus.dram_base, bus.dram.len() as u64)?;
+        let plan = Plan::new(&program);
+        Ok::<_, crate::error::ProgramError>(Decoded { program, plan })
+    });
+    let Decoded { program, plan } = match &decoded {
+        Ok(d) => &**d,
         Err(e) => {
             tracing::debug!("program rejected: {e}");
             return Outcome::fail(Status::InvalidProgram, 0, addr);
         }
     };
     let mut tensors = Tensors::new(&program.tensors);
-    let plan = Plan::new(&program);
-    let outcome = sequence(bus, &program, &plan, &mut tensors, run, req_id);
+    let outcome = sequence(bus, program, plan, &mut tensors, run, req_id);
     if outcome.status != Status::Ok || run.report == 0 {
         return outcome;
     }
