@@ -143,6 +143,8 @@ struct BatchState {
     entries: Vec<CompletionEntry>,
     /// The watchdog gave up on the batch.
     hung: bool,
+    /// Its submitter sleeps on `done` (a wake-up is a system call: only made for a sleeper).
+    sleeping: bool,
 }
 
 impl Batch {
@@ -159,6 +161,8 @@ struct QueueState {
     next_req_id: u32,
     /// First request id of each batch in flight.
     batches: BTreeMap<u32, Arc<Batch>>,
+    /// Submitters sleeping on `room` for ring slots.
+    room_waiters: usize,
     /// The last (PROGRESS, COMPLETED) seen, and when it last moved.
     progress: (u32, u64),
     progress_at: Instant,
@@ -212,6 +216,7 @@ impl Hardware {
                 queue: Some(queue),
                 next_req_id: 1,
                 batches: BTreeMap::new(),
+                room_waiters: 0,
                 progress: (0, 0),
                 progress_at: Instant::now(),
             }),
@@ -351,6 +356,9 @@ impl Hardware {
         // A batch larger than the ring goes in ring-sized pieces, each finished before the
         // next starts, which keeps the order (and so every FENCE's meaning).
         let max = (QUEUE_ENTRIES / 2) as usize;
+        if cmds.len() <= max {
+            return self.run_batch(cmds, program_ns, epoch);
+        }
         let mut all = Vec::with_capacity(cmds.len());
         for piece in cmds.chunks(max) {
             all.extend(self.run_batch(piece.to_vec(), program_ns, epoch)?);
@@ -432,11 +440,13 @@ impl Hardware {
                 if left.is_zero() {
                     return Err(HwError::Timeout);
                 }
+                q.room_waiters += 1;
                 q = self
                     .room
                     .wait_timeout(q, left.min(Duration::from_millis(10)))
                     .unwrap_or_else(|p| p.into_inner())
                     .0;
+                q.room_waiters -= 1;
             }
             first = q.next_req_id;
             for c in &mut cmds {
@@ -516,11 +526,13 @@ impl Hardware {
                 return Err(HwError::Timeout);
             }
             let nap = if woken { 100 } else { 1 };
+            got.sleeping = true;
             got = batch
                 .done
                 .wait_timeout(got, left.min(Duration::from_millis(nap)))
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
+            got.sleeping = false;
             if !woken && got.entries.len() < batch.expected {
                 drop(got);
                 self.route_completions();
@@ -569,13 +581,16 @@ impl Hardware {
             if let Some(b) = owner {
                 let mut got = b.got.lock().unwrap_or_else(|p| p.into_inner());
                 got.entries.push(c);
-                if got.entries.len() == b.expected {
+                if got.entries.len() == b.expected && got.sleeping {
                     b.done.notify_all();
                 }
             }
         }
+        let room_waiters = q.room_waiters > 0;
         drop(q);
-        self.room.notify_all();
+        if room_waiters {
+            self.room.notify_all();
+        }
     }
 }
 

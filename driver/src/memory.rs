@@ -62,7 +62,17 @@ pub struct OpenPool<'a> {
     _lock: Option<LockedBuffer>,
 }
 
-impl OpenPool<'_> {
+impl<'a> OpenPool<'a> {
+    /// A shared-memory range checked before (a burst's pinned pool: its file is sealed
+    /// against shrinking, so the check still holds).
+    pub fn checked(range: PoolRange<'a>) -> Self {
+        OpenPool {
+            range,
+            whole: false,
+            _lock: None,
+        }
+    }
+
     /// The bytes an argument of `length` may use: `length`, or the whole pool for a
     /// non-BLOB hardware buffer (HAL size 0: its one argument is the whole buffer, with
     /// offset and length 0).

@@ -3,6 +3,7 @@
 
 use std::any::Any;
 use std::collections::HashMap;
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -243,7 +244,7 @@ impl VnpuPreparedModel {
         let constants = Constants::ready(constants);
         let prepared = Self::assemble(ctx, model, constants, block, const_mem, epoch, lease);
         if let (Some(shapes), false) = (prepared.known_input_shapes(), has_deferred) {
-            prepared.instance((shapes, Vec::new(), Vec::new()), epoch)?;
+            prepared.instance(&(shapes, Vec::new(), Vec::new()), epoch)?;
         }
         Ok(prepared)
     }
@@ -364,7 +365,11 @@ impl VnpuPreparedModel {
         }
         let key = PinKey::of(&r)?;
         let map = self.hw.map(r.fd, r.offset, r.size, r.perm).ok()?;
-        Some(Arc::new(PinnedPool { map, key }))
+        Some(Arc::new(PinnedPool {
+            map,
+            key,
+            memory: m.clone(),
+        }))
     }
 
     /// executeSynchronously_1_3 with the request's pools already mapped where `pins` has
@@ -482,23 +487,23 @@ impl VnpuPreparedModel {
     }
 
     /// The instance for these input shapes, compiling and uploading it if new.
-    fn instance(&self, key: InstanceKey, epoch: u64) -> Result<Arc<Mutex<Instance>>, ErrorStatus> {
+    fn instance(&self, key: &InstanceKey, epoch: u64) -> Result<Arc<Mutex<Instance>>, ErrorStatus> {
         {
             let mut all = self.instances.lock().unwrap_or_else(|p| p.into_inner());
             all.tick += 1;
             let tick = all.tick;
-            if let Some((used, i)) = all.map.get_mut(&key) {
+            if let Some((used, i)) = all.map.get_mut(key) {
                 *used = tick;
                 return Ok(Arc::clone(i));
             }
         }
-        let (constants, omitted) = self.compile_inputs(&key);
+        let (constants, omitted) = self.compile_inputs(key);
         let compiled =
             compile::compile(&self.model, &constants, &key.0, &omitted).map_err(|e| {
                 tracing::debug!("compile: {e}");
                 e.status()
             })?;
-        self.install(key, compiled, epoch)
+        self.install(key.clone(), compiled, epoch)
     }
 
     /// Replaces the instance for `key`, whose program (`before`) let a growing loop state
@@ -588,10 +593,20 @@ impl VnpuPreparedModel {
         }
         let sg = &self.model.main;
         let mut pools = Vec::with_capacity(request.pools.len());
+        // Pools a burst pinned, and that are still the very memory pinned.
+        let mut pinned: Vec<Option<&Arc<PinnedPool>>> = vec![None; request.pools.len()];
         for (k, p) in request.pools.iter().enumerate() {
             match p {
                 RequestMemoryPool::HidlMemory(m) => {
-                    match open_pool(m, access(request, k), HwUse::Execution) {
+                    let pin = pins.get(k).and_then(Option::as_ref);
+                    let open = match pin.and_then(|pin| pin.open(m)) {
+                        Some(r) => {
+                            pinned[k] = pin;
+                            Ok(r)
+                        }
+                        None => open_pool(m, access(request, k), HwUse::Execution),
+                    };
+                    match open {
                         Ok(r) => pools.push(ReqPool::Host(r)),
                         Err(e) => {
                             tracing::debug!("request pool: {e}");
@@ -657,7 +672,7 @@ impl VnpuPreparedModel {
         let mut overflowed: Option<Compiled> = None;
         for _ in 0..MAX_REGROWS {
             let got = match &overflowed {
-                None => self.instance(key.clone(), epoch),
+                None => self.instance(&key, epoch),
                 Some(before) => self.instance_larger(key.clone(), before, epoch),
             };
             let inst = match got {
@@ -726,11 +741,13 @@ impl VnpuPreparedModel {
                         continue;
                     }
                 };
-                // A burst's pin serves only the very memory it maps.
-                let pinned = pins
-                    .get(p)
-                    .and_then(Option::as_ref)
-                    .filter(|pin| PinKey::of(r) == Some(pin.key));
+                // A burst's pin serves only the very memory it maps: the same
+                // descriptor (checked above), or the same file range.
+                let pinned = pinned[p].or_else(|| {
+                    pins.get(p)
+                        .and_then(Option::as_ref)
+                        .filter(|pin| PinKey::of(r) == Some(pin.key))
+                });
                 let pool = if let Some(pin) = pinned {
                     Ok(DevicePool::Pinned(Arc::clone(pin)))
                 } else if r.mappable() {
@@ -994,6 +1011,30 @@ pub struct PinnedPool {
     /// The memory it maps (its fd's file, offset, size and access), to check that a
     /// request's pool is still that memory.
     key: PinKey,
+    /// The memory it was made from (its descriptor shared, not duplicated).
+    memory: Memory,
+}
+
+impl PinnedPool {
+    /// `m`'s file range, checked when the pin was made, if `m` is that very memory (the
+    /// same open descriptor, kind, size and integers): no system call needed.
+    fn open<'m>(&self, m: &'m Memory) -> Option<OpenPool<'m>> {
+        let (mine, theirs) = (&self.memory, m);
+        let same = mine.name == theirs.name
+            && mine.size == theirs.size
+            && mine.handle.ints == theirs.handle.ints
+            && mine.handle.fds.len() == 1
+            && theirs.handle.fds.len() == 1
+            && Arc::ptr_eq(&mine.handle.fds[0], &theirs.handle.fds[0]);
+        same.then(|| {
+            OpenPool::checked(PoolRange {
+                fd: theirs.handle.fds[0].as_fd(),
+                offset: self.key.offset,
+                size: self.key.size,
+                perm: self.key.perm,
+            })
+        })
+    }
 }
 
 /// What identifies a pinned pool's memory.

@@ -125,13 +125,13 @@ impl WeightCache {
         }
         let end = addr.saturating_add(len);
         let lowest = addr.saturating_sub(inner.longest);
-        let doomed: Vec<(u64, u64)> = inner
+        // One overlapping entry at a time: most writes (inputs, outputs) overlap none.
+        while let Some(k) = inner
             .entries
             .range((lowest, 0)..(end, 0))
             .map(|(k, _)| *k)
-            .filter(|&(a, l)| a.saturating_add(l) > addr && a < end)
-            .collect();
-        for k in doomed {
+            .find(|&(a, l)| a.saturating_add(l) > addr && a < end)
+        {
             if let Some(e) = inner.entries.remove(&k) {
                 inner.bytes -= e.data.bytes().len();
             }

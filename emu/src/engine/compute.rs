@@ -190,8 +190,9 @@ impl Sram {
     }
 }
 
-/// Buffers a run is done with, reused for the next ops' outputs and loads: a run of a
-/// model then allocates (and page-faults) only for its first few ops.
+/// Buffers a run is done with, reused for the next ops' outputs and loads, and kept for
+/// the next run (the engine's scratch memory): a model run again allocates (and
+/// page-faults) nothing.
 #[derive(Default)]
 struct Spare {
     bufs: Vec<Staged>,
@@ -200,6 +201,31 @@ struct Spare {
 impl Spare {
     /// How many buffers are kept.
     const KEEP: usize = 16;
+    /// Bytes kept between runs at most.
+    const KEEP_BYTES: usize = 32 << 20;
+
+    /// The buffers the last run left.
+    fn reclaim(bus: &Bus) -> Spare {
+        let mut kept = bus.scratch.lock().unwrap_or_else(|p| p.into_inner());
+        Spare {
+            bufs: std::mem::take(&mut *kept),
+        }
+    }
+
+    /// Leaves the buffers for the next run, the largest first within the byte budget.
+    fn keep(mut self, bus: &Bus) {
+        self.bufs
+            .sort_unstable_by_key(|b| std::cmp::Reverse(b.capacity()));
+        let mut total = 0;
+        self.bufs.retain(|b| {
+            total += b.capacity();
+            total <= Self::KEEP_BYTES
+        });
+        let mut kept = bus.scratch.lock().unwrap_or_else(|p| p.into_inner());
+        if kept.is_empty() {
+            *kept = self.bufs;
+        }
+    }
 
     fn give(&mut self, s: Staged) {
         if self.bufs.len() < Self::KEEP && s.capacity() > 0 {
@@ -325,7 +351,8 @@ pub fn run_program(bus: &Bus, run: Run, req_id: u32) -> Outcome {
     }
 }
 
-/// Runs the ops from the first, following control instructions, until the end.
+/// Runs the ops from the first, following control instructions, until the end, with the
+/// engine's scratch buffers (kept across runs) and an empty local memory.
 fn sequence(
     bus: &Bus,
     program: &Program,
@@ -334,13 +361,38 @@ fn sequence(
     run: Run,
     req_id: u32,
 ) -> Outcome {
+    let mut spare = Spare::reclaim(bus);
+    let mut sram = Sram::default();
+    let outcome = sequence_with(
+        bus,
+        program,
+        plan,
+        tensors,
+        (&mut sram, &mut spare),
+        run,
+        req_id,
+    );
+    for e in sram.entries {
+        spare.give(e.data);
+    }
+    spare.keep(bus);
+    outcome
+}
+
+fn sequence_with(
+    bus: &Bus,
+    program: &Program,
+    plan: &Plan,
+    tensors: &mut Tensors<'_>,
+    (sram, spare): (&mut Sram, &mut Spare),
+    run: Run,
+    req_id: u32,
+) -> Outcome {
     let started = Instant::now();
     let loop_timeout = Duration::from_nanos(run.loop_timeout_ns);
     let generation = bus.generation.load(std::sync::atomic::Ordering::SeqCst);
     let mut ns = 0u64;
     let mut pc = 0usize;
-    let mut sram = Sram::default();
-    let mut spare = Spare::default();
     while let Some(op) = program.ops.get(pc) {
         let index = pc as u32;
         let fail = |status, fault| Outcome::fail(status, index, fault);
@@ -360,12 +412,8 @@ fn sequence(
             }
             KernelOp::BranchIfFalse(b) => {
                 let c = op.inputs[0];
-                let cond = match load(
-                    bus,
-                    program.tensors[c as usize].addr,
-                    tensors.len(c),
-                    &mut spare,
-                ) {
+                let cond = match load(bus, program.tensors[c as usize].addr, tensors.len(c), spare)
+                {
                     Ok(v) => v.bytes().first().is_some_and(|&v| v != 0),
                     Err(a) => return fail(Status::DmaFault, a),
                 };
@@ -375,7 +423,7 @@ fn sequence(
             _ => {}
         }
         let start = Instant::now();
-        match run_kernel(bus, program, plan, tensors, (&mut sram, &mut spare), pc) {
+        match run_kernel(bus, program, plan, tensors, (sram, spare), pc) {
             Ok(op_ns) => {
                 bus.trace
                     .record("compute", op.op.name(), start, req_id, op_ns);
