@@ -422,7 +422,10 @@ impl Hardware {
         let batch = Arc::new(Batch {
             expected: cmds.len(),
             estimate_ns: self.estimate_ns(&cmds, program_ns),
-            got: Mutex::new(BatchState::default()),
+            got: Mutex::new(BatchState {
+                entries: Vec::with_capacity(cmds.len()),
+                ..BatchState::default()
+            }),
             done: Condvar::new(),
         });
         let first;

@@ -769,7 +769,8 @@ impl VnpuPreparedModel {
             let (cb, ab) = (self.const_base(), inst.arena.addr);
             let addr = |i: u32| c.address(i, &self.block, cb, ab);
             let iova = |pool: u32, off: u32| devpools.get(pool as usize).and_then(|d| d.iova(off));
-            let mut cmds = Vec::new();
+            // Input copies, two fences, the run and output copies.
+            let mut cmds = Vec::with_capacity(request.inputs.len() + request.outputs.len() + 3);
             for (&i, arg) in sg.input_indexes.iter().zip(&request.inputs) {
                 let len = c.byte_len(i);
                 if arg.has_no_value || len == 0 || self.deferred[i as usize] {

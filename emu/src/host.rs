@@ -95,7 +95,7 @@ impl HostQueue {
 
     /// Takes every completion the device has posted, and tells the device how far we read.
     pub fn drain(&mut self, dev: &Device) -> Vec<CompletionEntry> {
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(8);
         loop {
             let off = self.cq_head as u64 * CQ_ENTRY_SIZE;
             let Ok(word) = self.cq.load_u32(off + 4) else {

@@ -4,6 +4,7 @@
 //! instructions (branches, jumps, copies) and tracks the run-time shape of every dynamic
 //! tensor.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -76,10 +77,28 @@ struct Plan {
     keep: Vec<bool>,
     /// The last op that reads each tensor (in program order).
     last_reader: Vec<usize>,
+    /// Each op's modelled time if its tensors are all static: its types were checked
+    /// when the program was decoded and cannot change, so runs skip that check too.
+    fixed_ns: Vec<Option<u64>>,
 }
 
 impl Plan {
-    fn new(program: &Program) -> Plan {
+    fn new(program: &Program, timing: &crate::timing::TimingModel) -> Plan {
+        let fixed_ns = program
+            .ops
+            .iter()
+            .map(|op| {
+                let tys: Option<Vec<&TensorType>> = op
+                    .inputs
+                    .iter()
+                    .map(|&i| program.tensors.get(i as usize))
+                    .chain(op.outputs.iter().map(|&o| program.tensors.get(o as usize)))
+                    .map(|t| t.filter(|t| !t.dynamic).map(|t| &t.ty))
+                    .collect();
+                let tys = tys?;
+                Some(timing.op_ns(&op.op, &tys[..op.inputs.len()]))
+            })
+            .collect();
         let mut keep: Vec<bool> = program.tensors.iter().map(|t| !t.dynamic).collect();
         let mut last_reader = vec![0usize; program.tensors.len()];
         for (k, op) in program.ops.iter().enumerate() {
@@ -94,7 +113,11 @@ impl Plan {
                 }
             }
         }
-        Plan { keep, last_reader }
+        Plan {
+            keep,
+            last_reader,
+            fixed_ns,
+        }
     }
 }
 
@@ -259,14 +282,15 @@ impl Spare {
 /// tensor's shape changes as ops write it).
 struct Tensors<'p> {
     table: &'p [TensorDesc],
-    types: Vec<TensorType>,
+    /// Borrowed from the table until a dynamic tensor's shape changes.
+    types: Vec<Cow<'p, TensorType>>,
 }
 
 impl<'p> Tensors<'p> {
     fn new(table: &'p [TensorDesc]) -> Self {
         Tensors {
             table,
-            types: table.iter().map(|t| t.ty.clone()).collect(),
+            types: table.iter().map(|t| Cow::Borrowed(&t.ty)).collect(),
         }
     }
 
@@ -291,7 +315,7 @@ impl<'p> Tensors<'p> {
         if !fits(t, &shape) {
             return Err(());
         }
-        self.types[i as usize].shape = shape;
+        self.types[i as usize].to_mut().shape = shape;
         Ok(())
     }
 
@@ -330,7 +354,7 @@ pub fn run_program(bus: &Bus, run: Run, req_id: u32) -> Outcome {
     }
     let decoded = bus.programs.get_or_decode(addr, &bytes, |b| {
         let program = Program::decode(b, bus.dram_base, bus.dram.len() as u64)?;
-        let plan = Plan::new(&program);
+        let plan = Plan::new(&program, &bus.timing);
         Ok::<_, crate::error::ProgramError>(Decoded { program, plan })
     });
     let Decoded { program, plan } = match &decoded {
@@ -481,7 +505,7 @@ fn run_kernel(
     let in_tys: Vec<&TensorType> = op
         .inputs
         .iter()
-        .map(|&i| &tensors.types[i as usize])
+        .map(|&i| &*tensors.types[i as usize])
         .collect();
     // A dynamic output's shape follows from the inputs' current shapes (its capacity
     // is checked); kernels whose shapes depend on values report theirs after running.
@@ -489,7 +513,7 @@ fn run_kernel(
         .outputs
         .iter()
         .any(|&o| program.tensors[o as usize].dynamic);
-    let out_tys: Vec<TensorType> = if wants_runtime_shapes {
+    let out_tys: Vec<Cow<'_, TensorType>> = if wants_runtime_shapes {
         let shapes = op.op.output_shapes(&in_tys).map_err(kernel_error)?;
         let mut tys = Vec::with_capacity(shapes.len());
         for (&o, s) in op.outputs.iter().zip(shapes) {
@@ -504,13 +528,13 @@ fn run_kernel(
             }
             let mut ty = t.ty.clone();
             ty.shape = s;
-            tys.push(ty);
+            tys.push(Cow::Owned(ty));
         }
         tys
     } else {
         op.outputs
             .iter()
-            .map(|&o| tensors.types[o as usize].clone())
+            .map(|&o| Cow::Borrowed(&program.tensors[o as usize].ty))
             .collect()
     };
     // Kernels that write every element of their float32 outputs get them uncleared.
@@ -546,9 +570,16 @@ fn run_kernel(
                 bytes: v.bytes_mut(),
             })
             .collect();
-        kernels::execute(&op.op, &inputs, &mut outputs).map_err(kernel_error)?
+        match plan.fixed_ns[pc] {
+            Some(_) => kernels::execute_checked(&op.op, &inputs, &mut outputs),
+            None => kernels::execute(&op.op, &inputs, &mut outputs),
+        }
+        .map_err(kernel_error)?
     };
-    let op_ns = bus.timing.op_ns(&op.op, &in_tys);
+    let op_ns = match plan.fixed_ns[pc] {
+        Some(ns) => ns,
+        None => bus.timing.op_ns(&op.op, &in_tys),
+    };
     let shapes: Vec<Vec<usize>> = match real {
         Some(r) => r,
         None => out_tys.iter().map(|t| t.shape.clone()).collect(),
