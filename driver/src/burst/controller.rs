@@ -193,12 +193,8 @@ impl BurstController {
             Ok(s) => s,
             Err(s) => return fail(s),
         };
-        let bare = Request {
-            inputs: request.inputs.clone(),
-            outputs: request.outputs.clone(),
-            pools: Vec::new(),
-        };
-        let packet = serialize_request(&bare, &slots, measure);
+        // The pools travel as slots (the packet carries no pools).
+        let packet = serialize_request(request, &slots, measure);
         if let Err(e) = self.requests.write(&packet) {
             tracing::warn!("burst request: {e}");
             return fail(ErrorStatus::GeneralFailure);

@@ -211,6 +211,10 @@ fn resolve(
 ) -> Result<Vec<Slot>, ErrorStatus> {
     let mut missing: Vec<i32> = {
         let cache = shared.slots.lock().unwrap_or_else(|p| p.into_inner());
+        // Usually every slot is cached: one look-up each, under one lock.
+        if let Some(all) = slots.iter().map(|s| cache.get(s).cloned()).collect() {
+            return Ok(all);
+        }
         slots
             .iter()
             .copied()
