@@ -186,6 +186,7 @@ fn main() -> ExitCode {
             repeat,
             seed,
             partial,
+            trace,
             ..
         } if case.ends_with(".tflite") => run_model(
             &target,
@@ -196,6 +197,7 @@ fn main() -> ExitCode {
                 repeat,
                 seed,
                 partial,
+                trace,
                 cache: cache_dir.zip(Some(token)),
             },
         ),
@@ -707,6 +709,7 @@ struct ModelRun {
     repeat: usize,
     seed: u64,
     partial: bool,
+    trace: Option<PathBuf>,
     cache: Option<(PathBuf, Option<String>)>,
 }
 
@@ -797,10 +800,25 @@ fn run_model(target: &Target, path: &Path, opts: ModelRun) -> ExitCode {
         );
     }
     println!("prepare     {prepare_ms:.2} ms");
+    // Only the executions are traced (per kernel: where a model's time goes).
+    let dev = match target {
+        Target::Local(local) => Some(local.hardware().device()),
+        Target::Remote(_) => None,
+    };
+    if let Some(dev) = dev {
+        dev.set_tracing(opts.trace.is_some());
+    }
     let report = match model_run::run(&prepared, &imported, &arrays, opts.repeat) {
         Ok(r) => r,
         Err(e) => return fail(e.to_string()),
     };
+    if let (Some(path), Some(dev)) = (&opts.trace, dev) {
+        let events = dev.take_trace();
+        if let Err(e) = std::fs::write(path, vnpu_emu::trace::chrome_json(&events)) {
+            return fail(format!("cannot write {}: {e}", path.display()));
+        }
+        println!("trace       {} events in {}", events.len(), path.display());
+    }
     let mut ms: Vec<f64> = report
         .executions
         .iter()
