@@ -106,7 +106,7 @@ pub struct Bus {
 
 impl Bus {
     /// Resolves a device address: DRAM above `DRAM_BASE`, host memory (IOMMU) below. A
-    /// write into DRAM drops what the weight cache holds of those bytes; the writer calls
+    /// write into DRAM drops what the weight and program caches hold of those bytes; the writer calls
     /// [`Bus::wrote`] when done.
     pub fn resolve(&self, addr: u64, len: u64, need: Perm) -> Result<Window, IommuError> {
         if addr >= self.dram_base {
@@ -114,6 +114,7 @@ impl Bus {
             self.dram.check(off, len)?;
             if need.allows(Perm::WRITE) {
                 self.weights.invalidate(addr, len);
+                self.programs.invalidate(addr, len);
             }
             Ok(Window {
                 region: Arc::clone(&self.dram),
@@ -125,10 +126,11 @@ impl Bus {
     }
 
     /// Says a write of `[addr, addr + len)` resolved for [`Perm::WRITE`] is done, so the
-    /// weight cache drops anything it loaded while the write was under way.
+    /// weight and program caches drop anything they loaded while the write was under way.
     pub fn wrote(&self, addr: u64, len: u64) {
         if addr >= self.dram_base {
             self.weights.invalidate(addr, len);
+            self.programs.invalidate(addr, len);
         }
     }
 }

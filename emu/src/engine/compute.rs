@@ -62,7 +62,7 @@ enum Input {
 }
 
 /// A program as the engine runs it: decoded and checked, with its plan (kept across runs
-/// by the [`super::programs::ProgramCache`]).
+/// by the [`super::programs::ProgramCache`] while DRAM holds its bytes).
 #[derive(Debug)]
 pub struct Decoded {
     program: Program,
@@ -343,27 +343,14 @@ pub fn run_program(bus: &Bus, run: Run, req_id: u32) -> Outcome {
     if len == 0 || len > MAX_PROGRAM_LEN || addr < bus.dram_base {
         return Outcome::fail(Status::InvalidProgram, 0, addr);
     }
-    // Copy the program out of DRAM first, so nothing can change it between
-    // validation and use.
-    let Ok(w) = bus.resolve(addr, len, Perm::READ) else {
-        return Outcome::fail(Status::DmaFault, 0, addr);
+    let decoded = match bus.programs.get(addr, len) {
+        Some(d) => d,
+        None => match decode_program(bus, addr, len) {
+            Ok(d) => d,
+            Err(o) => return o,
+        },
     };
-    let mut bytes = vec![0u8; len as usize];
-    if w.region.read(w.offset, &mut bytes).is_err() {
-        return Outcome::fail(Status::DmaFault, 0, addr);
-    }
-    let decoded = bus.programs.get_or_decode(addr, &bytes, |b| {
-        let program = Program::decode(b, bus.dram_base, bus.dram.len() as u64)?;
-        let plan = Plan::new(&program, &bus.timing);
-        Ok::<_, crate::error::ProgramError>(Decoded { program, plan })
-    });
-    let Decoded { program, plan } = match &decoded {
-        Ok(d) => &**d,
-        Err(e) => {
-            tracing::debug!("program rejected: {e}");
-            return Outcome::fail(Status::InvalidProgram, 0, addr);
-        }
-    };
+    let Decoded { program, plan } = &*decoded;
     let mut tensors = Tensors::new(&program.tensors);
     let outcome = sequence(bus, program, plan, &mut tensors, run, req_id);
     if outcome.status != Status::Ok || run.report == 0 {
@@ -373,6 +360,27 @@ pub fn run_program(bus: &Bus, run: Run, req_id: u32) -> Outcome {
         Ok(()) => outcome,
         Err(a) => Outcome::fail(Status::DmaFault, program.ops.len() as u32, a),
     }
+}
+
+/// Copies the program out of DRAM first (so nothing can change it between validation and
+/// use), decodes and checks all of it, plans it, and offers that to the program cache.
+fn decode_program(bus: &Bus, addr: u64, len: u64) -> Result<Arc<Decoded>, Outcome> {
+    let ticket = bus.programs.ticket();
+    let w = bus
+        .resolve(addr, len, Perm::READ)
+        .map_err(|_| Outcome::fail(Status::DmaFault, 0, addr))?;
+    let mut bytes = vec![0u8; len as usize];
+    w.region
+        .read(w.offset, &mut bytes)
+        .map_err(|_| Outcome::fail(Status::DmaFault, 0, addr))?;
+    let program = Program::decode(&bytes, bus.dram_base, bus.dram.len() as u64).map_err(|e| {
+        tracing::debug!("program rejected: {e}");
+        Outcome::fail(Status::InvalidProgram, 0, addr)
+    })?;
+    let plan = Plan::new(&program, &bus.timing);
+    let decoded = Arc::new(Decoded { program, plan });
+    bus.programs.offer(addr, len, Arc::clone(&decoded), ticket);
+    Ok(decoded)
 }
 
 /// Runs the ops from the first, following control instructions, until the end, with the

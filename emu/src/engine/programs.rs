@@ -1,21 +1,34 @@
 //! The compute engine's decoded-program cache, as an NPU keeps its command stream's
-//! decoded descriptors: a program run again is not decoded and checked again.
+//! decoded descriptors: a program run again is not copied out of DRAM, decoded and
+//! checked again.
 //!
-//! An entry is keyed by the program's device address and holds the bytes it was decoded
-//! from. A run still copies the program out of DRAM (so nothing can change it between
-//! check and use) and uses the entry only if those bytes are the very same; decoding is a
-//! function of the bytes alone, so a hit is exactly what decoding them again would give.
+//! An entry is keyed by the program's device address and length. It is coherent with
+//! DRAM the way the weight cache is ([`crate::weights`]): every write into device memory
+//! drops the entries it overlaps, when the write is resolved and again when it is done,
+//! and a decoding whose copy started before a write ended is not kept. So a kept decoding
+//! is always the decoding of the bytes DRAM holds at its address.
+//!
+//! Writes far from every kept program (inputs, outputs, the rings) cost one atomic add
+//! and two loads: the cache keeps the address range its entries span, and only a write
+//! into it takes the lock.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Programs kept at most.
 const ENTRIES: usize = 16;
-/// Program bytes kept at most (larger programs are decoded every run).
-const BUDGET_BYTES: usize = 8 << 20;
+/// Program bytes kept at most (a larger program is decoded every run).
+const BUDGET_BYTES: u64 = 8 << 20;
 
 /// Decoded programs (`T`: what the engine works out from a program's bytes).
 #[derive(Debug)]
 pub struct ProgramCache<T> {
+    /// Bumped by every write into device memory (see [`ProgramTicket`]).
+    writes: AtomicU64,
+    /// The lowest address and the end of the highest entry ever kept since the last
+    /// clear (only widened): writes outside it cannot touch an entry.
+    low: AtomicU64,
+    high: AtomicU64,
     inner: Mutex<Inner<T>>,
 }
 
@@ -28,14 +41,22 @@ struct Inner<T> {
 #[derive(Debug)]
 struct Entry<T> {
     addr: u64,
-    bytes: Box<[u8]>,
+    len: u64,
     decoded: Arc<T>,
     used: u64,
 }
 
+/// Taken before copying a program out of DRAM: its decoding is kept only if no write
+/// into device memory happened since.
+#[derive(Clone, Copy, Debug)]
+pub struct ProgramTicket(u64);
+
 impl<T> Default for ProgramCache<T> {
     fn default() -> Self {
         ProgramCache {
+            writes: AtomicU64::new(0),
+            low: AtomicU64::new(u64::MAX),
+            high: AtomicU64::new(0),
             inner: Mutex::new(Inner {
                 entries: Vec::new(),
                 tick: 0,
@@ -49,62 +70,79 @@ impl<T> ProgramCache<T> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The decoding of `bytes`, read from device address `addr`: kept from an earlier run
-    /// of the same bytes there, or `decode`d now (and kept if it succeeds).
-    pub fn get_or_decode<E>(
-        &self,
-        addr: u64,
-        bytes: &[u8],
-        decode: impl FnOnce(&[u8]) -> Result<T, E>,
-    ) -> Result<Arc<T>, E> {
-        {
-            let mut inner = self.lock();
-            inner.tick += 1;
-            let tick = inner.tick;
-            if let Some(e) = inner
-                .entries
-                .iter_mut()
-                .find(|e| e.addr == addr && *e.bytes == *bytes)
-            {
-                e.used = tick;
-                return Ok(Arc::clone(&e.decoded));
-            }
-        }
-        // Decoded outside the lock: the other engine thread may want a kept one meanwhile.
-        let decoded = Arc::new(decode(bytes)?);
-        if bytes.len() <= BUDGET_BYTES {
-            self.keep(addr, bytes, Arc::clone(&decoded));
-        }
-        Ok(decoded)
+    /// The decoding kept for the `len`-byte program at `addr`.
+    pub fn get(&self, addr: u64, len: u64) -> Option<Arc<T>> {
+        let mut inner = self.lock();
+        inner.tick += 1;
+        let tick = inner.tick;
+        let e = inner
+            .entries
+            .iter_mut()
+            .find(|e| e.addr == addr && e.len == len)?;
+        e.used = tick;
+        Some(Arc::clone(&e.decoded))
     }
 
-    /// Keeps a decoding, replacing what was kept for `addr` and evicting the least
-    /// recently used entries beyond the entry and byte budgets.
-    fn keep(&self, addr: u64, bytes: &[u8], decoded: Arc<T>) {
+    /// Taken before the program's bytes are copied out of DRAM.
+    pub fn ticket(&self) -> ProgramTicket {
+        ProgramTicket(self.writes.load(Ordering::SeqCst))
+    }
+
+    /// Keeps the decoding of the `len` bytes at `addr`, copied after `ticket` was taken,
+    /// unless device memory was written since (the copy may be torn or stale). Evicts the
+    /// least recently used entries beyond the budgets.
+    pub fn offer(&self, addr: u64, len: u64, decoded: Arc<T>, ticket: ProgramTicket) {
+        let Some(end) = addr.checked_add(len).filter(|_| len <= BUDGET_BYTES) else {
+            return;
+        };
         let mut inner = self.lock();
+        // Widened before the writes counter is checked: a write whose bump comes after
+        // this check then sees the range and takes the lock (held here) to drop the entry.
+        self.low.fetch_min(addr, Ordering::SeqCst);
+        self.high.fetch_max(end, Ordering::SeqCst);
+        if self.writes.load(Ordering::SeqCst) != ticket.0 {
+            return;
+        }
         inner.entries.retain(|e| e.addr != addr);
-        let mut total: usize = inner.entries.iter().map(|e| e.bytes.len()).sum();
+        let mut total: u64 = inner.entries.iter().map(|e| e.len).sum();
         while !inner.entries.is_empty()
-            && (inner.entries.len() >= ENTRIES || total + bytes.len() > BUDGET_BYTES)
+            && (inner.entries.len() >= ENTRIES || total + len > BUDGET_BYTES)
         {
             let lru = (0..inner.entries.len())
                 .min_by_key(|&k| inner.entries[k].used)
                 .unwrap_or(0);
-            total -= inner.entries.swap_remove(lru).bytes.len();
+            total -= inner.entries.swap_remove(lru).len;
         }
         inner.tick += 1;
         let used = inner.tick;
         inner.entries.push(Entry {
             addr,
-            bytes: bytes.into(),
+            len,
             decoded,
             used,
         });
     }
 
+    /// Drops the entries `[addr, addr + len)` overlaps (a write into device memory, once
+    /// when it is resolved and once when it is done).
+    pub fn invalidate(&self, addr: u64, len: u64) {
+        self.writes.fetch_add(1, Ordering::SeqCst);
+        let end = addr.saturating_add(len);
+        if end <= self.low.load(Ordering::SeqCst) || addr >= self.high.load(Ordering::SeqCst) {
+            return;
+        }
+        self.lock()
+            .entries
+            .retain(|e| e.addr.saturating_add(e.len) <= addr || end <= e.addr);
+    }
+
     /// Forgets everything (device memory was cleared).
     pub fn clear(&self) {
-        self.lock().entries.clear();
+        let mut inner = self.lock();
+        self.writes.fetch_add(1, Ordering::SeqCst);
+        inner.entries.clear();
+        self.low.store(u64::MAX, Ordering::SeqCst);
+        self.high.store(0, Ordering::SeqCst);
     }
 
     /// Programs kept now.
@@ -123,46 +161,76 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn decode_sum(b: &[u8]) -> Result<u64, ()> {
-        if b.first() == Some(&0xff) {
-            return Err(());
-        }
-        Ok(b.iter().map(|&x| x as u64).sum())
+    #[test]
+    fn kept_until_a_write_overlaps_it() {
+        let cache = ProgramCache::default();
+        let t = cache.ticket();
+        cache.offer(0x1000, 0x100, Arc::new(1), t);
+        assert_eq!(cache.get(0x1000, 0x100).as_deref(), Some(&1));
+        assert!(
+            cache.get(0x1000, 0x80).is_none(),
+            "another length is another program"
+        );
+        cache.invalidate(0x800, 0x800); // ends where the program starts
+        cache.invalidate(0x1100, 8); // starts where it ends
+        assert_eq!(cache.get(0x1000, 0x100).as_deref(), Some(&1));
+        cache.invalidate(0x10ff, 1);
+        assert!(cache.get(0x1000, 0x100).is_none());
     }
 
     #[test]
-    fn a_hit_needs_the_same_address_and_bytes() {
+    fn a_decoding_from_before_a_write_is_not_kept() {
         let cache = ProgramCache::default();
-        let a = cache.get_or_decode(0x100, &[1, 2, 3], decode_sum).unwrap();
-        let b = cache.get_or_decode(0x100, &[1, 2, 3], decode_sum).unwrap();
-        assert!(Arc::ptr_eq(&a, &b));
-        // Same bytes elsewhere, or other bytes here: decoded afresh.
-        let c = cache.get_or_decode(0x200, &[1, 2, 3], decode_sum).unwrap();
-        assert!(!Arc::ptr_eq(&a, &c));
-        let d = cache.get_or_decode(0x100, &[1, 2, 4], decode_sum).unwrap();
-        assert_eq!(*d, 7);
-        // The rewritten program replaced the old one at that address.
-        assert_eq!(cache.len(), 2);
-    }
-
-    #[test]
-    fn a_failed_decode_is_not_kept() {
-        let cache = ProgramCache::default();
-        assert!(cache.get_or_decode(0x100, &[0xff, 1], decode_sum).is_err());
+        let t = cache.ticket();
+        cache.invalidate(0x9000, 4); // anywhere: the copy may have raced it
+        cache.offer(0x1000, 0x100, Arc::new(1), t);
         assert!(cache.is_empty());
     }
 
+    #[derive(Debug, Clone)]
+    enum Step {
+        /// Write `len` bytes at `addr` with `value` (resolve, write, done).
+        Write(u64, u64, u8),
+        /// Run the program at `addr` of `len` bytes: use the kept decoding or decode.
+        Run(u64, u64),
+        Clear,
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            (0u64..64, 1u64..16, any::<u8>()).prop_map(|(a, l, v)| Step::Write(a, l, v)),
+            (0u64..64, 1u64..16).prop_map(|(a, l)| Step::Run(a, l)),
+            Just(Step::Clear),
+        ]
+    }
+
     proptest! {
-        /// Whatever is run, a kept decoding is what decoding the bytes gives, and the
-        /// cache stays within its entry budget.
+        /// Against a model of device memory: whatever is written and run, a kept decoding
+        /// is the decoding of what memory holds now, and the cache stays within budget.
         #[test]
-        fn kept_decodings_match_the_bytes(
-            runs in prop::collection::vec((0u64..24, prop::collection::vec(0u8..4, 1..4)), 1..200)
-        ) {
+        fn kept_decodings_are_of_what_memory_holds(steps in prop::collection::vec(step(), 1..200)) {
             let cache = ProgramCache::default();
-            for (addr, bytes) in runs {
-                let got = cache.get_or_decode(addr, &bytes, decode_sum).unwrap();
-                prop_assert_eq!(*got, decode_sum(&bytes).unwrap());
+            let mut dram = [0u8; 80];
+            let decode = |b: &[u8]| b.iter().map(|&x| x as u64).sum::<u64>() + b.len() as u64;
+            for s in steps {
+                match s {
+                    Step::Write(a, l, v) => {
+                        cache.invalidate(a, l);
+                        dram[a as usize..(a + l) as usize].fill(v);
+                        cache.invalidate(a, l);
+                    }
+                    Step::Run(a, l) => {
+                        let bytes = &dram[a as usize..(a + l) as usize];
+                        match cache.get(a, l) {
+                            Some(d) => prop_assert_eq!(*d, decode(bytes)),
+                            None => {
+                                let t = cache.ticket();
+                                cache.offer(a, l, Arc::new(decode(bytes)), t);
+                            }
+                        }
+                    }
+                    Step::Clear => cache.clear(),
+                }
                 prop_assert!(cache.len() <= ENTRIES);
             }
         }
