@@ -27,11 +27,17 @@ fn main() {
     let (request, pool, _) = case.make_request().expect("request");
     let pins = vec![model.pin(&pool)];
     let packet = serialize_request(&request, &[0], MeasureTiming::NO);
+    // A burst's memo of its last execution (`--no-memo`: every execution runs the full path).
+    let use_memo = !std::env::args().any(|a| a == "--no-memo");
+    let mut memo = None;
     for _ in 0..n {
         let (req, _slots, measure) = deserialize_request(&packet).expect("packet");
         let mut req = req;
         req.pools = request.pools.clone();
-        let (status, shapes, timing) = model.execute_pinned(&req, measure, &pins);
+        if !use_memo {
+            memo = None;
+        }
+        let (status, shapes, timing) = model.execute_pinned(&req, measure, &pins, &mut memo);
         assert_eq!(status, ErrorStatus::None);
         std::hint::black_box(serialize_result(status, &shapes, timing));
     }

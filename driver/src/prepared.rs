@@ -373,22 +373,45 @@ impl VnpuPreparedModel {
     }
 
     /// executeSynchronously_1_3 with the request's pools already mapped where `pins` has
-    /// them (by pool index): a burst's executions.
+    /// them (by pool index): a burst's executions. `memo` is the burst's last execution:
+    /// used if it serves this request, replaced by this one's otherwise.
     pub fn execute_pinned(
         &self,
         request: &Request,
         measure: MeasureTiming,
         pins: &[Option<Arc<PinnedPool>>],
+        memo: &mut Option<BurstMemo>,
     ) -> (ErrorStatus, Vec<OutputShape>, Timing) {
+        let start = Instant::now();
+        if let Some(m) = memo
+            .as_ref()
+            .filter(|m| m.serves(request, pins, self.hw.epoch()))
+        {
+            let _arena = m.instance.lock().unwrap_or_else(|p| p.into_inner());
+            return match self.hw.run(m.cmds.clone(), m.program_ns, Some(m.epoch)) {
+                Ok(done) => {
+                    let timing = match measure == MeasureTiming::YES {
+                        true => {
+                            measured(start, done.iter().map(|c| c.device_ns).sum::<u64>() / 1000)
+                        }
+                        false => Timing::NONE,
+                    };
+                    (ErrorStatus::None, m.shapes.clone(), timing)
+                }
+                Err(e) => (hw_status(&e), Vec::new(), Timing::NONE),
+            };
+        }
+        *memo = None;
         self.run(
             request,
             measure,
             OptionalTimePoint::NONE,
             OptionalTimeoutDuration::default(),
-            Instant::now(),
+            start,
             Via {
                 fenced: false,
                 pins,
+                memo: Some(memo),
             },
         )
     }
@@ -582,7 +605,11 @@ impl VnpuPreparedModel {
         start: Instant,
         via: Via<'_>,
     ) -> (ErrorStatus, Vec<OutputShape>, Timing) {
-        let Via { fenced, pins } = via;
+        let Via {
+            fenced,
+            pins,
+            mut memo,
+        } = via;
         let fail = |s: ErrorStatus| (s, Vec::new(), Timing::NONE);
         if let Err(e) = validate_request(request, &self.model, !fenced) {
             tracing::debug!("request: {e}");
@@ -675,7 +702,7 @@ impl VnpuPreparedModel {
                 None => self.instance(&key, epoch),
                 Some(before) => self.instance_larger(key.clone(), before, epoch),
             };
-            let inst = match got {
+            let instance = match got {
                 Ok(i) => i,
                 Err(s) => return fail(s),
             };
@@ -687,7 +714,7 @@ impl VnpuPreparedModel {
             if stale {
                 return fail(ErrorStatus::GeneralFailure);
             }
-            let inst = inst.lock().unwrap_or_else(|p| p.into_inner());
+            let inst = instance.lock().unwrap_or_else(|p| p.into_inner());
             let c = &inst.compiled;
             let room = |a: &RequestArgument| {
                 pools
@@ -875,6 +902,21 @@ impl VnpuPreparedModel {
                     _ => return fail(ErrorStatus::GeneralFailure),
                 }
             }
+            // A burst keeps what it can run again as is: all pools pinned, static
+            // outputs, no deferred values.
+            let pinned_all: Option<Vec<Arc<PinnedPool>>> = devpools
+                .iter()
+                .map(|d| match d {
+                    DevicePool::Pinned(p) => Some(Arc::clone(p)),
+                    _ => None,
+                })
+                .collect();
+            let again = match (&memo, pinned_all) {
+                (Some(_), Some(pins)) if report.is_none() && key.1.is_empty() => {
+                    Some((pins, cmds.clone()))
+                }
+                _ => None,
+            };
             match self.hw.run(cmds, program_ns, Some(epoch)) {
                 Ok(d) => done.extend(d),
                 Err(e) if grows(&e) => {
@@ -882,6 +924,18 @@ impl VnpuPreparedModel {
                     continue;
                 }
                 Err(e) => return fail(hw_status(&e)),
+            }
+            if let (Some(slot), Some((pins, cmds))) = (memo.as_deref_mut(), again) {
+                *slot = Some(BurstMemo {
+                    inputs: request.inputs.clone(),
+                    outputs: request.outputs.clone(),
+                    pins,
+                    instance: Arc::clone(&instance),
+                    cmds,
+                    program_ns,
+                    epoch,
+                    shapes: shapes_out.clone(),
+                });
             }
             for (d, r) in devpools.iter().zip(&pools) {
                 let ReqPool::Host(r) = r else { continue };
@@ -998,10 +1052,45 @@ impl IFencedExecutionCallback for FencedInfo {
 /// output lives there (a hardware buffer is locked for exactly that).
 /// How an execution arrives: fenced (unspecified outputs refused), and the pools a burst
 /// keeps mapped, by request pool index.
-#[derive(Clone, Copy, Default)]
+#[derive(Default)]
 struct Via<'a> {
     fenced: bool,
     pins: &'a [Option<Arc<PinnedPool>>],
+    /// Where a burst keeps its last execution ([`BurstMemo`]).
+    memo: Option<&'a mut Option<BurstMemo>>,
+}
+
+/// A burst's last execution, ready to run again: what validating the request, choosing
+/// the instance and building the commands gave. It serves a next request with the very
+/// same arguments over the very same pinned memories in the same device epoch (all of
+/// which that work depends on), so a burst repeating its request only submits the
+/// commands. Made only for requests whose pools are all pinned, whose outputs are
+/// statically shaped and which give no deferred input values.
+pub struct BurstMemo {
+    inputs: Vec<RequestArgument>,
+    outputs: Vec<RequestArgument>,
+    /// The pins the commands' addresses are in (held: the mappings stay).
+    pins: Vec<Arc<PinnedPool>>,
+    instance: Arc<Mutex<Instance>>,
+    cmds: Vec<SubmissionEntry>,
+    program_ns: u64,
+    epoch: u64,
+    shapes: Vec<OutputShape>,
+}
+
+impl BurstMemo {
+    /// Whether this is the execution of `request` over `pins` in device epoch `epoch`.
+    fn serves(&self, request: &Request, pins: &[Option<Arc<PinnedPool>>], epoch: u64) -> bool {
+        self.epoch == epoch
+            && self.inputs == request.inputs
+            && self.outputs == request.outputs
+            && request.pools.len() == self.pins.len()
+            && request.pools.iter().zip(&self.pins).enumerate().all(|(k, (p, mine))| {
+                matches!(p, RequestMemoryPool::HidlMemory(m)
+                    if pins.get(k).and_then(Option::as_ref).is_some_and(|pin| Arc::ptr_eq(pin, mine))
+                        && mine.open(m).is_some())
+            })
+    }
 }
 
 /// A shared-memory pool ("ashmem", "mmap_fd") kept mapped in the device's IOMMU while a
@@ -1276,7 +1365,7 @@ impl IPreparedModel for VnpuPreparedModel {
             fenced,
             Via {
                 fenced: true,
-                pins: &[],
+                ..Via::default()
             },
         );
         if status != ErrorStatus::None {

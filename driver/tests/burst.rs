@@ -362,3 +362,64 @@ fn burst_cross_process() {
         .usage()
         .is_ok_and(|u| u.connections == 1)));
 }
+
+/// A burst repeating a request runs it again from its memo of the last execution: every
+/// run still reads the inputs and writes the outputs afresh, and another request (other
+/// memory, other slots) in between is served as itself.
+#[test]
+fn burst_repeats_read_and_write_afresh() {
+    use std::os::unix::fs::FileExt;
+    let file = |m: &vnpu_driver::hal::Memory| {
+        std::fs::File::from(m.handle.fds[0].try_clone().expect("dup"))
+    };
+    let memory = |r: &Request| match &r.pools[0] {
+        vnpu_driver::hal::RequestMemoryPool::HidlMemory(m) => m.clone(),
+        _ => unreachable!("corpus requests use shared memory"),
+    };
+    // Outputs are overwritten with a pattern before each run: a run that skipped its
+    // output copies would leave it there.
+    for (case, prepared) in prepared_cases(8) {
+        let b = burst(&prepared, CHANNEL_LENGTH);
+        let (ra, pa, la) = case.make_request().unwrap();
+        let (rb, pb, lb) = case.make_request().unwrap();
+        for _ in 0..3 {
+            for (r, p, l) in [(&ra, &pa, &la), (&ra, &pa, &la), (&rb, &pb, &lb)] {
+                for loc in l.iter() {
+                    let junk = vec![0xa5u8; loc.length as usize];
+                    file(p).write_all_at(&junk, loc.offset as u64).unwrap();
+                }
+                assert_eq!(b.execute(r, MeasureTiming::YES).0, ErrorStatus::None);
+                assert!(outputs_match(&case, p, l), "{}", case.name);
+            }
+        }
+    }
+    // Inputs: a 1-element ADD whose first input changes between two runs of one request.
+    let case = vnpu_driver::conformance::lookup(&[common::corpus_path("V1_0.jsonl.gz")], "add")
+        .expect("the 1-element ADD case");
+    let (_, status, prepared) = prepare_plain(common::device().as_ref(), &case.model);
+    assert_eq!(status, ErrorStatus::None);
+    let prepared = prepared.unwrap();
+    let b = burst(&prepared, CHANNEL_LENGTH);
+    let (request, pool, outputs) = case.make_request().unwrap();
+    let f = file(&memory(&request));
+    let read = |off: u32| {
+        let mut v = [0u8; 4];
+        f.read_exact_at(&mut v, off as u64).unwrap();
+        f32::from_le_bytes(v)
+    };
+    let input = request.inputs[0].location.offset;
+    let output = outputs[0].offset;
+    assert_eq!(b.execute(&request, MeasureTiming::NO).0, ErrorStatus::None);
+    let (x, sum) = (read(input), read(output));
+    for step in 1..4 {
+        let x2 = x + step as f32;
+        f.write_all_at(&x2.to_le_bytes(), input as u64).unwrap();
+        assert_eq!(b.execute(&request, MeasureTiming::NO).0, ErrorStatus::None);
+        let got = read(output);
+        assert!(
+            (got - (sum + step as f32)).abs() < 1e-4,
+            "{got} after adding {step}"
+        );
+    }
+    drop(pool);
+}

@@ -24,7 +24,7 @@ use crate::hal::{
     RequestMemoryPool, Timing,
 };
 use crate::interface::{BurstResult, IBurstCallback, IBurstContext, IPreparedModel};
-use crate::prepared::{PinnedPool, VnpuPreparedModel};
+use crate::prepared::{BurstMemo, PinnedPool, VnpuPreparedModel};
 
 /// How long the burst thread spins on an empty request queue before it sleeps. A futex
 /// wake-up costs tens of microseconds on a small VM, a spin round trip well under one;
@@ -37,6 +37,9 @@ struct Shared {
     /// Slot → memory, as the client's callback gave them, and its mapping in the device's
     /// IOMMU, kept while the slot is cached (for a model of this driver's own device).
     slots: Mutex<HashMap<i32, Slot>>,
+    /// The last execution, run again as is for the same request ([`BurstMemo`]); it holds
+    /// its slots' pins, so freeing a slot forgets it.
+    memo: Mutex<Option<BurstMemo>>,
 }
 
 /// A cached slot.
@@ -60,6 +63,7 @@ impl IBurstContext for BurstContext {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&slot);
+        *self.shared.memo.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }
 }
 
@@ -94,6 +98,7 @@ pub fn start(
     let shared = Arc::new(Shared {
         stop: AtomicBool::new(false),
         slots: Mutex::new(HashMap::new()),
+        memo: Mutex::new(None),
     });
     let thread = {
         let shared = shared.clone();
@@ -180,7 +185,10 @@ fn execute(
         .map(RequestMemoryPool::HidlMemory)
         .collect();
     let (status, shapes, timing) = match local {
-        Some(m) => m.execute_pinned(&request, measure, &pins),
+        Some(m) => {
+            let mut memo = shared.memo.lock().unwrap_or_else(|p| p.into_inner());
+            m.execute_pinned(&request, measure, &pins, &mut memo)
+        }
         None => model.execute_synchronously_1_3(
             &request,
             measure,
