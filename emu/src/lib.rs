@@ -5,6 +5,7 @@
 //! is a memfd at device addresses from [`DRAM_BASE`]; the compute engine runs validated
 //! [`program`]s of [`kernels`]. See docs/ARCHITECTURE.md.
 
+pub mod coherence;
 pub mod device;
 pub mod engine;
 pub mod error;

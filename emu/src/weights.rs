@@ -9,10 +9,10 @@
 //! not kept. So a cached tensor is always the bytes DRAM holds; the cache only saves the
 //! copy.
 
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
 
+use crate::coherence::{Coherence, Ticket};
 use crate::tensor::Staged;
 
 /// Bytes the cache keeps by default (an NPU's weight SRAM is a few MiB to tens of MiB).
@@ -22,9 +22,9 @@ pub const DEFAULT_WEIGHT_CACHE_BYTES: usize = 16 << 20;
 #[derive(Debug)]
 pub struct WeightCache {
     budget: usize,
-    /// Bumped by every invalidation: a load that saw another value at its start may have
-    /// read bytes a write was changing, and is not kept.
-    writes: AtomicU64,
+    /// Every write counted, and the span the entries cover: a load that started before a
+    /// write may have read bytes it was changing, and is not kept.
+    coherence: Coherence,
     inner: Mutex<Inner>,
 }
 
@@ -35,6 +35,24 @@ struct Inner {
     /// The longest entry (bounds the overlap search).
     longest: u64,
     tick: u64,
+    /// Tensors a write dropped: DRAM there changes (a model input the host writes every
+    /// run, most likely), so they are not kept again.
+    volatile: HashSet<(u64, u64)>,
+}
+
+/// How many volatile tensors are remembered (then forgotten all at once).
+const VOLATILE_KEYS: usize = 1024;
+
+/// What the cache says of a tensor about to be loaded.
+#[derive(Debug)]
+pub enum Probe {
+    /// Kept: its bytes.
+    Hit(Arc<Staged>),
+    /// Not kept; worth offering once loaded.
+    Miss,
+    /// Not kept, and not worth keeping: a write dropped it before, or the cache keeps
+    /// nothing.
+    Volatile,
 }
 
 #[derive(Debug)]
@@ -44,15 +62,14 @@ struct Entry {
 }
 
 /// What a load must remember to offer its bytes to the cache afterwards.
-#[derive(Clone, Copy, Debug)]
-pub struct LoadTicket(u64);
+pub type LoadTicket = Ticket;
 
 impl WeightCache {
     /// A cache keeping at most `budget` bytes (0: keeps nothing).
     pub fn new(budget: usize) -> WeightCache {
         WeightCache {
             budget,
-            writes: AtomicU64::new(0),
+            coherence: Coherence::default(),
             inner: Mutex::new(Inner::default()),
         }
     }
@@ -63,20 +80,33 @@ impl WeightCache {
 
     /// The tensor of `len` bytes at `addr`, if kept.
     pub fn get(&self, addr: u64, len: u64) -> Option<Arc<Staged>> {
+        match self.probe(addr, len) {
+            Probe::Hit(s) => Some(s),
+            Probe::Miss | Probe::Volatile => None,
+        }
+    }
+
+    /// The tensor of `len` bytes at `addr` if kept, else whether to offer it once loaded.
+    pub fn probe(&self, addr: u64, len: u64) -> Probe {
         if self.budget == 0 {
-            return None;
+            return Probe::Volatile;
         }
         let mut inner = self.lock();
         inner.tick += 1;
         let tick = inner.tick;
-        let e = inner.entries.get_mut(&(addr, len))?;
-        e.used = tick;
-        Some(e.data.clone())
+        if let Some(e) = inner.entries.get_mut(&(addr, len)) {
+            e.used = tick;
+            return Probe::Hit(e.data.clone());
+        }
+        match inner.volatile.contains(&(addr, len)) {
+            true => Probe::Volatile,
+            false => Probe::Miss,
+        }
     }
 
     /// Taken before reading a tensor from DRAM that may be offered with [`Self::offer`].
     pub fn ticket(&self) -> LoadTicket {
-        LoadTicket(self.writes.load(Ordering::Acquire))
+        self.coherence.ticket()
     }
 
     /// Keeps `data`, read from `addr` after `ticket` was taken, unless a write was
@@ -87,8 +117,11 @@ impl WeightCache {
             return;
         }
         let mut inner = self.lock();
-        // Checked under the lock: invalidations bump the counter under it too.
-        if self.writes.load(Ordering::Acquire) != ticket.0 {
+        if inner.volatile.contains(&(addr, len as u64))
+            || !self
+                .coherence
+                .still_valid(addr, addr.saturating_add(len as u64), ticket)
+        {
             return;
         }
         inner.tick += 1;
@@ -118,11 +151,10 @@ impl WeightCache {
 
     /// Drops every entry overlapping `[addr, addr + len)`: DRAM there is being written.
     pub fn invalidate(&self, addr: u64, len: u64) {
-        let mut inner = self.lock();
-        self.writes.fetch_add(1, Ordering::AcqRel);
-        if inner.entries.is_empty() {
+        if !self.coherence.write_may_touch(addr, len) {
             return;
         }
+        let mut inner = self.lock();
         let end = addr.saturating_add(len);
         let lowest = addr.saturating_sub(inner.longest);
         // One overlapping entry at a time: most writes (inputs, outputs) overlap none.
@@ -135,14 +167,19 @@ impl WeightCache {
             if let Some(e) = inner.entries.remove(&k) {
                 inner.bytes -= e.data.bytes().len();
             }
+            if inner.volatile.len() >= VOLATILE_KEYS {
+                inner.volatile.clear();
+            }
+            inner.volatile.insert(k);
         }
     }
 
     /// Drops everything (device memory was cleared).
     pub fn clear(&self) {
         let mut inner = self.lock();
-        self.writes.fetch_add(1, Ordering::AcqRel);
+        self.coherence.cleared();
         inner.entries.clear();
+        inner.volatile.clear();
         inner.bytes = 0;
         inner.longest = 0;
     }
@@ -200,6 +237,25 @@ mod tests {
         // A tensor over a quarter of the budget is never kept.
         c.offer(0x20000, staged(300, 1), c.ticket());
         assert!(c.get(0x20000, 300).is_none());
+    }
+
+    /// A tensor a write dropped (an input the host rewrites every run) is not kept again;
+    /// others still are; a reset forgets which were volatile.
+    #[test]
+    fn a_tensor_written_over_is_not_kept_again() {
+        let c = WeightCache::new(1 << 20);
+        let staged = |n: usize| Arc::new(Staged::zeroed(n));
+        c.offer(0x1000, staged(64), c.ticket());
+        assert!(matches!(c.probe(0x1000, 64), Probe::Hit(_)));
+        c.invalidate(0x1010, 4);
+        assert!(matches!(c.probe(0x1000, 64), Probe::Volatile));
+        c.offer(0x1000, staged(64), c.ticket());
+        assert!(c.get(0x1000, 64).is_none());
+        assert!(matches!(c.probe(0x2000, 64), Probe::Miss));
+        c.offer(0x2000, staged(64), c.ticket());
+        assert!(c.get(0x2000, 64).is_some());
+        c.clear();
+        assert!(matches!(c.probe(0x1000, 64), Probe::Miss));
     }
 
     proptest! {

@@ -14,6 +14,7 @@ use crate::kernels::{self, KernelOp, MAX_RANK};
 use crate::program::{Program, TensorDesc, MAX_PROGRAM_LEN};
 use crate::ring::Status;
 use crate::tensor::{Staged, TensorType, View, ViewMut};
+use crate::weights::Probe;
 use crate::Bus;
 
 /// One RUN_PROGRAM command's arguments.
@@ -494,11 +495,15 @@ fn run_kernel(
             continue;
         }
         let addr = program.tensors[i as usize].addr;
-        let cached = plan.keep.get(i as usize).copied().unwrap_or(false);
+        let mut cached = plan.keep.get(i as usize).copied().unwrap_or(false);
         if cached {
-            if let Some(s) = bus.weights.get(addr, len) {
-                loaded.push(Input::Cached(s));
-                continue;
+            match bus.weights.probe(addr, len) {
+                Probe::Hit(s) => {
+                    loaded.push(Input::Cached(s));
+                    continue;
+                }
+                Probe::Miss => {}
+                Probe::Volatile => cached = false,
             }
         }
         let ticket = bus.weights.ticket();

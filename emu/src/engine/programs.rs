@@ -8,12 +8,12 @@
 //! and a decoding whose copy started before a write ended is not kept. So a kept decoding
 //! is always the decoding of the bytes DRAM holds at its address.
 //!
-//! Writes far from every kept program (inputs, outputs, the rings) cost one atomic add
-//! and two loads: the cache keeps the address range its entries span, and only a write
-//! into it takes the lock.
+//! Writes far from every kept program (inputs, outputs, the rings) take no lock
+//! ([`crate::coherence`]).
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+
+use crate::coherence::{Coherence, Ticket};
 
 /// Programs kept at most.
 const ENTRIES: usize = 16;
@@ -23,12 +23,8 @@ const BUDGET_BYTES: u64 = 8 << 20;
 /// Decoded programs (`T`: what the engine works out from a program's bytes).
 #[derive(Debug)]
 pub struct ProgramCache<T> {
-    /// Bumped by every write into device memory (see [`ProgramTicket`]).
-    writes: AtomicU64,
-    /// The lowest address and the end of the highest entry ever kept since the last
-    /// clear (only widened): writes outside it cannot touch an entry.
-    low: AtomicU64,
-    high: AtomicU64,
+    /// Every write counted, and the span the entries cover.
+    coherence: Coherence,
     inner: Mutex<Inner<T>>,
 }
 
@@ -48,15 +44,12 @@ struct Entry<T> {
 
 /// Taken before copying a program out of DRAM: its decoding is kept only if no write
 /// into device memory happened since.
-#[derive(Clone, Copy, Debug)]
-pub struct ProgramTicket(u64);
+pub type ProgramTicket = Ticket;
 
 impl<T> Default for ProgramCache<T> {
     fn default() -> Self {
         ProgramCache {
-            writes: AtomicU64::new(0),
-            low: AtomicU64::new(u64::MAX),
-            high: AtomicU64::new(0),
+            coherence: Coherence::default(),
             inner: Mutex::new(Inner {
                 entries: Vec::new(),
                 tick: 0,
@@ -85,7 +78,7 @@ impl<T> ProgramCache<T> {
 
     /// Taken before the program's bytes are copied out of DRAM.
     pub fn ticket(&self) -> ProgramTicket {
-        ProgramTicket(self.writes.load(Ordering::SeqCst))
+        self.coherence.ticket()
     }
 
     /// Keeps the decoding of the `len` bytes at `addr`, copied after `ticket` was taken,
@@ -96,11 +89,7 @@ impl<T> ProgramCache<T> {
             return;
         };
         let mut inner = self.lock();
-        // Widened before the writes counter is checked: a write whose bump comes after
-        // this check then sees the range and takes the lock (held here) to drop the entry.
-        self.low.fetch_min(addr, Ordering::SeqCst);
-        self.high.fetch_max(end, Ordering::SeqCst);
-        if self.writes.load(Ordering::SeqCst) != ticket.0 {
+        if !self.coherence.still_valid(addr, end, ticket) {
             return;
         }
         inner.entries.retain(|e| e.addr != addr);
@@ -126,11 +115,10 @@ impl<T> ProgramCache<T> {
     /// Drops the entries `[addr, addr + len)` overlaps (a write into device memory, once
     /// when it is resolved and once when it is done).
     pub fn invalidate(&self, addr: u64, len: u64) {
-        self.writes.fetch_add(1, Ordering::SeqCst);
-        let end = addr.saturating_add(len);
-        if end <= self.low.load(Ordering::SeqCst) || addr >= self.high.load(Ordering::SeqCst) {
+        if !self.coherence.write_may_touch(addr, len) {
             return;
         }
+        let end = addr.saturating_add(len);
         self.lock()
             .entries
             .retain(|e| e.addr.saturating_add(e.len) <= addr || end <= e.addr);
@@ -139,10 +127,8 @@ impl<T> ProgramCache<T> {
     /// Forgets everything (device memory was cleared).
     pub fn clear(&self) {
         let mut inner = self.lock();
-        self.writes.fetch_add(1, Ordering::SeqCst);
+        self.coherence.cleared();
         inner.entries.clear();
-        self.low.store(u64::MAX, Ordering::SeqCst);
-        self.high.store(0, Ordering::SeqCst);
     }
 
     /// Programs kept now.
