@@ -28,7 +28,7 @@ use crate::engine::programs::ProgramCache;
 use crate::engine::{compute, dma, Outcome};
 use crate::error::{IommuError, MemError};
 use crate::fault::{Fault, FaultInjector, FaultPlan};
-use crate::iommu::{Iommu, Perm, Window};
+use crate::iommu::{Iommu, Iotlb, Perm, Window};
 use crate::regs::{self, RegisterFile};
 use crate::ring::{
     CompletionEntry, Opcode, Status, SubmissionEntry, CQ_ENTRY_SIZE, FLAG_IRQ, SQ_ENTRY_SIZE,
@@ -553,6 +553,8 @@ struct CommandProcessor {
     completed: u64,
     /// Handling a doorbell on the ringing thread: small commands run here.
     inline_pass: bool,
+    /// The rings' translations.
+    tlb: Iotlb,
 }
 
 impl CommandProcessor {
@@ -577,6 +579,7 @@ impl CommandProcessor {
             halted: false,
             completed: 0,
             inline_pass: false,
+            tlb: Iotlb::default(),
         }
     }
 
@@ -813,11 +816,33 @@ impl CommandProcessor {
         }
     }
 
-    fn fetch(&self, addr: u64) -> Option<SubmissionEntry> {
-        let w = self.s.bus.resolve(addr, SQ_ENTRY_SIZE, Perm::READ).ok()?;
+    fn fetch(&mut self, addr: u64) -> Option<SubmissionEntry> {
+        let q = self.queues?;
+        let ring = (q.sq_base, q.sq_size as u64 * SQ_ENTRY_SIZE);
+        let w = self
+            .ring_window(ring, addr, SQ_ENTRY_SIZE, Perm::READ)
+            .ok()?;
         let mut b = [0u8; 64];
         w.region.read(w.offset, &mut b).ok()?;
         Some(SubmissionEntry::decode(&b))
+    }
+
+    /// An access inside one of the rings: in host memory through the IOTLB, else (device
+    /// memory, or a ring that does not translate whole) resolved on its own.
+    fn ring_window(
+        &mut self,
+        ring: (u64, u64),
+        addr: u64,
+        len: u64,
+        need: Perm,
+    ) -> Result<Window, IommuError> {
+        let bus = &self.s.bus;
+        if ring.0.saturating_add(ring.1) <= bus.dram_base {
+            if let Some(w) = self.tlb.translate(&bus.iommu, ring, addr, len, need) {
+                return Ok(w);
+            }
+        }
+        bus.resolve(addr, len, need)
     }
 
     fn dispatch(&mut self, e: SubmissionEntry) {
@@ -926,10 +951,9 @@ impl CommandProcessor {
             fault_addr: o.fault_addr,
         };
         let addr = q.cq_base + self.cq_tail as u64 * CQ_ENTRY_SIZE;
+        let ring = (q.cq_base, q.cq_size as u64 * CQ_ENTRY_SIZE);
         let written = self
-            .s
-            .bus
-            .resolve(addr, CQ_ENTRY_SIZE, Perm::WRITE)
+            .ring_window(ring, addr, CQ_ENTRY_SIZE, Perm::WRITE)
             .and_then(|w| {
                 // Write the body first and the word holding the phase bit last, so the
                 // host never sees a new phase with a stale body.

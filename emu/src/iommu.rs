@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::os::fd::BorrowedFd;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use crate::error::IommuError;
@@ -54,6 +55,75 @@ pub struct Window {
 #[derive(Debug, Default)]
 pub struct Iommu {
     table: RwLock<BTreeMap<u64, Mapping>>,
+    /// Bumped whenever a mapping goes (a translation made before may be stale): what an
+    /// [`Iotlb`] checks.
+    generation: AtomicU64,
+}
+
+/// A device's translation cache for a few long-lived ranges (its rings): a range is
+/// translated whole once and reused while no mapping has gone since, so fetching a ring
+/// entry does not walk the IOMMU's table. (A new mapping cannot change an existing
+/// translation: overlaps are refused.)
+#[derive(Debug, Default)]
+pub struct Iotlb {
+    entries: Vec<TlbEntry>,
+}
+
+#[derive(Debug)]
+struct TlbEntry {
+    generation: u64,
+    base: u64,
+    span: u64,
+    need: Perm,
+    window: Window,
+}
+
+/// Ranges an [`Iotlb`] keeps.
+const TLB_ENTRIES: usize = 4;
+
+impl Iotlb {
+    /// `[addr, addr + len)` inside the range `[base, base + span)`, through the kept
+    /// translation of the whole range (made now if need be); `None` if the range does not
+    /// translate whole (the caller then translates the access alone).
+    pub fn translate(
+        &mut self,
+        iommu: &Iommu,
+        (base, span): (u64, u64),
+        addr: u64,
+        len: u64,
+        need: Perm,
+    ) -> Option<Window> {
+        let inside = addr >= base && addr.checked_add(len)? <= base.checked_add(span)?;
+        if !inside {
+            return None;
+        }
+        // Read before translating: a mapping that goes meanwhile leaves a stale generation.
+        let generation = iommu.generation.load(Ordering::Acquire);
+        let at = |w: &Window| Window {
+            region: Arc::clone(&w.region),
+            offset: w.offset + (addr - base),
+        };
+        if let Some(e) = self.entries.iter().find(|e| {
+            e.generation == generation && e.base == base && e.span == span && e.need == need
+        }) {
+            return Some(at(&e.window));
+        }
+        let window = iommu.translate(base, span, need).ok()?;
+        let got = at(&window);
+        self.entries
+            .retain(|e| e.generation == generation && e.base != base);
+        if self.entries.len() >= TLB_ENTRIES {
+            self.entries.remove(0);
+        }
+        self.entries.push(TlbEntry {
+            generation,
+            base,
+            span,
+            need,
+            window,
+        });
+        Some(got)
+    }
 }
 
 impl Iommu {
@@ -129,6 +199,7 @@ impl Iommu {
     /// Removes the mapping that starts at `iova`.
     pub fn unmap(&self, iova: u64) -> Result<(), IommuError> {
         let mut table = self.table.write().unwrap_or_else(|p| p.into_inner());
+        self.generation.fetch_add(1, Ordering::AcqRel);
         table
             .remove(&iova)
             .map(|_| ())
@@ -137,10 +208,9 @@ impl Iommu {
 
     /// Removes every mapping (device reset).
     pub fn clear(&self) {
-        self.table
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .clear();
+        let mut table = self.table.write().unwrap_or_else(|p| p.into_inner());
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        table.clear();
     }
 
     pub fn mapping_count(&self) -> usize {
@@ -183,6 +253,33 @@ mod tests {
 
     fn region(len: usize) -> SharedRegion {
         SharedRegion::new("iommu-test", len).unwrap()
+    }
+
+    #[test]
+    fn the_iotlb_serves_a_ring_until_a_mapping_goes() {
+        let iommu = Iommu::default();
+        let r = region(2 * 4096);
+        r.write(100, b"y").unwrap();
+        iommu.map(0x10000, r.fd(), 0, 8192, Perm::READ).unwrap();
+        let mut tlb = Iotlb::default();
+        let ring = (0x10000, 8192);
+        let w = tlb.translate(&iommu, ring, 0x10064, 1, Perm::READ).unwrap();
+        let mut b = [0u8];
+        w.region.read(w.offset, &mut b).unwrap();
+        assert_eq!(&b, b"y");
+        assert!(tlb
+            .translate(&iommu, ring, 0x10000 + 8192, 1, Perm::READ)
+            .is_none());
+        assert!(
+            tlb.translate(&iommu, ring, 0x10000, 1, Perm::WRITE)
+                .is_none(),
+            "read-only"
+        );
+        // Another mapping going stales every kept translation; this one going too.
+        iommu.unmap(0x10000).unwrap();
+        assert!(tlb
+            .translate(&iommu, ring, 0x10064, 1, Perm::READ)
+            .is_none());
     }
 
     #[test]
