@@ -574,20 +574,29 @@ impl Hardware {
         if done.is_empty() {
             return;
         }
-        for c in done {
+        // Completions come in order, a batch's together: each run of them goes to its
+        // batch under one look-up and one lock.
+        let mut rest = &done[..];
+        while let Some(c) = rest.first() {
             let owner = q
                 .batches
                 .range(..=c.req_id)
                 .next_back()
-                .filter(|(first, b)| c.req_id.wrapping_sub(**first) < b.expected as u32)
-                .map(|(_, b)| Arc::clone(b));
-            if let Some(b) = owner {
-                let mut got = b.got.lock().unwrap_or_else(|p| p.into_inner());
-                got.entries.push(c);
-                if got.entries.len() == b.expected && got.sleeping {
-                    b.done.notify_all();
-                }
+                .filter(|(first, b)| c.req_id.wrapping_sub(**first) < b.expected as u32);
+            let Some((&first, b)) = owner else {
+                rest = &rest[1..];
+                continue;
+            };
+            let ours = rest
+                .iter()
+                .take_while(|c| c.req_id.wrapping_sub(first) < b.expected as u32)
+                .count();
+            let mut got = b.got.lock().unwrap_or_else(|p| p.into_inner());
+            got.entries.extend_from_slice(&rest[..ours]);
+            if got.entries.len() >= b.expected && got.sleeping {
+                b.done.notify_all();
             }
+            rest = &rest[ours..];
         }
         let room_waiters = q.room_waiters > 0;
         drop(q);
