@@ -214,9 +214,9 @@ impl Sram {
     }
 }
 
-/// Buffers a run is done with, reused for the next ops' outputs and loads, and kept for
-/// the next run (the engine's scratch memory): a model run again allocates (and
-/// page-faults) nothing.
+/// Buffers a run is done with, reused for the next ops' outputs and loads: a run of a
+/// model then allocates (and page-faults) only for its first few ops. (Kept across runs,
+/// they made the allocator grow its heap, which the fault soak sees as growth.)
 #[derive(Default)]
 struct Spare {
     bufs: Vec<Staged>,
@@ -225,32 +225,6 @@ struct Spare {
 impl Spare {
     /// How many buffers are kept.
     const KEEP: usize = 16;
-    /// Bytes kept between runs at most.
-    const KEEP_BYTES: usize = 32 << 20;
-
-    /// The buffers the last run left.
-    fn reclaim(bus: &Bus) -> Spare {
-        let mut kept = bus.scratch.lock().unwrap_or_else(|p| p.into_inner());
-        Spare {
-            bufs: std::mem::take(&mut *kept),
-        }
-    }
-
-    /// Leaves the buffers for the next run, the largest first within the byte budget.
-    fn keep(mut self, bus: &Bus) {
-        self.bufs
-            .sort_unstable_by_key(|b| std::cmp::Reverse(b.capacity()));
-        let mut total = 0;
-        self.bufs.retain(|b| {
-            total += b.capacity();
-            total <= Self::KEEP_BYTES
-        });
-        let mut kept = bus.scratch.lock().unwrap_or_else(|p| p.into_inner());
-        if kept.is_empty() {
-            *kept = self.bufs;
-        }
-    }
-
     fn give(&mut self, s: Staged) {
         if self.bufs.len() < Self::KEEP && s.capacity() > 0 {
             self.bufs.push(s);
@@ -384,8 +358,8 @@ fn decode_program(bus: &Bus, addr: u64, len: u64) -> Result<Arc<Decoded>, Outcom
     Ok(decoded)
 }
 
-/// Runs the ops from the first, following control instructions, until the end, with the
-/// engine's scratch buffers (kept across runs) and an empty local memory.
+/// Runs the ops from the first, following control instructions, until the end, with an
+/// empty local memory.
 fn sequence(
     bus: &Bus,
     program: &Program,
@@ -394,9 +368,9 @@ fn sequence(
     run: Run,
     req_id: u32,
 ) -> Outcome {
-    let mut spare = Spare::reclaim(bus);
+    let mut spare = Spare::default();
     let mut sram = Sram::default();
-    let outcome = sequence_with(
+    sequence_with(
         bus,
         program,
         plan,
@@ -404,12 +378,7 @@ fn sequence(
         (&mut sram, &mut spare),
         run,
         req_id,
-    );
-    for e in sram.entries {
-        spare.give(e.data);
-    }
-    spare.keep(bus);
-    outcome
+    )
 }
 
 fn sequence_with(
