@@ -5,6 +5,7 @@
 //! Parameter words: the [`ConvWindow`] (pad(4), stride_w, stride_h, dilation_w,
 //! dilation_h), depth_multiplier, act, nchw. Inputs: input, filter `[1,KH,KW,C*M]`, bias `[C*M]`.
 
+use crate::kernels::conv::depthwise_simd::{self, Args};
 use crate::kernels::conv::window::{decode_act_layout, encode_act_layout, ConvShapes};
 use crate::kernels::conv::{
     conv_cost, conv_kernel_methods, qerr, ConvArgs, ConvCore, ConvWindow, QStage,
@@ -131,7 +132,22 @@ pub(crate) fn depthwise_f32(p: &DepthwiseConv2d, a: ConvArgs<'_>) -> Result<()> 
         if oc == 0 {
             return Ok(());
         }
-        if mult == 1 && g.stride_w == 1 && g.dilation_w == 1 {
+        // Narrow rows are mostly border pixels, which the AVX-512 kernel sums one at a
+        // time: measured, it only wins from 16 output columns on.
+        let simd = if mult == 1 && g.out_w >= 16 {
+            depthwise_simd::kernel()
+        } else {
+            None
+        };
+        if let Some(k) = simd {
+            k(Args {
+                g: &g,
+                src,
+                dst: &mut *dst,
+                filter: f.data,
+                bias,
+            });
+        } else if mult == 1 && g.stride_w == 1 && g.dilation_w == 1 {
             vectorized(DepthwiseRows::new(&g, src, dst, f.data, bias));
         } else {
             vectorized(DepthwisePixels {
@@ -147,6 +163,26 @@ pub(crate) fn depthwise_f32(p: &DepthwiseConv2d, a: ConvArgs<'_>) -> Result<()> 
         p.act.apply_slice(dst);
         Ok(())
     })
+}
+
+/// The portable per-pixel loops with multiplier 1 (what the AVX-512 kernel must equal).
+#[cfg(test)]
+pub(crate) fn pixels_f32(
+    g: &ConvGeometry,
+    src: &[f32],
+    dst: &mut [f32],
+    filter: &[f32],
+    bias: &[f32],
+) {
+    vectorized(DepthwisePixels {
+        g,
+        mult: 1,
+        oc: g.in_c,
+        src,
+        dst,
+        filter,
+        bias,
+    });
 }
 
 /// Pixels per chunk of a [`DepthwiseRows`] span: about 256 floats, whatever the channels.

@@ -5,6 +5,7 @@
 
 pub mod conv2d;
 pub mod depthwise;
+mod depthwise_simd;
 pub mod fully_connected;
 pub mod grouped;
 pub mod transpose;
