@@ -442,7 +442,10 @@ fn fault_soak() {
             Ok(false) => panic!("execution {i} of {} gave a wrong result", case.name),
             Err(_) => failed += 1,
         }
-        if i == 99 {
+        // The baseline after ten MobileNet runs: the engine keeps its scratch buffers
+        // across runs, and by then they (and the allocator's per-thread arenas they pass
+        // through) have seen the working set; a leak still grows over the 9 000 after.
+        if i == 999 {
             baseline = Some(settled_fds_and_rss());
         }
     }
@@ -450,11 +453,11 @@ fn fault_soak() {
     let (fds_end, rss_end) = settled_fds_and_rss();
     assert!(
         fds_end as f64 <= fds as f64 * 1.05,
-        "fds {fds} after 100, {fds_end} at the end"
+        "fds {fds} after 1000, {fds_end} at the end"
     );
     assert!(
         rss_end as f64 <= rss as f64 * 1.05,
-        "RSS {rss} KiB after 100, {rss_end} KiB at the end"
+        "RSS {rss} KiB after 1000, {rss_end} KiB at the end"
     );
     assert!(failed > 0, "the plan injected faults");
     assert!(ok > N * 9 / 10, "{ok} of {N} ran clean");

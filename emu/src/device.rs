@@ -34,6 +34,7 @@ use crate::ring::{
     CompletionEntry, Opcode, Status, SubmissionEntry, CQ_ENTRY_SIZE, FLAG_IRQ, SQ_ENTRY_SIZE,
 };
 use crate::shm::SharedRegion;
+use crate::tensor::Staged;
 use crate::timing::TimingModel;
 use crate::trace::{TraceEvent, Tracer};
 use crate::weights::WeightCache;
@@ -99,6 +100,8 @@ pub struct Bus {
     pub weights: WeightCache,
     /// Programs the compute engine keeps decoded across runs.
     pub programs: ProgramCache<Decoded>,
+    /// The compute engine's scratch buffers, kept from one run for the next.
+    pub scratch: Mutex<Vec<Staged>>,
 }
 
 impl Bus {
@@ -263,6 +266,7 @@ impl Device {
                 busy: AtomicU32::new(0),
                 weights: WeightCache::new(config.weight_cache_bytes),
                 programs: ProgramCache::default(),
+                scratch: Mutex::new(Vec::new()),
             },
             irq,
             clock: AtomicU64::new(0),

@@ -214,17 +214,50 @@ impl Sram {
     }
 }
 
-/// Buffers a run is done with, reused for the next ops' outputs and loads: a run of a
-/// model then allocates (and page-faults) only for its first few ops. (Kept across runs,
-/// they made the allocator grow its heap, which the fault soak sees as growth.)
+/// Buffers a run is done with, reused for the next ops' outputs and loads, and kept for
+/// the next run (the engine's scratch memory): a model run again allocates (and
+/// page-faults) nothing. Only buffers the run itself took are kept, so the scratch is
+/// what the last program needed, not a collection of every program's (which made the
+/// allocator's heap grow under a mix of models).
 #[derive(Default)]
 struct Spare {
+    /// Buffers given back during this run.
     bufs: Vec<Staged>,
+    /// Buffers the last run left, not taken (yet) by this one.
+    left: Vec<Staged>,
 }
 
 impl Spare {
     /// How many buffers are kept.
     const KEEP: usize = 16;
+    /// Bytes kept between runs at most.
+    const KEEP_BYTES: usize = 32 << 20;
+
+    /// The buffers the last run left.
+    fn reclaim(bus: &Bus) -> Spare {
+        let mut kept = bus.scratch.lock().unwrap_or_else(|p| p.into_inner());
+        Spare {
+            bufs: Vec::new(),
+            left: std::mem::take(&mut *kept),
+        }
+    }
+
+    /// Leaves the buffers this run used for the next, within the byte budget; the ones
+    /// it did not use are freed.
+    fn keep(self, bus: &Bus) {
+        let mut bufs = self.bufs;
+        bufs.sort_unstable_by_key(|b| std::cmp::Reverse(b.capacity()));
+        let mut total = 0;
+        bufs.retain(|b| {
+            total += b.capacity();
+            total <= Self::KEEP_BYTES
+        });
+        let mut kept = bus.scratch.lock().unwrap_or_else(|p| p.into_inner());
+        if kept.is_empty() {
+            *kept = bufs;
+        }
+    }
+
     fn give(&mut self, s: Staged) {
         if self.bufs.len() < Self::KEEP && s.capacity() > 0 {
             self.bufs.push(s);
@@ -233,16 +266,22 @@ impl Spare {
 
     /// A buffer of `len` bytes: zeroed when `zero`, else holding whatever it held.
     fn take(&mut self, len: usize, zero: bool) -> Staged {
-        let best = self
-            .bufs
-            .iter()
-            .enumerate()
-            .filter(|(_, b)| b.capacity() >= len)
-            .min_by_key(|(_, b)| b.capacity())
-            .map(|(i, _)| i);
-        match best {
-            Some(i) => {
-                let mut s = self.bufs.swap_remove(i).recycled(len);
+        let best_in = |v: &Vec<Staged>| {
+            v.iter()
+                .enumerate()
+                .filter(|(_, b)| b.capacity() >= len)
+                .min_by_key(|(_, b)| b.capacity())
+                .map(|(i, b)| (i, b.capacity()))
+        };
+        // The last run's first: a program run again then takes exactly what it left.
+        let found = match (best_in(&self.left), best_in(&self.bufs)) {
+            (Some((j, _)), _) => Some(self.left.swap_remove(j)),
+            (None, Some((i, _))) => Some(self.bufs.swap_remove(i)),
+            (None, None) => None,
+        };
+        match found {
+            Some(s) => {
+                let mut s = s.recycled(len);
                 if zero {
                     s.clear();
                 }
@@ -358,8 +397,8 @@ fn decode_program(bus: &Bus, addr: u64, len: u64) -> Result<Arc<Decoded>, Outcom
     Ok(decoded)
 }
 
-/// Runs the ops from the first, following control instructions, until the end, with an
-/// empty local memory.
+/// Runs the ops from the first, following control instructions, until the end, with the
+/// engine's scratch buffers (kept across runs) and an empty local memory.
 fn sequence(
     bus: &Bus,
     program: &Program,
@@ -368,9 +407,9 @@ fn sequence(
     run: Run,
     req_id: u32,
 ) -> Outcome {
-    let mut spare = Spare::default();
+    let mut spare = Spare::reclaim(bus);
     let mut sram = Sram::default();
-    sequence_with(
+    let outcome = sequence_with(
         bus,
         program,
         plan,
@@ -378,7 +417,12 @@ fn sequence(
         (&mut sram, &mut spare),
         run,
         req_id,
-    )
+    );
+    for e in sram.entries {
+        spare.give(e.data);
+    }
+    spare.keep(bus);
+    outcome
 }
 
 fn sequence_with(
