@@ -216,15 +216,10 @@ impl Sram {
 
 /// Buffers a run is done with, reused for the next ops' outputs and loads, and kept for
 /// the next run (the engine's scratch memory): a model run again allocates (and
-/// page-faults) nothing. Only buffers the run itself took are kept, so the scratch is
-/// what the last program needed, not a collection of every program's (which made the
-/// allocator's heap grow under a mix of models).
+/// page-faults) nothing.
 #[derive(Default)]
 struct Spare {
-    /// Buffers given back during this run.
     bufs: Vec<Staged>,
-    /// Buffers the last run left, not taken (yet) by this one.
-    left: Vec<Staged>,
 }
 
 impl Spare {
@@ -237,24 +232,22 @@ impl Spare {
     fn reclaim(bus: &Bus) -> Spare {
         let mut kept = bus.scratch.lock().unwrap_or_else(|p| p.into_inner());
         Spare {
-            bufs: Vec::new(),
-            left: std::mem::take(&mut *kept),
+            bufs: std::mem::take(&mut *kept),
         }
     }
 
-    /// Leaves the buffers this run used for the next, within the byte budget; the ones
-    /// it did not use are freed.
-    fn keep(self, bus: &Bus) {
-        let mut bufs = self.bufs;
-        bufs.sort_unstable_by_key(|b| std::cmp::Reverse(b.capacity()));
+    /// Leaves the buffers for the next run, the largest first within the byte budget.
+    fn keep(mut self, bus: &Bus) {
+        self.bufs
+            .sort_unstable_by_key(|b| std::cmp::Reverse(b.capacity()));
         let mut total = 0;
-        bufs.retain(|b| {
+        self.bufs.retain(|b| {
             total += b.capacity();
             total <= Self::KEEP_BYTES
         });
         let mut kept = bus.scratch.lock().unwrap_or_else(|p| p.into_inner());
         if kept.is_empty() {
-            *kept = bufs;
+            *kept = self.bufs;
         }
     }
 
@@ -266,22 +259,16 @@ impl Spare {
 
     /// A buffer of `len` bytes: zeroed when `zero`, else holding whatever it held.
     fn take(&mut self, len: usize, zero: bool) -> Staged {
-        let best_in = |v: &Vec<Staged>| {
-            v.iter()
-                .enumerate()
-                .filter(|(_, b)| b.capacity() >= len)
-                .min_by_key(|(_, b)| b.capacity())
-                .map(|(i, b)| (i, b.capacity()))
-        };
-        // The last run's first: a program run again then takes exactly what it left.
-        let found = match (best_in(&self.left), best_in(&self.bufs)) {
-            (Some((j, _)), _) => Some(self.left.swap_remove(j)),
-            (None, Some((i, _))) => Some(self.bufs.swap_remove(i)),
-            (None, None) => None,
-        };
-        match found {
-            Some(s) => {
-                let mut s = s.recycled(len);
+        let best = self
+            .bufs
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.capacity() >= len)
+            .min_by_key(|(_, b)| b.capacity())
+            .map(|(i, _)| i);
+        match best {
+            Some(i) => {
+                let mut s = self.bufs.swap_remove(i).recycled(len);
                 if zero {
                     s.clear();
                 }
