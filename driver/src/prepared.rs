@@ -826,10 +826,6 @@ impl VnpuPreparedModel {
                         overflowed = Some(inst.compiled.clone());
                         continue;
                     }
-                    Err(e) if grows(&e) => {
-                        overflowed = Some(inst.compiled.clone());
-                        continue;
-                    }
                     Err(e) => return fail(hw_status(&e)),
                 },
                 false => None,
@@ -855,10 +851,6 @@ impl VnpuPreparedModel {
                     .run(std::mem::take(&mut cmds), program_ns, Some(epoch))
                 {
                     Ok(d) => done.extend(d),
-                    Err(e) if grows(&e) => {
-                        overflowed = Some(inst.compiled.clone());
-                        continue;
-                    }
                     Err(e) if grows(&e) => {
                         overflowed = Some(inst.compiled.clone());
                         continue;

@@ -124,9 +124,9 @@ mod x86 {
                     let wv = load(r.filter, (ky * kw + kx) * c + cb, mask);
                     let at = (first + kx * dw) * c + cb;
                     for (p, a) in acc.iter_mut().enumerate() {
-                        // SAFETY: pixel `p` reads input column `first + kx * dw + p * sw`,
-                        // at most `last < w`, channels `cb..` that `mask` keeps below `c`:
-                        // inside `row` (`w * c` floats).
+                        // Pixel `p` reads input column `first + kx * dw + p * sw`, at most
+                        // `last < w`, channels `cb..` that `mask` keeps below `c`.
+                        // SAFETY: so the load stays inside `row` (`w * c` floats).
                         let x = unsafe {
                             _mm512_maskz_loadu_ps(mask, row.as_ptr().add(at + p * sw * c))
                         };
