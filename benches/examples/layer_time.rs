@@ -1,0 +1,194 @@
+//! Times single face_landmark layers on the device's kernels (min and median of many runs).
+use std::time::Instant;
+use vnpu_emu::kernels::*;
+use vnpu_emu::program::pack_panels;
+use vnpu_emu::tensor::{DType, Layout, Staged, TensorType, View, ViewMut};
+
+fn pseudo(n: usize, seed: u32) -> Vec<f32> {
+    (0..n)
+        .map(|i| {
+            let v = (i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) >> 16;
+            (v % 255) as f32 / 255.0 - 0.5
+        })
+        .collect()
+}
+fn staged(b: &[u8]) -> Staged {
+    let mut s = Staged::zeroed(b.len());
+    s.bytes_mut().copy_from_slice(b);
+    s
+}
+
+fn time(name: &str, op: KernelOp, ins: Vec<(Vec<usize>, Vec<f32>)>, pack: bool) {
+    let mut ins: Vec<(TensorType, Staged)> = ins
+        .into_iter()
+        .map(|(s, d)| {
+            (
+                TensorType::new(DType::F32, &s),
+                staged(bytemuck::cast_slice(&d)),
+            )
+        })
+        .collect();
+    if pack {
+        let p = pack_panels(&ins[1].0.shape, ins[1].1.bytes()).unwrap();
+        ins[1] = (
+            TensorType {
+                layout: Layout::GemmPanels,
+                ..ins[1].0.clone()
+            },
+            staged(&p),
+        );
+    }
+    let tys: Vec<&TensorType> = ins.iter().map(|(t, _)| t).collect();
+    let mut out = TensorType::new(DType::F32, &[]);
+    out.shape = op.output_shapes(&tys).unwrap().remove(0);
+    let mut ob = Staged::zeroed(out.numel() * 4);
+    let mut ts = vec![];
+    for _ in 0..400 {
+        let views: Vec<View<'_>> = ins
+            .iter()
+            .map(|(ty, b)| View {
+                ty,
+                bytes: b.bytes(),
+            })
+            .collect();
+        let t = Instant::now();
+        execute(
+            &op,
+            &views,
+            &mut [ViewMut {
+                ty: &out,
+                bytes: ob.bytes_mut(),
+            }],
+        )
+        .unwrap();
+        ts.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    ts.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    println!(
+        "{name:28} min {:8.1} us  median {:8.1} us",
+        ts[0],
+        ts[ts.len() / 2]
+    );
+}
+
+fn main() {
+    let same = |t, b, l, r| Padding {
+        top: t,
+        bottom: b,
+        left: l,
+        right: r,
+    };
+    let conv = |pad, s| {
+        KernelOp::from(Conv2d {
+            window: ConvWindow::strided(pad, (s, s)),
+            act: Activation::None,
+            nchw: false,
+        })
+    };
+    let dw = |pad, s| {
+        KernelOp::from(DepthwiseConv2d {
+            window: ConvWindow::strided(pad, (s, s)),
+            depth_multiplier: 1,
+            act: Activation::None,
+            nchw: false,
+        })
+    };
+    time(
+        "conv0 192x192x3->16 3x3s2",
+        conv(same(0, 1, 0, 1), 2),
+        vec![
+            (vec![1, 192, 192, 3], pseudo(192 * 192 * 3, 1)),
+            (vec![16, 3, 3, 3], pseudo(432, 2)),
+            (vec![16], pseudo(16, 3)),
+        ],
+        true,
+    );
+    time(
+        "pw 96x96x16->16",
+        conv(Padding::default(), 1),
+        vec![
+            (vec![1, 96, 96, 16], pseudo(96 * 96 * 16, 1)),
+            (vec![16, 1, 1, 16], pseudo(256, 2)),
+            (vec![16], pseudo(16, 3)),
+        ],
+        true,
+    );
+    time(
+        "pw 48x48x32->32",
+        conv(Padding::default(), 1),
+        vec![
+            (vec![1, 48, 48, 32], pseudo(48 * 48 * 32, 1)),
+            (vec![32, 1, 1, 32], pseudo(1024, 2)),
+            (vec![32], pseudo(32, 3)),
+        ],
+        true,
+    );
+    time(
+        "pw 24x24x64->64",
+        conv(Padding::default(), 1),
+        vec![
+            (vec![1, 24, 24, 64], pseudo(24 * 24 * 64, 1)),
+            (vec![64, 1, 1, 64], pseudo(4096, 2)),
+            (vec![64], pseudo(64, 3)),
+        ],
+        true,
+    );
+    time(
+        "dw 96x96x16 3x3s1",
+        dw(same(1, 1, 1, 1), 1),
+        vec![
+            (vec![1, 96, 96, 16], pseudo(96 * 96 * 16, 1)),
+            (vec![1, 3, 3, 16], pseudo(144, 2)),
+            (vec![16], pseudo(16, 3)),
+        ],
+        false,
+    );
+    time(
+        "dw 48x48x32 3x3s1",
+        dw(same(1, 1, 1, 1), 1),
+        vec![
+            (vec![1, 48, 48, 32], pseudo(48 * 48 * 32, 1)),
+            (vec![1, 3, 3, 32], pseudo(288, 2)),
+            (vec![32], pseudo(32, 3)),
+        ],
+        false,
+    );
+    time(
+        "prelu 96x96x16",
+        KernelOp::from(MinMax {
+            kind: MinMaxKind::Prelu,
+        }),
+        vec![
+            (vec![1, 96, 96, 16], pseudo(96 * 96 * 16, 1)),
+            (vec![1, 1, 16], pseudo(16, 2)),
+        ],
+        false,
+    );
+    time(
+        "add 96x96x16",
+        KernelOp::from(Binary {
+            kind: BinaryKind::Add,
+            act: Activation::None,
+        }),
+        vec![
+            (vec![1, 96, 96, 16], pseudo(96 * 96 * 16, 1)),
+            (vec![1, 96, 96, 16], pseudo(96 * 96 * 16, 2)),
+        ],
+        false,
+    );
+    time(
+        "maxpool 96x96x16 2x2s2",
+        KernelOp::from(Pool {
+            kind: PoolKind::Max,
+            pad: Padding::default(),
+            stride_w: 2,
+            stride_h: 2,
+            filter_w: 2,
+            filter_h: 2,
+            act: Activation::None,
+            nchw: false,
+        }),
+        vec![(vec![1, 96, 96, 16], pseudo(96 * 96 * 16, 1))],
+        false,
+    );
+}
