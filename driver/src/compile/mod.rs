@@ -6,6 +6,7 @@
 pub mod constants;
 pub mod control;
 mod fold;
+mod fuse;
 pub mod lower;
 pub mod plan;
 
@@ -648,6 +649,7 @@ fn compile_inner(
         lowered.push(l);
     }
     control.finish()?;
+    fuse::fuse_activations(sg, &shapes, &dynamic, &mut lowered);
     let loops = lowered
         .iter()
         .enumerate()

@@ -69,6 +69,24 @@ pub trait Kernel: Clone + Debug + PartialEq + Sized {
         false
     }
 
+    /// The activation this kernel clamps its output with, for the kernels that fuse one
+    /// (NNAPI's fused activation code): the compiler may fold a following RELU* into it.
+    fn fused_activation(&self) -> Option<Activation> {
+        None
+    }
+
+    /// Sets the fused activation; false (and unchanged) for a kernel without one.
+    fn set_fused_activation(&mut self, act: Activation) -> bool {
+        let _ = act;
+        false
+    }
+
+    /// The activation this kernel is on its own (RELU, RELU1, RELU6): the same clamp a
+    /// fused activation applies, so the compiler may fold it into its input's producer.
+    fn as_activation(&self) -> Option<Activation> {
+        None
+    }
+
     /// Whether the output shapes depend on the input *values*: then `output_shapes` gives
     /// capacities and [`Kernel::run_sized`] the real shapes.
     fn shapes_depend_on_values(&self) -> bool {
@@ -89,6 +107,22 @@ pub trait Kernel: Clone + Debug + PartialEq + Sized {
         self.run(inputs, outputs).map(|()| None)
     }
 }
+
+/// The [`Kernel`] fused-activation methods of a kernel whose fused activation is its `act`
+/// field.
+macro_rules! fused_activation_field {
+    () => {
+        fn fused_activation(&self) -> Option<$crate::kernels::Activation> {
+            Some(self.act)
+        }
+
+        fn set_fused_activation(&mut self, act: $crate::kernels::Activation) -> bool {
+            self.act = act;
+            true
+        }
+    };
+}
+pub(crate) use fused_activation_field;
 
 /// Requires every tensor to have one of `allowed` element types and all the same one.
 pub fn same_dtype(name: &'static str, ts: &[&TensorType], allowed: &[DType]) -> Result<DType> {

@@ -166,6 +166,13 @@ macro_rules! registry {
                     $(KernelOp::$variant(k) => k,)*
                 }
             }
+
+            /// The kernel, as a mutable trait object.
+            pub fn kernel_mut(&mut self) -> &mut dyn DynKernel {
+                match self {
+                    $(KernelOp::$variant(k) => k,)*
+                }
+            }
         }
     };
 }
@@ -259,6 +266,12 @@ pub trait DynKernel {
     fn shapes_depend_on_values(&self) -> bool;
     /// See [`Kernel::overwrites_f32_outputs`].
     fn overwrites_f32_outputs(&self) -> bool;
+    /// See [`Kernel::fused_activation`].
+    fn fused_activation(&self) -> Option<Activation>;
+    /// See [`Kernel::set_fused_activation`].
+    fn set_fused_activation(&mut self, act: Activation) -> bool;
+    /// See [`Kernel::as_activation`].
+    fn as_activation(&self) -> Option<Activation>;
     /// See [`Kernel::run_sized`].
     fn run_sized(
         &self,
@@ -297,6 +310,15 @@ impl<K: Kernel> DynKernel for K {
     }
     fn overwrites_f32_outputs(&self) -> bool {
         Kernel::overwrites_f32_outputs(self)
+    }
+    fn fused_activation(&self) -> Option<Activation> {
+        Kernel::fused_activation(self)
+    }
+    fn set_fused_activation(&mut self, act: Activation) -> bool {
+        Kernel::set_fused_activation(self, act)
+    }
+    fn as_activation(&self) -> Option<Activation> {
+        Kernel::as_activation(self)
     }
     fn run_sized(
         &self,

@@ -42,6 +42,8 @@ impl Kernel for Conv2d {
         true
     }
 
+    crate::kernels::kernel::fused_activation_field!();
+
     fn name(&self) -> &'static str {
         "CONV_2D"
     }

@@ -37,6 +37,8 @@ impl Kernel for DepthwiseConv2d {
         true
     }
 
+    crate::kernels::kernel::fused_activation_field!();
+
     fn name(&self) -> &'static str {
         "DEPTHWISE_CONV_2D"
     }

@@ -22,6 +22,8 @@ pub struct FullyConnected {
 }
 
 impl Kernel for FullyConnected {
+    crate::kernels::kernel::fused_activation_field!();
+
     fn name(&self) -> &'static str {
         "FULLY_CONNECTED"
     }

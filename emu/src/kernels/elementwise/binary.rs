@@ -181,6 +181,8 @@ impl Kernel for Binary {
         true
     }
 
+    crate::kernels::kernel::fused_activation_field!();
+
     fn name(&self) -> &'static str {
         self.kind.name()
     }

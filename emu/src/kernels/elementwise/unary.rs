@@ -120,6 +120,16 @@ impl Kernel for Unary {
         true
     }
 
+    fn as_activation(&self) -> Option<crate::kernels::Activation> {
+        use crate::kernels::Activation;
+        match self.kind {
+            UnaryKind::Relu => Some(Activation::Relu),
+            UnaryKind::Relu1 => Some(Activation::Relu1),
+            UnaryKind::Relu6 => Some(Activation::Relu6),
+            _ => None,
+        }
+    }
+
     fn name(&self) -> &'static str {
         self.kind.name()
     }

@@ -67,6 +67,8 @@ impl Kernel for Pool {
         true
     }
 
+    crate::kernels::kernel::fused_activation_field!();
+
     fn name(&self) -> &'static str {
         KINDS[self.index()].1
     }
