@@ -752,10 +752,19 @@ impl Activation {
         if self == Activation::None {
             return;
         }
-        let (lo, hi) = self.range();
-        for x in xs {
-            *x = clamp_nan(*x, lo, hi);
+        /// The clamp's loop, built for the widest vector unit.
+        struct Clamp<'a>(&'a mut [f32], (f32, f32));
+        impl simd::Body for Clamp<'_> {
+            type Out = ();
+            #[inline(always)]
+            fn run(self) {
+                let Clamp(xs, (lo, hi)) = self;
+                for x in xs {
+                    *x = clamp_nan(*x, lo, hi);
+                }
+            }
         }
+        simd::vectorized(Clamp(xs, self.range()));
     }
 
     pub(crate) fn from_u32(v: u32) -> Option<Self> {

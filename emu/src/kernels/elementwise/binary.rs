@@ -279,12 +279,11 @@ impl Kernel for Binary {
             let shapes = [ins[0].shape(), ins[1].shape(), &out_shape[..]];
             // One loop per operation (a closure per kind, not a call per element).
             match kind {
-                BinaryKind::Add => zip_f32(shapes, x, y, o, |p, q| p + q),
-                BinaryKind::Sub => zip_f32(shapes, x, y, o, |p, q| p - q),
-                BinaryKind::Mul => zip_f32(shapes, x, y, o, |p, q| p * q),
-                BinaryKind::Div => zip_f32(shapes, x, y, o, |p, q| p / q),
+                BinaryKind::Add => zip_f32(shapes, x, y, o, act, |p, q| p + q),
+                BinaryKind::Sub => zip_f32(shapes, x, y, o, act, |p, q| p - q),
+                BinaryKind::Mul => zip_f32(shapes, x, y, o, act, |p, q| p * q),
+                BinaryKind::Div => zip_f32(shapes, x, y, o, act, |p, q| p / q),
             }
-            act.apply_slice(o);
             Ok(())
         })
     }

@@ -14,7 +14,7 @@ use crate::kernels::elementwise::zip_f32;
 use crate::kernels::kernel::{same_dtype, Kernel, Words};
 use crate::kernels::layout::{broadcast_shape, for_each_broadcast};
 use crate::kernels::quant::{multiply_by_quantized_multiplier, quantize_multiplier, QuantElem};
-use crate::kernels::{KernelError, Result};
+use crate::kernels::{Activation, KernelError, Result};
 use crate::tensor::{widen_f16, DType, Quant, TensorType, View, ViewMut};
 
 kind_enum! {
@@ -216,12 +216,34 @@ impl Kernel for MinMax {
             let o = outs[0].f32s_mut()?;
             let shapes = [ins[0].shape(), ins[1].shape(), &out_shape[..]];
             match kind {
-                MinMaxKind::Maximum => zip_f32(shapes, x, y, o, |p, q| if p < q { q } else { p }),
-                MinMaxKind::Minimum => zip_f32(shapes, x, y, o, |p, q| if q < p { q } else { p }),
-                MinMaxKind::Pow => zip_f32(shapes, x, y, o, f32::powf),
-                MinMaxKind::Prelu => {
-                    zip_f32(shapes, x, y, o, |p, q| if p >= 0.0 { p } else { p * q })
+                MinMaxKind::Maximum => {
+                    zip_f32(
+                        shapes,
+                        x,
+                        y,
+                        o,
+                        Activation::None,
+                        |p, q| if p < q { q } else { p },
+                    )
                 }
+                MinMaxKind::Minimum => {
+                    zip_f32(
+                        shapes,
+                        x,
+                        y,
+                        o,
+                        Activation::None,
+                        |p, q| if q < p { q } else { p },
+                    )
+                }
+                MinMaxKind::Pow => zip_f32(shapes, x, y, o, Activation::None, f32::powf),
+                MinMaxKind::Prelu => zip_f32(shapes, x, y, o, Activation::None, |p, q| {
+                    if p >= 0.0 {
+                        p
+                    } else {
+                        p * q
+                    }
+                }),
             }
             Ok(())
         })

@@ -9,45 +9,118 @@ pub mod minmax;
 pub mod unary;
 
 use crate::kernels::layout::for_each_broadcast;
-use crate::kernels::{Result, Words};
+use crate::kernels::simd::{vectorized, Body};
+use crate::kernels::{clamp_nan, Activation, Result, Words};
 
-/// `o = f(x, y)` element-wise with broadcasting (`shapes` are x's, y's and o's), as one
-/// loop per `f` (callers pass a closure per operation, never a function pointer). Equal
-/// shapes, and an operand that repeats along leading dimensions only (a per-channel
-/// vector, say), run as straight slices the compiler vectorises.
+/// `o = act(f(x, y))` element-wise with broadcasting (`shapes` are x's, y's and o's), as
+/// one loop per `f` (callers pass a closure per operation, never a function pointer).
+/// Equal shapes, and an operand that repeats along leading dimensions only (a per-channel
+/// vector, say), run as straight slices built for the widest vector unit, the activation's
+/// clamp in the same pass (the unbounded clamp of [`Activation::None`] changes nothing).
 pub(crate) fn zip_f32(
     shapes: [&[usize]; 3],
     x: &[f32],
     y: &[f32],
     o: &mut [f32],
+    act: Activation,
     f: impl Fn(f32, f32) -> f32,
 ) {
     let [sx, sy, so] = shapes;
-    if sx == so && sy == so {
-        for ((o, &p), &q) in o.iter_mut().zip(x).zip(y) {
-            *o = f(p, q);
+    let straight = if sx == so && sy == so {
+        Some(Repeat::Neither)
+    } else if sx == so && repeats_along_leading(sy, so) && !y.is_empty() {
+        Some(Repeat::Y)
+    } else if sy == so && repeats_along_leading(sx, so) && !x.is_empty() {
+        Some(Repeat::X)
+    } else {
+        None
+    };
+    // A short repeating operand (a per-channel vector) is repeated out to a few hundred
+    // elements first, so each straight run is long enough for the vector loop.
+    let widened: Vec<f32>;
+    let (x, y) = match straight {
+        Some(Repeat::Y) if y.len() < MIN_RUN => {
+            widened = y.repeat(MIN_RUN.div_ceil(y.len()));
+            (x, &widened[..])
         }
-        return;
+        Some(Repeat::X) if x.len() < MIN_RUN => {
+            widened = x.repeat(MIN_RUN.div_ceil(x.len()));
+            (&widened[..], y)
+        }
+        _ => (x, y),
+    };
+    match straight {
+        Some(repeat) => vectorized(Zip {
+            x,
+            y,
+            o,
+            repeat,
+            range: act.range(),
+            f,
+        }),
+        None => {
+            for_each_broadcast(sx, sy, so, |i, ia, ib| {
+                o[i] = f(x[ia], y[ib]);
+            });
+            act.apply_slice(o);
+        }
     }
-    if sx == so && repeats_along_leading(sy, so) && !y.is_empty() {
-        for (o, x) in o.chunks_mut(y.len()).zip(x.chunks(y.len())) {
+}
+
+/// The shortest straight run [`zip_f32`] gives the vector loop (AVX-512's unrolled loop
+/// takes 64 floats a step; shorter runs go element by element).
+const MIN_RUN: usize = 256;
+
+/// Which operand of a straight [`Zip`] repeats whole along the output.
+#[derive(Clone, Copy)]
+enum Repeat {
+    Neither,
+    X,
+    Y,
+}
+
+/// The straight-slice loops of [`zip_f32`].
+struct Zip<'a, F> {
+    x: &'a [f32],
+    y: &'a [f32],
+    o: &'a mut [f32],
+    repeat: Repeat,
+    range: (f32, f32),
+    f: F,
+}
+
+impl<F: Fn(f32, f32) -> f32> Body for Zip<'_, F> {
+    type Out = ();
+
+    #[inline(always)]
+    fn run(self) {
+        let Zip {
+            x,
+            y,
+            o,
+            repeat,
+            range: (lo, hi),
+            f,
+        } = self;
+        let each = |o: &mut [f32], x: &[f32], y: &[f32]| {
             for ((o, &p), &q) in o.iter_mut().zip(x).zip(y) {
-                *o = f(p, q);
+                *o = clamp_nan(f(p, q), lo, hi);
+            }
+        };
+        match repeat {
+            Repeat::Neither => each(o, x, y),
+            Repeat::Y => {
+                for (o, x) in o.chunks_mut(y.len()).zip(x.chunks(y.len())) {
+                    each(o, x, y);
+                }
+            }
+            Repeat::X => {
+                for (o, y) in o.chunks_mut(x.len()).zip(y.chunks(x.len())) {
+                    each(o, x, y);
+                }
             }
         }
-        return;
     }
-    if sy == so && repeats_along_leading(sx, so) && !x.is_empty() {
-        for (o, y) in o.chunks_mut(x.len()).zip(y.chunks(x.len())) {
-            for ((o, &p), &q) in o.iter_mut().zip(x).zip(y) {
-                *o = f(p, q);
-            }
-        }
-        return;
-    }
-    for_each_broadcast(sx, sy, so, |i, ia, ib| {
-        o[i] = f(x[ia], y[ib]);
-    });
 }
 
 /// Whether a tensor of `shape` broadcast to `out` is its own elements repeated whole: its
@@ -137,7 +210,7 @@ mod tests {
             let n: usize = so.iter().product();
             let f = |p: f32, q: f32| p * 2.0 - q;
             let mut got = vec![0.0; n];
-            zip_f32([&sx, &sy, &so], &x, &y, &mut got, f);
+            zip_f32([&sx, &sy, &so], &x, &y, &mut got, Activation::None, f);
             let mut want = vec![0.0; n];
             for_each_broadcast(&sx, &sy, &so, |i, ia, ib| want[i] = f(x[ia], y[ib]));
             prop_assert_eq!(got, want);

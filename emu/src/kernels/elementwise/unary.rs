@@ -16,6 +16,7 @@ use super::{decode_kind, kind_enum};
 use crate::kernels::kernel::{fixed_quant_check, same_dtype, Kernel, Words};
 use crate::kernels::quant::fixed::{self, InputStage};
 use crate::kernels::quant::{qerr, quantized_activation_range, rounding_divide_by_pot, QuantElem};
+use crate::kernels::simd::{vectorized, Body};
 use crate::kernels::{clamp_nan, KernelError, Result};
 use crate::tensor::{widen_f16, DType, TensorType, View, ViewMut};
 
@@ -46,11 +47,21 @@ pub struct Unary {
 
 /// Applies `kind` element-wise.
 pub(crate) fn unary_f32(kind: UnaryKind, x: &[f32], out: &mut [f32]) {
-    // One loop per function (a closure per kind, not a call per element).
-    fn map(x: &[f32], out: &mut [f32], f: impl Fn(f32) -> f32) {
-        for (o, &v) in out.iter_mut().zip(x) {
-            *o = f(v);
+    // One loop per function (a closure per kind, not a call per element), built for the
+    // widest vector unit.
+    struct Map<'a, F>(&'a [f32], &'a mut [f32], F);
+    impl<F: Fn(f32) -> f32> Body for Map<'_, F> {
+        type Out = ();
+        #[inline(always)]
+        fn run(self) {
+            let Map(x, out, f) = self;
+            for (o, &v) in out.iter_mut().zip(x) {
+                *o = f(v);
+            }
         }
+    }
+    fn map(x: &[f32], out: &mut [f32], f: impl Fn(f32) -> f32) {
+        vectorized(Map(x, out, f));
     }
     match kind {
         UnaryKind::Relu => map(x, out, |v| clamp_nan(v, 0.0, f32::INFINITY)),
