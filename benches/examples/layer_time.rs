@@ -19,6 +19,10 @@ fn staged(b: &[u8]) -> Staged {
 }
 
 fn time(name: &str, op: KernelOp, ins: Vec<(Vec<usize>, Vec<f32>)>, pack: bool) {
+    // `layer_time [FILTER]`: only the layers whose name contains FILTER.
+    if std::env::args().nth(1).is_some_and(|f| !name.contains(&f)) {
+        return;
+    }
     let mut ins: Vec<(TensorType, Staged)> = ins
         .into_iter()
         .map(|(s, d)| {
@@ -43,7 +47,11 @@ fn time(name: &str, op: KernelOp, ins: Vec<(Vec<usize>, Vec<f32>)>, pack: bool) 
     out.shape = op.output_shapes(&tys).unwrap().remove(0);
     let mut ob = Staged::zeroed(out.numel() * 4);
     let mut ts = vec![];
-    for _ in 0..400 {
+    let runs: usize = std::env::var("RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(400);
+    for _ in 0..runs {
         let views: Vec<View<'_>> = ins
             .iter()
             .map(|(ty, b)| View {

@@ -279,7 +279,7 @@ impl Body for DepthwiseRows<'_> {
                     let wt = &tiled[(ky * kw + kx) * span..][..span];
                     for (a, x) in out.chunks_mut(span).zip(inp.chunks(span)) {
                         for ((a, &v), &k) in a.iter_mut().zip(x).zip(wt) {
-                            *a += v * k;
+                            *a = v.mul_add(k, *a);
                         }
                     }
                 }
@@ -338,7 +338,7 @@ impl Body for DepthwisePixels<'_> {
                     let wt = &filter[(ky * kw + kx) * oc..][..oc];
                     if mult == 1 {
                         for ((a, &v), &k) in acc.iter_mut().zip(inp).zip(wt) {
-                            *a += v * k;
+                            *a = v.mul_add(k, *a);
                         }
                     } else {
                         for ((a, k), &v) in acc
@@ -347,7 +347,7 @@ impl Body for DepthwisePixels<'_> {
                             .zip(inp)
                         {
                             for (a, &k) in a.iter_mut().zip(k) {
-                                *a += v * k;
+                                *a = v.mul_add(k, *a);
                             }
                         }
                     }

@@ -1,13 +1,13 @@
 //! The float32 depthwise convolution with multiplier 1 written with AVX-512F intrinsics:
 //! 16 channels per register, the sums of up to eight output pixels of a row held in
 //! registers across all the taps, so each tap costs one weight load and, per pixel, one
-//! input load, a multiply and an add (no accumulator traffic through memory). The compiler
-//! did not find this blocking in plain Rust (it mixed vector widths and spilled).
+//! input load and a fused multiply-add (no accumulator traffic through memory). The
+//! compiler did not find this blocking in plain Rust (it mixed vector widths and spilled).
 //!
 //! Each sum is the bias, then `input * weight` added tap by tap in filter order, skipping
-//! taps outside the input, with a separate multiply and add (no fused multiply-add): the
-//! same operations in the same order as the portable per-pixel loop, so the bits are the
-//! same on every CPU. Channels past the last multiple of 16 go through masked loads and
+//! taps outside the input, each as one fused multiply-add (one rounding): the same
+//! operations in the same order as the portable loops (`f32::mul_add`), so the bits are
+//! the same on every CPU. Channels past the last multiple of 16 go through masked loads and
 //! stores.
 
 use crate::kernels::qconv::ConvGeometry;
@@ -130,7 +130,7 @@ mod x86 {
                         let x = unsafe {
                             _mm512_maskz_loadu_ps(mask, row.as_ptr().add(at + p * sw * c))
                         };
-                        *a = _mm512_add_ps(*a, _mm512_mul_ps(x, wv));
+                        *a = _mm512_fmadd_ps(x, wv, *a);
                     }
                 }
             }
@@ -162,7 +162,7 @@ mod x86 {
                     }
                     let x = load(row, ix * c + cb, mask);
                     let wv = load(r.filter, (ky * kw + kx) * c + cb, mask);
-                    acc = _mm512_add_ps(acc, _mm512_mul_ps(x, wv));
+                    acc = _mm512_fmadd_ps(x, wv, acc);
                 }
             }
             assert!(cb + mask.count_ones() as usize <= out.len());
