@@ -374,10 +374,20 @@ fn max_window(
             for ix in x0..x1 {
                 let at = (iy * w + ix) * c + j * MAX_LANES;
                 // All lanes at once (a short block's tail as f32::MIN), so `m` is a value
-                // the compiler keeps in a register; a full block is one fixed-size load.
-                let v: [f32; MAX_LANES] = match src[at..].get(..MAX_LANES) {
-                    Some(v) if n == MAX_LANES => v.try_into().unwrap_or([f32::MIN; MAX_LANES]),
-                    _ => std::array::from_fn(|i| if i < n { src[at + i] } else { f32::MIN }),
+                // the compiler keeps in a register; a full block is read in place through
+                // a fixed-size reference (copied into an array first, it was assembled
+                // from pieces).
+                let full = src
+                    .get(at..at + MAX_LANES)
+                    .filter(|_| n == MAX_LANES)
+                    .and_then(|v| <&[f32; MAX_LANES]>::try_from(v).ok());
+                let tail: [f32; MAX_LANES];
+                let v = match full {
+                    Some(v) => v,
+                    None => {
+                        tail = std::array::from_fn(|i| if i < n { src[at + i] } else { f32::MIN });
+                        &tail
+                    }
                 };
                 for i in 0..MAX_LANES {
                     // As the reference: NaN never replaces the maximum so far.
@@ -385,7 +395,12 @@ fn max_window(
                 }
             }
         }
-        out.copy_from_slice(&m[..n]);
+        // A full block as one fixed-size store (a slice copy of run-time length is a
+        // library call per pixel).
+        match <&mut [f32; MAX_LANES]>::try_from(&mut *out) {
+            Ok(full) => *full = m,
+            Err(_) => out.copy_from_slice(&m[..n]),
+        }
     }
 }
 
