@@ -1,4 +1,5 @@
-//! Times single face_landmark layers on the device's kernels (min and median of many runs).
+//! Times single face_landmark layers on the device's kernels (min and median of many runs);
+//! an argument keeps only the lines whose name contains it.
 use std::time::Instant;
 use vnpu_emu::kernels::*;
 use vnpu_emu::program::pack_panels;
@@ -19,6 +20,13 @@ fn staged(b: &[u8]) -> Staged {
 }
 
 fn time(name: &str, op: KernelOp, ins: Vec<(Vec<usize>, Vec<f32>)>, pack: bool) {
+    // An argument times only the lines whose name contains it (e.g. for a profiler).
+    if std::env::args()
+        .nth(1)
+        .is_some_and(|only| !name.contains(&only))
+    {
+        return;
+    }
     let mut ins: Vec<(TensorType, Staged)> = ins
         .into_iter()
         .map(|(s, d)| {
