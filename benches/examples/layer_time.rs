@@ -1,4 +1,5 @@
-//! Times single face_landmark layers on the device's kernels (min and median of many runs).
+//! Times single face_landmark layers on the device's kernels (min and median of many runs);
+//! an argument keeps only the lines whose name contains it.
 use std::time::Instant;
 use vnpu_emu::kernels::*;
 use vnpu_emu::program::pack_panels;
@@ -108,6 +109,36 @@ fn main() {
             (vec![1, 192, 192, 3], pseudo(192 * 192 * 3, 1)),
             (vec![16, 3, 3, 3], pseudo(432, 2)),
             (vec![16], pseudo(16, 3)),
+        ],
+        true,
+    );
+    time(
+        "conv0 192x192x3->32 3x3s2",
+        conv(same(0, 1, 0, 1), 2),
+        vec![
+            (vec![1, 192, 192, 3], pseudo(192 * 192 * 3, 1)),
+            (vec![32, 3, 3, 3], pseudo(864, 2)),
+            (vec![32], pseudo(32, 3)),
+        ],
+        true,
+    );
+    time(
+        "conv 96x96x8->16 3x3s1",
+        conv(same(1, 1, 1, 1), 1),
+        vec![
+            (vec![1, 96, 96, 8], pseudo(96 * 96 * 8, 1)),
+            (vec![16, 3, 3, 8], pseudo(16 * 72, 2)),
+            (vec![16], pseudo(16, 3)),
+        ],
+        true,
+    );
+    time(
+        "conv 48x48x16->32 3x3s1",
+        conv(same(1, 1, 1, 1), 1),
+        vec![
+            (vec![1, 48, 48, 16], pseudo(48 * 48 * 16, 1)),
+            (vec![32, 3, 3, 16], pseudo(32 * 144, 2)),
+            (vec![32], pseudo(32, 3)),
         ],
         true,
     );

@@ -143,8 +143,9 @@ pub(crate) fn gemm<T: Scalar>(
 pub const NR: usize = 16;
 /// Rows of A one micro-kernel call multiplies.
 const MR: usize = 6;
-/// Depth of one block of the product (B panel rows kept in L1 per pass).
-const KC: usize = 256;
+/// Depth of one block of the product (B panel rows kept in L1 per pass); the deepest
+/// product [`gemm_packed_rows`] takes.
+pub(crate) const KC: usize = 256;
 /// Rows of A packed per block.
 const MC: usize = 72;
 
@@ -223,7 +224,7 @@ pub(crate) fn gemm_packed(
     }
     vectorized(Blocked {
         m,
-        a,
+        a: ASrc::Mat(a),
         b: Packed { data: bp, k, n },
         c,
         rsc,
@@ -232,11 +233,78 @@ pub(crate) fn gemm_packed(
     Ok(())
 }
 
+/// Rows of A read in segments: row `i`'s element `l` is
+/// `rows[i].0[(l / seg) * rows[i].1 + l % seg]` (a base slice and a pitch per row), e.g. a
+/// convolution window read in place in its image, one segment per filter row.
+#[derive(Clone, Copy)]
+pub(crate) struct SegRows<'a> {
+    /// Each row's base slice and segment pitch.
+    pub rows: &'a [(&'a [f32], usize)],
+    /// Floats per segment.
+    pub seg: usize,
+}
+
+/// `C = bias + A * B` as [`gemm_packed`] with A's rows in segments ([`SegRows`]); the
+/// depth `k` must be one block (at most [`KC`]) and a whole number of segments. The sums
+/// run in the same order as for the same rows given contiguous, so the bits are the same.
+pub(crate) fn gemm_packed_rows(
+    a: SegRows<'_>,
+    b: Packed<'_>,
+    c: MatMut<'_>,
+    bias: Option<&[f32]>,
+) -> Result<()> {
+    let Packed { data: bp, k, n } = b;
+    let MatMut { data: c, rs: rsc } = c;
+    let m = a.rows.len();
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    if bias.is_some_and(|b| !b.is_empty() && b.len() < n) {
+        return Err(KernelError::TooLarge);
+    }
+    let seg = a.seg;
+    if k == 0 || k > KC || seg == 0 || k % seg != 0 {
+        return Err(KernelError::TooLarge);
+    }
+    // Each row's last segment ends inside its slice.
+    let last = k / seg - 1;
+    let short = a.rows.iter().any(|&(row, pitch)| {
+        last.checked_mul(pitch)
+            .and_then(|at| at.checked_add(seg))
+            .is_none_or(|end| end > row.len())
+    });
+    if short || packed_len(k, n).is_none_or(|l| l > bp.len()) {
+        return Err(KernelError::TooLarge);
+    }
+    match max_index(m, n, rsc, 1) {
+        Some(i) if i < c.len() => {}
+        _ => return Err(KernelError::TooLarge),
+    }
+    vectorized(Blocked {
+        m,
+        a: ASrc::Seg(a),
+        b: Packed { data: bp, k, n },
+        c,
+        rsc,
+        bias,
+    });
+    Ok(())
+}
+
+/// A's rows as [`Blocked`] reads them.
+#[derive(Clone, Copy)]
+enum ASrc<'a> {
+    /// A strided matrix.
+    Mat(Mat<'a>),
+    /// Rows in segments, the depth one block.
+    Seg(SegRows<'a>),
+}
+
 /// The blocked loops of [`gemm_packed`] on checked views; built for the widest vector
 /// unit, so packing A and adding the micro-kernels' sums into C use it too.
 struct Blocked<'a> {
     m: usize,
-    a: Mat<'a>,
+    a: ASrc<'a>,
     b: Packed<'a>,
     c: &'a mut [f32],
     rsc: usize,
@@ -261,11 +329,15 @@ impl Body for Blocked<'_> {
         let wide = wide_kernel();
         let zeros = vec![0.0f32; KC.min(k)];
         // A strided A (not row-contiguous) is copied row by row first; a contiguous one is
-        // read where it is.
-        let mut apack = if a.cs == 1 {
-            Vec::new()
-        } else {
+        // read where it is (as are segmented rows).
+        let strided = match a {
+            ASrc::Mat(a) => a.cs != 1,
+            ASrc::Seg(_) => false,
+        };
+        let mut apack = if strided {
             vec![0.0f32; MC * KC.min(k)]
+        } else {
+            Vec::new()
         };
         let panels = n.div_ceil(NR);
         let mut k0 = 0;
@@ -274,19 +346,25 @@ impl Body for Blocked<'_> {
             let mut i0 = 0;
             while i0 < m {
                 let mc = MC.min(m - i0);
-                if a.cs != 1 {
+                if let (true, ASrc::Mat(a)) = (strided, a) {
                     for (r, row) in apack.chunks_exact_mut(kc).take(mc).enumerate() {
                         let at = (i0 + r) * a.rs + k0 * a.cs;
                         let src = a.data[at..].iter().step_by(a.cs);
                         row.iter_mut().zip(src).for_each(|(v, &x)| *v = x);
                     }
                 }
-                let row = |i: usize| -> &[f32] {
-                    if a.cs == 1 {
-                        &a.data[i * a.rs + k0..][..kc]
-                    } else {
-                        &apack[(i - i0) * kc..][..kc]
+                // Row `i` of A's block: its base and segment pitch (a plain row is one
+                // segment of `kc`).
+                let row = |i: usize| -> (&[f32], usize) {
+                    match a {
+                        ASrc::Seg(s) => s.rows[i],
+                        ASrc::Mat(_) if strided => (&apack[(i - i0) * kc..][..kc], 0),
+                        ASrc::Mat(a) => (&a.data[i * a.rs + k0..][..kc], 0),
                     }
+                };
+                let seg = match a {
+                    ASrc::Seg(s) => s.seg,
+                    ASrc::Mat(_) => kc,
                 };
                 // The first block of the depth stores bias + sums; later ones add.
                 let start = |j0: usize, cols: usize| -> Option<[f32; 2 * NR]> {
@@ -297,15 +375,18 @@ impl Body for Blocked<'_> {
                     }
                     Some(z)
                 };
-                // A's rows for the tile at `r0` (zeros past `rows`).
-                let a_rows = |r0: usize, rows: usize| -> [&[f32]; MR] {
-                    std::array::from_fn(|r| {
-                        if r < rows {
-                            row(i0 + r0 + r)
-                        } else {
-                            &zeros[..kc]
-                        }
-                    })
+                // A's rows for the tile at `r0` (zeros past `rows`), in a plain loop: built
+                // with `array::from_fn`, the row lookups were calls.
+                let a_rows = |r0: usize, rows: usize| -> Rows<'_, MR> {
+                    let mut t = Rows {
+                        base: [&zeros[..kc]; MR],
+                        pitch: [0; MR],
+                        seg,
+                    };
+                    for r in 0..rows.min(MR) {
+                        (t.base[r], t.pitch[r]) = row(i0 + r0 + r);
+                    }
+                    t
                 };
                 let mut p = 0;
                 while p < panels {
@@ -366,12 +447,20 @@ pub(crate) fn gemm_f32(
     gemm_packed(m, a, Packed { data: &bp, k, n }, c, bias)
 }
 
+/// A tile's `R` rows of A, each read in segments of `seg` floats: row `r`'s element `l`
+/// is `base[r][(l / seg) * pitch[r] + l % seg]` (a contiguous row is one segment).
+pub(crate) struct Rows<'a, const R: usize> {
+    base: [&'a [f32]; R],
+    pitch: [usize; R],
+    seg: usize,
+}
+
 /// One `MR x NR` tile of `C += A * B`: `a` holds A's `MR` rows (each `kc` long; rows past
 /// `rows` are zeros), `b` a B panel (`kc` rows of [`NR`]), `c` the tile's first row of C
 /// (row stride `rsc`); only `rows x cols` of C are written: `C = start + sums` with a
 /// `start` row, else `C += sums`.
 pub(crate) struct Tile<'a> {
-    a: [&'a [f32]; MR],
+    a: Rows<'a, MR>,
     b: &'a [f32],
     c: &'a mut [f32],
     rsc: usize,
@@ -387,7 +476,7 @@ type Micro = fn(Tile<'_>);
 /// loaded; otherwise as [`Tile`] (`cols` up to `2 * NR`). Each sum runs in the same order
 /// as in a [`Tile`], so the results are the same bits.
 pub(crate) struct WideTile<'a> {
-    a: [&'a [f32]; MR],
+    a: Rows<'a, MR>,
     b: [&'a [f32]; 2],
     c: &'a mut [f32],
     rsc: usize,
@@ -420,24 +509,38 @@ macro_rules! wide_body {
                 }
             }
         }
-        let [a0, a1, a2, a3, a4, a5] = a;
-        let (a0, a1, a2) = (&a0[..kc], &a1[..kc], &a2[..kc]);
-        let (a3, a4, a5) = (&a3[..kc], &a4[..kc], &a5[..kc]);
+        let Rows { base, pitch, seg } = a;
         let b1 = &b1[..kc * NR];
         // Two accumulator blocks, each indexed only by constants once unrolled, so both
         // stay in registers.
         let mut lo = [[0.0f32; NR]; MR];
         let mut hi = [[0.0f32; NR]; MR];
-        for (l, (r0, r1)) in b0.chunks_exact(NR).zip(b1.chunks_exact(NR)).enumerate() {
-            let r0: &[f32; NR] = r0.try_into().unwrap_or(&[0.0; NR]);
-            let r1: &[f32; NR] = r1.try_into().unwrap_or(&[0.0; NR]);
-            let col = [a0[l], a1[l], a2[l], a3[l], a4[l], a5[l]];
-            for ((lo_r, hi_r), &x) in lo.iter_mut().zip(hi.iter_mut()).zip(&col) {
-                for (s, &y) in lo_r.iter_mut().zip(r0) {
-                    *s = $fma(x, y, *s);
-                }
-                for (s, &y) in hi_r.iter_mut().zip(r1) {
-                    *s = $fma(x, y, *s);
+        let step = seg * NR;
+        for (s, (b0, b1)) in b0.chunks_exact(step).zip(b1.chunks_exact(step)).enumerate() {
+            // The six rows' segments, each sliced to `seg` so the loop needs no bounds checks.
+            let [a0, a1, a2, a3, a4, a5] = base;
+            let [p0, p1, p2, p3, p4, p5] = pitch;
+            let (a0, a1, a2) = (
+                &a0[s * p0..][..seg],
+                &a1[s * p1..][..seg],
+                &a2[s * p2..][..seg],
+            );
+            let (a3, a4, a5) = (
+                &a3[s * p3..][..seg],
+                &a4[s * p4..][..seg],
+                &a5[s * p5..][..seg],
+            );
+            for (l, (r0, r1)) in b0.chunks_exact(NR).zip(b1.chunks_exact(NR)).enumerate() {
+                let r0: &[f32; NR] = r0.try_into().unwrap_or(&[0.0; NR]);
+                let r1: &[f32; NR] = r1.try_into().unwrap_or(&[0.0; NR]);
+                let col = [a0[l], a1[l], a2[l], a3[l], a4[l], a5[l]];
+                for ((lo_r, hi_r), &x) in lo.iter_mut().zip(hi.iter_mut()).zip(&col) {
+                    for (s, &y) in lo_r.iter_mut().zip(r0) {
+                        *s = $fma(x, y, *s);
+                    }
+                    for (s, &y) in hi_r.iter_mut().zip(r1) {
+                        *s = $fma(x, y, *s);
+                    }
                 }
             }
         }
@@ -466,7 +569,6 @@ macro_rules! micro_body {
             cols,
             start,
         } = $t;
-        let kc = b.len() / NR;
         // C = start + sums is C = start, then C += sums (the same one addition).
         if let Some(z) = start {
             for r in 0..rows {
@@ -475,17 +577,29 @@ macro_rules! micro_body {
                 }
             }
         }
-        // Six rows sliced to `kc` each, so the loop below needs no bounds checks.
-        let [a0, a1, a2, a3, a4, a5] = a;
-        let (a0, a1, a2) = (&a0[..kc], &a1[..kc], &a2[..kc]);
-        let (a3, a4, a5) = (&a3[..kc], &a4[..kc], &a5[..kc]);
+        let Rows { base, pitch, seg } = a;
         let mut acc = [[0.0f32; NR]; MR];
-        for (l, row) in b.chunks_exact(NR).enumerate() {
-            let row: &[f32; NR] = row.try_into().unwrap_or(&[0.0; NR]);
-            let col = [a0[l], a1[l], a2[l], a3[l], a4[l], a5[l]];
-            for (acc_r, &x) in acc.iter_mut().zip(&col) {
-                for (s, &y) in acc_r.iter_mut().zip(row) {
-                    *s = $fma(x, y, *s);
+        for (s, b) in b.chunks_exact(seg * NR).enumerate() {
+            // The six rows' segments, each sliced to `seg` so the loop needs no bounds checks.
+            let [a0, a1, a2, a3, a4, a5] = base;
+            let [p0, p1, p2, p3, p4, p5] = pitch;
+            let (a0, a1, a2) = (
+                &a0[s * p0..][..seg],
+                &a1[s * p1..][..seg],
+                &a2[s * p2..][..seg],
+            );
+            let (a3, a4, a5) = (
+                &a3[s * p3..][..seg],
+                &a4[s * p4..][..seg],
+                &a5[s * p5..][..seg],
+            );
+            for (l, row) in b.chunks_exact(NR).enumerate() {
+                let row: &[f32; NR] = row.try_into().unwrap_or(&[0.0; NR]);
+                let col = [a0[l], a1[l], a2[l], a3[l], a4[l], a5[l]];
+                for (acc_r, &x) in acc.iter_mut().zip(&col) {
+                    for (s, &y) in acc_r.iter_mut().zip(row) {
+                        *s = $fma(x, y, *s);
+                    }
                 }
             }
         }
@@ -503,7 +617,7 @@ fn micro_plain(t: Tile<'_>) {
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{Tile, WideTile, MR, NR};
+    use super::{Rows, Tile, WideTile, MR, NR};
 
     #[target_feature(enable = "avx2,fma")]
     pub(super) fn micro_avx2(t: Tile<'_>) {

@@ -11,10 +11,12 @@ use crate::kernels::conv::window::{decode_act_layout, encode_act_layout, ConvSha
 use crate::kernels::conv::{
     conv_cost, conv_kernel_methods, qerr, ConvArgs, ConvCore, ConvWindow, QStage,
 };
-use crate::kernels::gemm::{gemm_packed, pack_b, packed_len, Mat, MatMut, Packed};
+use crate::kernels::gemm::{
+    gemm_packed, gemm_packed_rows, pack_b, packed_len, Mat, MatMut, Packed, SegRows, KC,
+};
 use crate::kernels::kernel::{Cost, Kernel, Words};
 use crate::kernels::layout::{layout_shape, with_nhwc};
-use crate::kernels::qconv::{self, Conv2dParams};
+use crate::kernels::qconv::{self, Conv2dParams, ConvGeometry};
 use crate::kernels::quant::QuantElem;
 use crate::kernels::{Activation, KernelError, Padding, Result, MAX_ELEMENTS};
 use crate::tensor::TensorType;
@@ -121,10 +123,9 @@ fn conv2d_f32_with(p: &Conv2d, a: ConvArgs<'_>, packed: bool) -> Result<()> {
     let ConvArgs { x, f, bias, out } = a;
     let (g, o) = p.window.geometry(x.shape, out.shape, f.shape, p.nchw)?;
     let (n, h, w, c) = (g.batches, g.in_h, g.in_w, g.in_c);
-    let (oh, ow, kh, kw) = (g.out_h, g.out_w, g.filter_h, g.filter_w);
+    let (kh, kw) = (g.filter_h, g.filter_w);
     let k = kh * kw * c;
     let (sh, sw, dh, dw) = (g.stride_h, g.stride_w, g.dilation_h, g.dilation_w);
-    let (pt, pl) = (g.pad_top, g.pad_left);
     let mut own = Vec::new();
     let panels = if packed {
         f.data
@@ -155,63 +156,191 @@ fn conv2d_f32_with(p: &Conv2d, a: ConvArgs<'_>, packed: bool) -> Result<()> {
             };
             gemm_packed(m, a, wmat, MatMut { data: dst, rs: o }, Some(bias))?;
         } else {
-            let pixels = oh * ow;
-            let tile = (IM2COL_TILE / k).max(16).min(pixels.max(1));
-            let scratch_len = tile.checked_mul(k).ok_or(KernelError::TooLarge)?;
-            if scratch_len > MAX_ELEMENTS.max(k) {
-                return Err(KernelError::TooLarge);
-            }
-            let mut scratch = vec![0.0f32; scratch_len];
-            for b in 0..n {
-                let img = &src[b * h * w * c..(b + 1) * h * w * c];
-                let obatch = &mut dst[b * pixels * o..(b + 1) * pixels * o];
-                let mut p0 = 0;
-                while p0 < pixels {
-                    let rows = tile.min(pixels - p0);
-                    for r in 0..rows {
-                        let px_i = p0 + r;
-                        let (oy, ox) = (px_i / ow, px_i % ow);
-                        let row = &mut scratch[r * k..(r + 1) * k];
-                        for ky in 0..kh {
-                            // Position in padded coordinates; in the input if in [pt, pt+h).
-                            let py = oy * sh + ky * dh;
-                            let iy = py.wrapping_sub(pt);
-                            // A whole filter row inside the input is one contiguous run of
-                            // `kw * c` floats (dilation 1): one copy, not `kw`.
-                            let ix0 = (ox * sw).wrapping_sub(pl);
-                            let inside = py >= pt && iy < h && ox * sw >= pl && ix0 + kw <= w;
-                            if dw == 1 && inside {
-                                row[ky * kw * c..][..kw * c]
-                                    .copy_from_slice(&img[(iy * w + ix0) * c..][..kw * c]);
-                                continue;
-                            }
-                            for kx in 0..kw {
-                                let seg = &mut row[(ky * kw + kx) * c..][..c];
-                                let px = ox * sw + kx * dw;
-                                let ix = px.wrapping_sub(pl);
-                                if py >= pt && iy < h && px >= pl && ix < w {
-                                    seg.copy_from_slice(&img[(iy * w + ix) * c..][..c]);
-                                } else {
-                                    seg.fill(0.0);
-                                }
-                            }
-                        }
-                    }
-                    let a = Mat {
-                        data: &scratch[..rows * k],
-                        rs: k,
-                        cs: 1,
-                    };
-                    let cm = MatMut {
-                        data: &mut obatch[p0 * o..],
-                        rs: o,
-                    };
-                    gemm_packed(rows, a, wmat, cm, Some(bias))?;
-                    p0 += rows;
-                }
-            }
+            // Windows are read in place where the whole depth is one GEMM block and the
+            // filter's rows are contiguous runs of the image (dilation 1).
+            let in_place = k <= KC && dh == 1 && dw == 1;
+            conv_tiles(&g, o, src, dst, wmat, bias, in_place)?;
         }
         p.act.apply_slice(dst);
         Ok(())
     })
+}
+
+/// The convolution (NHWC, not a plain 1x1) as GEMMs over tiles of output pixels. With
+/// `in_place`, a pixel whose window lies inside the image is A's row as it stands: `kh`
+/// segments of `kw * c` floats, an image row apart; only windows reaching into the padding
+/// are copied (into im2col rows). Else every pixel gets an im2col row. Either way each
+/// output sums the same products in the same order, so the bits are the same.
+fn conv_tiles(
+    g: &ConvGeometry,
+    o: usize,
+    src: &[f32],
+    dst: &mut [f32],
+    wmat: Packed<'_>,
+    bias: &[f32],
+    in_place: bool,
+) -> Result<()> {
+    let (n, h, w, c) = (g.batches, g.in_h, g.in_w, g.in_c);
+    let (oh, ow, kh, kw) = (g.out_h, g.out_w, g.filter_h, g.filter_w);
+    let k = kh * kw * c;
+    let pixels = oh * ow;
+    let tile = (IM2COL_TILE / k).max(16).min(pixels.max(1));
+    let scratch_len = tile.checked_mul(k).ok_or(KernelError::TooLarge)?;
+    if scratch_len > MAX_ELEMENTS.max(k) {
+        return Err(KernelError::TooLarge);
+    }
+    let mut scratch = vec![0.0f32; scratch_len];
+    let image = h * w * c;
+    for b in 0..n {
+        let img = src
+            .get(b * image..(b + 1) * image)
+            .ok_or(KernelError::TooLarge)?;
+        let obatch = dst
+            .get_mut(b * pixels * o..(b + 1) * pixels * o)
+            .ok_or(KernelError::TooLarge)?;
+        let mut p0 = 0;
+        while p0 < pixels {
+            let rows = tile.min(pixels - p0);
+            let cm = MatMut {
+                data: &mut obatch[p0 * o..],
+                rs: o,
+            };
+            if in_place {
+                // Each pixel's row: its window in the image, or (in the padding) an
+                // im2col row in its scratch slot. `(oy, ox)` steps along, no divisions.
+                let (mut oy, mut ox) = (p0 / ow, p0 % ow);
+                let mut a = Vec::with_capacity(rows);
+                for slot in scratch.chunks_exact_mut(k).take(rows) {
+                    a.push(match window_start(g, oy, ox) {
+                        Some(i) => (img.get(i..).unwrap_or_default(), w * c),
+                        None => {
+                            im2col_row(g, img, oy, ox, slot);
+                            let slot: &[f32] = slot;
+                            (slot, kw * c)
+                        }
+                    });
+                    ox += 1;
+                    if ox == ow {
+                        (oy, ox) = (oy + 1, 0);
+                    }
+                }
+                let a = SegRows {
+                    rows: &a,
+                    seg: kw * c,
+                };
+                gemm_packed_rows(a, wmat, cm, Some(bias))?;
+            } else {
+                for (r, row) in scratch.chunks_exact_mut(k).take(rows).enumerate() {
+                    im2col_row(g, img, (p0 + r) / ow, (p0 + r) % ow, row);
+                }
+                let a = Mat {
+                    data: &scratch[..rows * k],
+                    rs: k,
+                    cs: 1,
+                };
+                gemm_packed(rows, a, wmat, cm, Some(bias))?;
+            }
+            p0 += rows;
+        }
+    }
+    Ok(())
+}
+
+/// Where the window of output pixel `(oy, ox)` starts in the image, if it lies wholly
+/// inside (dilation 1): its rows are then `kw * c` floats each, an image row apart.
+fn window_start(g: &ConvGeometry, oy: usize, ox: usize) -> Option<usize> {
+    let iy = (oy * g.stride_h).checked_sub(g.pad_top)?;
+    let ix = (ox * g.stride_w).checked_sub(g.pad_left)?;
+    let inside = iy + g.filter_h <= g.in_h && ix + g.filter_w <= g.in_w;
+    inside.then_some((iy * g.in_w + ix) * g.in_c)
+}
+
+/// Output pixel `(oy, ox)`'s im2col row (`kh * kw * c` floats: the window's taps in order,
+/// zeros for those in the padding).
+fn im2col_row(g: &ConvGeometry, img: &[f32], oy: usize, ox: usize, row: &mut [f32]) {
+    let (h, w, c) = (g.in_h, g.in_w, g.in_c);
+    let (kh, kw) = (g.filter_h, g.filter_w);
+    let (sh, sw, dh, dw) = (g.stride_h, g.stride_w, g.dilation_h, g.dilation_w);
+    let (pt, pl) = (g.pad_top, g.pad_left);
+    for ky in 0..kh {
+        // Position in padded coordinates; in the input if in [pt, pt+h).
+        let py = oy * sh + ky * dh;
+        let iy = py.wrapping_sub(pt);
+        // A whole filter row inside the input is one contiguous run of `kw * c` floats
+        // (dilation 1): one copy, not `kw`.
+        let ix0 = (ox * sw).wrapping_sub(pl);
+        let inside = py >= pt && iy < h && ox * sw >= pl && ix0 + kw <= w;
+        if dw == 1 && inside {
+            row[ky * kw * c..][..kw * c].copy_from_slice(&img[(iy * w + ix0) * c..][..kw * c]);
+            continue;
+        }
+        for kx in 0..kw {
+            let seg = &mut row[(ky * kw + kx) * c..][..c];
+            let px = ox * sw + kx * dw;
+            let ix = px.wrapping_sub(pl);
+            if py >= pt && iy < h && px >= pl && ix < w {
+                seg.copy_from_slice(&img[(iy * w + ix) * c..][..c]);
+            } else {
+                seg.fill(0.0);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn floats(n: usize, seed: u32) -> Vec<f32> {
+        (0..n)
+            .map(|i| {
+                let v = (i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 8;
+                (v % 2001) as f32 / 1000.0 - 1.0
+            })
+            .collect()
+    }
+
+    proptest! {
+        /// Windows read in place give the im2col path's bits, over every border case
+        /// (each side's padding on its own) and panel remainder.
+        #[test]
+        fn in_place_windows_match_im2col(
+            (n, h, w, c, o) in (1usize..3, 1usize..10, 1usize..10, 1usize..9, 1usize..41),
+            (kh, kw, sh, sw) in (1usize..6, 1usize..6, 1usize..4, 1usize..4),
+            (pt, pb, pl, pr) in (0usize..3, 0usize..3, 0usize..3, 0usize..3),
+            seed in any::<u32>(),
+        ) {
+            prop_assume!(h + pt + pb >= kh && w + pl + pr >= kw);
+            let g = ConvGeometry {
+                batches: n,
+                in_h: h,
+                in_w: w,
+                in_c: c,
+                out_h: (h + pt + pb - kh) / sh + 1,
+                out_w: (w + pl + pr - kw) / sw + 1,
+                filter_h: kh,
+                filter_w: kw,
+                stride_h: sh,
+                stride_w: sw,
+                dilation_h: 1,
+                dilation_w: 1,
+                pad_top: pt,
+                pad_left: pl,
+            };
+            let k = kh * kw * c;
+            let x = floats(n * h * w * c, seed);
+            let f = floats(o * k, seed ^ 7);
+            let bias = floats(o, seed ^ 9);
+            let mut panels = vec![0.0; packed_len(k, o).unwrap()];
+            pack_b(k, o, Mat { data: &f, rs: 1, cs: k }, &mut panels).unwrap();
+            let wmat = Packed { data: &panels, k, n: o };
+            let len = n * g.out_h * g.out_w * o;
+            let (mut want, mut got) = (vec![f32::NAN; len], vec![f32::NAN; len]);
+            conv_tiles(&g, o, &x, &mut want, wmat, &bias, false).unwrap();
+            conv_tiles(&g, o, &x, &mut got, wmat, &bias, true).unwrap();
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            prop_assert_eq!(bits(&want), bits(&got));
+        }
+    }
 }
