@@ -327,6 +327,7 @@ impl Body for Blocked<'_> {
         let Packed { data: bp, k, n } = b;
         let micro = micro_kernel();
         let wide = wide_kernel();
+        let tall = tall_kernel();
         let zeros = vec![0.0f32; KC.min(k)];
         // A strided A (not row-contiguous) is copied row by row first; a contiguous one is
         // read where it is (as are segmented rows).
@@ -375,18 +376,9 @@ impl Body for Blocked<'_> {
                     }
                     Some(z)
                 };
-                // A's rows for the tile at `r0` (zeros past `rows`), in a plain loop: built
-                // with `array::from_fn`, the row lookups were calls.
+                // A's rows for the tile at `r0` (zeros past `rows`).
                 let a_rows = |r0: usize, rows: usize| -> Rows<'_, MR> {
-                    let mut t = Rows {
-                        base: [&zeros[..kc]; MR],
-                        pitch: [0; MR],
-                        seg,
-                    };
-                    for r in 0..rows.min(MR) {
-                        (t.base[r], t.pitch[r]) = row(i0 + r0 + r);
-                    }
-                    t
+                    tile_rows(&zeros[..kc], seg, rows, |r| row(i0 + r0 + r))
                 };
                 let mut p = 0;
                 while p < panels {
@@ -396,12 +388,28 @@ impl Body for Blocked<'_> {
                     let pair = wide.filter(|_| p + 1 < panels);
                     let cols = (if pair.is_some() { 2 * NR } else { NR }).min(n - j0);
                     let z = start(j0, cols);
-                    for r0 in (0..mc).step_by(MR) {
-                        let rows = MR.min(mc - r0);
+                    let mut r0 = 0;
+                    while r0 < mc {
                         let c = &mut c[(i0 + r0) * rsc + j0..];
+                        // A lone panel, twelve rows at a time where the CPU has the
+                        // registers (twelve sums in flight instead of six).
+                        if let Some(tall) = tall.filter(|_| pair.is_none() && mc - r0 >= TR) {
+                            tall(TallTile {
+                                a: tile_rows(&zeros[..kc], seg, TR, |r| row(i0 + r0 + r)),
+                                b: panel,
+                                c,
+                                rsc,
+                                cols,
+                                start: z.as_ref().map(|z| &z[..NR]),
+                            });
+                            r0 += TR;
+                            continue;
+                        }
+                        let (at, rows) = (r0, MR.min(mc - r0));
+                        r0 += MR;
                         match pair {
                             Some(wide) => wide(WideTile {
-                                a: a_rows(r0, rows),
+                                a: a_rows(at, rows),
                                 b: [panel, &bp[((p + 1) * k + k0) * NR..][..kc * NR]],
                                 c,
                                 rsc,
@@ -410,7 +418,7 @@ impl Body for Blocked<'_> {
                                 start: z.as_ref(),
                             }),
                             None => micro(Tile {
-                                a: a_rows(r0, rows),
+                                a: a_rows(at, rows),
                                 b: panel,
                                 c,
                                 rsc,
@@ -445,6 +453,27 @@ pub(crate) fn gemm_f32(
     let mut bp = vec![0.0f32; packed_len(k, n).ok_or(KernelError::TooLarge)?];
     pack_b(k, n, b, &mut bp)?;
     gemm_packed(m, a, Packed { data: &bp, k, n }, c, bias)
+}
+
+/// The `R` rows of a tile whose row `r` is `row(r)` (base and segment pitch), rows from
+/// `rows` on reading `zeros`; in a plain loop: built with `array::from_fn`, the row
+/// lookups were calls.
+#[inline(always)]
+fn tile_rows<'a, const R: usize>(
+    zeros: &'a [f32],
+    seg: usize,
+    rows: usize,
+    row: impl Fn(usize) -> (&'a [f32], usize),
+) -> Rows<'a, R> {
+    let mut t = Rows {
+        base: [zeros; R],
+        pitch: [0; R],
+        seg,
+    };
+    for r in 0..rows.min(R) {
+        (t.base[r], t.pitch[r]) = row(r);
+    }
+    t
 }
 
 /// A tile's `R` rows of A, each read in segments of `seg` floats: row `r`'s element `l`
@@ -487,6 +516,25 @@ pub(crate) struct WideTile<'a> {
 
 /// A wide micro-kernel: one [`WideTile`].
 type Wide = fn(WideTile<'_>);
+
+/// Rows of a [`TallTile`].
+const TR: usize = 12;
+
+/// One full `TR x NR` tile over a single B panel: twelve independent sums per column in
+/// flight, where a six-row tile waits on the multiply-add latency. Otherwise as [`Tile`]
+/// (every row present, `cols` up to [`NR`]); each sum runs in the same order, so the
+/// results are the same bits.
+pub(crate) struct TallTile<'a> {
+    a: Rows<'a, TR>,
+    b: &'a [f32],
+    c: &'a mut [f32],
+    rsc: usize,
+    cols: usize,
+    start: Option<&'a [f32]>,
+}
+
+/// A tall micro-kernel: one [`TallTile`].
+type Tall = fn(TallTile<'_>);
 
 // The prologue (C = start, A's rows sliced) is written out in both bodies: shared through
 // an inlined function, the models ran about 5% slower.
@@ -617,7 +665,8 @@ fn micro_plain(t: Tile<'_>) {
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{Rows, Tile, WideTile, MR, NR};
+    use super::{Rows, TallTile, Tile, WideTile, MR, NR, TR};
+    use std::arch::x86_64::*;
 
     #[target_feature(enable = "avx2,fma")]
     pub(super) fn micro_avx2(t: Tile<'_>) {
@@ -632,6 +681,60 @@ mod x86 {
     #[target_feature(enable = "avx512f,fma")]
     pub(super) fn wide_avx512(t: WideTile<'_>) {
         wide_body!(t, |x: f32, y: f32, s: f32| x.mul_add(y, s))
+    }
+
+    /// [`TallTile`] with AVX-512 intrinsics: the twelve accumulators are registers (in
+    /// plain Rust the compiler kept them on the stack).
+    #[target_feature(enable = "avx512f,fma")]
+    fn tall_avx512(t: TallTile<'_>) {
+        let TallTile {
+            a,
+            b,
+            c,
+            rsc,
+            cols,
+            start,
+        } = t;
+        let Rows { base, pitch, seg } = a;
+        let mut acc = [_mm512_setzero_ps(); TR];
+        for (s, b) in b.chunks_exact(seg * NR).enumerate() {
+            let mut rows = [&base[0][..0]; TR];
+            for r in 0..TR {
+                rows[r] = &base[r][s * pitch[r]..][..seg];
+            }
+            for l in 0..seg {
+                let Ok(brow) = <&[f32; NR]>::try_from(&b[l * NR..][..NR]) else {
+                    continue;
+                };
+                // SAFETY: `brow` is NR = 16 floats, one unaligned 512-bit load.
+                let bv = unsafe { _mm512_loadu_ps(brow.as_ptr()) };
+                for r in 0..TR {
+                    acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(rows[r][l]), bv, acc[r]);
+                }
+            }
+        }
+        let cols = cols.min(NR);
+        let mask = ((1u32 << cols) - 1) as __mmask16;
+        let start = start.map(|z| &z[..cols]);
+        for (r, &sums) in acc.iter().enumerate() {
+            let row = &mut c[r * rsc..][..cols];
+            // C = start + sums, else C += sums (the same one addition as the six-row
+            // kernel's).
+            let from = match start {
+                Some(z) => z.as_ptr(),
+                None => row.as_ptr(),
+            };
+            // SAFETY: `from` is `cols` floats (a row of C or of start, sliced above);
+            // `mask` selects lanes below `cols` only, so nothing else is read.
+            let before = unsafe { _mm512_maskz_loadu_ps(mask, from) };
+            // SAFETY: `row` is `cols` floats; only the lanes below `cols` are written.
+            unsafe { _mm512_mask_storeu_ps(row.as_mut_ptr(), mask, _mm512_add_ps(before, sums)) };
+        }
+    }
+
+    pub(super) fn tall512(t: TallTile<'_>) {
+        // SAFETY: chosen by `tall_kernel` only where the CPU has AVX-512F and FMA.
+        unsafe { tall_avx512(t) }
     }
 
     pub(super) fn wide512(t: WideTile<'_>) {
@@ -662,6 +765,23 @@ fn wide_kernel() -> Option<Wide> {
                 && std::arch::is_x86_feature_detected!("avx512f")
             {
                 return Some(x86::wide512 as Wide);
+            }
+        }
+        None
+    })
+}
+
+/// The twelve-row single-panel micro-kernel, where the CPU has AVX-512 (its registers);
+/// it multiplies with fused multiply-adds as [`micro_kernel`]'s AVX-512 choice does.
+fn tall_kernel() -> Option<Tall> {
+    static CHOSEN: std::sync::OnceLock<Option<Tall>> = std::sync::OnceLock::new();
+    *CHOSEN.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("fma")
+                && std::arch::is_x86_feature_detected!("avx512f")
+            {
+                return Some(x86::tall512 as Tall);
             }
         }
         None
@@ -719,6 +839,56 @@ mod tests {
                     prop_assert_eq!(f64::from(c[i * n + j]), want);
                 }
             }
+        }
+    }
+
+    proptest! {
+        /// The twelve-row kernel gives the same bits as two six-row tiles, over segmented
+        /// rows, part-filled panels and both kinds of start.
+        #[test]
+        fn tall_tiles_match_six_row_tiles(
+            (seg, segs) in (1usize..12, 1usize..4),
+            cols in 1usize..=NR,
+            with_start in any::<bool>(),
+            seed in any::<u32>(),
+        ) {
+            let Some(tall) = tall_kernel() else { return Ok(()) };
+            let kc = seg * segs;
+            let val = |i: usize, s: u32| {
+                let v = (i as u32).wrapping_mul(2654435761).wrapping_add(s) >> 9;
+                (v % 20011) as f32 / 7919.0 - 1.3
+            };
+            // Row r's segment t starts at r * 3 + t * pitch, pitch = seg + 5.
+            let pitch = seg + 5;
+            let a: Vec<f32> = (0..TR * 3 + segs * pitch + seg).map(|i| val(i, seed)).collect();
+            let b: Vec<f32> = (0..kc * NR).map(|i| val(i, !seed)).collect();
+            let z: Vec<f32> = (0..NR).map(|i| val(i, seed ^ 77)).collect();
+            let c0: Vec<f32> = (0..TR * NR).map(|i| val(i, seed ^ 5)).collect();
+            let zeros = vec![0.0f32; kc];
+            let row = |r: usize| (&a[r * 3..], pitch);
+            let start = with_start.then_some(&z[..]);
+            let mut want = c0.clone();
+            for half in 0..2 {
+                micro_kernel()(Tile {
+                    a: tile_rows(&zeros, seg, MR, |r| row(half * MR + r)),
+                    b: &b,
+                    c: &mut want[half * MR * NR..],
+                    rsc: NR,
+                    rows: MR,
+                    cols,
+                    start,
+                });
+            }
+            let mut got = c0.clone();
+            tall(TallTile {
+                a: tile_rows(&zeros, seg, TR, row),
+                b: &b,
+                c: &mut got,
+                rsc: NR,
+                cols,
+                start,
+            });
+            prop_assert!(got.iter().zip(&want).all(|(g, w)| g.to_bits() == w.to_bits()));
         }
     }
 
