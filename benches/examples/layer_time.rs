@@ -172,6 +172,27 @@ fn main() {
         ],
         true,
     );
+    // face_detection_full_range's shallow 1x1 layers.
+    time(
+        "pw 96x96x8->32",
+        conv(Padding::default(), 1),
+        vec![
+            (vec![1, 96, 96, 8], pseudo(96 * 96 * 8, 1)),
+            (vec![32, 1, 1, 8], pseudo(256, 2)),
+            (vec![32], pseudo(32, 3)),
+        ],
+        true,
+    );
+    time(
+        "pw 96x96x32->8",
+        conv(Padding::default(), 1),
+        vec![
+            (vec![1, 96, 96, 32], pseudo(96 * 96 * 32, 1)),
+            (vec![8, 1, 1, 32], pseudo(256, 2)),
+            (vec![8], pseudo(8, 3)),
+        ],
+        true,
+    );
     time(
         "dw 96x96x16 3x3s1",
         dw(same(1, 1, 1, 1), 1),

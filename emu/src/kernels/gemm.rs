@@ -327,7 +327,7 @@ impl Body for Blocked<'_> {
         let Packed { data: bp, k, n } = b;
         let micro = micro_kernel();
         let wide = wide_kernel();
-        let tall = tall_kernel();
+        let tall = tall_kernels();
         let zeros = vec![0.0f32; KC.min(k)];
         // A strided A (not row-contiguous) is copied row by row first; a contiguous one is
         // read where it is (as are segmented rows).
@@ -391,17 +391,29 @@ impl Body for Blocked<'_> {
                     let mut r0 = 0;
                     while r0 < mc {
                         let c = &mut c[(i0 + r0) * rsc + j0..];
-                        // A lone panel, twelve rows at a time where the CPU has the
-                        // registers (twelve sums in flight instead of six).
-                        if let Some(tall) = tall.filter(|_| pair.is_none() && mc - r0 >= TR) {
-                            tall(TallTile {
-                                a: tile_rows(&zeros[..kc], seg, TR, |r| row(i0 + r0 + r)),
-                                b: panel,
-                                c,
-                                rsc,
-                                cols,
-                                start: z.as_ref().map(|z| &z[..NR]),
-                            });
+                        // Twelve rows at a time where the CPU has the registers (twice
+                        // the sums in flight, each A value feeding twice as many).
+                        if let Some((one, two)) = tall.filter(|_| mc - r0 >= TR) {
+                            let a = tile_rows(&zeros[..kc], seg, TR, |r| row(i0 + r0 + r));
+                            let start = z.as_ref().map(|z| &z[..]);
+                            match pair {
+                                Some(_) => two(TallTile {
+                                    a,
+                                    b: [panel, &bp[((p + 1) * k + k0) * NR..][..kc * NR]],
+                                    c,
+                                    rsc,
+                                    cols,
+                                    start,
+                                }),
+                                None => one(TallTile {
+                                    a,
+                                    b: [panel],
+                                    c,
+                                    rsc,
+                                    cols,
+                                    start,
+                                }),
+                            }
                             r0 += TR;
                             continue;
                         }
@@ -520,21 +532,24 @@ type Wide = fn(WideTile<'_>);
 /// Rows of a [`TallTile`].
 const TR: usize = 12;
 
-/// One full `TR x NR` tile over a single B panel: twelve independent sums per column in
-/// flight, where a six-row tile waits on the multiply-add latency. Otherwise as [`Tile`]
-/// (every row present, `cols` up to [`NR`]); each sum runs in the same order, so the
+/// One full `TR x (P * NR)` tile over `P` adjacent B panels (one or two): twelve
+/// independent sums per column in flight, where a six-row tile over one panel waits on the
+/// multiply-add latency, and each A value loaded feeds `P` of them. Otherwise as [`Tile`]
+/// (every row present, `cols` up to `P * NR`); each sum runs in the same order, so the
 /// results are the same bits.
-pub(crate) struct TallTile<'a> {
+pub(crate) struct TallTile<'a, const P: usize> {
     a: Rows<'a, TR>,
-    b: &'a [f32],
+    b: [&'a [f32]; P],
     c: &'a mut [f32],
     rsc: usize,
     cols: usize,
     start: Option<&'a [f32]>,
 }
 
-/// A tall micro-kernel: one [`TallTile`].
-type Tall = fn(TallTile<'_>);
+/// A tall micro-kernel over one panel: one [`TallTile`].
+type Tall = fn(TallTile<'_, 1>);
+/// A tall micro-kernel over two panels: one [`TallTile`].
+type TallWide = fn(TallTile<'_, 2>);
 
 // The prologue (C = start, A's rows sliced) is written out in both bodies: shared through
 // an inlined function, the models ran about 5% slower.
@@ -683,10 +698,12 @@ mod x86 {
         wide_body!(t, |x: f32, y: f32, s: f32| x.mul_add(y, s))
     }
 
-    /// [`TallTile`] with AVX-512 intrinsics: the twelve accumulators are registers (in
-    /// plain Rust the compiler kept them on the stack).
+    /// [`TallTile`] with AVX-512 intrinsics: the accumulators (12 or 24) are registers
+    /// (in plain Rust the compiler kept them on the stack).
+    // `l` indexes twelve rows' segments at once, not one slice.
+    #[allow(clippy::needless_range_loop)]
     #[target_feature(enable = "avx512f,fma")]
-    fn tall_avx512(t: TallTile<'_>) {
+    fn tall_avx512<const P: usize>(t: TallTile<'_, P>) {
         let TallTile {
             a,
             b,
@@ -696,44 +713,68 @@ mod x86 {
             start,
         } = t;
         let Rows { base, pitch, seg } = a;
-        let mut acc = [_mm512_setzero_ps(); TR];
-        for (s, b) in b.chunks_exact(seg * NR).enumerate() {
+        let kc = b[0].len() / NR;
+        if seg == 0 || !kc.is_multiple_of(seg) || b.iter().any(|b| b.len() < kc * NR) {
+            return;
+        }
+        let mut acc = [[_mm512_setzero_ps(); P]; TR];
+        for s in 0..kc / seg {
             let mut rows = [&base[0][..0]; TR];
             for r in 0..TR {
                 rows[r] = &base[r][s * pitch[r]..][..seg];
             }
             for l in 0..seg {
-                let Ok(brow) = <&[f32; NR]>::try_from(&b[l * NR..][..NR]) else {
-                    continue;
-                };
-                // SAFETY: `brow` is NR = 16 floats, one unaligned 512-bit load.
-                let bv = unsafe { _mm512_loadu_ps(brow.as_ptr()) };
+                let at = (s * seg + l) * NR;
+                let mut bv = [_mm512_setzero_ps(); P];
+                for (v, b) in bv.iter_mut().zip(&b) {
+                    let Ok(brow) = <&[f32; NR]>::try_from(&b[at..][..NR]) else {
+                        continue;
+                    };
+                    // SAFETY: `brow` is NR = 16 floats, one unaligned 512-bit load.
+                    *v = unsafe { _mm512_loadu_ps(brow.as_ptr()) };
+                }
                 for r in 0..TR {
-                    acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(rows[r][l]), bv, acc[r]);
+                    let x = _mm512_set1_ps(rows[r][l]);
+                    for q in 0..P {
+                        acc[r][q] = _mm512_fmadd_ps(x, bv[q], acc[r][q]);
+                    }
                 }
             }
         }
-        let cols = cols.min(NR);
-        let mask = ((1u32 << cols) - 1) as __mmask16;
+        let cols = cols.min(P * NR);
         let start = start.map(|z| &z[..cols]);
-        for (r, &sums) in acc.iter().enumerate() {
+        for (r, sums) in acc.iter().enumerate() {
             let row = &mut c[r * rsc..][..cols];
-            // C = start + sums, else C += sums (the same one addition as the six-row
-            // kernel's).
-            let from = match start {
-                Some(z) => z.as_ptr(),
-                None => row.as_ptr(),
-            };
-            // SAFETY: `from` is `cols` floats (a row of C or of start, sliced above);
-            // `mask` selects lanes below `cols` only, so nothing else is read.
-            let before = unsafe { _mm512_maskz_loadu_ps(mask, from) };
-            // SAFETY: `row` is `cols` floats; only the lanes below `cols` are written.
-            unsafe { _mm512_mask_storeu_ps(row.as_mut_ptr(), mask, _mm512_add_ps(before, sums)) };
+            for (q, &sums) in sums.iter().enumerate() {
+                let lanes = cols.saturating_sub(q * NR).min(NR);
+                if lanes == 0 {
+                    break;
+                }
+                let mask = ((1u32 << lanes) - 1) as __mmask16;
+                let dst = &mut row[q * NR..][..lanes];
+                // C = start + sums, else C += sums (the same one addition as the six-row
+                // kernels').
+                let from = match start {
+                    Some(z) => z[q * NR..][..lanes].as_ptr(),
+                    None => dst.as_ptr(),
+                };
+                // SAFETY: `from` is `lanes` floats (of a row of C or of start, sliced
+                // above); `mask` selects the lanes below `lanes` only.
+                let before = unsafe { _mm512_maskz_loadu_ps(mask, from) };
+                let v = _mm512_add_ps(before, sums);
+                // SAFETY: `dst` is `lanes` floats; only the lanes below `lanes` are written.
+                unsafe { _mm512_mask_storeu_ps(dst.as_mut_ptr(), mask, v) };
+            }
         }
     }
 
-    pub(super) fn tall512(t: TallTile<'_>) {
-        // SAFETY: chosen by `tall_kernel` only where the CPU has AVX-512F and FMA.
+    pub(super) fn tall512(t: TallTile<'_, 1>) {
+        // SAFETY: chosen by `tall_kernels` only where the CPU has AVX-512F and FMA.
+        unsafe { tall_avx512(t) }
+    }
+
+    pub(super) fn tall_wide512(t: TallTile<'_, 2>) {
+        // SAFETY: chosen by `tall_kernels` only where the CPU has AVX-512F and FMA.
         unsafe { tall_avx512(t) }
     }
 
@@ -771,17 +812,18 @@ fn wide_kernel() -> Option<Wide> {
     })
 }
 
-/// The twelve-row single-panel micro-kernel, where the CPU has AVX-512 (its registers);
-/// it multiplies with fused multiply-adds as [`micro_kernel`]'s AVX-512 choice does.
-fn tall_kernel() -> Option<Tall> {
-    static CHOSEN: std::sync::OnceLock<Option<Tall>> = std::sync::OnceLock::new();
+/// The twelve-row micro-kernels over one and two panels, where the CPU has AVX-512 (its
+/// 32 registers); they multiply with fused multiply-adds as [`micro_kernel`]'s AVX-512
+/// choice does.
+fn tall_kernels() -> Option<(Tall, TallWide)> {
+    static CHOSEN: std::sync::OnceLock<Option<(Tall, TallWide)>> = std::sync::OnceLock::new();
     *CHOSEN.get_or_init(|| {
         #[cfg(target_arch = "x86_64")]
         {
             if std::arch::is_x86_feature_detected!("fma")
                 && std::arch::is_x86_feature_detected!("avx512f")
             {
-                return Some(x86::tall512 as Tall);
+                return Some((x86::tall512 as Tall, x86::tall_wide512 as TallWide));
             }
         }
         None
@@ -843,16 +885,21 @@ mod tests {
     }
 
     proptest! {
-        /// The twelve-row kernel gives the same bits as two six-row tiles, over segmented
-        /// rows, part-filled panels and both kinds of start.
+        /// The twelve-row kernels give the same bits as two six-row tiles, over one and
+        /// two panels, segmented rows, part-filled panels and both kinds of start.
         #[test]
         fn tall_tiles_match_six_row_tiles(
             (seg, segs) in (1usize..12, 1usize..4),
-            cols in 1usize..=NR,
+            (wide, cols) in prop_oneof![
+                (Just(false), 1usize..=NR),
+                (Just(true), NR + 1..=2 * NR),
+            ],
             with_start in any::<bool>(),
             seed in any::<u32>(),
         ) {
-            let Some(tall) = tall_kernel() else { return Ok(()) };
+            let (Some((tall, tall_wide)), Some(six_wide)) = (tall_kernels(), wide_kernel()) else {
+                return Ok(());
+            };
             let kc = seg * segs;
             let val = |i: usize, s: u32| {
                 let v = (i as u32).wrapping_mul(2654435761).wrapping_add(s) >> 9;
@@ -861,33 +908,37 @@ mod tests {
             // Row r's segment t starts at r * 3 + t * pitch, pitch = seg + 5.
             let pitch = seg + 5;
             let a: Vec<f32> = (0..TR * 3 + segs * pitch + seg).map(|i| val(i, seed)).collect();
-            let b: Vec<f32> = (0..kc * NR).map(|i| val(i, !seed)).collect();
-            let z: Vec<f32> = (0..NR).map(|i| val(i, seed ^ 77)).collect();
-            let c0: Vec<f32> = (0..TR * NR).map(|i| val(i, seed ^ 5)).collect();
+            let b: Vec<f32> = (0..2 * kc * NR).map(|i| val(i, !seed)).collect();
+            let (b0, b1) = b.split_at(kc * NR);
+            let z: [f32; 2 * NR] = std::array::from_fn(|i| val(i, seed ^ 77));
+            let rsc = 2 * NR;
+            let c0: Vec<f32> = (0..TR * rsc).map(|i| val(i, seed ^ 5)).collect();
             let zeros = vec![0.0f32; kc];
             let row = |r: usize| (&a[r * 3..], pitch);
-            let start = with_start.then_some(&z[..]);
             let mut want = c0.clone();
             for half in 0..2 {
-                micro_kernel()(Tile {
-                    a: tile_rows(&zeros, seg, MR, |r| row(half * MR + r)),
-                    b: &b,
-                    c: &mut want[half * MR * NR..],
-                    rsc: NR,
-                    rows: MR,
-                    cols,
-                    start,
-                });
+                let a = tile_rows(&zeros, seg, MR, |r| row(half * MR + r));
+                let c = &mut want[half * MR * rsc..];
+                if wide {
+                    six_wide(WideTile {
+                        a, b: [b0, b1], c, rsc, rows: MR, cols,
+                        start: with_start.then_some(&z),
+                    });
+                } else {
+                    micro_kernel()(Tile {
+                        a, b: b0, c, rsc, rows: MR, cols,
+                        start: with_start.then_some(&z[..NR]),
+                    });
+                }
             }
             let mut got = c0.clone();
-            tall(TallTile {
-                a: tile_rows(&zeros, seg, TR, row),
-                b: &b,
-                c: &mut got,
-                rsc: NR,
-                cols,
-                start,
-            });
+            let a = tile_rows(&zeros, seg, TR, row);
+            let start = with_start.then_some(&z[..]);
+            if wide {
+                tall_wide(TallTile { a, b: [b0, b1], c: &mut got, rsc, cols, start });
+            } else {
+                tall(TallTile { a, b: [b0], c: &mut got, rsc, cols, start });
+            }
             prop_assert!(got.iter().zip(&want).all(|(g, w)| g.to_bits() == w.to_bits()));
         }
     }
