@@ -11,6 +11,7 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use vnpu_benches::{pseudo, staged};
 use vnpu_emu::kernels::{
     execute, Activation, Conv2d, ConvWindow, DepthwiseConv2d, FullyConnected, KernelOp, Padding,
     Pool, PoolKind,
@@ -25,22 +26,6 @@ struct Layer {
     out_ty: TensorType,
     out: Staged,
     macs: u64,
-}
-
-fn pseudo(n: usize, seed: u32) -> Vec<f32> {
-    (0..n)
-        .map(|i| {
-            let v = (i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) >> 16;
-            (v % 255) as f32 / 255.0 - 0.5
-        })
-        .collect()
-}
-
-/// A staged copy of `bytes`.
-fn staged(bytes: &[u8]) -> Staged {
-    let mut b = Staged::zeroed(bytes.len());
-    b.bytes_mut().copy_from_slice(bytes);
-    b
 }
 
 impl Layer {

@@ -1,23 +1,10 @@
 //! Times single face_landmark layers on the device's kernels (min and median of many runs);
 //! an argument keeps only the lines whose name contains it.
 use std::time::Instant;
+use vnpu_benches::{pseudo, staged};
 use vnpu_emu::kernels::*;
 use vnpu_emu::program::pack_panels;
 use vnpu_emu::tensor::{DType, Layout, Staged, TensorType, View, ViewMut};
-
-fn pseudo(n: usize, seed: u32) -> Vec<f32> {
-    (0..n)
-        .map(|i| {
-            let v = (i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) >> 16;
-            (v % 255) as f32 / 255.0 - 0.5
-        })
-        .collect()
-}
-fn staged(b: &[u8]) -> Staged {
-    let mut s = Staged::zeroed(b.len());
-    s.bytes_mut().copy_from_slice(b);
-    s
-}
 
 fn time(name: &str, op: KernelOp, ins: Vec<(Vec<usize>, Vec<f32>)>, pack: bool) {
     // `layer_time [FILTER]`: only the layers whose name contains FILTER.

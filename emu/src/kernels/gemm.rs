@@ -206,6 +206,25 @@ pub(crate) fn gemm_packed(
     c: MatMut<'_>,
     bias: Option<&[f32]>,
 ) -> Result<()> {
+    if m == 0 || b.n == 0 {
+        return Ok(());
+    }
+    let fits = max_index(m, b.k, a.rs, a.cs).is_some_and(|i| i < a.data.len());
+    if !fits {
+        return Err(KernelError::TooLarge);
+    }
+    run_blocked(m, ASrc::Mat(a), b, c, bias)
+}
+
+/// Checks B, C and the bias against `m` rows and runs [`Blocked`] (A's rows were checked
+/// by the caller).
+fn run_blocked(
+    m: usize,
+    a: ASrc<'_>,
+    b: Packed<'_>,
+    c: MatMut<'_>,
+    bias: Option<&[f32]>,
+) -> Result<()> {
     let Packed { data: bp, k, n } = b;
     let MatMut { data: c, rs: rsc } = c;
     if m == 0 || n == 0 {
@@ -214,8 +233,7 @@ pub(crate) fn gemm_packed(
     if bias.is_some_and(|b| !b.is_empty() && b.len() < n) {
         return Err(KernelError::TooLarge);
     }
-    let fits = max_index(m, k, a.rs, a.cs).is_some_and(|i| i < a.data.len());
-    if k == 0 || !fits || packed_len(k, n).is_none_or(|l| l > bp.len()) {
+    if k == 0 || packed_len(k, n).is_none_or(|l| l > bp.len()) {
         return Err(KernelError::TooLarge);
     }
     match max_index(m, n, rsc, 1) {
@@ -224,8 +242,8 @@ pub(crate) fn gemm_packed(
     }
     vectorized(Blocked {
         m,
-        a: ASrc::Mat(a),
-        b: Packed { data: bp, k, n },
+        a,
+        b,
         c,
         rsc,
         bias,
@@ -253,17 +271,11 @@ pub(crate) fn gemm_packed_rows(
     c: MatMut<'_>,
     bias: Option<&[f32]>,
 ) -> Result<()> {
-    let Packed { data: bp, k, n } = b;
-    let MatMut { data: c, rs: rsc } = c;
-    let m = a.rows.len();
-    if m == 0 || n == 0 {
+    let (k, seg, m) = (b.k, a.seg, a.rows.len());
+    if m == 0 || b.n == 0 {
         return Ok(());
     }
-    if bias.is_some_and(|b| !b.is_empty() && b.len() < n) {
-        return Err(KernelError::TooLarge);
-    }
-    let seg = a.seg;
-    if k == 0 || k > KC || seg == 0 || k % seg != 0 {
+    if k == 0 || k > KC || seg == 0 || !k.is_multiple_of(seg) {
         return Err(KernelError::TooLarge);
     }
     // Each row's last segment ends inside its slice.
@@ -273,22 +285,10 @@ pub(crate) fn gemm_packed_rows(
             .and_then(|at| at.checked_add(seg))
             .is_none_or(|end| end > row.len())
     });
-    if short || packed_len(k, n).is_none_or(|l| l > bp.len()) {
+    if short {
         return Err(KernelError::TooLarge);
     }
-    match max_index(m, n, rsc, 1) {
-        Some(i) if i < c.len() => {}
-        _ => return Err(KernelError::TooLarge),
-    }
-    vectorized(Blocked {
-        m,
-        a: ASrc::Seg(a),
-        b: Packed { data: bp, k, n },
-        c,
-        rsc,
-        bias,
-    });
-    Ok(())
+    run_blocked(m, ASrc::Seg(a), b, c, bias)
 }
 
 /// A's rows as [`Blocked`] reads them.

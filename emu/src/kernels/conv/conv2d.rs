@@ -290,16 +290,8 @@ fn im2col_row(g: &ConvGeometry, img: &[f32], oy: usize, ox: usize, row: &mut [f3
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::conv::testutil::floats;
     use proptest::prelude::*;
-
-    fn floats(n: usize, seed: u32) -> Vec<f32> {
-        (0..n)
-            .map(|i| {
-                let v = (i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 8;
-                (v % 2001) as f32 / 1000.0 - 1.0
-            })
-            .collect()
-    }
 
     proptest! {
         /// Windows read in place give the im2col path's bits, over every border case

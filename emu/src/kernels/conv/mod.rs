@@ -418,6 +418,16 @@ pub(crate) mod testutil {
             .collect()
     }
 
+    /// `n` deterministic pseudo-random floats in [-1, 1] for `seed`.
+    pub(crate) fn floats(n: usize, seed: u32) -> Vec<f32> {
+        (0..n)
+            .map(|i| {
+                let v = (i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 8;
+                (v % 2001) as f32 / 1000.0 - 1.0
+            })
+            .collect()
+    }
+
     /// A deterministic pseudo-random integer in `[lo, hi]` for index `i` and `seed`.
     pub(crate) fn pick(i: usize, seed: u32, lo: i32, hi: i32) -> i32 {
         let h = (i as u32)
@@ -560,11 +570,9 @@ mod packed_tests {
     use proptest::prelude::*;
 
     fn floats(n: usize, seed: u32) -> Vec<u8> {
-        (0..n)
-            .flat_map(|i| {
-                let v = (i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 8;
-                ((v % 2001) as f32 / 1000.0 - 1.0).to_le_bytes()
-            })
+        super::testutil::floats(n, seed)
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
             .collect()
     }
 
