@@ -569,3 +569,243 @@ fn socket_activation_and_stale_socket() {
     child.wait().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Connections that connect and never send a hello (far more than the service's caps)
+/// lock nobody out: a real client connects and is served at once, and every silent one is
+/// closed within the documented hello deadline.
+#[test]
+fn idle_connections_do_not_lock_out() {
+    let service = Service::start("idle");
+    let deadline = vnpu_driver::service::admission::AdmissionLimits::default().hello_timeout;
+    let silent: Vec<_> = (0..300).map(|_| raw_client(&service)).collect();
+    for _ in 0..3 {
+        let remote = RemoteDevice::connect(&service.socket, Duration::from_secs(10)).unwrap();
+        assert_eq!(remote.get_status(), DeviceStatus::Available);
+        assert_eq!(remote.usage().unwrap().connections, 1);
+    }
+    // Each silent connection ends: closed to make room, or at the hello deadline.
+    let t = Instant::now();
+    for sock in &silent {
+        let tv = nix::sys::time::TimeVal::new(1, 0);
+        socket::setsockopt(sock, socket::sockopt::ReceiveTimeout, &tv).unwrap();
+        assert!(
+            eventually(deadline * 3, || matches!(
+                transport::recv(sock.as_fd()),
+                Err(transport::TransportError::Closed)
+            )),
+            "a silent connection stayed open"
+        );
+    }
+    assert!(t.elapsed() < deadline * 3, "{:?}", t.elapsed());
+    // A client that connected and went idle after its hello still gets its calls answered.
+    let idle = service.connect();
+    std::thread::sleep(deadline + Duration::from_millis(500));
+    assert_eq!(idle.get_status(), DeviceStatus::Available);
+}
+
+/// The server side of [`client_closing_mid_reply_never_kills_server`], run in a child
+/// process of this test binary with SIGPIPE at its default action (kill), as a process
+/// embedding the service might have it: not a test of its own.
+#[test]
+#[ignore = "the server process of client_closing_mid_reply_never_kills_server"]
+fn sigpipe_default_server_process() {
+    let Some(path) = std::env::var_os("VNPU_TEST_SIGPIPE_SOCKET") else {
+        return;
+    };
+    // SAFETY: restores the default disposition of one signal, before any thread of ours.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    let listener = transport::listen(std::path::Path::new(&path)).unwrap();
+    let device = vnpu_driver::device::VnpuDevice::new().unwrap();
+    let options = vnpu_driver::service::server::ServeOptions::new(device.name().to_string());
+    vnpu_driver::service::server::serve(listener, device, options).unwrap();
+}
+
+/// Clients that close their connection while the service writes to it (replies, the
+/// notification of launched work) never kill the service, even in a
+/// process where SIGPIPE kills: every write to a client is MSG_NOSIGNAL.
+#[test]
+fn client_closing_mid_reply_never_kills_server() {
+    let dir = std::env::temp_dir().join(format!("vnpu-sigpipe-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("s");
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "sigpipe_default_server_process",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env("VNPU_TEST_SIGPIPE_SOCKET", &path)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(20), || RemoteDevice::connect(
+            &path,
+            Duration::from_secs(10)
+        )
+        .is_ok()),
+        "the server process did not come up"
+    );
+    let case = &common::supported_cases("V1_0.jsonl.gz")[0];
+    let hello = transport::encode(&Hello {
+        magic: MAGIC,
+        version: PROTOCOL_VERSION,
+    })
+    .unwrap();
+    for round in 0..40 {
+        let sock = transport::connect(&path).unwrap();
+        transport::send(sock.as_fd(), &hello, &[]).unwrap();
+        // Replies of every kind, then gone before they are read.
+        let calls = [
+            Call::GetCapabilities,
+            Call::GetSupportedExtensions,
+            Call::GetVersionString,
+            Call::Usage,
+        ];
+        for (id, call) in calls.into_iter().enumerate() {
+            let bytes = transport::encode(&Request {
+                id: id as u64 + 1,
+                call,
+            })
+            .unwrap();
+            transport::send(sock.as_fd(), &bytes, &[]).unwrap();
+        }
+        if round % 4 == 1 {
+            // More replies than the socket holds: the service blocks writing one, and the
+            // client closes under it.
+            let bytes = transport::encode(&Request {
+                id: 99,
+                call: Call::GetCapabilities,
+            })
+            .unwrap();
+            for _ in 0..400 {
+                if transport::send(sock.as_fd(), &bytes, &[]).is_err() {
+                    break;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if round % 2 == 0 {
+            // Work whose notification comes after the client left.
+            let remote = RemoteDevice::connect(&path, Duration::from_secs(10)).unwrap();
+            let slot = vnpu_driver::device::PreparedModelSlot::new();
+            // Every fourth time, with stream sockets whose peer is gone as its cache files
+            // (read-write, as cache files must be): a save must never write there (that
+            // would raise SIGPIPE).
+            let (a, b) = socket::socketpair(
+                socket::AddressFamily::Unix,
+                socket::SockType::Stream,
+                None,
+                socket::SockFlag::SOCK_CLOEXEC,
+            )
+            .unwrap();
+            drop(b);
+            let a = Arc::new(a);
+            let cache = if round % 4 == 0 {
+                vec![vnpu_driver::hal::NativeHandle {
+                    fds: vec![a],
+                    ints: vec![],
+                }]
+            } else {
+                vec![]
+            };
+            let _ = remote.prepare_model_1_3(
+                &case.model,
+                vnpu_driver::hal::ExecutionPreference::FAST_SINGLE_ANSWER,
+                vnpu_driver::hal::Priority::MEDIUM,
+                OptionalTimePoint::NONE,
+                &cache,
+                &cache,
+                &[round as u8; 32],
+                Some(slot.clone()),
+            );
+            if round % 4 == 0 {
+                // This one is waited for: the save happens before its notification.
+                let _ = slot.wait();
+            }
+            drop(remote);
+        }
+        drop(sock);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the server died: {:?}",
+        child.try_wait()
+    );
+    let remote = RemoteDevice::connect(&path, Duration::from_secs(10)).unwrap();
+    assert_eq!(remote.get_status(), DeviceStatus::Available);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A service that stops answering (SIGSTOP) is declared unresponsive after the first
+/// timed-out call and a failed liveness check: every call outstanding then fails at once,
+/// later ones without waiting, instead of each waiting its own timeout.
+#[test]
+fn hung_service_fails_outstanding_calls() {
+    use vnpu_driver::service::client::LIVENESS_BOUND;
+    let service = Service::start("hung");
+    let timeout = Duration::from_secs(1);
+    let remote = Arc::new(RemoteDevice::connect(&service.socket, timeout).unwrap());
+    let case = &common::supported_cases("V1_0.jsonl.gz")[0];
+    let (_, status, prepared) = prepare_plain(remote.as_ref(), &case.model);
+    assert_eq!(status, ErrorStatus::None);
+    let prepared = prepared.unwrap();
+    assert!(remote.lost().is_none());
+
+    let pid = libc::pid_t::try_from(service.child.id()).unwrap();
+    // SAFETY: signals our own child, alive until `service` is dropped.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    let mut status = 0;
+    assert_eq!(
+        // SAFETY: waits on our own child for its stop only (WUNTRACED); `status` is valid.
+        unsafe { libc::waitpid(pid, &mut status, libc::WUNTRACED) },
+        pid
+    );
+    assert!(libc::WIFSTOPPED(status));
+
+    // Four callers with ten calls each: without the liveness check each call would wait
+    // its own timeout (10 s per caller).
+    const CALLS: usize = 10;
+    let t = Instant::now();
+    let callers: Vec<_> = (0..4)
+        .map(|k| {
+            let prepared = prepared.clone();
+            let remote = remote.clone();
+            let (request, pool, _) = case.make_request().unwrap();
+            std::thread::spawn(move || {
+                let _pool = pool;
+                (0..CALLS)
+                    .map(|_| {
+                        if k % 2 == 0 {
+                            common::execute(&prepared, &request, Mode::Async, MeasureTiming::NO).0
+                        } else {
+                            remote.get_version_string().0
+                        }
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    for c in callers {
+        let statuses = c.join().unwrap();
+        assert!(
+            statuses.iter().all(|&s| s == ErrorStatus::GeneralFailure),
+            "{statuses:?}"
+        );
+    }
+    let bound = timeout + LIVENESS_BOUND + Duration::from_secs(3);
+    assert!(t.elapsed() < bound, "{:?} (bound {bound:?})", t.elapsed());
+    let why = remote.lost().expect("the service is declared lost");
+    assert!(why.contains("unresponsive"), "{why}");
+    // Later calls fail without waiting.
+    let t = Instant::now();
+    assert_eq!(remote.get_status(), DeviceStatus::Offline);
+    assert!(t.elapsed() < timeout, "{:?}", t.elapsed());
+    // SAFETY: as above; let it run again so that dropping `service` can kill and reap it.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+}

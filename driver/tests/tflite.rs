@@ -505,3 +505,69 @@ fn an_unmapped_operator_is_named_and_partial_runs_the_prefix() {
     assert_eq!(status, ErrorStatus::None);
     let _ = device();
 }
+
+/// A model input whose shape is far larger than the device takes gives exit status 2 and a
+/// clear error, never an abort or a panic: its random data is made only after preparation
+/// accepted the shapes, and every size is checked before it is allocated (float and int8,
+/// with a product that would wrap, and with `--input` naming every input).
+#[test]
+fn huge_input_shape_rejected_before_allocation() {
+    let dir = std::env::temp_dir().join(format!("vnpu-huge-input-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let max = i32::MAX;
+    let shapes: [&[i32]; 4] = [
+        &[1, 65536, 65536, 3],
+        &[max, max, max, max],
+        &[1, 1 << 20, 1 << 20, 1],
+        &[1, 2, 2, 3],
+    ];
+    for (k, shape) in shapes.iter().enumerate() {
+        for int8 in [false, true] {
+            let mut t = Tiny::default();
+            let (x, y) = if int8 {
+                (t.int8(shape, &[], 0.5, 0), t.int8(shape, &[], 0.5, 0))
+            } else {
+                (t.tensor(shape, &[]), t.tensor(shape, &[]))
+            };
+            t.op(RELU, &[x], &[y]);
+            t.inputs = vec![x];
+            t.outputs = vec![y];
+            let path = dir.join(format!("m{k}_{int8}.tflite"));
+            std::fs::write(&path, t.bytes()).unwrap();
+            let path = path.to_str().unwrap();
+            let (code, stderr, rss_kib) = common::cli::vnpu_measured(&["run", path]);
+            if k == shapes.len() - 1 {
+                // The same model at a size the device takes runs.
+                assert_eq!(code, Some(0), "{shape:?} int8 {int8}: {stderr}");
+                continue;
+            }
+            assert_eq!(code, Some(2), "{shape:?} int8 {int8}: {stderr}");
+            assert!(stderr.contains("vnpu: "), "{stderr}");
+            // Nothing near the input's size (1 TiB at the smallest) was allocated.
+            assert!(rss_kib < 150 << 10, "{shape:?}: peak RSS {rss_kib} KiB");
+        }
+    }
+    // `--input` giving the input: a file whose header claims the huge shape is refused for
+    // its size, and no random data is made for an input a file gives.
+    let mut t = Tiny::default();
+    let x = t.tensor(&[1, 65536, 65536, 3], &[]);
+    let y = t.tensor(&[1, 65536, 65536, 3], &[]);
+    t.op(RELU, &[x], &[y]);
+    t.inputs = vec![x];
+    t.outputs = vec![y];
+    let model = dir.join("given.tflite");
+    std::fs::write(&model, t.bytes()).unwrap();
+    let header = "{'descr': '<f4', 'fortran_order': False, 'shape': (1, 65536, 65536, 3), }";
+    let mut npy_bytes = b"\x93NUMPY\x01\x00".to_vec();
+    npy_bytes.extend_from_slice(&(header.len() as u16 + 1).to_le_bytes());
+    npy_bytes.extend_from_slice(header.as_bytes());
+    npy_bytes.push(b'\n');
+    let input = dir.join("x.npy");
+    std::fs::write(&input, npy_bytes).unwrap();
+    let given = format!("0={}", input.display());
+    let (code, stderr, rss_kib) =
+        common::cli::vnpu_measured(&["run", model.to_str().unwrap(), "--input", &given]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(rss_kib < 150 << 10, "peak RSS {rss_kib} KiB");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

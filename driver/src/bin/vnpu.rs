@@ -6,7 +6,7 @@ use std::num::NonZeroUsize;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -26,6 +26,50 @@ use vnpu_driver::hal::{
 use vnpu_driver::service::client::{self, RemoteDevice};
 use vnpu_driver::service::{server, transport};
 use vnpu_emu::regs;
+
+/// The first error writing to stdout (a closed pipe, a full disk): once there is one, the
+/// command ends with exit status 2 and says so on stderr, whatever else it did.
+static STDOUT_ERROR: OnceLock<std::io::Error> = OnceLock::new();
+
+/// Writes to stdout, keeping the first error in [`STDOUT_ERROR`] instead of panicking as
+/// `print!` does.
+fn emit(args: std::fmt::Arguments<'_>, newline: bool) {
+    let mut out = std::io::stdout().lock();
+    let written = out.write_fmt(args).and_then(|()| {
+        if newline {
+            out.write_all(b"\n")
+        } else {
+            Ok(())
+        }
+    });
+    if let Err(e) = written {
+        let _ = STDOUT_ERROR.set(e);
+    }
+}
+
+/// `println!` that never panics (see [`emit`]).
+macro_rules! outln {
+    ($($arg:tt)*) => { emit(format_args!($($arg)*), true) };
+}
+
+/// `print!` that never panics (see [`emit`]).
+macro_rules! out {
+    ($($arg:tt)*) => { emit(format_args!($($arg)*), false) };
+}
+
+/// Flushes stdout: `Err` (exit status 2, the reason on stderr) if any write to it failed.
+fn stdout_done() -> Result<(), ExitCode> {
+    if let Err(e) = std::io::stdout().flush() {
+        let _ = STDOUT_ERROR.set(e);
+    }
+    match STDOUT_ERROR.get() {
+        Some(e) => {
+            eprintln!("vnpu: cannot write to stdout: {e}");
+            Err(ExitCode::from(2))
+        }
+        None => Ok(()),
+    }
+}
 
 #[derive(Parser)]
 #[command(
@@ -140,6 +184,15 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    let code = command();
+    match stdout_done() {
+        Ok(()) => code,
+        Err(failed) => failed,
+    }
+}
+
+/// Runs the command line's command.
+fn command() -> ExitCode {
     let cli = Cli::parse();
     // Driver and device logs on stderr, e.g. VNPU_LOG=debug (off by default).
     tracing_subscriber::fmt()
@@ -308,8 +361,11 @@ fn serve(socket: Option<&Path>, policy: transport::PeerPolicy) -> ExitCode {
         }
     };
     let name = device.name().to_string();
-    println!("vnpu: serving {name} on {place}");
-    let _ = std::io::stdout().flush();
+    outln!("vnpu: serving {name} on {place}");
+    // Whoever waits for that line must get it, or learn that it could not be written.
+    if let Err(code) = stdout_done() {
+        return code;
+    }
     activation::notify_ready();
     let mut options = server::ServeOptions::new(name);
     options.policy = policy;
@@ -328,13 +384,13 @@ fn serve(socket: Option<&Path>, policy: transport::PeerPolicy) -> ExitCode {
 fn local_info(device: &VnpuDevice) {
     let dev = device.hardware().device();
     let id = dev.read_reg(regs::ID);
-    println!(
+    outln!(
         "id           {id:#010x} {:?}",
         String::from_utf8_lossy(&id.to_le_bytes())
     );
-    println!("version      {:#010x}", dev.read_reg(regs::VERSION));
-    println!("caps         {:#010x}", dev.read_reg(regs::CAPS));
-    println!(
+    outln!("version      {:#010x}", dev.read_reg(regs::VERSION));
+    outln!("caps         {:#010x}", dev.read_reg(regs::CAPS));
+    outln!(
         "dram         {} MiB at {:#x}",
         dev.dram_size() >> 20,
         dev.dram_base()
@@ -343,7 +399,7 @@ fn local_info(device: &VnpuDevice) {
 
 fn info(target: &Target) -> ExitCode {
     let device = target.device();
-    println!(
+    outln!(
         "device       {} ({})",
         target.name(),
         device.get_version_string().1
@@ -352,9 +408,9 @@ fn info(target: &Target) -> ExitCode {
         Target::Local(local) => local_info(local),
         Target::Remote(remote) => match remote.usage() {
             Ok(u) => {
-                println!("service      {} client(s) connected", u.connections);
+                outln!("service      {} client(s) connected", u.connections);
                 let d = u.device;
-                println!(
+                outln!(
                     "in use       {} prepared model(s), {} buffer(s), {} KiB device memory, {} KiB mapped",
                     d.prepared_models,
                     d.buffers,
@@ -362,40 +418,42 @@ fn info(target: &Target) -> ExitCode {
                     d.iova_bytes >> 10
                 );
             }
-            Err(e) => println!("service      usage unavailable: {e}"),
+            Err(e) => outln!("service      usage unavailable: {e}"),
         },
     }
-    println!("type         {:?}", device.get_type().1);
-    println!("status       {:?}", device.get_status());
+    outln!("type         {:?}", device.get_type().1);
+    outln!("status       {:?}", device.get_status());
     let (_, m, d) = device.get_number_of_cache_files_needed();
-    println!("cache files  model {m}, data {d}");
-    println!("cache holds  {}", vnpu_driver::cache::DESCRIPTION);
+    outln!("cache files  model {m}, data {d}");
+    outln!("cache holds  {}", vnpu_driver::cache::DESCRIPTION);
     if let Target::Local(local) = target {
-        println!("cache I/O    {}", local.cache().io().describe());
-        println!(
+        outln!("cache I/O    {}", local.cache().io().describe());
+        outln!(
             "cache key    {} (created on first use, mode 0600; set VNPU_CACHE_KEY to move it)",
             local.cache().config().key_path.display()
         );
     }
     let caps = device.get_capabilities_1_3().1;
-    println!("\ncapabilities (execTime, powerUsage; relative to a CPU, lower is better)");
+    outln!("\ncapabilities (execTime, powerUsage; relative to a CPU, lower is better)");
     let p = caps.relaxed_float32_to_float16_performance_tensor;
-    println!(
+    outln!(
         "  relaxed tensor     {:>12.6} {:>12.6}",
-        p.exec_time, p.power_usage
+        p.exec_time,
+        p.power_usage
     );
     for op in &caps.operand_performance {
         let name = op.r#type.name().unwrap_or("?");
-        println!(
+        outln!(
             "  {name:<32} {:>14.6e} {:>14.6e}",
-            op.info.exec_time, op.info.power_usage
+            op.info.exec_time,
+            op.info.power_usage
         );
     }
-    println!("\nsupported operations (main operand types the device runs)");
+    outln!("\nsupported operations (main operand types the device runs)");
     for ty in OperationType::ALL {
         let runs = vnpu_driver::ops::definition(*ty).map_or(&[][..], |d| d.runs);
         let list: Vec<String> = runs.iter().map(|t| t.to_string()).collect();
-        println!(
+        outln!(
             "  {:<32} {}",
             ty.name().unwrap_or("?"),
             if list.is_empty() {
@@ -458,7 +516,7 @@ fn run(
             };
             let prepare = |dev: &dyn IDevice, model: &Model| {
                 let (outcome, prepared) = prepare_cached(dev, model, dir, &token);
-                println!("{outcome}");
+                outln!("{outcome}");
                 prepared
             };
             run_case_with(device, &case, &prepare)
@@ -467,13 +525,14 @@ fn run(
     let wall = start.elapsed();
     if let (Some(path), Some(dev)) = (&trace, dev) {
         let events = dev.take_trace();
-        match std::fs::write(path, vnpu_emu::trace::chrome_json(&events)) {
-            Ok(()) => println!("trace       {} events in {}", events.len(), path.display()),
-            Err(e) => eprintln!("vnpu: cannot write {}: {e}", path.display()),
+        if let Err(e) = std::fs::write(path, vnpu_emu::trace::chrome_json(&events)) {
+            eprintln!("vnpu: cannot write {}: {e}", path.display());
+            return ExitCode::from(2);
         }
+        outln!("trace       {} events in {}", events.len(), path.display());
     }
-    println!("case        {}", report.name);
-    println!("operations  {}", report.operations.join(", "));
+    outln!("case        {}", report.name);
+    outln!("operations  {}", report.operations.join(", "));
     for (k, o) in report.outputs.iter().enumerate() {
         let show = |v: &[f64]| {
             v.iter()
@@ -483,43 +542,45 @@ fn run(
                 .join(", ")
         };
         let more = if o.expected.len() > 8 { ", ..." } else { "" };
-        println!(
+        outln!(
             "output {k}    operand {} {} [{} values]{}",
             o.operand,
             o.r#type.name().unwrap_or("?"),
             o.expected.len(),
             if o.ignored { " (ignored)" } else { "" }
         );
-        println!("  actual    [{}{more}]", show(&o.actual));
-        println!("  expected  [{}{more}]", show(&o.expected));
-        println!(
+        outln!("  actual    [{}{more}]", show(&o.actual));
+        outln!("  expected  [{}{more}]", show(&o.expected));
+        outln!(
             "  max error {:.3e}, {} out of tolerance",
-            o.max_error, o.mismatches
+            o.max_error,
+            o.mismatches
         );
     }
     if report.timing.time_in_driver != u64::MAX {
-        println!(
+        outln!(
             "timing      {} us on device (modelled), {} us in driver",
-            report.timing.time_on_device, report.timing.time_in_driver
+            report.timing.time_on_device,
+            report.timing.time_in_driver
         );
     }
-    println!(
+    outln!(
         "wall        {:.1} ms (prepare + execute)",
         wall.as_secs_f64() * 1e3
     );
     match report.verdict {
         Verdict::Pass => {
-            println!("PASS");
+            outln!("PASS");
             ExitCode::SUCCESS
         }
         Verdict::Fail(why) => {
-            println!("reason      {why}");
-            println!("FAIL");
+            outln!("reason      {why}");
+            outln!("FAIL");
             ExitCode::FAILURE
         }
         Verdict::Skip(why) => {
-            println!("reason      {why}");
-            println!("FAIL (skipped: not supported)");
+            outln!("reason      {why}");
+            outln!("FAIL (skipped: not supported)");
             ExitCode::FAILURE
         }
     }
@@ -651,21 +712,18 @@ fn conformance(
     bar.finish_and_clear();
 
     let summary = summarize(&records);
-    let mut out = std::io::stdout().lock();
     for r in records.iter().filter(|r| r.status == Status::Failed) {
-        let _ = writeln!(out, "FAIL {}: {}", r.name, r.reason);
+        outln!("FAIL {}: {}", r.name, r.reason);
     }
-    let _ = writeln!(
-        out,
+    outln!(
         "{:<32} {:>8} {:>8} {:>8}",
-        "operation", "passed", "failed", "skipped"
+        "operation",
+        "passed",
+        "failed",
+        "skipped"
     );
     for (op, t) in &summary.per_operation {
-        let _ = writeln!(
-            out,
-            "{op:<32} {:>8} {:>8} {:>8}",
-            t.passed, t.failed, t.skipped
-        );
+        outln!("{op:<32} {:>8} {:>8} {:>8}", t.passed, t.failed, t.skipped);
     }
     let mut code = if summary.total.failed == 0 {
         ExitCode::SUCCESS
@@ -679,10 +737,16 @@ fn conformance(
         }
     }
     let t = summary.total;
-    let _ = writeln!(
-        out,
+    if t.passed + t.failed + t.skipped == 0 {
+        outln!("0 passed, 0 failed, 0 skipped");
+        eprintln!("vnpu: no case matched (an empty corpus, or a --filter that matches nothing)");
+        return ExitCode::from(2);
+    }
+    outln!(
         "{} passed, {} failed, {} skipped",
-        t.passed, t.failed, t.skipped
+        t.passed,
+        t.failed,
+        t.skipped
     );
     code
 }
@@ -698,7 +762,7 @@ fn conformance_table(reports: &[PathBuf]) -> ExitCode {
             }
         }
     }
-    print!("{}", table::markdown(&records));
+    out!("{}", table::markdown(&records));
     ExitCode::SUCCESS
 }
 
@@ -729,8 +793,11 @@ fn run_model(target: &Target, path: &Path, opts: ModelRun) -> ExitCode {
         Ok(m) => m,
         Err(e) => return fail(format!("{}: {e}", path.display())),
     };
-    let mut arrays = model_run::random_inputs(&imported.inputs, opts.seed);
-    let mut given = vec![false; arrays.len()];
+    if opts.repeat == 0 {
+        return fail("--repeat must be at least 1".into());
+    }
+    // Random inputs are made only once preparation has accepted the model's shapes.
+    let mut given: Vec<Option<npy::Array>> = imported.inputs.iter().map(|_| None).collect();
     for spec in &opts.inputs {
         let Some((name, file)) = spec.split_once('=') else {
             return fail(format!("--input {spec}: expected NAME=FILE.npy"));
@@ -751,10 +818,7 @@ fn run_model(target: &Target, path: &Path, opts: ModelRun) -> ExitCode {
             .map_err(|e| e.to_string())
             .and_then(|b| npy::read(&b).map_err(|e| e.to_string()))
         {
-            Ok(a) => {
-                arrays[k] = a;
-                given[k] = true;
-            }
+            Ok(a) => given[k] = Some(a),
             Err(e) => return fail(format!("--input {spec}: {e}")),
         }
     }
@@ -768,7 +832,7 @@ fn run_model(target: &Target, path: &Path, opts: ModelRun) -> ExitCode {
                 Err(e) => return fail(e),
             };
             let (line, p) = prepare_cached(device, &imported.model, dir, &token);
-            println!("{line}");
+            outln!("{line}");
             p
         }
     };
@@ -777,29 +841,36 @@ fn run_model(target: &Target, path: &Path, opts: ModelRun) -> ExitCode {
         (_, ErrorStatus::None, Some(p)) => p,
         (_, status, _) => return fail(format!("prepareModel_1_3: {status}")),
     };
+    let from_file: Vec<bool> = given.iter().map(Option::is_some).collect();
+    let arrays = match model_run::fill_inputs(&imported.inputs, opts.seed, given) {
+        Ok(a) => a,
+        Err(e) => return fail(e.to_string()),
+    };
     let ops: usize = imported.operations.values().sum();
     let list: Vec<String> = imported
         .operations
         .iter()
         .map(|(k, v)| format!("{k} {v}"))
         .collect();
-    println!("model       {}", path.display());
-    println!("operations  {ops} ({})", list.join(", "));
+    outln!("model       {}", path.display());
+    outln!("operations  {ops} ({})", list.join(", "));
     if let Some((index, op, why)) = &imported.stopped {
-        println!("partial     stopped at operator {index} ({op}): {why}");
+        outln!("partial     stopped at operator {index} ({op}): {why}");
     }
-    println!(
+    outln!(
         "constants   {:.1} KiB",
         imported.constant_bytes as f64 / 1024.0
     );
     for (k, t) in imported.inputs.iter().enumerate() {
-        let from = if given[k] { "file" } else { "random" };
-        println!(
+        let from = if from_file[k] { "file" } else { "random" };
+        outln!(
             "input {k}     {} {:?} {} ({from})",
-            t.name, t.dims, t.r#type
+            t.name,
+            t.dims,
+            t.r#type
         );
     }
-    println!("prepare     {prepare_ms:.2} ms");
+    outln!("prepare     {prepare_ms:.2} ms");
     // Only the executions are traced (per kernel: where a model's time goes).
     let dev = match target {
         Target::Local(local) => Some(local.hardware().device()),
@@ -817,7 +888,7 @@ fn run_model(target: &Target, path: &Path, opts: ModelRun) -> ExitCode {
         if let Err(e) = std::fs::write(path, vnpu_emu::trace::chrome_json(&events)) {
             return fail(format!("cannot write {}: {e}", path.display()));
         }
-        println!("trace       {} events in {}", events.len(), path.display());
+        outln!("trace       {} events in {}", events.len(), path.display());
     }
     let mut ms: Vec<f64> = report
         .executions
@@ -826,7 +897,7 @@ fn run_model(target: &Target, path: &Path, opts: ModelRun) -> ExitCode {
         .collect();
     ms.sort_by(f64::total_cmp);
     let device_us = report.device_us.last().copied().unwrap_or(0);
-    println!(
+    outln!(
         "execute     {} run(s): median {:.3} ms, min {:.3} ms (device {device_us} µs)",
         ms.len(),
         ms[ms.len() / 2],
@@ -854,7 +925,7 @@ fn run_model(target: &Target, path: &Path, opts: ModelRun) -> ExitCode {
             }
             line.push_str(&format!(" -> {}", file.display()));
         }
-        println!("{line}");
+        outln!("{line}");
     }
     ExitCode::SUCCESS
 }

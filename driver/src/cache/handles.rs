@@ -1,5 +1,5 @@
-//! The cache handles a client passes: checked (counts, one fd each, read-write access)
-//! and duplicated, so the driver owns what it keeps beyond the call.
+//! The cache handles a client passes: checked (counts, one fd each, read-write regular
+//! files) and duplicated, so the driver owns what it keeps beyond the call.
 
 use std::os::fd::{AsFd, OwnedFd};
 
@@ -27,6 +27,15 @@ fn one_fd(h: &NativeHandle, what: &'static str) -> Result<OwnedFd, CacheError> {
     if flags & libc::O_ACCMODE != libc::O_RDWR {
         return Err(CacheError::AccessMode(format!(
             "{what} fd is not read-write"
+        )));
+    }
+    // Only a regular file (a memfd is one) is read and written at offsets: a pipe or a
+    // socket would take writes as a stream (and could raise SIGPIPE).
+    let stat = nix::sys::stat::fstat(fd.as_fd())
+        .map_err(|e| CacheError::Handles(format!("{what}: {e}")))?;
+    if stat.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(CacheError::Handles(format!(
+            "the {what} fd is not a regular file"
         )));
     }
     fd.try_clone()

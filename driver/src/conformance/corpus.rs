@@ -552,6 +552,65 @@ impl ModelBuilder {
     }
 }
 
+/// Checks a case's inputs and outputs against its model before anything is sized from
+/// them: they must be the main subgraph's inputs and outputs, in order; given dimensions
+/// must agree with the operand's where the model specifies them; and the values given must
+/// be as many as the dimensions say (so that an output buffer sized from its dimensions is
+/// never larger than the line that describes it).
+fn check_arguments(
+    main: &Subgraph,
+    inputs: &[RawIo],
+    outputs: &[RawIo],
+) -> Result<(), CorpusError> {
+    for (what, given, model) in [
+        ("input", inputs, &main.input_indexes),
+        ("output", outputs, &main.output_indexes),
+    ] {
+        if given.len() != model.len() {
+            return Err(invalid(format!(
+                "INVALID_ARGUMENT: {} {what}s given, the model has {}",
+                given.len(),
+                model.len()
+            )));
+        }
+        for (k, (io, &operand)) in given.iter().zip(model).enumerate() {
+            if io.operand != operand {
+                return Err(invalid(format!(
+                    "INVALID_ARGUMENT: {what} {k} names operand {}, which is not the model's {what} {k} (operand {operand})",
+                    io.operand
+                )));
+            }
+            let declared = main
+                .operands
+                .get(operand as usize)
+                .map(|o| o.dimensions.as_slice())
+                .ok_or_else(|| invalid(format!("{what} {k}: operand {operand} out of range")))?;
+            let agrees = declared.is_empty()
+                || (declared.len() == io.dimensions.len()
+                    && declared
+                        .iter()
+                        .zip(&io.dimensions)
+                        .all(|(&d, &g)| d == 0 || d == g));
+            if !agrees {
+                return Err(invalid(format!(
+                    "INVALID_ARGUMENT: {what} {k} has dimensions {:?}, the model's operand {operand} {declared:?}",
+                    io.dimensions
+                )));
+            }
+            // An omitted input has no values, whatever its dimensions.
+            let omitted = what == "input" && io.data.is_empty();
+            if !omitted && element_count(&io.dimensions) != Some(io.data.len()) {
+                return Err(invalid(format!(
+                    "INVALID_ARGUMENT: {what} {k} has dimensions {:?} but {} values",
+                    io.dimensions,
+                    io.data.len()
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Parse one corpus line into a test case.
 pub fn parse_case(json_line: &str) -> Result<TestCase, CorpusError> {
     let raw: RawCase = serde_json::from_str(json_line)?;
@@ -600,6 +659,7 @@ pub fn parse_case(json_line: &str) -> Result<TestCase, CorpusError> {
             .map(|o| o.r#type)
             .ok_or_else(|| invalid(format!("{what} refers to operand {operand}, out of range")))
     };
+    check_arguments(&model.main, &raw.inputs, &raw.outputs)?;
     let mut inputs = Vec::with_capacity(raw.inputs.len());
     for (i, io) in raw.inputs.iter().enumerate() {
         let t = main_type(io.operand, &format!("input {i}"))?;
@@ -731,12 +791,18 @@ impl TestCase {
 /// One line of a corpus file: its 1-based line number and the parsed case or its error.
 pub type CorpusEntry = (usize, Result<TestCase, CorpusError>);
 
+/// The longest corpus line read, in bytes (64 MiB; the shipped corpus's longest line is
+/// far below it). A longer line is skipped unread (it never sits in memory) and reported as
+/// an error of its own; the lines after it are read as usual.
+pub const MAX_LINE: usize = 64 << 20;
+
 /// Lazy reader over the raw lines of a corpus file, yielding `(line_number, text)` for every
-/// non-blank line. A read error (a truncated or corrupt gzip stream) is yielded once and ends
-/// the iteration.
+/// non-blank line. It holds at most one line of at most [`MAX_LINE`] bytes. A read error (a
+/// truncated or corrupt gzip stream) is yielded once and ends the iteration.
 pub struct CorpusLines {
     path: PathBuf,
-    lines: std::io::Lines<BufReader<Box<dyn Read + Send>>>,
+    reader: BufReader<Box<dyn Read + Send>>,
+    limit: usize,
     line: usize,
     failed: bool,
 }
@@ -745,6 +811,57 @@ impl CorpusLines {
     /// The file being read.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Reads lines of `reader` (named `path` in errors), each at most `limit` bytes.
+    pub fn with_limit(path: &Path, reader: Box<dyn Read + Send>, limit: usize) -> CorpusLines {
+        CorpusLines {
+            path: path.to_path_buf(),
+            reader: BufReader::new(reader),
+            limit,
+            line: 0,
+            failed: false,
+        }
+    }
+
+    /// The next raw line without its end: `None` at the end of the stream, `Some(None)`
+    /// for a line over the limit (consumed, not kept).
+    fn read_line(&mut self) -> std::io::Result<Option<Option<Vec<u8>>>> {
+        let mut buf = Vec::new();
+        let mut overlong = false;
+        let mut any = false;
+        loop {
+            let chunk = match self.reader.fill_buf() {
+                Ok(c) => c,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            if chunk.is_empty() {
+                break;
+            }
+            any = true;
+            let (part, done) = match chunk.iter().position(|&b| b == b'\n') {
+                Some(k) => (&chunk[..k], k + 1),
+                None => (chunk, chunk.len()),
+            };
+            if !overlong {
+                if buf.len() + part.len() > self.limit {
+                    overlong = true;
+                    buf = Vec::new();
+                } else {
+                    buf.extend_from_slice(part);
+                }
+            }
+            let ended = done > part.len();
+            self.reader.consume(done);
+            if ended {
+                break;
+            }
+        }
+        if !any {
+            return Ok(None);
+        }
+        Ok(Some((!overlong).then_some(buf)))
     }
 }
 
@@ -756,20 +873,32 @@ impl Iterator for CorpusLines {
             return None;
         }
         loop {
-            let next = self.lines.next()?;
+            let next = self.read_line();
             self.line += 1;
-            match next {
+            let err = match next {
+                Ok(None) => return None,
+                Ok(Some(Some(bytes))) => match String::from_utf8(bytes) {
+                    Ok(s) if s.trim().is_empty() => continue,
+                    Ok(s) => return Some((self.line, Ok(s))),
+                    Err(_) => invalid("the line is not UTF-8"),
+                },
+                Ok(Some(None)) => invalid(format!(
+                    "the line is longer than the corpus line limit ({})",
+                    if self.limit.is_multiple_of(1 << 20) {
+                        format!("{} MiB", self.limit >> 20)
+                    } else {
+                        format!("{} bytes", self.limit)
+                    }
+                )),
                 Err(source) => {
                     self.failed = true;
-                    let err = CorpusError::Io {
+                    CorpusError::Io {
                         path: self.path.clone(),
                         source,
-                    };
-                    return Some((self.line, Err(at_line(&self.path, self.line, err))));
+                    }
                 }
-                Ok(s) if s.trim().is_empty() => continue,
-                Ok(s) => return Some((self.line, Ok(s))),
-            }
+            };
+            return Some((self.line, Err(at_line(&self.path, self.line, err))));
         }
     }
 }
@@ -814,12 +943,7 @@ pub fn open_lines(path: &Path) -> Result<CorpusLines, CorpusError> {
     } else {
         Box::new(file)
     };
-    Ok(CorpusLines {
-        path: path.to_path_buf(),
-        lines: BufReader::new(reader).lines(),
-        line: 0,
-        failed: false,
-    })
+    Ok(CorpusLines::with_limit(path, reader, MAX_LINE))
 }
 
 /// Open a `.jsonl` or `.jsonl.gz` corpus file for lazy reading.

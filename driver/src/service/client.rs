@@ -11,10 +11,12 @@
 //! thread (so a callback may itself call the device).
 //!
 //! Every wait is bounded by [`RemoteDevice::connect`]'s timeout: a reply or notification
-//! that does not arrive in time (a service that hung) fails the call or notifies its
-//! callback with GENERAL_FAILURE (the HAL 1.3 types have no DEAD_OBJECT); a service that
-//! died fails everything outstanding at once, and later calls fail without waiting
-//! (status OFFLINE).
+//! that does not arrive in time fails the call or notifies its callback with
+//! GENERAL_FAILURE (the HAL 1.3 types have no DEAD_OBJECT). The first such timeout starts
+//! a liveness check: a fresh connection to the service must complete its handshake within
+//! [`LIVENESS_BOUND`]. A service that fails it (stopped, hung) is declared unresponsive,
+//! exactly as one that died: everything outstanding fails at once, and later calls fail
+//! without waiting (status OFFLINE; [`RemoteDevice::lost`] says why).
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -49,6 +51,9 @@ use crate::interface::{
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 /// The longest one read of the socket blocks, so overdue work is noticed this often.
 const SWEEP: Duration = Duration::from_millis(100);
+/// How long the liveness check after a timed-out call may take: a new connection's
+/// handshake, which the service answers on a fresh thread whatever its other clients do.
+pub const LIVENESS_BOUND: Duration = Duration::from_secs(2);
 
 /// A device served by another process.
 pub struct RemoteDevice {
@@ -64,6 +69,8 @@ type Job = Box<dyn FnOnce() + Send>;
 /// The connection, shared by the device and the objects it made.
 struct Link {
     sock: OwnedFd,
+    /// The service's socket, for the liveness check.
+    path: std::path::PathBuf,
     next_id: AtomicU64,
     timeout: Duration,
     state: Mutex<RouteState>,
@@ -78,6 +85,10 @@ struct Link {
 struct RouteState {
     /// Set when the connection failed: later calls fail at once.
     broken: bool,
+    /// Why it failed.
+    lost: Option<String>,
+    /// A liveness check is under way.
+    probing: bool,
     /// A thread is reading the socket now.
     reading: bool,
     /// Calls waiting for their reply (filled by whoever reads it).
@@ -172,6 +183,7 @@ impl RemoteDevice {
             .map_err(|_| TransportError::Io(nix::errno::Errno::EAGAIN))?;
         let link = Arc::new_cyclic(|me| Link {
             sock,
+            path: path.to_path_buf(),
             next_id: AtomicU64::new(1),
             timeout,
             state: Mutex::new(RouteState::default()),
@@ -205,6 +217,17 @@ impl RemoteDevice {
         }
     }
 
+    /// Why the connection is gone (the service closed it, or was declared unresponsive
+    /// after a timed-out call), or `None` while it is usable.
+    pub fn lost(&self) -> Option<String> {
+        let s = self.link.state();
+        s.broken.then(|| {
+            s.lost
+                .clone()
+                .unwrap_or_else(|| "the connection to the service failed".into())
+        })
+    }
+
     /// One call without descriptors.
     fn call(&self, call: Call) -> Result<Reply, TransportError> {
         self.link.call(call, &[])
@@ -228,13 +251,30 @@ fn background(link: Weak<Link>) {
         if s.broken {
             return;
         }
-        link.sweep(&mut s);
+        if link.sweep(&mut s) {
+            drop(s);
+            link.check_alive();
+            continue;
+        }
         if (s.callbacks.is_empty() && s.bursts.is_empty()) || s.reading {
             drop(link.read_done.wait_timeout(s, SWEEP));
         } else {
             drop(link.read_one(s));
         }
     }
+}
+
+/// Connects to the service at `path` and completes the handshake, each step bounded by
+/// `bound`.
+fn handshake_within(path: &Path, bound: Duration) -> Result<(), TransportError> {
+    let sock = transport::connect(path)?;
+    let tv = TimeVal::new(
+        i64::try_from(bound.as_secs()).unwrap_or(i64::MAX),
+        i64::from(bound.subsec_micros()),
+    );
+    setsockopt(&sock, sockopt::ReceiveTimeout, &tv)?;
+    setsockopt(&sock, sockopt::SendTimeout, &tv)?;
+    transport::handshake_client(sock.as_fd()).map(drop)
 }
 
 impl Drop for Link {
@@ -268,6 +308,8 @@ impl Link {
             Err(TransportError::Io(nix::errno::Errno::EAGAIN)) => {}
             Err(e) => {
                 tracing::debug!("connection to the service ended: {e}");
+                s.lost
+                    .get_or_insert_with(|| format!("the connection to the service ended ({e})"));
                 self.fail(&mut s);
             }
         }
@@ -346,8 +388,35 @@ impl Link {
         }
     }
 
-    /// Fails the notifications that are overdue.
-    fn sweep(&self, s: &mut RouteState) {
+    /// After a timed-out call: checks that the service still answers a new connection's
+    /// handshake within [`LIVENESS_BOUND`], and if not declares it unresponsive and fails
+    /// everything outstanding. One check at a time (a call timing out meanwhile just fails).
+    fn check_alive(&self) {
+        {
+            let mut s = self.state();
+            if s.broken || s.probing {
+                return;
+            }
+            s.probing = true;
+        }
+        let answer = handshake_within(&self.path, LIVENESS_BOUND);
+        let mut s = self.state();
+        s.probing = false;
+        if let Err(e) = answer {
+            tracing::warn!("the service is unresponsive: {e}");
+            s.lost.get_or_insert_with(|| {
+                format!(
+                    "the service is unresponsive: a call got no answer within {:?}, and a new connection none within {LIVENESS_BOUND:?} ({e})",
+                    self.timeout
+                )
+            });
+            self.fail(&mut s);
+            self.read_done.notify_all();
+        }
+    }
+
+    /// Fails the notifications that are overdue; whether there were any.
+    fn sweep(&self, s: &mut RouteState) -> bool {
         let now = Instant::now();
         let overdue: Vec<u64> = s
             .callbacks
@@ -355,12 +424,14 @@ impl Link {
             .filter(|(_, p)| p.deadline <= now)
             .map(|(id, _)| *id)
             .collect();
+        let any = !overdue.is_empty();
         for id in overdue {
             if let Some(p) = s.callbacks.remove(&id) {
                 tracing::warn!("a notification from the service is overdue: failing its callback");
                 p.waiter.deliver(None, self);
             }
         }
+        any
     }
 
     /// An id no other call on this connection uses.
@@ -427,13 +498,17 @@ impl Link {
                 }
             }
             let now = Instant::now();
-            if s.broken || now >= deadline {
+            if s.broken {
                 s.replies.remove(&id);
-                return Err(if s.broken {
-                    TransportError::Closed
-                } else {
-                    TransportError::Malformed("no reply within the timeout".into())
-                });
+                return Err(TransportError::Closed);
+            }
+            if now >= deadline {
+                s.replies.remove(&id);
+                drop(s);
+                self.check_alive();
+                return Err(TransportError::Malformed(
+                    "no reply within the timeout".into(),
+                ));
             }
             s = if s.reading {
                 self.read_done

@@ -2,6 +2,7 @@
 //! socket carrying postcard messages and file descriptors), the protocol, the server
 //! hosting one device (`vnpu serve`) and the [`client::RemoteDevice`] client.
 pub mod activation;
+pub mod admission;
 pub mod client;
 pub mod protocol;
 pub mod server;

@@ -17,12 +17,13 @@ use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::{Duration, Instant};
 
 use nix::sys::socket::{setsockopt, sockopt};
 use nix::sys::time::TimeVal;
 
+use super::admission::{Admission, AdmissionLimits, Idle, Ticket};
 use super::protocol::{
     Call, Incoming, Notification, Object, Reply, Request, Response, ServiceUsage, WireHandle,
     WirePool,
@@ -90,8 +91,9 @@ pub struct ServeOptions {
     pub policy: PeerPolicy,
     /// Per-client bounds.
     pub limits: ClientLimits,
-    /// The most clients connected at once; a client beyond it is closed at once.
-    pub max_connections: usize,
+    /// Bounds on connections: the hello deadline, the caps in all and per user (see
+    /// [`admission`](super::admission)).
+    pub admission: AdmissionLimits,
     /// Reports the device's usage.
     pub usage: Option<UsageProbe>,
 }
@@ -103,7 +105,7 @@ impl ServeOptions {
             device_name: device_name.into(),
             policy: PeerPolicy::default(),
             limits: ClientLimits::default(),
-            max_connections: 256,
+            admission: AdmissionLimits::default(),
             usage: None,
         }
     }
@@ -113,7 +115,7 @@ impl ServeOptions {
 struct Shared {
     device: Arc<dyn IDevice>,
     options: ServeOptions,
-    connections: AtomicU64,
+    admission: Arc<Admission>,
 }
 
 /// Serves `device` on `listener` until accepting fails; two threads per connection.
@@ -124,8 +126,8 @@ pub fn serve(
 ) -> Result<(), TransportError> {
     let shared = Arc::new(Shared {
         device,
+        admission: Admission::new(options.admission.clone()),
         options,
-        connections: AtomicU64::new(0),
     });
     loop {
         let conn = match transport::accept(listener.as_fd()) {
@@ -143,27 +145,25 @@ pub fn serve(
             }
             Err(e) => return Err(e),
         };
-        if let Err(e) = shared.options.policy.check(&conn) {
-            tracing::warn!("refused: {e}");
-            continue;
-        }
-        let live = shared.connections.fetch_add(1, Ordering::AcqRel);
-        if live >= shared.options.max_connections as u64 {
-            shared.connections.fetch_sub(1, Ordering::AcqRel);
-            tracing::warn!("refused: {live} clients connected already");
-            continue;
-        }
+        let uid = match shared.options.policy.check(&conn) {
+            Ok(uid) => uid,
+            Err(e) => {
+                tracing::warn!("refused: {e}");
+                continue;
+            }
+        };
+        let conn = Arc::new(conn);
+        // Until its hello, the connection holds only a place among the unauthenticated.
+        let ticket = shared.admission.hello(uid, conn.clone());
         let shared2 = shared.clone();
         let spawned = std::thread::Builder::new()
             .name("vnpu-conn".into())
             .spawn(move || {
-                if let Err(e) = connection(Arc::new(conn), &shared2) {
+                if let Err(e) = connection(conn, &shared2, &ticket) {
                     tracing::debug!("connection ended: {e}");
                 }
-                shared2.connections.fetch_sub(1, Ordering::AcqRel);
             });
         if let Err(e) = spawned {
-            shared.connections.fetch_sub(1, Ordering::AcqRel);
             tracing::warn!("cannot start a connection thread: {e}");
         }
     }
@@ -244,8 +244,35 @@ impl Session {
 /// A client's answer to a burst's getMemories.
 type MemoriesAnswer = (ErrorStatus, Vec<Memory>);
 
+/// A connection's idleness, for [`Admission`]: set once the connection is set up.
+#[derive(Default)]
+struct Activity(OnceLock<Weak<Conn>>);
+
+impl Idle for Activity {
+    fn idle_since(&self) -> Option<Instant> {
+        let conn = self.0.get()?.upgrade()?;
+        if conn.in_flight.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        let s = conn.session();
+        let owns = !s.models.is_empty()
+            || s.preparing > 0
+            || !s.buffers.is_empty()
+            || !s.fenced.is_empty()
+            || !s.bursts.is_empty();
+        drop(s);
+        if owns {
+            return None;
+        }
+        let since = *conn.last_call.lock().unwrap_or_else(|p| p.into_inner());
+        Some(since)
+    }
+}
+
 /// One client's connection.
 struct Conn {
+    /// When the client last called.
+    last_call: Mutex<Instant>,
     session: Mutex<Session>,
     outbox: Outbox,
     in_flight: AtomicUsize,
@@ -261,15 +288,29 @@ impl Conn {
     }
 }
 
+/// A socket timeout of `d` (zero: none).
+fn timeval(d: Duration) -> TimeVal {
+    TimeVal::new(
+        i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        i64::from(d.subsec_micros()),
+    )
+}
+
 /// One client, from the handshake until it disconnects or the socket fails.
-fn connection(sock: Arc<OwnedFd>, shared: &Shared) -> Result<(), TransportError> {
-    transport::handshake_server(sock.as_fd(), &shared.options.device_name)?;
+fn connection(sock: Arc<OwnedFd>, shared: &Shared, ticket: &Ticket) -> Result<(), TransportError> {
     let limits = shared.options.limits.clone();
-    let tv = TimeVal::new(
-        i64::try_from(limits.reply_timeout.as_secs()).unwrap_or(i64::MAX),
-        i64::from(limits.reply_timeout.subsec_micros()),
-    );
-    setsockopt(&*sock, sockopt::SendTimeout, &tv)?;
+    // The hello must come within the deadline (replies too: a client that does not read
+    // its welcome is as silent as one that does not write).
+    let hello = timeval(shared.admission.limits().hello_timeout);
+    setsockopt(&*sock, sockopt::ReceiveTimeout, &hello)?;
+    setsockopt(&*sock, sockopt::SendTimeout, &hello)?;
+    let activity = Arc::new(Activity::default());
+    let idle: Arc<dyn Idle> = activity.clone();
+    transport::handshake_server_with(sock.as_fd(), &shared.options.device_name, || {
+        ticket.authenticate(idle)
+    })?;
+    setsockopt(&*sock, sockopt::ReceiveTimeout, &timeval(Duration::ZERO))?;
+    setsockopt(&*sock, sockopt::SendTimeout, &timeval(limits.reply_timeout))?;
     let (tx, rx) = sync_channel(limits.queued_notifications.max(1));
     let writer_sock = sock.clone();
     std::thread::Builder::new()
@@ -277,6 +318,7 @@ fn connection(sock: Arc<OwnedFd>, shared: &Shared) -> Result<(), TransportError>
         .spawn(move || writer(writer_sock, rx))
         .map_err(|_| TransportError::Io(nix::errno::Errno::EAGAIN))?;
     let conn = Arc::new(Conn {
+        last_call: Mutex::new(Instant::now()),
         session: Mutex::new(Session::default()),
         outbox: Outbox {
             tx,
@@ -288,6 +330,7 @@ fn connection(sock: Arc<OwnedFd>, shared: &Shared) -> Result<(), TransportError>
         // Notification ids of our own: far from the client's request ids.
         next_token: AtomicU64::new(1 << 63),
     });
+    let _ = activity.0.set(Arc::downgrade(&conn));
     let result = serve_calls(&sock, shared, &conn);
     // The client is gone (or must go): release everything it owned. Work still running
     // holds its own references and lets go when it ends.
@@ -329,6 +372,7 @@ fn serve_calls(sock: &OwnedFd, shared: &Shared, conn: &Arc<Conn>) -> Result<(), 
             }
             Err(e) => return Err(e),
         };
+        *conn.last_call.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
         let req = match transport::decode::<Request>(&frame.bytes) {
             Ok(req) => req,
             Err(e) => {
@@ -585,7 +629,7 @@ fn answer(
             plain(Reply::FencedInfo(s, launched, fenced))
         }
         Call::Usage => plain(Reply::Usage(ServiceUsage {
-            connections: shared.connections.load(Ordering::Acquire),
+            connections: shared.admission.serving() as u64,
             device: shared
                 .options
                 .usage

@@ -128,6 +128,16 @@ pub fn handshake_client(sock: BorrowedFd<'_>) -> Result<String, TransportError> 
 /// The service side of the handshake: reads the client's [`Hello`] and accepts it or
 /// refuses it (telling the client why before the error is returned).
 pub fn handshake_server(sock: BorrowedFd<'_>, device: &str) -> Result<(), TransportError> {
+    handshake_server_with(sock, device, || Ok(()))
+}
+
+/// [`handshake_server`], where a well-formed hello is accepted only if `admit` agrees
+/// (its `Err` is the refusal's reason).
+pub fn handshake_server_with(
+    sock: BorrowedFd<'_>,
+    device: &str,
+    admit: impl FnOnce() -> Result<(), String>,
+) -> Result<(), TransportError> {
     let frame = recv(sock)?;
     let refusal = if !frame.fds.is_empty() {
         Some("descriptors in the hello".to_string())
@@ -138,7 +148,7 @@ pub fn handshake_server(sock: BorrowedFd<'_>, device: &str) -> Result<(), Transp
                 "client speaks version {}, this service {PROTOCOL_VERSION}",
                 h.version
             )),
-            Ok(_) => None,
+            Ok(_) => admit().err(),
             Err(e) => Some(e.to_string()),
         }
     };
@@ -465,8 +475,8 @@ pub struct PeerRefused {
 }
 
 impl PeerPolicy {
-    /// Checks the peer of a connected socket with `SO_PEERCRED`.
-    pub fn check(&self, conn: &impl AsFd) -> Result<(), PeerRefused> {
+    /// Checks the peer of a connected socket with `SO_PEERCRED`; its uid when allowed.
+    pub fn check(&self, conn: &impl AsFd) -> Result<u32, PeerRefused> {
         let cred = socket::getsockopt(conn, socket::sockopt::PeerCredentials).map_err(|_| {
             PeerRefused {
                 uid: u32::MAX,
@@ -481,7 +491,7 @@ impl PeerPolicy {
             self.allowed_uids.contains(&uid)
         };
         if user_allowed || self.allowed_gids.contains(&gid) {
-            Ok(())
+            Ok(uid)
         } else {
             Err(PeerRefused {
                 uid,

@@ -27,6 +27,10 @@ struct Ctx<'b, 'a> {
     options: Option<Table<'a>>,
 }
 
+/// The most output channels a filter without a bias may have (its zero bias is made
+/// by the importer; a real model has far fewer).
+const MAX_ZERO_BIAS: u32 = 1 << 24;
+
 fn unsupported(reason: impl Into<String>) -> ImportError {
     ImportError::Unsupported {
         index: 0,
@@ -204,6 +208,12 @@ impl Ctx<'_, '_> {
             OperandType::TENSOR_FLOAT16 => (OperandType::TENSOR_FLOAT16, 2),
             _ => return Err(unsupported("a quantised filter without a bias")),
         };
+        // The zeros are allocated here, from a size the file gives: bounded first.
+        if channels > MAX_ZERO_BIAS {
+            return Err(unsupported(format!(
+                "a filter of {channels} output channels without a bias"
+            )));
+        }
         Ok(self.b.zeros(t, channels, es))
     }
 }

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::npy::{Array, Dtype};
 use super::{Imported, TensorInfo};
+use crate::compile::MAX_TENSOR_BYTES;
 use crate::device::IPreparedModel;
 use crate::hal::{
     DataLocation, ErrorStatus, MeasureTiming, Memory, OptionalTimePoint, OptionalTimeoutDuration,
@@ -37,6 +38,16 @@ pub enum RunError {
         /// What is wrong.
         reason: String,
     },
+    /// A model output the run cannot make room for.
+    #[error("output {index} ({name}): {reason}")]
+    Output {
+        /// The output's position.
+        index: usize,
+        /// Its tensor name.
+        name: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// The driver refused or failed the execution.
     #[error("execution: {0}")]
     Execution(ErrorStatus),
@@ -45,9 +56,40 @@ pub enum RunError {
     Memory(String),
 }
 
+/// Bytes of a tensor of `t`'s type and shape: an error when the product overflows or
+/// exceeds the largest tensor the device takes ([`MAX_TENSOR_BYTES`]), checked before
+/// anything of that size is allocated (a model's shapes are hostile input).
+pub fn tensor_bytes(t: &TensorInfo) -> Result<usize, String> {
+    let size = Dtype::of(t.r#type).map_or(1, Dtype::size);
+    t.dims
+        .iter()
+        .try_fold(size as u64, |n, &d| n.checked_mul(u64::from(d)))
+        .filter(|&n| n <= MAX_TENSOR_BYTES)
+        .and_then(|n| usize::try_from(n).ok())
+        .ok_or_else(|| {
+            format!(
+                "INVALID_ARGUMENT: shape {:?} of {} is larger than the device takes ({} GiB)",
+                t.dims,
+                t.r#type,
+                MAX_TENSOR_BYTES >> 30
+            )
+        })
+}
+
 /// Seeded random inputs: floats uniform in [-1, 1), quantised values uniform over the
-/// type's range, int32 in [0, 8) (indices, sizes).
-pub fn random_inputs(inputs: &[TensorInfo], seed: u64) -> Vec<Array> {
+/// type's range, int32 in [0, 8) (indices, sizes). Each size is checked
+/// ([`tensor_bytes`]) before it is allocated.
+pub fn random_inputs(inputs: &[TensorInfo], seed: u64) -> Result<Vec<Array>, RunError> {
+    fill_inputs(inputs, seed, inputs.iter().map(|_| None).collect())
+}
+
+/// The model's inputs: each array `given`, else seeded random data as [`random_inputs`]
+/// makes it (the seed's sequence is drawn for the inputs not given only).
+pub fn fill_inputs(
+    inputs: &[TensorInfo],
+    seed: u64,
+    given: Vec<Option<Array>>,
+) -> Result<Vec<Array>, RunError> {
     let mut s = seed ^ 0x9E37_79B9_7F4A_7C15;
     let mut next = move || {
         // splitmix64
@@ -57,13 +99,23 @@ pub fn random_inputs(inputs: &[TensorInfo], seed: u64) -> Vec<Array> {
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)
     };
+    let mut given = given.into_iter();
     inputs
         .iter()
-        .map(|t| {
+        .enumerate()
+        .map(|(index, t)| {
+            if let Some(a) = given.next().flatten() {
+                return Ok(a);
+            }
+            let bytes = tensor_bytes(t).map_err(|reason| RunError::Input {
+                index,
+                name: t.name.clone(),
+                reason,
+            })?;
             let dtype = Dtype::of(t.r#type).unwrap_or(Dtype::U8);
             let shape: Vec<usize> = t.dims.iter().map(|&d| d as usize).collect();
-            let n: usize = shape.iter().product();
-            let mut data = Vec::with_capacity(n * dtype.size());
+            let n = bytes / dtype.size().max(1);
+            let mut data = Vec::with_capacity(bytes);
             for _ in 0..n {
                 let r = next();
                 match dtype {
@@ -81,7 +133,7 @@ pub fn random_inputs(inputs: &[TensorInfo], seed: u64) -> Vec<Array> {
                     Dtype::Bool => data.push((r & 1) as u8),
                 }
             }
-            Array { dtype, shape, data }
+            Ok(Array { dtype, shape, data })
         })
         .collect()
 }
@@ -134,15 +186,22 @@ pub fn request(imported: &Imported, arrays: &[Array]) -> Result<(Request, Memory
         }
     };
     let inputs: Vec<RequestArgument> = arrays.iter().map(|a| arg(&a.data, &mut bytes)).collect();
-    let outputs: Vec<RequestArgument> = imported
-        .outputs
-        .iter()
-        .map(|t| {
-            let es = Dtype::of(t.r#type).map_or(1, Dtype::size);
-            let n = t.dims.iter().map(|&d| d as usize).product::<usize>() * es;
-            arg(&vec![0u8; n], &mut bytes)
-        })
-        .collect();
+    let mut outputs = Vec::with_capacity(imported.outputs.len());
+    for (index, t) in imported.outputs.iter().enumerate() {
+        let n = tensor_bytes(t).map_err(|reason| RunError::Output {
+            index,
+            name: t.name.clone(),
+            reason,
+        })?;
+        // The pool is bounded as each tensor is: checked before it grows.
+        if (bytes.len() as u64).saturating_add(n as u64 + 64) > MAX_TENSOR_BYTES {
+            return Err(RunError::Memory(format!(
+                "the request needs more than the {} GiB the device takes",
+                MAX_TENSOR_BYTES >> 30
+            )));
+        }
+        outputs.push(arg(&vec![0u8; n], &mut bytes));
+    }
     bytes.resize(bytes.len().next_multiple_of(64).max(64), 0);
     let pool = Memory::ashmem_with(&bytes).map_err(|e| RunError::Memory(e.to_string()))?;
     Ok((

@@ -1,6 +1,7 @@
 //! Shared helpers of the driver's integration tests.
 #![allow(dead_code)]
 
+pub mod cli;
 pub mod service;
 
 use std::path::PathBuf;
