@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::path::PathBuf;
 use std::process::Command;
 
 use common::{cases, device};
@@ -387,4 +388,307 @@ fn dynamic_shapes_variant() {
         let report = run_case_opts(dev.as_ref(), &case, &prepare_plain, exec);
         assert_eq!(report.verdict, Verdict::Pass, "{path:?}");
     }
+}
+
+/// A scratch directory of its own for one test.
+fn scratch(test: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("vnpu-{test}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The corpus line of `add/add` (the first case of V1_0).
+fn add_line() -> String {
+    let path = common::corpus_path("V1_0.jsonl.gz");
+    let mut lines = vnpu_driver::conformance::corpus::open_lines(&path).unwrap();
+    let (_, line) = lines.next().unwrap();
+    let line = line.unwrap();
+    assert!(line.starts_with("{\"name\":\"add/add\""), "{line}");
+    line
+}
+
+/// `add/add` with its JSON changed by `edit`.
+fn edited_add(edit: impl FnOnce(&mut serde_json::Value)) -> String {
+    let mut v: serde_json::Value = serde_json::from_str(&add_line()).unwrap();
+    edit(&mut v);
+    serde_json::to_string(&v).unwrap()
+}
+
+/// Runs `vnpu conformance FILE --jobs 1` on `lines`: (exit status, stdout, stderr).
+fn conformance_on(test: &str, lines: &[String]) -> (i32, String, String) {
+    let dir = scratch(test);
+    let file = dir.join("cases.jsonl");
+    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+    let r = vnpu(&["conformance", file.to_str().unwrap(), "--jobs", "1"]);
+    std::fs::remove_dir_all(&dir).unwrap();
+    r
+}
+
+/// An expected output whose dimensions say 16 GiB is refused before anything is sized from
+/// it (the dimensions must agree with the model's output operand, and the values given
+/// with the dimensions): the case fails with INVALID_ARGUMENT and the run goes on.
+#[test]
+fn huge_expected_output_dims_rejected() {
+    let huge = [1073741824u64, 4];
+    let lines = vec![
+        // Against the model's specified dimensions [2].
+        edited_add(|v| v["outputs"][0]["dimensions"] = serde_json::json!(huge)),
+        // The model's output of unknown rank: the values given do not fill the dimensions.
+        edited_add(|v| {
+            v["model"]["main"]["operands"][3]["dimensions"] = serde_json::json!([]);
+            v["outputs"][0]["dimensions"] = serde_json::json!(huge);
+        }),
+        // Unknown dimensions of known rank, likewise.
+        edited_add(|v| {
+            v["model"]["main"]["operands"][3]["dimensions"] = serde_json::json!([0]);
+            v["outputs"][0]["dimensions"] = serde_json::json!([4294967295u64]);
+        }),
+        add_line(),
+    ];
+    let (code, out, err) = conformance_on("huge-dims", &lines);
+    assert_eq!(code, 1, "{out}{err}");
+    assert_eq!(
+        out.lines().last(),
+        Some("1 passed, 3 failed, 0 skipped"),
+        "{out}"
+    );
+    let fails: Vec<&str> = out.lines().filter(|l| l.starts_with("FAIL ")).collect();
+    assert_eq!(fails.len(), 3, "{out}");
+    assert!(
+        fails.iter().all(|l| l.contains("INVALID_ARGUMENT")),
+        "{out}"
+    );
+    // `vnpu run` on such a case: a clear error, exit status 2.
+    let dir = scratch("huge-dims-run");
+    let file = dir.join("huge.json");
+    std::fs::write(&file, &lines[0]).unwrap();
+    let (code, _, err) = vnpu(&["run", file.to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("INVALID_ARGUMENT"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A case naming as its output an operand that is not the model's output (a constant, an
+/// input, or the outputs out of order) fails with INVALID_ARGUMENT; the run goes on.
+#[test]
+fn output_operand_not_an_output_rejected() {
+    let lines = vec![
+        edited_add(|v| {
+            v["outputs"][0]["operand"] = serde_json::json!(2);
+            v["outputs"][0]["dimensions"] = serde_json::json!([]);
+            v["outputs"][0]["data"] = serde_json::json!([0]);
+        }),
+        edited_add(|v| v["outputs"][0]["operand"] = serde_json::json!(0)),
+        edited_add(|v| {
+            let o = v["outputs"][0].clone();
+            v["outputs"] = serde_json::json!([o.clone(), o]);
+        }),
+        edited_add(|v| v["outputs"] = serde_json::json!([])),
+        edited_add(|v| {
+            let inputs = v["inputs"].as_array().unwrap().clone();
+            v["inputs"] = serde_json::json!([inputs[1], inputs[0]]);
+        }),
+        add_line(),
+    ];
+    let (code, out, err) = conformance_on("not-an-output", &lines);
+    assert_eq!(code, 1, "{out}{err}");
+    assert_eq!(
+        out.lines().last(),
+        Some("1 passed, 5 failed, 0 skipped"),
+        "{out}"
+    );
+    let fails: Vec<&str> = out.lines().filter(|l| l.starts_with("FAIL ")).collect();
+    assert_eq!(fails.len(), 5, "{out}");
+    assert!(
+        fails.iter().all(|l| l.contains("INVALID_ARGUMENT")),
+        "{out}"
+    );
+}
+
+/// A corpus line of 1 GiB (in a gzip file of 1 MB) is skipped as it streams by, never held:
+/// it fails as too long, the lines around it run, and the runner's peak memory stays far
+/// below the line's size.
+#[test]
+fn overlong_line_rejected() {
+    use std::io::Write;
+    let gz = |bytes: &[u8]| {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        e.write_all(bytes).unwrap();
+        e.finish().unwrap()
+    };
+    // Concatenated gzip members read as one stream: the line's middle is one compressed
+    // MiB of 'x', 1024 times.
+    let mut file = gz(format!("{}\n{{\"name\":\"", add_line()).as_bytes());
+    let mib = gz(&vec![b'x'; 1 << 20]);
+    for _ in 0..1024 {
+        file.extend_from_slice(&mib);
+    }
+    file.extend_from_slice(&gz(format!("\"}}\n{}\n", add_line()).as_bytes()));
+    assert!(file.len() < 8 << 20);
+    let dir = scratch("overlong");
+    let path = dir.join("long.jsonl.gz");
+    std::fs::write(&path, &file).unwrap();
+    let (code, out, err, rss_kib) =
+        common::cli::vnpu_measured_out(&["conformance", path.to_str().unwrap(), "--jobs", "1"]);
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert_eq!(
+        out.lines().last(),
+        Some("2 passed, 1 failed, 0 skipped"),
+        "{out}"
+    );
+    let fail = out.lines().find(|l| l.starts_with("FAIL ")).unwrap();
+    assert!(
+        fail.contains(":2:") && fail.contains("longer than the corpus line limit (64 MiB)"),
+        "{fail}"
+    );
+    // At most one line of at most 64 MiB is held.
+    assert!(rss_kib < 256 << 10, "peak RSS {rss_kib} KiB");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// An empty corpus runs no case: exit status 2, "no case matched".
+#[test]
+fn empty_corpus_exits_2() {
+    let dir = scratch("empty");
+    let file = dir.join("empty.jsonl");
+    std::fs::write(&file, "").unwrap();
+    let (code, out, err) = vnpu(&["conformance", file.to_str().unwrap()]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains("no case matched"), "{err}");
+    assert_eq!(out.lines().last(), Some("0 passed, 0 failed, 0 skipped"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A `--filter` that matches no case: exit status 2, "no case matched".
+#[test]
+fn filter_matching_nothing_exits_2() {
+    let corpus = common::corpus_path("V1_0.jsonl.gz");
+    let (code, out, err) = vnpu(&[
+        "conformance",
+        corpus.to_str().unwrap(),
+        "--filter",
+        "no-case-is-called-this",
+    ]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains("no case matched"), "{err}");
+}
+
+/// A trace that cannot be written (no such directory, a full disk) is an error: exit
+/// status 2 with the OS's reason.
+#[test]
+fn trace_write_failure_exits_2() {
+    for (path, why) in [
+        ("/nonexistent/t.json", "No such file or directory"),
+        ("/dev/full", "No space left on device"),
+    ] {
+        let (code, _, err) = vnpu(&["run", "add", "--trace", path]);
+        assert_eq!(code, 2, "{path}: {err}");
+        assert!(err.contains(path) && err.contains(why), "{path}: {err}");
+    }
+    // The other outputs likewise: the JSON report, a model's output directory.
+    let corpus = common::corpus_path("V1_0.jsonl.gz");
+    let (code, _, err) = vnpu(&[
+        "conformance",
+        corpus.to_str().unwrap(),
+        "--filter",
+        "add/add",
+        "--json",
+        "/dev/full",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("No space left on device"), "{err}");
+    let model = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../models/face_detection_short_range_int8.tflite");
+    let (code, _, err) = vnpu(&[
+        "run",
+        model.to_str().unwrap(),
+        "--output-dir",
+        "/dev/full/outputs",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("/dev/full/outputs"), "{err}");
+}
+
+/// stdout on a full disk, or a pipe nobody reads: exit status 2 and the reason on stderr,
+/// never a panic.
+#[test]
+fn stdout_write_failure_exits_2() {
+    let corpus = common::corpus_path("V1_0.jsonl.gz");
+    let commands: [&[&str]; 3] = [
+        &["run", "add"],
+        &["conformance", corpus.to_str().unwrap(), "--filter", "add/"],
+        &["info"],
+    ];
+    for args in commands {
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_vnpu"))
+            .args(args)
+            .stdout(full)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains("cannot write to stdout") && err.contains("No space left on device"),
+            "{args:?}: {err}"
+        );
+        // A closed pipe.
+        let mut child = Command::new(env!("CARGO_BIN_EXE_vnpu"))
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("Broken pipe"), "{args:?}: {err}");
+    }
+}
+
+/// A service that dies during `vnpu conformance --remote` ends the run at once with one
+/// error and exit status 2, not a FAIL line for each case left.
+#[test]
+fn remote_service_lost_stops_run() {
+    let mut service = common::service::Service::start("lost-run");
+    let corpus = common::corpus_path("V1_2.jsonl.gz");
+    let out_path = std::env::temp_dir().join(format!("vnpu-lost-run-{}", std::process::id()));
+    let mut runner = Command::new(env!("CARGO_BIN_EXE_vnpu"))
+        .args([
+            "conformance",
+            corpus.to_str().unwrap(),
+            "--jobs",
+            "2",
+            "--remote",
+        ])
+        .arg(&service.socket)
+        .stdout(std::fs::File::create(&out_path).unwrap())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Kill the service once the runner is connected and has run cases.
+    let probe = service.connect();
+    assert!(common::service::eventually(
+        std::time::Duration::from_secs(30),
+        || probe.usage().is_ok_and(|u| u.device.prepared_models > 0)
+    ));
+    drop(probe);
+    service.child.kill().unwrap();
+    service.child.wait().unwrap();
+    let t = std::time::Instant::now();
+    let out = runner.wait_with_output().unwrap();
+    let waited = t.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let stdout = std::fs::read_to_string(&out_path).unwrap();
+    let _ = std::fs::remove_file(&out_path);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.matches("vnpu: ").count(), 1, "{err}");
+    assert!(err.contains("the run stopped"), "{err}");
+    assert!(!stdout.contains("FAIL"), "{stdout}");
+    assert!(waited < std::time::Duration::from_secs(10), "{waited:?}");
 }

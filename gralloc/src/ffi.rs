@@ -210,12 +210,13 @@ unsafe extern "C" fn c_get_transport_size(
     nfds: *mut u32,
     nints: *mut u32,
 ) -> AIMapper_Error {
-    guard(
-        || match Mapper.get_transport_size(BufferHandle::from_ptr(b)) {
+    guard(|| {
+        let h = BufferHandle::from_ptr(b);
+        if nfds.is_null() || nints.is_null() {
+            return refused(h);
+        }
+        match Mapper.get_transport_size(h) {
             Ok((f, i)) => {
-                if nfds.is_null() || nints.is_null() {
-                    return BAD_VALUE;
-                }
                 // SAFETY: both checked non-null; writable per contract.
                 unsafe {
                     nfds.write(f);
@@ -224,8 +225,8 @@ unsafe extern "C" fn c_get_transport_size(
                 NONE
             }
             Err(e) => e.code(),
-        },
-    )
+        }
+    })
 }
 
 unsafe extern "C" fn c_lock(
@@ -240,7 +241,7 @@ unsafe extern "C" fn c_lock(
     let fence = (fence >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fence) });
     guard(move || {
         if out.is_null() {
-            return BAD_VALUE;
+            return refused(BufferHandle::from_ptr(b));
         }
         match Mapper.lock(BufferHandle::from_ptr(b), usage, region, fence) {
             Ok(p) => {
@@ -253,19 +254,25 @@ unsafe extern "C" fn c_lock(
     })
 }
 
+/// The error of a call refused for a bad argument before it changed anything: the
+/// handle's own error when it is not an imported buffer, else BAD_VALUE.
+fn refused(h: BufferHandle) -> AIMapper_Error {
+    match Mapper.buffer_info(h) {
+        Ok(_) => BAD_VALUE,
+        Err(e) => e.code(),
+    }
+}
+
 unsafe extern "C" fn c_unlock(b: buffer_handle_t, release: *mut i32) -> AIMapper_Error {
     guard(|| {
-        let r = Mapper.unlock(BufferHandle::from_ptr(b));
-        match r {
+        let h = BufferHandle::from_ptr(b);
+        // Checked before unlocking: a call that fails leaves the buffer locked.
+        if release.is_null() {
+            return refused(h);
+        }
+        match Mapper.unlock(h) {
             Ok(f) => {
                 let fd = f.map(|f| f.into_raw_fd()).unwrap_or(-1);
-                if release.is_null() {
-                    if fd >= 0 {
-                        // SAFETY: we own `fd` and nobody can receive it.
-                        unsafe { libc::close(fd) };
-                    }
-                    return BAD_VALUE;
-                }
                 // SAFETY: `release` checked non-null.
                 unsafe { release.write(fd) };
                 NONE
@@ -376,10 +383,7 @@ unsafe extern "C" fn c_set_metadata(
                 },
                 d,
             )),
-            None => match Mapper.buffer_info(h) {
-                Ok(_) => BAD_VALUE,
-                Err(e) => e.code(),
-            },
+            None => refused(h),
         }
     })
 }
@@ -396,10 +400,7 @@ unsafe extern "C" fn c_set_standard_metadata(
         let h = BufferHandle::from_ptr(b);
         match data {
             Some(d) => code(Mapper.set_standard_metadata(h, t, d)),
-            None => match Mapper.buffer_info(h) {
-                Ok(_) => BAD_VALUE,
-                Err(e) => e.code(),
-            },
+            None => refused(h),
         }
     })
 }
@@ -502,10 +503,7 @@ unsafe extern "C" fn c_dump_buffer(
     guard(|| {
         let h = BufferHandle::from_ptr(b);
         let Some(cb) = cb else {
-            return match Mapper.buffer_info(h) {
-                Ok(_) => BAD_VALUE,
-                Err(e) => e.code(),
-            };
+            return refused(h);
         };
         let mut f = c_dump_cb(cb, ctx);
         code(Mapper.dump_buffer(h, &mut f))
@@ -533,12 +531,13 @@ unsafe extern "C" fn c_get_reserved_region(
     out: *mut *mut c_void,
     size: *mut u64,
 ) -> AIMapper_Error {
-    guard(
-        || match Mapper.get_reserved_region(BufferHandle::from_ptr(b)) {
+    guard(|| {
+        let h = BufferHandle::from_ptr(b);
+        if out.is_null() || size.is_null() {
+            return refused(h);
+        }
+        match Mapper.get_reserved_region(h) {
             Ok((p, n)) => {
-                if out.is_null() || size.is_null() {
-                    return BAD_VALUE;
-                }
                 // SAFETY: both checked non-null.
                 unsafe {
                     out.write(p as *mut c_void);
@@ -547,8 +546,8 @@ unsafe extern "C" fn c_get_reserved_region(
                 NONE
             }
             Err(e) => e.code(),
-        },
-    )
+        }
+    })
 }
 
 /// C descriptor for [`vnpu_gralloc_allocate`] (mirrors `BufferDescriptorInfo`).

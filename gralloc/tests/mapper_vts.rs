@@ -1391,3 +1391,68 @@ fn allocator_rejections() {
         assert!(a.is_supported(&info("", 32, h, f, RW)), "format {f:#x}");
     }
 }
+
+/// `unlock(handle, NULL)` is refused (BAD_VALUE) and leaves the buffer locked: the unlock
+/// that follows with a fence pointer succeeds, and only then is the buffer unlocked. The
+/// other entry points refused for a null out pointer likewise change nothing (a lock is
+/// not taken), and a bad handle still reports BAD_BUFFER first.
+#[test]
+fn unlock_null_fence_keeps_lock() {
+    let b = generic();
+    let h = b.import();
+    let data = lock(&h, RW, full(&b), -1).expect("lock");
+    assert!(!data.is_null());
+    // SAFETY: imported handle; a null release pointer is what is being refused.
+    let r = unsafe { (mapper().v5.unlock)(h.0, null_mut()) };
+    assert_eq!(r, BAD_VALUE);
+    assert_eq!(
+        unlock(h.0),
+        (NONE, -1),
+        "the refused unlock released the lock"
+    );
+    assert_eq!(unlock(h.0).0, BAD_BUFFER, "unlocked once only");
+    // Nested locks: a refused unlock takes none of them.
+    lock(&h, RW, full(&b), -1).expect("lock");
+    lock(&h, RW, full(&b), -1).expect("lock");
+    // SAFETY: as above.
+    assert_eq!(unsafe { (mapper().v5.unlock)(h.0, null_mut()) }, BAD_VALUE);
+    assert_eq!(unlock(h.0).0, NONE);
+    assert_eq!(unlock(h.0).0, NONE);
+    assert_eq!(unlock(h.0).0, BAD_BUFFER);
+    // A lock refused for its null out pointer takes no lock.
+    // SAFETY: imported handle; no fence; the null out pointer is refused.
+    let r = unsafe { (mapper().v5.lock)(h.0, RW, full(&b), -1, null_mut()) };
+    assert_eq!(r, BAD_VALUE);
+    assert_eq!(unlock(h.0).0, BAD_BUFFER, "a refused lock took a lock");
+    // A bad handle is reported as such whatever else is wrong.
+    // SAFETY: null handle and null out pointers: both refused before use.
+    unsafe {
+        assert_eq!((mapper().v5.unlock)(null(), null_mut()), BAD_BUFFER);
+        assert_eq!(
+            (mapper().v5.lock)(null(), RW, full(&b), -1, null_mut()),
+            BAD_BUFFER
+        );
+        assert_eq!(
+            (mapper().v5.getTransportSize)(null(), null_mut(), null_mut()),
+            BAD_BUFFER
+        );
+        assert_eq!(
+            (mapper().v5.getReservedRegion)(null(), null_mut(), null_mut()),
+            BAD_BUFFER
+        );
+    }
+    // Null out pointers on a good handle: BAD_VALUE.
+    let mut n = 0u32;
+    let mut p = null_mut();
+    // SAFETY: imported handle; the null out pointers are refused before use.
+    unsafe {
+        assert_eq!(
+            (mapper().v5.getTransportSize)(h.0, null_mut(), &mut n),
+            BAD_VALUE
+        );
+        assert_eq!(
+            (mapper().v5.getReservedRegion)(h.0, &mut p, null_mut()),
+            BAD_VALUE
+        );
+    }
+}

@@ -12,7 +12,7 @@ use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use vnpu_driver::conformance::corpus::{count_cases, parse_case, TestCase};
 use vnpu_driver::conformance::report::{read_report_file, summarize, write_report_file, Status};
-use vnpu_driver::conformance::suite::{run_suite, SuiteOptions};
+use vnpu_driver::conformance::suite::{run_suite_until, SuiteOptions};
 use vnpu_driver::conformance::table;
 use vnpu_driver::conformance::{
     default_corpus, lookup, prepare_plain, run_case, run_case_with, ExecOptions, ExecPath,
@@ -227,7 +227,6 @@ fn command() -> ExitCode {
         Ok(t) => t,
         Err(code) => return code,
     };
-    let device = target.device();
     match cli.command {
         Command::Info { .. } => info(&target),
         Command::Run {
@@ -272,7 +271,7 @@ fn command() -> ExitCode {
             dynamic_shapes,
             ..
         } => conformance(
-            device,
+            &target,
             &files,
             SuiteOptions {
                 filter,
@@ -684,7 +683,7 @@ fn prepare_cached(
 }
 
 fn conformance(
-    device: &dyn IDevice,
+    target: &Target,
     files: &[PathBuf],
     options: SuiteOptions,
     json: Option<PathBuf>,
@@ -708,8 +707,20 @@ fn conformance(
     } else {
         ProgressBar::hidden()
     };
-    let records = run_suite(device, files, &options, &mut || bar.inc(1));
+    // Over a service, a lost connection ends the run at once, with one error.
+    let lost = || match target {
+        Target::Remote(r) => r.lost(),
+        Target::Local(_) => None,
+    };
+    let run = run_suite_until(target.device(), files, &options, &mut || bar.inc(1), &lost);
     bar.finish_and_clear();
+    let records = match run {
+        Ok(r) => r,
+        Err(why) => {
+            eprintln!("vnpu: the run stopped: {why}");
+            return ExitCode::from(2);
+        }
+    };
 
     let summary = summarize(&records);
     for r in records.iter().filter(|r| r.status == Status::Failed) {

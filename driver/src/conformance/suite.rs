@@ -137,6 +137,20 @@ pub fn run_suite(
     options: &SuiteOptions,
     progress: &mut dyn FnMut(),
 ) -> Vec<CaseRecord> {
+    run_suite_until(device, files, options, progress, &|| None).unwrap_or_default()
+}
+
+/// [`run_suite`], stopping as soon as `lost` says the device is gone (e.g. a service that
+/// died or stopped answering): no case is taken after that, and the run gives `Err` with
+/// `lost`'s reason instead of a failure per remaining case.
+pub fn run_suite_until(
+    device: &dyn IDevice,
+    files: &[PathBuf],
+    options: &SuiteOptions,
+    progress: &mut dyn FnMut(),
+    lost: &(dyn Fn() -> Option<String> + Sync),
+) -> Result<Vec<CaseRecord>, String> {
+    let stopped: Mutex<Option<String>> = Mutex::new(None);
     let source = Mutex::new(Source {
         files,
         next_file: 0,
@@ -145,12 +159,31 @@ pub fn run_suite(
     });
     let filter = options.filter.as_deref();
     let worker = |tx: mpsc::Sender<(usize, Option<CaseRecord>)>| loop {
-        let next = source.lock().unwrap_or_else(PoisonError::into_inner).next();
+        let next = {
+            let mut source = source.lock().unwrap_or_else(PoisonError::into_inner);
+            // Checked under the source's lock: once one worker saw the device gone, no
+            // other takes a case.
+            let mut stop = stopped.lock().unwrap_or_else(PoisonError::into_inner);
+            if stop.is_none() {
+                *stop = lost();
+            }
+            if stop.is_some() {
+                break;
+            }
+            drop(stop);
+            source.next()
+        };
         let Some((seq, work)) = next else { break };
-        if tx
-            .send((seq, process(device, files, filter, options.exec, work)))
-            .is_err()
-        {
+        let record = process(device, files, filter, options.exec, work);
+        // A case that failed because the device went away is not the case's failure.
+        if let Some(why) = lost() {
+            stopped
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get_or_insert(why);
+            break;
+        }
+        if tx.send((seq, record)).is_err() {
             break;
         }
     };
@@ -185,6 +218,9 @@ pub fn run_suite(
             }
         }
     });
+    if let Some(why) = stopped.into_inner().unwrap_or_else(PoisonError::into_inner) {
+        return Err(why);
+    }
     done.sort_by_key(|&(seq, _)| seq);
-    done.into_iter().map(|(_, r)| r).collect()
+    Ok(done.into_iter().map(|(_, r)| r).collect())
 }

@@ -2,6 +2,7 @@
 
 use std::io::Read;
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Runs `vnpu` with `args`, its stdout to /dev/null: its exit status (`None`
 /// when a signal ended it), stderr and peak resident memory in KiB (wait4's ru_maxrss, of
@@ -10,6 +11,23 @@ pub fn vnpu_measured(args: &[&str]) -> (Option<i32>, String, i64) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_vnpu"));
     cmd.args(args).stdout(Stdio::null());
     measured(cmd)
+}
+
+/// [`vnpu_measured`], also giving what it wrote to stdout.
+pub fn vnpu_measured_out(args: &[&str]) -> (Option<i32>, String, String, i64) {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let path = std::env::temp_dir().join(format!(
+        "vnpu-stdout-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    let file = std::fs::File::create(&path).expect("stdout file");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_vnpu"));
+    cmd.args(args).stdout(file);
+    let (code, stderr, rss) = measured(cmd);
+    let stdout = std::fs::read_to_string(&path).expect("read stdout");
+    let _ = std::fs::remove_file(&path);
+    (code, stdout, stderr, rss)
 }
 
 /// Runs `cmd` (its stderr piped here) as [`vnpu_measured`] does.
