@@ -7,6 +7,8 @@
 //! VTS quant8 MobileNet is not in the corpus) and, for the TOCTOU and replacement tests,
 //! chains of 100 ADD and 100 MUL operations, as in VTS.
 
+mod common;
+
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::fd::OwnedFd;
@@ -822,4 +824,146 @@ fn restored_model_compiles_from_its_packed_weights() {
         assert_eq!(status, ErrorStatus::None);
         check(&prepared.expect("model"), &case);
     });
+}
+
+/// A corpus-format case (`vnpu run FILE.json`): `x + c + c ...`, `len` ADD operations on
+/// [1, 4] float32 tensors, with its expected output.
+fn add_chain_json(len: usize) -> String {
+    let operand = |lifetime: &str, data: &str| {
+        format!(
+            r#"{{"type":"TENSOR_FLOAT32","dimensions":[1,4],"scale":0.0,"zero_point":0,"lifetime":"{lifetime}","channel_quant":null,"data":{data}}}"#
+        )
+    };
+    let c = [0.5f32, 0.25, 1.0, 2.0];
+    let mut operands = vec![
+        operand("SUBGRAPH_INPUT", "null"),
+        operand("CONSTANT_COPY", "[0.5,0.25,1.0,2.0]"),
+        r#"{"type":"INT32","dimensions":[],"scale":0.0,"zero_point":0,"lifetime":"CONSTANT_COPY","channel_quant":null,"data":[0]}"#.to_string(),
+    ];
+    let mut operations = Vec::new();
+    for k in 0..len {
+        let last = k + 1 == len;
+        operands.push(operand(
+            if last {
+                "SUBGRAPH_OUTPUT"
+            } else {
+                "TEMPORARY_VARIABLE"
+            },
+            "null",
+        ));
+        let prev = if k == 0 { 0 } else { operands.len() - 2 };
+        operations.push(format!(
+            r#"{{"type":"ADD","inputs":[{prev},1,2],"outputs":[{}]}}"#,
+            operands.len() - 1
+        ));
+    }
+    let x = [1.0f32, 2.0, 3.0, 4.0];
+    let y: Vec<String> = x
+        .iter()
+        .zip(c)
+        .map(|(x, c)| format!("{:?}", x + c * len as f32))
+        .collect();
+    format!(
+        r#"{{"name":"add_chain/add_chain","spec":"add_chain","min_hal_version":"V1_0","model":{{"main":{{"operands":[{}],"operations":[{}],"input_indexes":[0],"output_indexes":[{}]}},"referenced":[],"relax_fp32_to_fp16":false}},"expect_failure":false,"multinomial_tolerance":0.0,"inputs":[{{"operand":0,"dimensions":[1,4],"data":[1.0,2.0,3.0,4.0]}}],"outputs":[{{"operand":{},"dimensions":[1,4],"data":[{}],"ignored":false}}]}}"#,
+        operands.join(","),
+        operations.join(","),
+        operands.len() - 1,
+        operands.len() - 1,
+        y.join(",")
+    )
+}
+
+/// `vnpu run CASE --cache-dir DIR --remote SOCKET` with a file size limit of `limit` bytes
+/// (RLIMIT_FSIZE, SIGXFSZ ignored: a write past it fails with EFBIG, as a full disk fails
+/// one with ENOSPC): (exit status, stdout, stderr).
+fn run_cached_with_size_limit(
+    case: &Path,
+    dir: &Path,
+    socket: &Path,
+    limit: u64,
+) -> (Option<i32>, String, String) {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_vnpu"));
+    cmd.arg("run")
+        .arg(case)
+        .arg("--cache-dir")
+        .arg(dir)
+        .arg("--remote")
+        .arg(socket);
+    // SAFETY: between fork and exec only async-signal-safe calls (signal, setrlimit).
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            let lim = libc::rlimit {
+                rlim_cur: limit,
+                rlim_max: limit,
+            };
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = cmd.output().expect("run vnpu");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A save into a cache directory that runs out of room (here a file size limit, which
+/// fails a write as a full disk does) is reported as failed, with the OS's reason, and
+/// leaves no file behind: the next run misses again and saves once there is room. The
+/// run itself is not affected. Over `--remote`, so that the files the CLI writes are only
+/// its own (the service, without the limit, writes the staged cache).
+#[test]
+fn full_disk_save_reports_failure_and_leaves_no_partial_files() {
+    let service = common::service::Service::start("full-disk");
+    let dir = scratch_dir().join("full-disk");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let case = dir.join("chain.json");
+    std::fs::write(&case, add_chain_json(300)).unwrap();
+    let cache = dir.join("cache");
+    // Below the model cache's size, above everything else the CLI writes.
+    const LIMIT: u64 = 32 << 10;
+    for _ in 0..2 {
+        let (code, out, err) = run_cached_with_size_limit(&case, &cache, &service.socket, LIMIT);
+        assert_eq!(code, Some(0), "{out}{err}");
+        assert_eq!(out.lines().last(), Some("PASS"), "{out}");
+        let line = out.lines().find(|l| l.starts_with("cache: ")).unwrap();
+        assert!(
+            line.starts_with("cache: miss")
+                && line.contains("failed")
+                && line.contains("File too large"),
+            "{line}"
+        );
+        assert!(err.contains("File too large"), "{err}");
+        let left: Vec<_> = std::fs::read_dir(&cache)
+            .map(|d| d.map(|e| e.unwrap().file_name()).collect())
+            .unwrap_or_default();
+        assert!(left.is_empty(), "files left behind: {left:?}");
+    }
+    // With room, the save completes and the next run loads it.
+    let unlimited = libc::RLIM_INFINITY;
+    let (code, out, err) = run_cached_with_size_limit(&case, &cache, &service.socket, unlimited);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.contains("cache: miss") && out.contains("saved to"),
+        "{out}"
+    );
+    let sizes: Vec<u64> = std::fs::read_dir(&cache)
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .collect();
+    assert_eq!(sizes.len(), 2, "{sizes:?}");
+    assert!(
+        sizes.iter().any(|&s| s > LIMIT),
+        "the limit was below the save: {sizes:?}"
+    );
+    let (code, out, err) = run_cached_with_size_limit(&case, &cache, &service.socket, LIMIT);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("cache: hit"), "{out}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -658,7 +658,7 @@ fn remote_service_lost_stops_run() {
     let mut service = common::service::Service::start("lost-run");
     let corpus = common::corpus_path("V1_2.jsonl.gz");
     let out_path = std::env::temp_dir().join(format!("vnpu-lost-run-{}", std::process::id()));
-    let mut runner = Command::new(env!("CARGO_BIN_EXE_vnpu"))
+    let runner = Command::new(env!("CARGO_BIN_EXE_vnpu"))
         .args([
             "conformance",
             corpus.to_str().unwrap(),

@@ -582,3 +582,55 @@ mod mutated_models {
         DEV.get_or_init(|| device_with(FaultPlan::default(), DriverFaults::default()))
     }
 }
+
+/// Dropping the device while preparations are still queued behind each other notifies
+/// every callback exactly once (an earlier build left 19 of 20 waiting forever); a
+/// preparation that completes gives a model that still runs on the dropped device's
+/// hardware, which its prepared models keep alive.
+#[test]
+fn device_dropped_with_queued_preparations_notifies_all() {
+    let _serial = serial();
+    let case = conv();
+    for round in 0..3 {
+        let dev = device_with(FaultPlan::default(), DriverFaults::default());
+        let slots: Vec<_> = (0..20)
+            .map(|k| {
+                let slot = vnpu_driver::device::PreparedModelSlot::new();
+                let ret = dev.prepare_model_1_3(
+                    &case.model,
+                    vnpu_driver::hal::ExecutionPreference::FAST_SINGLE_ANSWER,
+                    vnpu_driver::hal::Priority(k % 3 - 1),
+                    OptionalTimePoint::NONE,
+                    &[],
+                    &[],
+                    &[0u8; 32],
+                    Some(slot.clone()),
+                );
+                (ret, slot)
+            })
+            .collect();
+        drop(dev);
+        let mut prepared = None;
+        for (k, (ret, slot)) in slots.iter().enumerate() {
+            let (status, model) = slot
+                .wait_for(Duration::from_secs(60))
+                .unwrap_or_else(|| panic!("round {round}: preparation {k} never notified"));
+            assert!(
+                *ret == ErrorStatus::None || *ret == status,
+                "{ret} vs {status}"
+            );
+            assert_eq!(status == ErrorStatus::None, model.is_some());
+            if model.is_some() {
+                prepared = model;
+            }
+        }
+        // Exactly once, also after everything settled.
+        std::thread::sleep(Duration::from_millis(50));
+        for (k, (_, slot)) in slots.iter().enumerate() {
+            assert_eq!(slot.notifications(), 1, "round {round}: preparation {k}");
+        }
+        if let Some(p) = prepared {
+            assert_eq!(run_checked(&p, &case, Mode::Sync), Ok(true));
+        }
+    }
+}

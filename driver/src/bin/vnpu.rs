@@ -3,13 +3,13 @@
 
 use std::io::{IsTerminal, Write};
 use std::num::NonZeroUsize;
-use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::{Arc, OnceLock};
 
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use vnpu_driver::cache::dir::{CacheDir, Staged};
 use vnpu_driver::conformance::corpus::{count_cases, parse_case, TestCase};
 use vnpu_driver::conformance::report::{read_report_file, summarize, write_report_file, Status};
 use vnpu_driver::conformance::suite::{run_suite_until, SuiteOptions};
@@ -20,8 +20,7 @@ use vnpu_driver::conformance::{
 };
 use vnpu_driver::device::{IDevice, PreparedModelSlot, VnpuDevice};
 use vnpu_driver::hal::{
-    ErrorStatus, ExecutionPreference, Model, NativeHandle, OperationType, OptionalTimePoint,
-    Priority,
+    ErrorStatus, ExecutionPreference, Model, OperationType, OptionalTimePoint, Priority,
 };
 use vnpu_driver::service::client::{self, RemoteDevice};
 use vnpu_driver::service::{server, transport};
@@ -608,59 +607,51 @@ fn token_for(model: &Model, hex: Option<&str>) -> Result<[u8; 32], String> {
 }
 
 /// Prepares through the cache in `dir`: a load when its files hold this token's model,
-/// else a preparation that saves them. Returns the `cache: ...` line and the outcome.
+/// else a preparation whose save is moved into `dir` complete or not at all
+/// ([`CacheDir::commit`]). Returns the `cache: ...` line and the outcome.
 fn prepare_cached(
     dev: &dyn IDevice,
     model: &Model,
     dir: &Path,
     token: &[u8; 32],
 ) -> (String, Preparation) {
-    let name: String = token.iter().map(|b| format!("{b:02x}")).collect();
-    let open = |ext: &str| -> std::io::Result<NativeHandle> {
-        std::fs::create_dir_all(dir)?;
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(dir.join(format!("{name}.{ext}")))?;
-        let filled = f.metadata()?.len() > 0;
-        Ok(NativeHandle {
-            fds: vec![Arc::new(OwnedFd::from(f))],
-            ints: vec![filled as i32],
-        })
-    };
-    let (m, d) = match (open("model"), open("data")) {
-        (Ok(m), Ok(d)) => (m, d),
-        (Err(e), _) | (_, Err(e)) => {
-            let line = format!("cache: off ({}: {e})", dir.display());
-            return (line, prepare_plain(dev, model));
-        }
-    };
+    let cache = CacheDir::new(dir, token);
     let ms = |t: std::time::Instant| t.elapsed().as_secs_f64() * 1e3;
-    let (m, d) = (vec![m], vec![d]);
+    let off = |e: std::io::Error| {
+        let line = format!("cache: off ({}: {e})", dir.display());
+        (line, prepare_plain(dev, model))
+    };
     let mut why = String::from("no cache files yet");
-    if m[0].ints == [1] {
-        let start = std::time::Instant::now();
-        let slot = PreparedModelSlot::new();
-        let ret = dev.prepare_model_from_cache_1_3(
-            OptionalTimePoint::NONE,
-            &m,
-            &d,
-            token,
-            Some(slot.clone()),
-        );
-        let (status, prepared) = slot.wait();
-        if status == ErrorStatus::None {
-            let line = format!(
-                "cache: hit (prepare {:.2} ms, from {})",
-                ms(start),
-                dir.display()
+    match cache.open() {
+        Ok(Some((m, d))) => {
+            let start = std::time::Instant::now();
+            let slot = PreparedModelSlot::new();
+            let ret = dev.prepare_model_from_cache_1_3(
+                OptionalTimePoint::NONE,
+                &m,
+                &d,
+                token,
+                Some(slot.clone()),
             );
-            return (line, (ret, status, prepared));
+            let (status, prepared) = slot.wait();
+            if status == ErrorStatus::None {
+                let line = format!(
+                    "cache: hit (prepare {:.2} ms, from {})",
+                    ms(start),
+                    dir.display()
+                );
+                return (line, (ret, status, prepared));
+            }
+            why = format!("the cached files did not load: {status}");
         }
-        why = format!("the cached files did not load: {status}");
+        Ok(None) => {}
+        Err(e) => return off(e),
     }
+    let staged = match Staged::new() {
+        Ok(s) => s,
+        Err(e) => return off(e),
+    };
+    let (m, d) = staged.handles();
     let start = std::time::Instant::now();
     let slot = PreparedModelSlot::new();
     let ret = dev.prepare_model_1_3(
@@ -674,11 +665,16 @@ fn prepare_cached(
         Some(slot.clone()),
     );
     let (status, prepared) = slot.wait();
-    let line = format!(
-        "cache: miss (prepare {:.2} ms, saved to {}; {why})",
-        ms(start),
-        dir.display()
-    );
+    let prepare_ms = ms(start);
+    let saved = match (status, cache.commit(&staged)) {
+        (ErrorStatus::None, Ok(())) => format!("saved to {}", dir.display()),
+        (ErrorStatus::None, Err(e)) => {
+            eprintln!("vnpu: cache: the save to {} failed: {e}", dir.display());
+            format!("the save to {} failed: {e}", dir.display())
+        }
+        (s, _) => format!("not saved: {s}"),
+    };
+    let line = format!("cache: miss (prepare {prepare_ms:.2} ms, {saved}; {why})");
     (line, (ret, status, prepared))
 }
 

@@ -75,7 +75,8 @@ impl Cache {
     }
 
     /// Saves `prepared` to `files`. Both files are truncated first; the data cache is
-    /// written in full before the model cache is complete.
+    /// written in full before the model cache is complete. A save that fails (a full
+    /// disk) truncates both again, so no partial file is left behind.
     pub fn save(
         &self,
         hw: &Hardware,
@@ -87,8 +88,15 @@ impl Cache {
         let parts = prepared.cache_parts();
         let data = parts.block.bytes.as_slice();
         let model = seal(&key, &Self::binding(hw, token), &image_of(&parts), data);
-        self.io
-            .rewrite(&[(files.data.as_fd(), data), (files.model.as_fd(), &model)])?;
+        let written = self
+            .io
+            .rewrite(&[(files.data.as_fd(), data), (files.model.as_fd(), &model)]);
+        if written.is_err() {
+            for fd in [&files.model, &files.data] {
+                let _ = nix::unistd::ftruncate(fd, 0);
+            }
+        }
+        written?;
         Ok(())
     }
 }

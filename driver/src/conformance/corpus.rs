@@ -1092,6 +1092,29 @@ mod tests {
     }
 
     #[test]
+    fn lines_over_the_limit_are_skipped_and_reported() {
+        let long = "x".repeat(ADD.len() + 1);
+        // Line 3 blank, line 4 not UTF-8, line 5 without a final newline.
+        let mut bytes = format!("{ADD}\n{long}\n\n").into_bytes();
+        bytes.extend_from_slice(b"\xff\n");
+        bytes.extend_from_slice(ADD.as_bytes());
+        let lines: Vec<_> = CorpusLines::with_limit(
+            Path::new("t.jsonl"),
+            Box::new(std::io::Cursor::new(bytes)),
+            ADD.len(),
+        )
+        .collect();
+        let got: Vec<(usize, bool)> = lines.iter().map(|(n, r)| (*n, r.is_ok())).collect();
+        assert_eq!(got, [(1, true), (2, false), (4, false), (5, true)]);
+        let err = lines[1].1.as_ref().unwrap_err().to_string();
+        assert!(
+            err.contains("t.jsonl:2") && err.contains("line limit"),
+            "{err}"
+        );
+        assert_eq!(lines[3].1.as_ref().unwrap(), ADD);
+    }
+
+    #[test]
     fn hostile_lines_are_errors() {
         for bad in [
             "",
