@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Runs every cargo-fuzz target for SECONDS each (default 60). Not part of CI's default run.
-#   scripts/fuzz.sh [SECONDS]
+# Runs every cargo-fuzz target for SECONDS each (default 60), then prints a table: target,
+# executions, crashes (new files in fuzz/artifacts/TARGET). Not part of CI's default run.
+#   scripts/fuzz.sh [SECONDS] [TARGET...]
+# Exit status 1 when any target crashed. Logs: fuzz/logs/TARGET.log.
 set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
 secs=${1:-60}
+shift || true
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz
 # Targets that read conformance-case lines start from real cases (one per file).
 for t in corpus_case prepare_execute; do
@@ -11,16 +14,42 @@ for t in corpus_case prepare_execute; do
   if [ ! -d "$dir" ] || [ -z "$(ls -A "$dir")" ]; then
     mkdir -p "$dir"
     for f in ../conformance/V1_*.jsonl.gz; do
-      zcat "$f" | awk 'NR % 25 == 1' | head -100 | split -l 1 - "$dir/$(basename "$f" .jsonl.gz)-"
+      # awk reads to the end (no `head`): an early reader's exit would SIGPIPE zcat.
+      zcat "$f" | awk 'NR % 25 == 1 && n++ < 100' | split -l 1 - "$dir/$(basename "$f" .jsonl.gz)-"
     done
   fi
 done
-# The .tflite importer starts from the shipped models.
+# The .tflite importer starts from the shipped models: each whole, and each behind the
+# 8-byte header of a shape mutation (tensor 0, dimension 1, set to 2^16).
 if [ ! -d corpus/tflite_import ] || [ -z "$(ls -A corpus/tflite_import)" ]; then
   mkdir -p corpus/tflite_import
-  cp ../models/*.tflite corpus/tflite_import/
+  for m in ../models/*.tflite; do
+    cp "$m" corpus/tflite_import/
+    { printf '\000\001\002\000\000\000\000\000'; cat "$m"; } > "corpus/tflite_import/shape-$(basename "$m")"
+  done
 fi
-for t in $(RUSTC_BOOTSTRAP=1 cargo fuzz list); do
-  echo "== $t ($secs s)"
-  RUSTC_BOOTSTRAP=1 cargo fuzz run "$t" -- -max_total_time="$secs"
+targets=("$@")
+if [ ${#targets[@]} -eq 0 ]; then
+  mapfile -t targets < <(RUSTC_BOOTSTRAP=1 cargo fuzz list)
+fi
+mkdir -p logs
+# Files in the target's artifacts directory (its crash reproducers), 0 before the first.
+artifacts() { if [ -d "artifacts/$1" ]; then find "artifacts/$1" -type f | wc -l; else echo 0; fi; }
+rows=()
+failed=0
+for t in "${targets[@]}"; do
+  echo "== $t ($secs s)" >&2
+  before=$(artifacts "$t")
+  status=0
+  RUSTC_BOOTSTRAP=1 cargo fuzz run "$t" -- -max_total_time="$secs" -print_final_stats=1 \
+    > "logs/$t.log" 2>&1 || status=$?
+  after=$(artifacts "$t")
+  execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "logs/$t.log" | grep -o '[0-9]*$' | tail -1 || true)
+  crashes=$((after - before))
+  if [ "$status" -ne 0 ] && [ "$crashes" -eq 0 ]; then crashes="? (exit $status, see logs/$t.log)"; fi
+  [ "$status" -ne 0 ] && failed=1
+  rows+=("$(printf '%-20s %14s  %s' "$t" "${execs:-?}" "$crashes")")
 done
+printf '%-20s %14s  %s\n' target execs crashes
+printf '%s\n' "${rows[@]}"
+exit "$failed"

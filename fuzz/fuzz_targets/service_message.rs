@@ -7,58 +7,68 @@
 use std::os::fd::OwnedFd;
 
 use libfuzzer_sys::fuzz_target;
+use nix::sys::signal::{SigHandler, Signal};
 use vnpu_driver::service::protocol::{Call, Incoming, Request};
 use vnpu_driver::service::transport::decode;
 
-fuzz_target!(|data: &[u8]| {
-    let Some((&n, body)) = data.split_first() else {
-        return;
-    };
-    let (r, w) = nix::unistd::pipe().expect("pipe");
-    // The fake descriptor list: copies of the pipe's read end.
-    let fds: Vec<OwnedFd> = (0..n % 8).map(|_| r.try_clone().expect("dup")).collect();
-    drop(r);
-    if let Ok(req) = decode::<Request>(body) {
-        if let Ok(mut incoming) = Incoming::exact(req.call.fd_count(), fds) {
-            // Hand every descriptor to the handle the body gives it, as the server does.
-            match req.call {
-                Call::GetSupportedOperations { pools, .. } => drop(incoming.memories(pools)),
-                Call::PrepareModel { pools, cache, .. } => {
-                    drop(incoming.memories(pools));
-                    drop(incoming.handles(cache.model_cache));
-                    drop(incoming.handles(cache.data_cache));
+fuzz_target!(
+    init: {
+        // libFuzzer's main starts this process, not Rust's: SIGPIPE still kills, and the
+        // leak check's write to a pipe without readers must give EPIPE instead.
+        // SAFETY: sets one signal's disposition once, before any fuzzing thread runs.
+        unsafe { nix::sys::signal::signal(Signal::SIGPIPE, SigHandler::SigIgn) }
+            .expect("ignore SIGPIPE");
+    },
+    |data: &[u8]| {
+        let Some((&n, body)) = data.split_first() else {
+            return;
+        };
+        let (r, w) = nix::unistd::pipe().expect("pipe");
+        // The fake descriptor list: copies of the pipe's read end.
+        let fds: Vec<OwnedFd> = (0..n % 8).map(|_| r.try_clone().expect("dup")).collect();
+        drop(r);
+        if let Ok(req) = decode::<Request>(body) {
+            if let Ok(mut incoming) = Incoming::exact(req.call.fd_count(), fds) {
+                // Hand every descriptor to the handle the body gives it, as the server does.
+                match req.call {
+                    Call::GetSupportedOperations { pools, .. } => drop(incoming.memories(pools)),
+                    Call::PrepareModel { pools, cache, .. } => {
+                        drop(incoming.memories(pools));
+                        drop(incoming.handles(cache.model_cache));
+                        drop(incoming.handles(cache.data_cache));
+                    }
+                    Call::PrepareModelFromCache { cache, .. } => {
+                        drop(incoming.handles(cache.model_cache));
+                        drop(incoming.handles(cache.data_cache));
+                    }
+                    Call::CopyTo { dst: m, .. } | Call::CopyFrom { src: m, .. } => {
+                        drop(incoming.memory(m))
+                    }
+                    Call::Execute(e) | Call::ExecuteSynchronously(e) => drop(incoming.pools(e.pools)),
+                    Call::ExecuteFenced { exec, wait_for, .. } => {
+                        drop(incoming.pools(exec.pools));
+                        drop(incoming.handles(wait_for));
+                    }
+                    Call::ConfigureBurst {
+                        request_channel,
+                        result_channel,
+                        ..
+                    } => {
+                        drop(incoming.handle(request_channel));
+                        drop(incoming.handle(result_channel));
+                    }
+                    Call::BurstMemories { memories, .. } => drop(incoming.memories(memories)),
+                    _ => {}
                 }
-                Call::PrepareModelFromCache { cache, .. } => {
-                    drop(incoming.handles(cache.model_cache));
-                    drop(incoming.handles(cache.data_cache));
-                }
-                Call::CopyTo { dst: m, .. } | Call::CopyFrom { src: m, .. } => {
-                    drop(incoming.memory(m))
-                }
-                Call::Execute(e) | Call::ExecuteSynchronously(e) => drop(incoming.pools(e.pools)),
-                Call::ExecuteFenced { exec, wait_for, .. } => {
-                    drop(incoming.pools(exec.pools));
-                    drop(incoming.handles(wait_for));
-                }
-                Call::ConfigureBurst {
-                    request_channel,
-                    result_channel,
-                    ..
-                } => {
-                    drop(incoming.handle(request_channel));
-                    drop(incoming.handle(result_channel));
-                }
-                Call::BurstMemories { memories, .. } => drop(incoming.memories(memories)),
-                _ => {}
             }
+        } else {
+            drop(fds);
         }
-    } else {
-        drop(fds);
+        // Every read end is closed: writing must fail with EPIPE.
+        assert_eq!(
+            nix::unistd::write(&w, b"x"),
+            Err(nix::errno::Errno::EPIPE),
+            "a descriptor leaked"
+        );
     }
-    // Every read end is closed: writing must fail with EPIPE.
-    assert_eq!(
-        nix::unistd::write(&w, b"x"),
-        Err(nix::errno::Errno::EPIPE),
-        "a descriptor leaked"
-    );
-});
+);

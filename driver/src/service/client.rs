@@ -28,7 +28,6 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use nix::sys::socket::{setsockopt, sockopt};
-use nix::sys::time::TimeVal;
 
 use super::protocol::{
     Call, Incoming, Notification, Object, Outgoing, Reply, Request, Response, ServiceUsage,
@@ -165,12 +164,7 @@ impl RemoteDevice {
     /// notification is then waited for at most `timeout`.
     pub fn connect(path: &Path, timeout: Duration) -> Result<Self, TransportError> {
         let sock = transport::connect(path)?;
-        let tv = |d: Duration| {
-            TimeVal::new(
-                i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
-                i64::from(d.subsec_micros()),
-            )
-        };
+        let tv = transport::timeval;
         setsockopt(&sock, sockopt::ReceiveTimeout, &tv(timeout))?;
         setsockopt(&sock, sockopt::SendTimeout, &tv(timeout))?;
         let name = transport::handshake_client(sock.as_fd())?;
@@ -268,10 +262,7 @@ fn background(link: Weak<Link>) {
 /// `bound`.
 fn handshake_within(path: &Path, bound: Duration) -> Result<(), TransportError> {
     let sock = transport::connect(path)?;
-    let tv = TimeVal::new(
-        i64::try_from(bound.as_secs()).unwrap_or(i64::MAX),
-        i64::from(bound.subsec_micros()),
-    );
+    let tv = transport::timeval(bound);
     setsockopt(&sock, sockopt::ReceiveTimeout, &tv)?;
     setsockopt(&sock, sockopt::SendTimeout, &tv)?;
     transport::handshake_client(sock.as_fd()).map(drop)

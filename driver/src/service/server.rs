@@ -21,7 +21,6 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use nix::sys::socket::{setsockopt, sockopt};
-use nix::sys::time::TimeVal;
 
 use super::admission::{Admission, AdmissionLimits, Idle, Ticket};
 use super::protocol::{
@@ -288,20 +287,12 @@ impl Conn {
     }
 }
 
-/// A socket timeout of `d` (zero: none).
-fn timeval(d: Duration) -> TimeVal {
-    TimeVal::new(
-        i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
-        i64::from(d.subsec_micros()),
-    )
-}
-
 /// One client, from the handshake until it disconnects or the socket fails.
 fn connection(sock: Arc<OwnedFd>, shared: &Shared, ticket: &Ticket) -> Result<(), TransportError> {
     let limits = shared.options.limits.clone();
     // The hello must come within the deadline (replies too: a client that does not read
     // its welcome is as silent as one that does not write).
-    let hello = timeval(shared.admission.limits().hello_timeout);
+    let hello = transport::timeval(shared.admission.limits().hello_timeout);
     setsockopt(&*sock, sockopt::ReceiveTimeout, &hello)?;
     setsockopt(&*sock, sockopt::SendTimeout, &hello)?;
     let activity = Arc::new(Activity::default());
@@ -309,8 +300,16 @@ fn connection(sock: Arc<OwnedFd>, shared: &Shared, ticket: &Ticket) -> Result<()
     transport::handshake_server_with(sock.as_fd(), &shared.options.device_name, || {
         ticket.authenticate(idle)
     })?;
-    setsockopt(&*sock, sockopt::ReceiveTimeout, &timeval(Duration::ZERO))?;
-    setsockopt(&*sock, sockopt::SendTimeout, &timeval(limits.reply_timeout))?;
+    setsockopt(
+        &*sock,
+        sockopt::ReceiveTimeout,
+        &transport::timeval(Duration::ZERO),
+    )?;
+    setsockopt(
+        &*sock,
+        sockopt::SendTimeout,
+        &transport::timeval(limits.reply_timeout),
+    )?;
     let (tx, rx) = sync_channel(limits.queued_notifications.max(1));
     let writer_sock = sock.clone();
     std::thread::Builder::new()

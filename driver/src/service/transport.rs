@@ -379,6 +379,14 @@ fn unframe(packet: &[u8], mut fds: Vec<OwnedFd>) -> Result<Frame, TransportError
     }
 }
 
+/// A socket timeout (`SO_RCVTIMEO`/`SO_SNDTIMEO`) of `d`; zero means none.
+pub fn timeval(d: std::time::Duration) -> nix::sys::time::TimeVal {
+    nix::sys::time::TimeVal::new(
+        i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        i64::from(d.subsec_micros()),
+    )
+}
+
 /// Shuts a connection down both ways: the peer sees the end, and a thread blocked
 /// receiving on it wakes. Best effort (the peer may be gone already).
 pub fn shutdown(sock: BorrowedFd<'_>) {
