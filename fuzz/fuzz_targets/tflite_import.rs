@@ -3,12 +3,13 @@
 //! file gives an error, never a panic or a hang, and memory stays bounded by the file (the
 //! verifier's table and depth limits; no length read from the file allocates before it is
 //! checked against the file's size). A model that imports must also pass the HAL's
-//! validation, as the importer promises.
+//! validation, as the importer promises; so must each operator imported alone, as the
+//! partitioner imports it.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use vnpu_driver::hal::validate_model;
-use vnpu_driver::tflite::import;
+use vnpu_driver::tflite::{import, import_ops, Graph};
 
 fuzz_target!(|data: &[u8]| {
     for partial in [false, true] {
@@ -16,6 +17,15 @@ fuzz_target!(|data: &[u8]| {
             assert!(validate_model(&m.model).is_ok());
             assert_eq!(m.inputs.len(), m.model.main.input_indexes.len());
             assert_eq!(m.outputs.len(), m.model.main.output_indexes.len());
+        }
+    }
+    if let Ok(g) = Graph::read(data) {
+        for k in 0..g.op_count().min(64) {
+            if let Ok(m) = import_ops(&g, &[k]) {
+                assert!(validate_model(&m.model).is_ok());
+                assert_eq!(m.input_tensors.len(), m.inputs.len());
+                assert_eq!(m.output_tensors.len(), m.outputs.len());
+            }
         }
     }
 });

@@ -84,6 +84,14 @@ enum Command {
         #[arg(long, conflicts_with = "trace")]
         remote: Option<PathBuf>,
     },
+    /// Which operators of a TFLite model run on vnpu and which on the CPU, and why (the
+    /// partition report the LiteRT routes print).
+    Partition {
+        model: PathBuf,
+        /// Ask the service on this socket (`vnpu serve`) instead of an embedded device.
+        #[arg(long)]
+        remote: Option<PathBuf>,
+    },
     /// Run every case of corpus files through the full driver path.
     Conformance {
         #[arg(required = true)]
@@ -166,6 +174,7 @@ fn main() -> ExitCode {
     }
     let remote = match &cli.command {
         Command::Info { remote }
+        | Command::Partition { remote, .. }
         | Command::Run { remote, .. }
         | Command::Conformance { remote, .. } => remote.clone(),
         _ => None,
@@ -177,6 +186,7 @@ fn main() -> ExitCode {
     let device = target.device();
     match cli.command {
         Command::Info { .. } => info(&target),
+        Command::Partition { model, .. } => partition(device, &model),
         Command::Run {
             case,
             cache_dir,
@@ -700,6 +710,27 @@ fn conformance_table(reports: &[PathBuf]) -> ExitCode {
     }
     print!("{}", table::markdown(&records));
     ExitCode::SUCCESS
+}
+
+/// `vnpu partition MODEL.tflite`: the partition report.
+fn partition(device: &dyn IDevice, path: &Path) -> ExitCode {
+    let plan = std::fs::read(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))
+        .and_then(|b| {
+            vnpu_driver::tflite::partition::plan(&b, device)
+                .map_err(|e| format!("{}: {e}", path.display()))
+        });
+    match plan {
+        Ok(plan) => {
+            println!("model       {}", path.display());
+            print!("{plan}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("vnpu: {e}");
+            ExitCode::from(2)
+        }
+    }
 }
 
 /// `vnpu run MODEL.tflite`'s options.

@@ -2,7 +2,7 @@
 //! builtin code, its name and how its inputs and options become the NNAPI operation's
 //! operands (the options tables' slots are the schema's, noted beside each read).
 
-use super::import::Builder;
+use super::import::{tensor_type, Builder, Graph, OpRec};
 use super::schema::Table;
 use super::ImportError;
 use crate::hal::{OperandType, OperationType as Op};
@@ -25,6 +25,8 @@ struct Ctx<'b, 'a> {
     ins: &'b [Option<usize>],
     outs: &'b [Option<usize>],
     options: Option<Table<'a>>,
+    /// A custom operator's options bytes.
+    custom_options: &'a [u8],
 }
 
 fn unsupported(reason: impl Into<String>) -> ImportError {
@@ -206,6 +208,91 @@ impl Ctx<'_, '_> {
         };
         Ok(self.b.zeros(t, channels, es))
     }
+
+    /// The weights (input `k`) of a CONV_2D, DEPTHWISE_CONV_2D or FULLY_CONNECTED. A
+    /// hybrid (dynamic-range quantised) operator has float input and int8 weights; the
+    /// HAL has no such signature, so the weights are dequantised to float32 here, once,
+    /// and the operation runs in float.
+    fn weights(&mut self, k: usize) -> Result<u32, ImportError> {
+        let t = self.tensor_in(k)?;
+        let x = self.tensor_in(0)?;
+        let hybrid = self.b.tensors[x].ty == tensor_type::FLOAT32
+            && matches!(self.b.tensors[t].ty, tensor_type::INT8 | tensor_type::UINT8);
+        if hybrid && self.b.replaced[t].is_none() {
+            let Some(bytes) = self.b.constant(t)? else {
+                return Err(unsupported("hybrid weights that are not constant"));
+            };
+            let dims = self.b.dims(t)?;
+            let w = &self.b.tensors[t];
+            let values = dequantize_weights(bytes, w.ty, &dims, &w.scales, &w.zero_points, w.axis)?;
+            self.b.replaced[t] = Some(values);
+        }
+        self.input(k)
+    }
+
+    /// Output `k`'s tensor.
+    fn tensor_out(&self, k: usize) -> Result<usize, ImportError> {
+        self.outs
+            .get(k)
+            .copied()
+            .flatten()
+            .ok_or_else(|| bad(format!("output {k} missing")))
+    }
+
+    /// A tensor's shape when the file fixes it (no dimension only known at run time).
+    fn static_shape(&self, t: usize) -> Option<Vec<i32>> {
+        let x = &self.b.tensors[t];
+        (!x.signature.contains(&-1)).then(|| x.shape.clone())
+    }
+}
+
+/// int8/uint8 weights as float32 bytes: `(q - zero point) * scale`, per tensor or per
+/// channel along `axis`.
+fn dequantize_weights(
+    bytes: &[u8],
+    ty: i8,
+    dims: &[u32],
+    scales: &[f32],
+    zero_points: &[i64],
+    axis: i32,
+) -> Result<Vec<u8>, ImportError> {
+    let channels = match scales.len() {
+        0 => return Err(bad("quantised weights without a scale")),
+        1 => 1,
+        n => {
+            let a = usize::try_from(axis)
+                .ok()
+                .filter(|&a| a < dims.len())
+                .ok_or_else(|| bad(format!("quantized dimension {axis}")))?;
+            if dims[a] as usize != n || (!zero_points.is_empty() && zero_points.len() != n) {
+                return Err(bad("per-channel scales do not match the weights' shape"));
+            }
+            n
+        }
+    };
+    let inner: usize = match channels {
+        1 => 1,
+        _ => dims[axis as usize + 1..]
+            .iter()
+            .map(|&d| d as usize)
+            .product(),
+    };
+    let mut out = Vec::with_capacity(bytes.len() * 4);
+    for (i, &b) in bytes.iter().enumerate() {
+        let c = if channels == 1 {
+            0
+        } else {
+            (i / inner.max(1)) % channels
+        };
+        let q = if ty == tensor_type::UINT8 {
+            i64::from(b)
+        } else {
+            i64::from(b as i8)
+        };
+        let z = zero_points.get(c).copied().unwrap_or(0);
+        out.extend_from_slice(&(((q - z) as f32) * scales[c]).to_le_bytes());
+    }
+    Ok(out)
 }
 
 /// Every mapped builtin, by code.
@@ -270,36 +357,121 @@ static MAPPINGS: &[Mapping] = &[
     Mapping { code: 101, name: "ABS", map: |c| c.plain(Op::ABS, 1) },
     Mapping { code: 111, name: "ELU", map: elu },
     Mapping { code: 114, name: "QUANTIZE", map: quantize },
+    Mapping { code: 77, name: "SHAPE", map: shape },
+    Mapping { code: 83, name: "PACK", map: pack },
     Mapping { code: 117, name: "HARD_SWISH", map: |c| c.plain(Op::HARD_SWISH, 1) },
+    // Custom operators, by their custom name.
+    Mapping { code: CUSTOM, name: "Convolution2DTransposeBias", map: transpose_conv_bias },
 ];
+
+/// The builtin code of a custom operator (its name is in the operator code's
+/// `custom_code`).
+const CUSTOM: i32 = 32;
+/// SHAPE's builtin code.
+const SHAPE: i32 = 77;
+/// DEQUANTIZE's builtin code.
+const DEQUANTIZE: i32 = 6;
+
+fn mapping(code: i32, custom: &str) -> Option<&'static Mapping> {
+    MAPPINGS
+        .iter()
+        .find(|m| m.code == code && (code != CUSTOM || m.name == custom))
+}
 
 /// The builtin's name (`BUILTIN_<code>` for one vnpu does not map).
 pub fn name(code: i32) -> String {
-    MAPPINGS
-        .iter()
-        .find(|m| m.code == code)
-        .map_or_else(|| format!("BUILTIN_{code}"), |m| m.name.to_string())
+    name_of(code, "")
+}
+
+/// An operator's name: the builtin's (`BUILTIN_<code>` for one vnpu does not map), or for
+/// a custom operator `custom NAME`.
+pub fn name_of(code: i32, custom: &str) -> String {
+    if code == CUSTOM {
+        return match custom {
+            "" => "CUSTOM".into(),
+            c => format!("custom {c}"),
+        };
+    }
+    mapping(code, "").map_or_else(|| format!("BUILTIN_{code}"), |m| m.name.to_string())
 }
 
 /// Maps one operator; `Unsupported` when vnpu has no mapping for it (or its options).
-pub(super) fn map<'a>(
-    b: &mut Builder<'a>,
-    code: i32,
-    ins: &[Option<usize>],
-    outs: &[Option<usize>],
-    options: Option<Table<'a>>,
-) -> Result<Mapped, ImportError> {
-    let m = MAPPINGS.iter().find(|m| m.code == code).ok_or_else(|| {
-        unsupported(format!(
+pub(super) fn map<'a>(b: &mut Builder<'a>, op: &OpRec<'a>) -> Result<Mapped, ImportError> {
+    let m = mapping(op.code, &op.custom).ok_or_else(|| match op.code {
+        CUSTOM => unsupported(format!(
+            "custom operator \"{}\" has no NNAPI mapping in vnpu",
+            op.custom
+        )),
+        code => unsupported(format!(
             "builtin operator {code} has no NNAPI mapping in vnpu"
-        ))
+        )),
     })?;
     (m.map)(&mut Ctx {
         b,
-        ins,
-        outs,
-        options,
+        ins: &op.ins,
+        outs: &op.outs,
+        options: op.options,
+        custom_options: op.custom_options,
     })
+}
+
+/// Whether the import folds `op` into a constant: SHAPE of a tensor whose shape the file
+/// fixes (to int32), DEQUANTIZE of float16 constant weights. Such an operator makes no
+/// device work; its output is a constant wherever it is read.
+pub(super) fn foldable(g: &Graph<'_>, op: &OpRec<'_>) -> bool {
+    let (Some(&Some(x)), [Some(out)]) = (op.ins.first(), &op.outs[..]) else {
+        return false;
+    };
+    let (x, o) = (&g.tensors[x], &g.tensors[*out]);
+    if !o.data.is_empty() {
+        return false;
+    }
+    match op.code {
+        SHAPE => {
+            !x.signature.contains(&-1)
+                && o.ty == tensor_type::INT32
+                && o.shape == [x.shape.len() as i32]
+        }
+        DEQUANTIZE => x.ty == tensor_type::FLOAT16 && !x.data.is_empty() && o.shape == x.shape,
+        _ => false,
+    }
+}
+
+/// The constant a [`foldable`] operator's output holds: `(tensor, bytes)`.
+pub(super) fn fold(g: &Graph<'_>, op: &OpRec<'_>) -> Result<Option<(usize, Vec<u8>)>, ImportError> {
+    let (Some(&Some(x)), [Some(out)]) = (op.ins.first(), &op.outs[..]) else {
+        return Ok(None);
+    };
+    let t = &g.tensors[x];
+    let bytes: Vec<u8> = match op.code {
+        SHAPE => t.shape.iter().flat_map(|d| d.to_le_bytes()).collect(),
+        DEQUANTIZE => {
+            let n = t
+                .shape
+                .iter()
+                .try_fold(1usize, |a, &d| a.checked_mul(usize::try_from(d).ok()?))
+                .ok_or_else(|| ImportError::Tensor {
+                    index: x,
+                    reason: "bad shape".into(),
+                })?;
+            let data = t
+                .data
+                .get(..n.saturating_mul(2))
+                .ok_or_else(|| ImportError::Tensor {
+                    index: x,
+                    reason: format!("buffer of {} bytes for {n} float16 values", t.data.len()),
+                })?;
+            data.chunks_exact(2)
+                .flat_map(|h| {
+                    half::f16::from_le_bytes([h[0], h[1]])
+                        .to_f32()
+                        .to_le_bytes()
+                })
+                .collect()
+        }
+        _ => return Ok(None),
+    };
+    Ok(Some((*out, bytes)))
 }
 
 /// ADD, SUB, MUL: options `fused_activation_function` at slot 4.
@@ -342,7 +514,7 @@ fn concatenation(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
 /// dilation_w_factor 12, dilation_h_factor 14. TFLite's filter is OHWI, as NNAPI's.
 fn conv(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
     let x = c.input(0)?;
-    let f = c.input(1)?;
+    let f = c.weights(1)?;
     let channels = c.b.dims_of(f).first().copied().unwrap_or(0);
     let bias = c.bias(2, channels, f)?;
     let pad = c.padding(4)?;
@@ -365,7 +537,7 @@ fn conv(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
 /// is `[1, H, W, O]`, as NNAPI's.
 fn depthwise(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
     let x = c.input(0)?;
-    let f = c.input(1)?;
+    let f = c.weights(1)?;
     let channels = c.b.dims_of(f).last().copied().unwrap_or(0);
     let bias = c.bias(2, channels, f)?;
     let pad = c.padding(4)?;
@@ -385,35 +557,18 @@ fn depthwise(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
 }
 
 /// DEQUANTIZE: a constant float16 tensor (weights stored in half precision) becomes a
-/// float32 constant here; anything else maps to NNAPI DEQUANTIZE (and a float tensor made
+/// float32 constant ([`fold`]); anything else maps to NNAPI DEQUANTIZE (and a float tensor made
 /// from a per-tensor quantised one remembers its step, for error budgets).
 fn dequantize(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
     let t = c.tensor_in(0)?;
-    if c.b.tensors[t].ty == 1 {
-        let Some(bytes) = c.b.constant(t)? else {
-            return Err(unsupported("DEQUANTIZE of a computed float16 tensor"));
-        };
-        let f32s: Vec<u8> = bytes
-            .chunks_exact(2)
-            .flat_map(|h| {
-                half::f16::from_le_bytes([h[0], h[1]])
-                    .to_f32()
-                    .to_le_bytes()
-            })
-            .collect();
-        let out = c
-            .outs
-            .first()
-            .copied()
-            .flatten()
-            .ok_or_else(|| bad("output 0 missing"))?;
-        if c.b.written[out] || !c.b.tensors[out].data.is_empty() {
-            return Err(bad("DEQUANTIZE writes a constant or written tensor"));
+    if c.b.tensors[t].ty == tensor_type::FLOAT16 {
+        let out = c.tensor_out(0)?;
+        if c.b.replaced[out].is_none() {
+            return Err(unsupported(
+                "DEQUANTIZE of float16 values that are not constant weights",
+            ));
         }
-        if c.b.dims(out)? != c.b.dims(t)? {
-            return Err(bad("DEQUANTIZE changes the shape"));
-        }
-        c.b.replaced[out] = Some(f32s);
+        // Folded: the output is a float32 constant wherever it is read.
         return Ok(Mapped);
     }
     let (x, out) = (c.input(0)?, c.output(0)?);
@@ -453,7 +608,7 @@ fn fully_connected(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
         ));
     }
     let x = c.input(0)?;
-    let w = c.input(1)?;
+    let w = c.weights(1)?;
     let units = c.b.dims_of(w).first().copied().unwrap_or(0);
     let bias = c.bias(2, units, w)?;
     let act = c.act(4)?;
@@ -464,8 +619,16 @@ fn fully_connected(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
 /// RESHAPE: the shape from input 1 (a constant) or ReshapeOptions new_shape (slot 4).
 fn reshape(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
     let x = c.input(0)?;
-    let shape = if c.ins.get(1).copied().flatten().is_some() {
-        c.const_ints(1)?
+    let shape = if let Some(t) = c.ins.get(1).copied().flatten() {
+        // A shape computed in the graph: the output's, when the file fixes it.
+        match c.b.ints(t)? {
+            Some(v) => v,
+            None => {
+                let out = c.tensor_out(0)?;
+                c.static_shape(out)
+                    .ok_or_else(|| unsupported("RESHAPE to a shape only known at run time"))?
+            }
+        }
     } else {
         match &c.options {
             Some(o) => o.scalars::<i32>(4)?,
@@ -696,4 +859,108 @@ fn elu(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
     let alpha = c.b.float(1.0);
     let out = c.output(0)?;
     c.done(Op::ELU, vec![x, alpha], vec![out])
+}
+
+/// SHAPE: folded to a constant at import ([`fold`]) when the input's shape is fixed.
+fn shape(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
+    let out = c.tensor_out(0)?;
+    if c.b.replaced[out].is_none() {
+        let x = c.tensor_in(0)?;
+        return Err(unsupported(if c.b.tensors[out].ty != tensor_type::INT32 {
+            "SHAPE to a type other than int32"
+        } else if c.static_shape(x).is_none() {
+            "SHAPE of a tensor whose shape is only known at run time"
+        } else {
+            "SHAPE whose output does not hold one value per dimension"
+        }));
+    }
+    Ok(Mapped)
+}
+
+/// PACK (PackOptions values_count 4, axis 6): the HAL has no PACK before AIDL V2, so each
+/// input is reshaped with a 1 at `axis`, then the pieces are concatenated along it.
+fn pack(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
+    let n = c.ins.len();
+    let count = c.opt_i32(4, n as i32)?;
+    if n == 0 || count != n as i32 {
+        return Err(bad(format!("PACK of {n} inputs with values_count {count}")));
+    }
+    let first = c.input(0)?;
+    let rank = c.b.dims_of(first).len() as i32;
+    let axis = c.opt_i32(6, 0)?;
+    let axis = if axis < 0 { axis + rank + 1 } else { axis };
+    if !(0..=rank).contains(&axis) {
+        return Err(bad(format!("PACK axis {axis} for rank {rank}")));
+    }
+    let out = c.output(0)?;
+    let mut pieces = Vec::with_capacity(n);
+    for k in 0..n {
+        let x = c.input(k)?;
+        let mut dims = c.b.dims_of(x);
+        if dims.len() as i32 != rank {
+            return Err(bad("PACK inputs of different ranks"));
+        }
+        dims.insert(axis as usize, 1);
+        let shape: Vec<i32> = dims.iter().map(|&d| d as i32).collect();
+        let s = c.b.int_tensor(&shape);
+        let (scale, zero_point) = c.b.quant_of(x);
+        let ty = c.b.operand_type(x);
+        if n == 1 {
+            return c.done(Op::RESHAPE, vec![x, s], vec![out]);
+        }
+        let piece = c.b.temporary(ty, dims, scale, zero_point);
+        c.b.op(Op::RESHAPE, vec![x, s], vec![piece]);
+        pieces.push(piece);
+    }
+    pieces.push(c.b.int(axis));
+    c.done(Op::CONCATENATION, pieces, vec![out])
+}
+
+/// MediaPipe's `Convolution2DTransposeBias`: inputs x, weights `[O, H, W, I]`, bias; its
+/// custom options are three little-endian int32s, padding (1 SAME, 2 VALID), stride_w,
+/// stride_h; the output shape is the output tensor's. TRANSPOSE_CONV_2D with bias.
+fn transpose_conv_bias(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
+    let o = c.custom_options;
+    let Some(words) = o.get(..12) else {
+        return Err(bad(format!(
+            "custom options of {} bytes, 12 expected",
+            o.len()
+        )));
+    };
+    let word = |k: usize| {
+        i32::from_le_bytes([
+            words[4 * k],
+            words[4 * k + 1],
+            words[4 * k + 2],
+            words[4 * k + 3],
+        ])
+    };
+    let (padding, sw, sh) = (word(0), word(1), word(2));
+    let padding = match padding {
+        1 => 1,
+        2 => 2,
+        p => return Err(bad(format!("padding {p}"))),
+    };
+    if sw < 1 || sh < 1 {
+        return Err(bad(format!("stride {sw}x{sh}")));
+    }
+    let x = c.input(0)?;
+    let f = c.input(1)?;
+    let channels = c.b.dims_of(f).first().copied().unwrap_or(0);
+    let bias = c.bias(2, channels, f)?;
+    let out_t = c.tensor_out(0)?;
+    let shape = c
+        .static_shape(out_t)
+        .ok_or_else(|| unsupported("an output shape only known at run time"))?;
+    let shape = c.b.int_tensor(&shape);
+    let pad = c.b.int(padding);
+    let (sw, sh) = (c.b.int(sw), c.b.int(sh));
+    let act = c.b.int(0);
+    let nchw = c.b.bool(false);
+    let out = c.output(0)?;
+    c.done(
+        Op::TRANSPOSE_CONV_2D,
+        vec![x, f, bias, shape, pad, sw, sh, act, nchw],
+        vec![out],
+    )
 }
