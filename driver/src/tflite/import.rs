@@ -754,6 +754,25 @@ pub(super) fn import_verified(buf: &[u8], partial: bool) -> Result<Imported, Imp
 /// non-constant tensors they read but do not write (in order of first use), its outputs
 /// the tensors they write that the graph outputs or another operator reads.
 pub fn import_ops(g: &Graph<'_>, selected: &[usize]) -> Result<Imported, ImportError> {
+    import_partition(g, selected, None)
+}
+
+/// [`import_ops`] with the outputs given (a runtime that knows its graph's outputs says
+/// which tensors the rest of the graph needs, as TFLite's delegate parameters do). Each
+/// must be written by the operators.
+pub fn import_ops_with_outputs(
+    g: &Graph<'_>,
+    selected: &[usize],
+    outputs: &[usize],
+) -> Result<Imported, ImportError> {
+    import_partition(g, selected, Some(outputs))
+}
+
+fn import_partition(
+    g: &Graph<'_>,
+    selected: &[usize],
+    outputs: Option<&[usize]>,
+) -> Result<Imported, ImportError> {
     if selected.windows(2).any(|w| w[0] >= w[1]) || selected.iter().any(|&k| k >= g.ops.len()) {
         return Err(ImportError::Graph(
             "the operators of a partition must be distinct, in order and in range".into(),
@@ -791,7 +810,17 @@ pub fn import_ops(g: &Graph<'_>, selected: &[usize]) -> Result<Imported, ImportE
         map_op(&mut b, &g.ops[k], k)?;
     }
     let mut wanted = Vec::new();
-    for &k in selected {
+    if let Some(outputs) = outputs {
+        for &t in outputs {
+            if t >= writes.len() || !writes[t] {
+                return Err(ImportError::Graph(format!(
+                    "tensor {t} is not written by the partition's operators"
+                )));
+            }
+        }
+        wanted = outputs.to_vec();
+    }
+    for &k in selected.iter().filter(|_| outputs.is_none()) {
         for t in g.ops[k].outputs() {
             let read_outside = g
                 .ops

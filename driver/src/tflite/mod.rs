@@ -14,8 +14,9 @@ pub mod ops;
 pub mod partition;
 pub mod run;
 pub mod schema;
+pub mod writer;
 
-pub use import::{import_ops, Graph, Imported, TensorInfo};
+pub use import::{import_ops, import_ops_with_outputs, Graph, Imported, TensorInfo};
 
 /// Why a file does not import.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

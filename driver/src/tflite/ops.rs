@@ -17,7 +17,128 @@ struct Mapping {
     code: i32,
     name: &'static str,
     map: MapFn,
+    /// Where the options the mapping reads sit in the C parameter struct the runtime hands
+    /// a delegate (`builtin_op_data.h`), for rebuilding the options table from it.
+    c: &'static [CParam],
 }
+
+/// A field of a builtin's C parameter struct, by byte offset, and how the FlatBuffer
+/// options table holds it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum CField {
+    /// A C `int` kept as an int32 option.
+    I32(usize),
+    /// A C enum `int` (fused activation, weights format) kept as a byte option.
+    Enum(usize),
+    /// A C `bool` kept as a byte option.
+    Bool(usize),
+    /// A C `float`.
+    F32(usize),
+    /// `TfLitePadding` (SAME 1, VALID 2) as the file's Padding byte (SAME 0, VALID 1).
+    Padding(usize),
+    /// An `int32_t[max]` array with its `int` count at `count_at`, kept as an int vector.
+    Ints {
+        /// The array's offset.
+        at: usize,
+        /// The count's offset.
+        count_at: usize,
+        /// The array's capacity.
+        max: usize,
+    },
+}
+
+/// One option: its options-table slot and its C field.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CParam {
+    /// The options table's vtable slot.
+    pub slot: u16,
+    /// Where the runtime's C struct holds it.
+    pub field: CField,
+}
+
+const fn cp(slot: u16, field: CField) -> CParam {
+    CParam { slot, field }
+}
+
+/// An option value for an options table.
+#[derive(Clone, Debug, PartialEq)]
+pub enum OptValue {
+    /// A byte (enums, bools).
+    I8(i8),
+    /// An int32.
+    I32(i32),
+    /// A float32.
+    F32(f32),
+    /// A vector of int32.
+    Ints(Vec<i32>),
+}
+
+use CField::{Bool, Enum, Padding, F32, I32};
+/// The fused activation is the struct's first field, options slot 4.
+const ACT0: &[CParam] = &[cp(4, Enum(0))];
+const POOL: &[CParam] = &[
+    cp(4, Padding(0)),
+    cp(6, I32(4)),
+    cp(8, I32(8)),
+    cp(10, I32(12)),
+    cp(12, I32(16)),
+    cp(14, Enum(20)),
+];
+const CONV: &[CParam] = &[
+    cp(4, Padding(0)),
+    cp(6, I32(4)),
+    cp(8, I32(8)),
+    cp(10, Enum(12)),
+    cp(12, I32(16)),
+    cp(14, I32(20)),
+];
+const DEPTHWISE: &[CParam] = &[
+    cp(4, Padding(0)),
+    cp(6, I32(4)),
+    cp(8, I32(8)),
+    cp(10, I32(12)),
+    cp(12, Enum(16)),
+    cp(14, I32(20)),
+    cp(16, I32(24)),
+];
+const TRANSPOSE_CONV: &[CParam] = &[
+    cp(4, Padding(0)),
+    cp(6, I32(4)),
+    cp(8, I32(8)),
+    cp(10, Enum(12)),
+];
+const FULLY_CONNECTED: &[CParam] = &[cp(4, Enum(0)), cp(6, Enum(4)), cp(8, Bool(8))];
+const CONCATENATION: &[CParam] = &[cp(4, I32(0)), cp(6, Enum(4))];
+const RESHAPE: &[CParam] = &[cp(
+    4,
+    CField::Ints {
+        at: 0,
+        count_at: 32,
+        max: 8,
+    },
+)];
+const SQUEEZE: &[CParam] = &[cp(
+    4,
+    CField::Ints {
+        at: 0,
+        count_at: 32,
+        max: 8,
+    },
+)];
+const STRIDED_SLICE: &[CParam] = &[
+    cp(4, I32(0)),
+    cp(6, I32(4)),
+    cp(8, I32(8)),
+    cp(10, I32(12)),
+    cp(12, I32(16)),
+    cp(14, Bool(20)),
+];
+const RESIZE_BILINEAR: &[CParam] = &[cp(8, Bool(0)), cp(10, Bool(1))];
+const RESIZE_NEAREST: &[CParam] = &[cp(4, Bool(0)), cp(6, Bool(1))];
+const INT0: &[CParam] = &[cp(4, I32(0))];
+const TWO_INTS: &[CParam] = &[cp(4, I32(0)), cp(6, I32(4))];
+const FLOAT0: &[CParam] = &[cp(4, F32(0))];
+const KEEP_DIMS: &[CParam] = &[cp(4, Bool(0))];
 
 /// What a mapping sees: the builder, the operator's tensors and its options.
 struct Ctx<'b, 'a> {
@@ -298,70 +419,70 @@ fn dequantize_weights(
 /// Every mapped builtin, by code.
 #[rustfmt::skip]
 static MAPPINGS: &[Mapping] = &[
-    Mapping { code: 0, name: "ADD", map: |c| arith(c, Op::ADD) },
-    Mapping { code: 1, name: "AVERAGE_POOL_2D", map: |c| pool(c, Op::AVERAGE_POOL_2D) },
-    Mapping { code: 2, name: "CONCATENATION", map: concatenation },
-    Mapping { code: 3, name: "CONV_2D", map: conv },
-    Mapping { code: 4, name: "DEPTHWISE_CONV_2D", map: depthwise },
-    Mapping { code: 5, name: "DEPTH_TO_SPACE", map: |c| block(c, Op::DEPTH_TO_SPACE) },
-    Mapping { code: 6, name: "DEQUANTIZE", map: dequantize },
-    Mapping { code: 8, name: "FLOOR", map: |c| c.plain(Op::FLOOR, 1) },
-    Mapping { code: 9, name: "FULLY_CONNECTED", map: fully_connected },
-    Mapping { code: 11, name: "L2_NORMALIZATION", map: l2_normalization },
-    Mapping { code: 14, name: "LOGISTIC", map: |c| c.plain(Op::LOGISTIC, 1) },
-    Mapping { code: 17, name: "MAX_POOL_2D", map: |c| pool(c, Op::MAX_POOL_2D) },
-    Mapping { code: 18, name: "MUL", map: |c| arith(c, Op::MUL) },
-    Mapping { code: 19, name: "RELU", map: |c| c.activation(Op::RELU) },
-    Mapping { code: 20, name: "RELU_N1_TO_1", map: |c| c.activation(Op::RELU1) },
-    Mapping { code: 21, name: "RELU6", map: |c| c.activation(Op::RELU6) },
-    Mapping { code: 22, name: "RESHAPE", map: reshape },
-    Mapping { code: 23, name: "RESIZE_BILINEAR", map: |c| resize(c, Op::RESIZE_BILINEAR, 8, 10) },
-    Mapping { code: 25, name: "SOFTMAX", map: softmax },
-    Mapping { code: 26, name: "SPACE_TO_DEPTH", map: |c| block(c, Op::SPACE_TO_DEPTH) },
-    Mapping { code: 28, name: "TANH", map: |c| c.plain(Op::TANH, 1) },
-    Mapping { code: 34, name: "PAD", map: |c| c.plain(Op::PAD, 2) },
-    Mapping { code: 36, name: "GATHER", map: gather },
-    Mapping { code: 37, name: "BATCH_TO_SPACE_ND", map: batch_to_space },
-    Mapping { code: 38, name: "SPACE_TO_BATCH_ND", map: space_to_batch },
-    Mapping { code: 39, name: "TRANSPOSE", map: |c| c.plain(Op::TRANSPOSE, 2) },
-    Mapping { code: 40, name: "MEAN", map: mean },
-    Mapping { code: 41, name: "SUB", map: |c| arith(c, Op::SUB) },
-    Mapping { code: 42, name: "DIV", map: |c| arith(c, Op::DIV) },
-    Mapping { code: 43, name: "SQUEEZE", map: squeeze },
-    Mapping { code: 45, name: "STRIDED_SLICE", map: strided_slice },
-    Mapping { code: 47, name: "EXP", map: |c| c.plain(Op::EXP, 1) },
-    Mapping { code: 49, name: "SPLIT", map: split },
-    Mapping { code: 50, name: "LOG_SOFTMAX", map: log_softmax },
-    Mapping { code: 53, name: "CAST", map: |c| c.plain(Op::CAST, 1) },
-    Mapping { code: 54, name: "PRELU", map: |c| c.plain(Op::PRELU, 2) },
-    Mapping { code: 55, name: "MAXIMUM", map: |c| c.plain(Op::MAXIMUM, 2) },
-    Mapping { code: 56, name: "ARG_MAX", map: |c| arg_min_max(c, Op::ARGMAX) },
-    Mapping { code: 57, name: "MINIMUM", map: |c| c.plain(Op::MINIMUM, 2) },
-    Mapping { code: 59, name: "NEG", map: |c| c.plain(Op::NEG, 1) },
-    Mapping { code: 65, name: "SLICE", map: |c| c.plain(Op::SLICE, 3) },
-    Mapping { code: 66, name: "SIN", map: |c| c.plain(Op::SIN, 1) },
-    Mapping { code: 67, name: "TRANSPOSE_CONV", map: transpose_conv },
-    Mapping { code: 69, name: "TILE", map: |c| c.plain(Op::TILE, 2) },
-    Mapping { code: 70, name: "EXPAND_DIMS", map: expand_dims },
-    Mapping { code: 73, name: "LOG", map: |c| c.plain(Op::LOG, 1) },
-    Mapping { code: 74, name: "SUM", map: |c| reduce(c, Op::REDUCE_SUM) },
-    Mapping { code: 75, name: "SQRT", map: |c| c.plain(Op::SQRT, 1) },
-    Mapping { code: 76, name: "RSQRT", map: |c| c.plain(Op::RSQRT, 1) },
-    Mapping { code: 78, name: "POW", map: |c| c.plain(Op::POW, 2) },
-    Mapping { code: 79, name: "ARG_MIN", map: |c| arg_min_max(c, Op::ARGMIN) },
-    Mapping { code: 81, name: "REDUCE_PROD", map: |c| reduce(c, Op::REDUCE_PROD) },
-    Mapping { code: 82, name: "REDUCE_MAX", map: |c| reduce(c, Op::REDUCE_MAX) },
-    Mapping { code: 89, name: "REDUCE_MIN", map: |c| reduce(c, Op::REDUCE_MIN) },
-    Mapping { code: 97, name: "RESIZE_NEAREST_NEIGHBOR", map: |c| resize(c, Op::RESIZE_NEAREST_NEIGHBOR, 4, 6) },
-    Mapping { code: 98, name: "LEAKY_RELU", map: leaky_relu },
-    Mapping { code: 101, name: "ABS", map: |c| c.plain(Op::ABS, 1) },
-    Mapping { code: 111, name: "ELU", map: elu },
-    Mapping { code: 114, name: "QUANTIZE", map: quantize },
-    Mapping { code: 77, name: "SHAPE", map: shape },
-    Mapping { code: 83, name: "PACK", map: pack },
-    Mapping { code: 117, name: "HARD_SWISH", map: |c| c.plain(Op::HARD_SWISH, 1) },
+    Mapping { code: 0, name: "ADD", map: |c| arith(c, Op::ADD), c: ACT0 },
+    Mapping { code: 1, name: "AVERAGE_POOL_2D", map: |c| pool(c, Op::AVERAGE_POOL_2D), c: POOL },
+    Mapping { code: 2, name: "CONCATENATION", map: concatenation, c: CONCATENATION },
+    Mapping { code: 3, name: "CONV_2D", map: conv, c: CONV },
+    Mapping { code: 4, name: "DEPTHWISE_CONV_2D", map: depthwise, c: DEPTHWISE },
+    Mapping { code: 5, name: "DEPTH_TO_SPACE", map: |c| block(c, Op::DEPTH_TO_SPACE), c: INT0 },
+    Mapping { code: 6, name: "DEQUANTIZE", map: dequantize, c: &[] },
+    Mapping { code: 8, name: "FLOOR", map: |c| c.plain(Op::FLOOR, 1), c: &[] },
+    Mapping { code: 9, name: "FULLY_CONNECTED", map: fully_connected, c: FULLY_CONNECTED },
+    Mapping { code: 11, name: "L2_NORMALIZATION", map: l2_normalization, c: ACT0 },
+    Mapping { code: 14, name: "LOGISTIC", map: |c| c.plain(Op::LOGISTIC, 1), c: &[] },
+    Mapping { code: 17, name: "MAX_POOL_2D", map: |c| pool(c, Op::MAX_POOL_2D), c: POOL },
+    Mapping { code: 18, name: "MUL", map: |c| arith(c, Op::MUL), c: ACT0 },
+    Mapping { code: 19, name: "RELU", map: |c| c.activation(Op::RELU), c: &[] },
+    Mapping { code: 20, name: "RELU_N1_TO_1", map: |c| c.activation(Op::RELU1), c: &[] },
+    Mapping { code: 21, name: "RELU6", map: |c| c.activation(Op::RELU6), c: &[] },
+    Mapping { code: 22, name: "RESHAPE", map: reshape, c: RESHAPE },
+    Mapping { code: 23, name: "RESIZE_BILINEAR", map: |c| resize(c, Op::RESIZE_BILINEAR, 8, 10), c: RESIZE_BILINEAR },
+    Mapping { code: 25, name: "SOFTMAX", map: softmax, c: FLOAT0 },
+    Mapping { code: 26, name: "SPACE_TO_DEPTH", map: |c| block(c, Op::SPACE_TO_DEPTH), c: INT0 },
+    Mapping { code: 28, name: "TANH", map: |c| c.plain(Op::TANH, 1), c: &[] },
+    Mapping { code: 34, name: "PAD", map: |c| c.plain(Op::PAD, 2), c: &[] },
+    Mapping { code: 36, name: "GATHER", map: gather, c: TWO_INTS },
+    Mapping { code: 37, name: "BATCH_TO_SPACE_ND", map: batch_to_space, c: &[] },
+    Mapping { code: 38, name: "SPACE_TO_BATCH_ND", map: space_to_batch, c: &[] },
+    Mapping { code: 39, name: "TRANSPOSE", map: |c| c.plain(Op::TRANSPOSE, 2), c: &[] },
+    Mapping { code: 40, name: "MEAN", map: mean, c: KEEP_DIMS },
+    Mapping { code: 41, name: "SUB", map: |c| arith(c, Op::SUB), c: ACT0 },
+    Mapping { code: 42, name: "DIV", map: |c| arith(c, Op::DIV), c: ACT0 },
+    Mapping { code: 43, name: "SQUEEZE", map: squeeze, c: SQUEEZE },
+    Mapping { code: 45, name: "STRIDED_SLICE", map: strided_slice, c: STRIDED_SLICE },
+    Mapping { code: 47, name: "EXP", map: |c| c.plain(Op::EXP, 1), c: &[] },
+    Mapping { code: 49, name: "SPLIT", map: split, c: INT0 },
+    Mapping { code: 50, name: "LOG_SOFTMAX", map: log_softmax, c: &[] },
+    Mapping { code: 53, name: "CAST", map: |c| c.plain(Op::CAST, 1), c: &[] },
+    Mapping { code: 54, name: "PRELU", map: |c| c.plain(Op::PRELU, 2), c: &[] },
+    Mapping { code: 55, name: "MAXIMUM", map: |c| c.plain(Op::MAXIMUM, 2), c: &[] },
+    Mapping { code: 56, name: "ARG_MAX", map: |c| arg_min_max(c, Op::ARGMAX), c: &[] },
+    Mapping { code: 57, name: "MINIMUM", map: |c| c.plain(Op::MINIMUM, 2), c: &[] },
+    Mapping { code: 59, name: "NEG", map: |c| c.plain(Op::NEG, 1), c: &[] },
+    Mapping { code: 65, name: "SLICE", map: |c| c.plain(Op::SLICE, 3), c: &[] },
+    Mapping { code: 66, name: "SIN", map: |c| c.plain(Op::SIN, 1), c: &[] },
+    Mapping { code: 67, name: "TRANSPOSE_CONV", map: transpose_conv, c: TRANSPOSE_CONV },
+    Mapping { code: 69, name: "TILE", map: |c| c.plain(Op::TILE, 2), c: &[] },
+    Mapping { code: 70, name: "EXPAND_DIMS", map: expand_dims, c: &[] },
+    Mapping { code: 73, name: "LOG", map: |c| c.plain(Op::LOG, 1), c: &[] },
+    Mapping { code: 74, name: "SUM", map: |c| reduce(c, Op::REDUCE_SUM), c: KEEP_DIMS },
+    Mapping { code: 75, name: "SQRT", map: |c| c.plain(Op::SQRT, 1), c: &[] },
+    Mapping { code: 76, name: "RSQRT", map: |c| c.plain(Op::RSQRT, 1), c: &[] },
+    Mapping { code: 78, name: "POW", map: |c| c.plain(Op::POW, 2), c: &[] },
+    Mapping { code: 79, name: "ARG_MIN", map: |c| arg_min_max(c, Op::ARGMIN), c: &[] },
+    Mapping { code: 81, name: "REDUCE_PROD", map: |c| reduce(c, Op::REDUCE_PROD), c: KEEP_DIMS },
+    Mapping { code: 82, name: "REDUCE_MAX", map: |c| reduce(c, Op::REDUCE_MAX), c: KEEP_DIMS },
+    Mapping { code: 89, name: "REDUCE_MIN", map: |c| reduce(c, Op::REDUCE_MIN), c: KEEP_DIMS },
+    Mapping { code: 97, name: "RESIZE_NEAREST_NEIGHBOR", map: |c| resize(c, Op::RESIZE_NEAREST_NEIGHBOR, 4, 6), c: RESIZE_NEAREST },
+    Mapping { code: 98, name: "LEAKY_RELU", map: leaky_relu, c: FLOAT0 },
+    Mapping { code: 101, name: "ABS", map: |c| c.plain(Op::ABS, 1), c: &[] },
+    Mapping { code: 111, name: "ELU", map: elu, c: &[] },
+    Mapping { code: 114, name: "QUANTIZE", map: quantize, c: &[] },
+    Mapping { code: 77, name: "SHAPE", map: shape, c: &[] },
+    Mapping { code: 83, name: "PACK", map: pack, c: TWO_INTS },
+    Mapping { code: 117, name: "HARD_SWISH", map: |c| c.plain(Op::HARD_SWISH, 1), c: &[] },
     // Custom operators, by their custom name.
-    Mapping { code: CUSTOM, name: "Convolution2DTransposeBias", map: transpose_conv_bias },
+    Mapping { code: CUSTOM, name: "Convolution2DTransposeBias", map: transpose_conv_bias, c: &[] },
 ];
 
 /// The builtin code of a custom operator (its name is in the operator code's
@@ -371,6 +492,61 @@ const CUSTOM: i32 = 32;
 const SHAPE: i32 = 77;
 /// DEQUANTIZE's builtin code.
 const DEQUANTIZE: i32 = 6;
+
+/// The options a delegate must rebuild for builtin `code` from its C parameter struct, and
+/// the bytes of that struct they span (empty for an operator without options vnpu reads).
+pub fn c_params(code: i32) -> (&'static [CParam], usize) {
+    let params = mapping(code, "").map_or(&[][..], |m| m.c);
+    let end = params
+        .iter()
+        .map(|p| match p.field {
+            CField::I32(at) | CField::Enum(at) | CField::F32(at) | CField::Padding(at) => at + 4,
+            CField::Bool(at) => at + 1,
+            CField::Ints { at, count_at, max } => (at + 4 * max).max(count_at + 4),
+        })
+        .max()
+        .unwrap_or(0);
+    (params, end)
+}
+
+/// The options of builtin `code` from the bytes of its C parameter struct (at least
+/// [`c_params`]' length), as slot values for an options table.
+pub fn options_from_c(code: i32, c: &[u8]) -> Result<Vec<(u16, OptValue)>, ImportError> {
+    let (params, end) = c_params(code);
+    if c.len() < end {
+        return Err(bad(format!(
+            "{} bytes of parameters, {end} expected",
+            c.len()
+        )));
+    }
+    let int = |at: usize| i32::from_le_bytes([c[at], c[at + 1], c[at + 2], c[at + 3]]);
+    params
+        .iter()
+        .map(|p| {
+            let v = match p.field {
+                CField::I32(at) => OptValue::I32(int(at)),
+                CField::Enum(at) => OptValue::I8(
+                    i8::try_from(int(at)).map_err(|_| bad(format!("enum value {}", int(at))))?,
+                ),
+                CField::Bool(at) => OptValue::I8(i8::from(c[at] != 0)),
+                CField::F32(at) => OptValue::F32(f32::from_bits(int(at) as u32)),
+                CField::Padding(at) => match int(at) {
+                    1 => OptValue::I8(0),
+                    2 => OptValue::I8(1),
+                    p => return Err(bad(format!("padding {p}"))),
+                },
+                CField::Ints { at, count_at, max } => {
+                    let n = usize::try_from(int(count_at))
+                        .ok()
+                        .filter(|&n| n <= max)
+                        .ok_or_else(|| bad(format!("{} dimensions", int(count_at))))?;
+                    OptValue::Ints((0..n).map(|k| int(at + 4 * k)).collect())
+                }
+            };
+            Ok((p.slot, v))
+        })
+        .collect()
+}
 
 fn mapping(code: i32, custom: &str) -> Option<&'static Mapping> {
     MAPPINGS
