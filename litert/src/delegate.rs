@@ -37,6 +37,9 @@ pub struct Options {
     pub socket: Option<PathBuf>,
     /// Where to print the partition report.
     pub log: Option<Log>,
+    /// A compilation cache directory: each partition loads from it when it holds that
+    /// partition's model, else prepares and saves there.
+    pub cache_dir: Option<PathBuf>,
 }
 
 impl Options {
@@ -55,7 +58,8 @@ impl Options {
                         path => Some(Log::File(PathBuf::from(path))),
                     }
                 }
-                "cache_dir" | "trace" => {
+                "cache_dir" => o.cache_dir = (!v.is_empty()).then(|| PathBuf::from(v)),
+                "trace" => {
                     return Err(format!(
                         "option {k:?} is not implemented by this vnpu delegate yet"
                     ))
@@ -278,7 +282,8 @@ unsafe fn make_kernel(buffer: *const c_char) -> Result<Kernel, String> {
         .collect();
     let g = Graph::read(&snap.bytes).map_err(|e| e.to_string())?;
     let imported = import_ops_with_outputs(&g, &ops, &outputs).map_err(|e| e.to_string())?;
-    Kernel::prepare(d.device.as_ref(), &imported).map_err(|e| e.to_string())
+    Kernel::prepare(d.device.as_ref(), &imported, d.options.cache_dir.as_deref())
+        .map_err(|e| e.to_string())
 }
 
 unsafe extern "C" fn kernel_init(

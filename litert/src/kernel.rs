@@ -6,10 +6,13 @@
 use std::os::fd::AsFd;
 use std::sync::Arc;
 
-use vnpu_driver::device::{IDevice, IPreparedModel, PreparedModelSlot};
+use std::path::Path;
+
+use vnpu_driver::cache;
+use vnpu_driver::device::{IDevice, IPreparedModel};
 use vnpu_driver::hal::{
-    DataLocation, ErrorStatus, ExecutionPreference, MeasureTiming, Memory, OptionalTimePoint,
-    OptionalTimeoutDuration, Priority, Request, RequestArgument, RequestMemoryPool,
+    DataLocation, ErrorStatus, MeasureTiming, Memory, OptionalTimePoint, OptionalTimeoutDuration,
+    Request, RequestArgument, RequestMemoryPool,
 };
 use vnpu_driver::tflite::npy::Dtype;
 use vnpu_driver::tflite::Imported;
@@ -55,25 +58,25 @@ fn bytes_of(t: &vnpu_driver::tflite::TensorInfo) -> usize {
 }
 
 impl Kernel {
-    /// Prepares `imported` on `device`.
-    pub fn prepare(device: &dyn IDevice, imported: &Imported) -> Result<Kernel, KernelError> {
-        let slot = PreparedModelSlot::new();
-        let ret = device.prepare_model_1_3(
-            &imported.model,
-            ExecutionPreference::FAST_SINGLE_ANSWER,
-            Priority::MEDIUM,
-            OptionalTimePoint::NONE,
-            &[],
-            &[],
-            &[0u8; 32],
-            Some(slot.clone()),
-        );
-        if ret != ErrorStatus::None {
-            return Err(KernelError::Prepare(ret));
+    /// Prepares `imported` on `device`, through the compilation cache in `cache_dir` when
+    /// one is given (the token derived from the model's contents).
+    pub fn prepare(
+        device: &dyn IDevice,
+        imported: &Imported,
+        cache_dir: Option<&Path>,
+    ) -> Result<Kernel, KernelError> {
+        let model = &imported.model;
+        let p = match cache_dir.map(|d| (d, cache::model_token(model))) {
+            Some((dir, Ok(token))) => cache::dir::prepare_in_dir(device, model, dir, &token),
+            Some((_, Err(e))) => return Err(KernelError::Memory(e.to_string())),
+            None => cache::dir::prepare_plain(device, model),
+        };
+        if !p.line.is_empty() {
+            tracing::info!("vnpu delegate: {}", p.line);
         }
-        let prepared = match slot.wait() {
-            (ErrorStatus::None, Some(p)) => p,
-            (s, _) => return Err(KernelError::Prepare(s)),
+        let prepared = match (p.ret, p.status, p.prepared) {
+            (ErrorStatus::None, ErrorStatus::None, Some(prepared)) => prepared,
+            (ErrorStatus::None, s, _) | (s, _, _) => return Err(KernelError::Prepare(s)),
         };
         let mut size = 0usize;
         let mut place = |n: usize| {

@@ -124,3 +124,18 @@ def test_service_killed_mid_invoke(service):
 def test_bad_options_raise():
     with pytest.raises(ValueError, match="unknown option"):
         load({"colour": "blue"})
+
+
+def test_delegate_cache_dir(tmp_path):
+    model = next(m for m in MODELS if m.stem == "iris_landmark")
+    from ai_edge_litert.interpreter import Interpreter
+
+    x = inputs_for(Interpreter(model_path=str(model)).get_input_details())
+    cache = tmp_path / "cache"
+    first, _ = run_interpreter(model, x, delegates=[load({"cache_dir": str(cache)})])
+    files = sorted(p.suffix for p in cache.iterdir())
+    assert files == [".data", ".model"], files
+    assert all(p.stat().st_size > 0 for p in cache.iterdir())
+    second, _ = run_interpreter(model, x, delegates=[load({"cache_dir": str(cache)})])
+    for a, b in zip(first, second):
+        np.testing.assert_array_equal(a, b)

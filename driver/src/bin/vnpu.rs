@@ -3,7 +3,6 @@
 
 use std::io::{IsTerminal, Write};
 use std::num::NonZeroUsize;
-use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -18,11 +17,8 @@ use vnpu_driver::conformance::{
     default_corpus, lookup, prepare_plain, run_case, run_case_with, ExecOptions, ExecPath,
     MemoryMode, Preparation, Verdict,
 };
-use vnpu_driver::device::{IDevice, PreparedModelSlot, VnpuDevice};
-use vnpu_driver::hal::{
-    ErrorStatus, ExecutionPreference, Model, NativeHandle, OperationType, OptionalTimePoint,
-    Priority,
-};
+use vnpu_driver::device::{IDevice, VnpuDevice};
+use vnpu_driver::hal::{ErrorStatus, Model, OperationType};
 use vnpu_driver::service::client::{self, RemoteDevice};
 use vnpu_driver::service::{server, transport};
 use vnpu_emu::regs;
@@ -565,71 +561,8 @@ fn prepare_cached(
     dir: &Path,
     token: &[u8; 32],
 ) -> (String, Preparation) {
-    let name: String = token.iter().map(|b| format!("{b:02x}")).collect();
-    let open = |ext: &str| -> std::io::Result<NativeHandle> {
-        std::fs::create_dir_all(dir)?;
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(dir.join(format!("{name}.{ext}")))?;
-        let filled = f.metadata()?.len() > 0;
-        Ok(NativeHandle {
-            fds: vec![Arc::new(OwnedFd::from(f))],
-            ints: vec![filled as i32],
-        })
-    };
-    let (m, d) = match (open("model"), open("data")) {
-        (Ok(m), Ok(d)) => (m, d),
-        (Err(e), _) | (_, Err(e)) => {
-            let line = format!("cache: off ({}: {e})", dir.display());
-            return (line, prepare_plain(dev, model));
-        }
-    };
-    let ms = |t: std::time::Instant| t.elapsed().as_secs_f64() * 1e3;
-    let (m, d) = (vec![m], vec![d]);
-    let mut why = String::from("no cache files yet");
-    if m[0].ints == [1] {
-        let start = std::time::Instant::now();
-        let slot = PreparedModelSlot::new();
-        let ret = dev.prepare_model_from_cache_1_3(
-            OptionalTimePoint::NONE,
-            &m,
-            &d,
-            token,
-            Some(slot.clone()),
-        );
-        let (status, prepared) = slot.wait();
-        if status == ErrorStatus::None {
-            let line = format!(
-                "cache: hit (prepare {:.2} ms, from {})",
-                ms(start),
-                dir.display()
-            );
-            return (line, (ret, status, prepared));
-        }
-        why = format!("the cached files did not load: {status}");
-    }
-    let start = std::time::Instant::now();
-    let slot = PreparedModelSlot::new();
-    let ret = dev.prepare_model_1_3(
-        model,
-        ExecutionPreference::FAST_SINGLE_ANSWER,
-        Priority::MEDIUM,
-        OptionalTimePoint::NONE,
-        &m,
-        &d,
-        token,
-        Some(slot.clone()),
-    );
-    let (status, prepared) = slot.wait();
-    let line = format!(
-        "cache: miss (prepare {:.2} ms, saved to {}; {why})",
-        ms(start),
-        dir.display()
-    );
-    (line, (ret, status, prepared))
+    let p = vnpu_driver::cache::dir::prepare_in_dir(dev, model, dir, token);
+    (p.line, (p.ret, p.status, p.prepared))
 }
 
 fn conformance(

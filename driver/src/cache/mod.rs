@@ -16,6 +16,7 @@
 //! digest no longer match), never load wrong data. A load verifies everything before
 //! anything is used. File I/O goes through io_uring where the probe finds it ([`io`]).
 
+pub mod dir;
 pub mod format;
 pub mod handles;
 mod helper;
