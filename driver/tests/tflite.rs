@@ -831,3 +831,90 @@ fn the_shipped_models_run_whole_on_vnpu() {
         );
     }
 }
+
+/// A chain of `ops` on a `[1, 4]` float tensor: 0 = ADD of a constant, 1 = RELU, 2 = an
+/// operator vnpu does not map (the "CPU" here computes it as x - 1).
+fn chain(ops: &[u8]) -> Tiny {
+    let mut t = Tiny::default();
+    let x = t.tensor(&[1, 4], &[]);
+    let mut cur = x;
+    for &o in ops {
+        let next = t.tensor(&[1, 4], &[]);
+        match o {
+            0 => {
+                let c = t.tensor(&[1, 4], &[0.5, -1.5, 2.0, -0.25]);
+                t.op(ADD, &[cur, c], &[next]);
+            }
+            1 => t.op(RELU, &[cur], &[next]),
+            _ => t.op(UNMAPPED, &[cur], &[next]),
+        }
+        cur = next;
+    }
+    t.inputs = vec![x];
+    t.outputs = vec![cur];
+    t
+}
+
+fn chain_reference(ops: &[u8], x: &[f32]) -> Vec<f32> {
+    let c = [0.5, -1.5, 2.0, -0.25];
+    let mut v = x.to_vec();
+    for &o in ops {
+        for (k, e) in v.iter_mut().enumerate() {
+            *e = match o {
+                0 => *e + c[k],
+                1 => e.max(0.0),
+                _ => *e - 1.0,
+            };
+        }
+    }
+    v
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+    /// Every operator is placed once; partitions are the maximal runs of mapped operators,
+    /// each a valid model from the tensor before the run to the one after it; running them
+    /// with the CPU's operators between gives the graph's result.
+    #[test]
+    fn partitions_are_maximal_runs_that_compose(ops in proptest::collection::vec(0u8..3, 1..9)) {
+        use vnpu_driver::tflite::partition::{plan, Placement};
+        let dev = device();
+        let p = plan(&chain(&ops).bytes(), dev.as_ref()).unwrap();
+        proptest::prop_assert_eq!(p.ops.len(), ops.len());
+        let mut runs: Vec<Vec<usize>> = Vec::new();
+        for (k, &o) in ops.iter().enumerate() {
+            let on_vnpu = o != 2;
+            proptest::prop_assert_eq!(matches!(p.ops[k].placement, Placement::Vnpu(_)), on_vnpu);
+            if on_vnpu {
+                match runs.last_mut() {
+                    Some(r) if *r.last().unwrap() + 1 == k => r.push(k),
+                    _ => runs.push(vec![k]),
+                }
+            }
+        }
+        let got_runs: Vec<Vec<usize>> = p.partitions.iter().map(|q| q.ops.clone()).collect();
+        proptest::prop_assert_eq!(&got_runs, &runs);
+        // Run the chain: the CPU's operators here, each partition on the device.
+        let x = [0.75f32, -0.5, 3.0, -2.0];
+        let mut v = x.to_vec();
+        let mut next_op = 0;
+        for q in &p.partitions {
+            while next_op < q.ops[0] {
+                v.iter_mut().for_each(|e| *e -= 1.0);
+                next_op += 1;
+            }
+            proptest::prop_assert_eq!(q.imported.inputs.len(), 1);
+            proptest::prop_assert_eq!(q.imported.outputs.len(), 1);
+            let (status, prepared) = prepare(&q.imported.model);
+            proptest::prop_assert_eq!(status, ErrorStatus::None);
+            let out = run(&prepared.unwrap(), &q.imported, &[f32_array(&[1, 4], &v)], 1).unwrap();
+            v = floats(&out.outputs[0]);
+            next_op = q.ops.last().unwrap() + 1;
+        }
+        while next_op < ops.len() {
+            v.iter_mut().for_each(|e| *e -= 1.0);
+            next_op += 1;
+        }
+        proptest::prop_assert_eq!(v, chain_reference(&ops, &x));
+    }
+}
