@@ -111,6 +111,12 @@ struct Tiny {
     outputs: Vec<i32>,
     /// Constants after the FlatBuffer (Buffer.offset/size), as large-model writers put them.
     outside: bool,
+    /// Per operator: int32 option slots (slot, value) of its options table.
+    options: std::collections::BTreeMap<usize, Vec<(u16, i32)>>,
+    /// Per operator: a custom operator's name and options bytes.
+    custom: std::collections::BTreeMap<usize, (String, Vec<u8>)>,
+    /// Per tensor: per-channel scales and the quantized dimension.
+    channels: std::collections::BTreeMap<usize, (Vec<f32>, i32)>,
 }
 
 impl Tiny {
@@ -129,20 +135,55 @@ impl Tiny {
         (self.tensors.len() - 1) as i32
     }
 
+    /// A tensor of TFLite type `ty` with raw `data` (empty: not constant).
+    fn typed(&mut self, shape: &[i32], ty: i8, data: Vec<u8>) -> i32 {
+        self.tensors.push((shape.to_vec(), data));
+        self.quant.push(Some((ty, 0.0, 0)));
+        (self.tensors.len() - 1) as i32
+    }
+
     fn op(&mut self, code: i32, ins: &[i32], outs: &[i32]) {
         self.ops.push((code, ins.to_vec(), outs.to_vec()));
     }
 
+    /// A builtin operator with int32 options at the given slots.
+    fn op_with(&mut self, code: i32, ins: &[i32], outs: &[i32], options: &[(u16, i32)]) {
+        self.options.insert(self.ops.len(), options.to_vec());
+        self.op(code, ins, outs);
+    }
+
+    /// A custom operator.
+    fn custom_op(&mut self, name: &str, ins: &[i32], outs: &[i32], options: &[u8]) {
+        self.custom
+            .insert(self.ops.len(), (name.to_string(), options.to_vec()));
+        self.op(CUSTOM, ins, outs);
+    }
+
     fn bytes(&self) -> Vec<u8> {
         let mut b = FlatBufferBuilder::new();
-        let mut codes: Vec<i32> = self.ops.iter().map(|o| o.0).collect();
-        codes.dedup();
+        // Operator codes: (builtin, custom name).
+        let key = |k: usize| {
+            (
+                self.ops[k].0,
+                self.custom.get(&k).map(|c| c.0.clone()).unwrap_or_default(),
+            )
+        };
+        let mut codes: Vec<(i32, String)> = Vec::new();
+        for k in 0..self.ops.len() {
+            if !codes.contains(&key(k)) {
+                codes.push(key(k));
+            }
+        }
         let code_tables: Vec<WIPOffset<_>> = codes
             .iter()
-            .map(|&c| {
+            .map(|(c, name)| {
+                let name = (!name.is_empty()).then(|| b.create_string(name));
                 let t = b.start_table();
-                b.push_slot::<i8>(4, c.min(127) as i8, 0);
-                b.push_slot::<i32>(10, c, 0);
+                b.push_slot::<i8>(4, (*c).min(127) as i8, 0);
+                if let Some(name) = name {
+                    b.push_slot_always(6, name);
+                }
+                b.push_slot::<i32>(10, *c, 0);
                 b.end_table(t)
             })
             .collect();
@@ -155,7 +196,7 @@ impl Tiny {
         // Data placed after the FlatBuffer: (offset within the appended bytes, data).
         let mut appended: Vec<u8> = Vec::new();
         let mut placeholders = Vec::new();
-        for ((shape, data), quant) in self.tensors.iter().zip(&self.quant) {
+        for (k, ((shape, data), quant)) in self.tensors.iter().zip(&self.quant).enumerate() {
             let buffer = if data.is_empty() {
                 0
             } else if self.outside {
@@ -176,15 +217,27 @@ impl Tiny {
                 buffers.push(b.end_table(t));
                 buffers.len() as u32 - 1
             };
-            // QuantizationParameters: scale 8, zero_point 10.
-            let q = quant.map(|(_, scale, zp)| {
-                let sc = b.create_vector(&[scale]);
-                let z = b.create_vector(&[zp]);
-                let q = b.start_table();
-                b.push_slot_always(8, sc);
-                b.push_slot_always(10, z);
-                b.end_table(q)
-            });
+            // QuantizationParameters: scale 8, zero_point 10, quantized_dimension 16.
+            let q = match (quant, self.channels.get(&k)) {
+                (_, Some((scales, axis))) => {
+                    let sc = b.create_vector(scales);
+                    let z = b.create_vector(&vec![0i64; scales.len()]);
+                    let q = b.start_table();
+                    b.push_slot_always(8, sc);
+                    b.push_slot_always(10, z);
+                    b.push_slot::<i32>(16, *axis, 0);
+                    Some(b.end_table(q))
+                }
+                (Some((_, scale, zp)), None) if *scale != 0.0 => {
+                    let sc = b.create_vector(&[*scale]);
+                    let z = b.create_vector(&[*zp]);
+                    let q = b.start_table();
+                    b.push_slot_always(8, sc);
+                    b.push_slot_always(10, z);
+                    Some(b.end_table(q))
+                }
+                _ => None,
+            };
             let s = b.create_vector(shape);
             let name = b.create_string("t");
             let t = b.start_table();
@@ -200,14 +253,31 @@ impl Tiny {
         let ops: Vec<WIPOffset<_>> = self
             .ops
             .iter()
-            .map(|(code, ins, outs)| {
-                let index = codes.iter().position(|c| c == code).unwrap() as u32;
+            .enumerate()
+            .map(|(k, (_, ins, outs))| {
+                let index = codes.iter().position(|c| *c == key(k)).unwrap() as u32;
                 let i = b.create_vector(ins);
                 let o = b.create_vector(outs);
+                let options = self.options.get(&k).map(|slots| {
+                    let t = b.start_table();
+                    for &(slot, v) in slots {
+                        b.push_slot_always::<i32>(slot, v);
+                    }
+                    b.end_table(t)
+                });
+                let custom = self.custom.get(&k).map(|c| b.create_vector(&c.1));
                 let t = b.start_table();
                 b.push_slot::<u32>(4, index, 0);
                 b.push_slot_always(6, i);
                 b.push_slot_always(8, o);
+                if let Some(options) = options {
+                    // builtin_options_type: any member (the importer reads by slot).
+                    b.push_slot::<u8>(10, 1, 0);
+                    b.push_slot_always(12, options);
+                }
+                if let Some(custom) = custom {
+                    b.push_slot_always(14, custom);
+                }
                 b.end_table(t)
             })
             .collect();
@@ -570,4 +640,347 @@ fn huge_input_shape_rejected_before_allocation() {
     assert_eq!(code, Some(2), "{stderr}");
     assert!(rss_kib < 150 << 10, "peak RSS {rss_kib} KiB");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+const CUSTOM: i32 = 32;
+const FULLY_CONNECTED: i32 = 9;
+const CONV_2D: i32 = 3;
+const RESHAPE: i32 = 22;
+const TRANSPOSE_CONV: i32 = 67;
+const SHAPE: i32 = 77;
+const PACK: i32 = 83;
+/// TFLite's INT32 tensor type.
+const INT32: i8 = 2;
+
+fn f32_array(shape: &[usize], v: &[f32]) -> Array {
+    Array {
+        dtype: Dtype::F32,
+        shape: shape.to_vec(),
+        data: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+    }
+}
+
+fn floats(a: &Array) -> Vec<f32> {
+    a.data
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// Imports, prepares and runs `t` on float inputs; the outputs and the HAL operations.
+fn run_float(
+    t: &Tiny,
+    inputs: &[Array],
+) -> (
+    Vec<Vec<f32>>,
+    std::collections::BTreeMap<&'static str, usize>,
+) {
+    let imported = import(&t.bytes(), false).unwrap_or_else(|e| panic!("{e}"));
+    let (status, prepared) = prepare(&imported.model);
+    assert_eq!(status, ErrorStatus::None);
+    let report = run(&prepared.unwrap(), &imported, inputs, 1).unwrap();
+    (
+        report.outputs.iter().map(floats).collect(),
+        imported.operations,
+    )
+}
+
+#[test]
+fn shape_folds_and_pack_becomes_reshape_and_concatenation() {
+    let mut t = Tiny::default();
+    let x = t.tensor(&[2, 3], &[]);
+    let y = t.tensor(&[3, 2], &[]);
+    let s = t.typed(&[2], INT32, Vec::new());
+    let r = t.tensor(&[2, 3], &[]);
+    let p = t.tensor(&[2, 2, 3], &[]);
+    t.op(SHAPE, &[x], &[s]);
+    t.op(RESHAPE, &[y, s], &[r]);
+    // PackOptions: values_count 4, axis 6 (-2 is axis 1 of the rank-3 result).
+    t.op_with(PACK, &[x, r], &[p], &[(4, 2), (6, -2)]);
+    t.inputs = vec![x, y];
+    t.outputs = vec![p];
+    let xs = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+    let ys = [10.0, 20.0, 30.0, 40.0, 50.0, 60.0];
+    let (out, ops) = run_float(&t, &[f32_array(&[2, 3], &xs), f32_array(&[3, 2], &ys)]);
+    assert_eq!(
+        out[0],
+        [1.0, 2.0, 3.0, 10.0, 20.0, 30.0, 4.0, 5.0, 6.0, 40.0, 50.0, 60.0]
+    );
+    assert_eq!(ops.get("RESHAPE"), Some(&3), "{ops:?}");
+    assert_eq!(ops.get("CONCATENATION"), Some(&1), "{ops:?}");
+    assert!(!ops.contains_key("SHAPE"), "SHAPE is folded: {ops:?}");
+    // An axis outside the result's rank.
+    t.options.insert(2, vec![(4, 2), (6, 3)]);
+    let e = import(&t.bytes(), false).unwrap_err();
+    assert!(
+        matches!(&e, ImportError::Operator { index: 2, op, .. } if op == "PACK"),
+        "{e}"
+    );
+}
+
+/// `x [1,2,2,1]` through a 3x3 transposed convolution of stride 2, SAME padding, bias 0.5,
+/// as MediaPipe's custom operator or as the builtin.
+fn transpose_conv_model(custom: bool) -> Tiny {
+    let mut t = Tiny::default();
+    let x = t.tensor(&[1, 2, 2, 1], &[]);
+    let w: Vec<f32> = (1..=9).map(|v| v as f32).collect();
+    let w = t.tensor(&[1, 3, 3, 1], &w);
+    let bias = t.tensor(&[1], &[0.5]);
+    let y = t.tensor(&[1, 4, 4, 1], &[]);
+    if custom {
+        // padding SAME (1), stride_w 2, stride_h 2.
+        let opts: Vec<u8> = [1i32, 2, 2].iter().flat_map(|v| v.to_le_bytes()).collect();
+        t.custom_op("Convolution2DTransposeBias", &[x, w, bias], &[y], &opts);
+    } else {
+        let shape = t.typed(
+            &[4],
+            INT32,
+            [1i32, 4, 4, 1]
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect(),
+        );
+        // TransposeConvOptions: padding 4 (SAME 0), stride_w 6, stride_h 8.
+        t.op_with(
+            TRANSPOSE_CONV,
+            &[shape, w, x, bias],
+            &[y],
+            &[(4, 0), (6, 2), (8, 2)],
+        );
+    }
+    t.inputs = vec![x];
+    t.outputs = vec![y];
+    t
+}
+
+#[test]
+fn convolution_2d_transpose_bias_is_transpose_conv_with_bias() {
+    let x = f32_array(&[1, 2, 2, 1], &[1.0, -2.0, 3.0, 0.25]);
+    let (custom, ops) = run_float(&transpose_conv_model(true), std::slice::from_ref(&x));
+    let (builtin, _) = run_float(&transpose_conv_model(false), &[x]);
+    assert_eq!(ops.get("TRANSPOSE_CONV_2D"), Some(&1), "{ops:?}");
+    assert_eq!(custom, builtin);
+    // Output (0, 0) sees only x(0, 0) under weight (0, 0), plus the bias.
+    assert_eq!(custom[0][0], 0.5 + 1.0);
+    // Options too short to hold padding and strides.
+    let mut t = transpose_conv_model(true);
+    t.custom.get_mut(&0).unwrap().1.truncate(8);
+    let e = import(&t.bytes(), false).unwrap_err();
+    assert!(
+        matches!(&e, ImportError::Operator { index: 0, reason, .. } if reason.contains("12 expected")),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_custom_operator_is_named_by_its_custom_name() {
+    let mut t = two_ops();
+    let z = t.outputs[0];
+    let w = t.tensor(&[1, 4], &[]);
+    t.custom_op("MyVendorOp", &[z], &[w], &[]);
+    t.outputs = vec![w];
+    let e = import(&t.bytes(), false).unwrap_err();
+    assert!(
+        matches!(&e, ImportError::Unsupported { index: 2, op, reason }
+            if op == "custom MyVendorOp" && reason.contains("\"MyVendorOp\"")),
+        "{e}"
+    );
+    assert!(e.to_string().contains("custom MyVendorOp"), "{e}");
+}
+
+#[test]
+fn hybrid_weights_are_dequantised_at_import() {
+    use vnpu_driver::hal::{OperandType, OperationType};
+    // FULLY_CONNECTED: float input, int8 weights (scale 0.5, zero point 1), float bias.
+    let mut t = Tiny::default();
+    let x = t.tensor(&[1, 4], &[]);
+    let w = t.int8(&[2, 4], &[3, 5, -1, 1, 1, 1, 1, 9], 0.5, 1);
+    let b = t.tensor(&[2], &[0.25, -0.25]);
+    let y = t.tensor(&[1, 2], &[]);
+    t.op(FULLY_CONNECTED, &[x, w, b], &[y]);
+    t.inputs = vec![x];
+    t.outputs = vec![y];
+    let (out, _) = run_float(&t, &[f32_array(&[1, 4], &[1.0, 2.0, 3.0, 4.0])]);
+    // Weights (q - 1) * 0.5: [1, 2, -1, 0] and [0, 0, 0, 4].
+    assert_eq!(out[0], [1.0 + 4.0 - 3.0 + 0.25, 16.0 - 0.25]);
+    let imported = import(&t.bytes(), false).unwrap();
+    let fc = &imported.model.main.operations[0];
+    assert_eq!(fc.r#type, OperationType::FULLY_CONNECTED);
+    let weights = &imported.model.main.operands[fc.inputs[1] as usize];
+    assert_eq!(weights.r#type, OperandType::TENSOR_FLOAT32);
+
+    // CONV_2D with per-channel int8 weights (scales 0.5 and 0.25 along the output axis).
+    let mut t = Tiny::default();
+    let x = t.tensor(&[1, 1, 1, 2], &[]);
+    let w = t.int8(&[2, 1, 1, 2], &[2, 4, 4, -8], 0.0, 0);
+    t.channels.insert(w as usize, (vec![0.5, 0.25], 0));
+    let b = t.tensor(&[2], &[0.0, 1.0]);
+    let y = t.tensor(&[1, 1, 1, 2], &[]);
+    t.op(CONV_2D, &[x, w, b], &[y]);
+    t.inputs = vec![x];
+    t.outputs = vec![y];
+    let (out, _) = run_float(&t, &[f32_array(&[1, 1, 1, 2], &[1.0, 1.0])]);
+    // Channel 0: [1, 2]; channel 1: [1, -2].
+    assert_eq!(out[0], [3.0, 1.0 - 1.0]);
+}
+
+#[test]
+fn the_partition_report_places_each_operator_with_its_reason() {
+    use vnpu_driver::tflite::partition::{plan, Placement};
+    // relu(x + c) -> y; SHAPE(y) -> s; Foo(y, s) -> w (custom: the CPU); relu(w) -> z.
+    let mut t = two_ops();
+    let (x, z) = (t.inputs[0], t.outputs[0]);
+    let s = t.typed(&[2], INT32, Vec::new());
+    let w = t.tensor(&[1, 4], &[]);
+    let v = t.tensor(&[1, 4], &[]);
+    t.op(SHAPE, &[z], &[s]);
+    t.custom_op("Foo", &[z, s], &[w], &[]);
+    t.op(RELU, &[w], &[v]);
+    t.outputs = vec![v];
+    let bytes = t.bytes();
+    let dev = device();
+    let plan = plan(&bytes, dev.as_ref()).unwrap();
+    let places: Vec<&Placement> = plan.ops.iter().map(|o| &o.placement).collect();
+    assert_eq!(places[0], &Placement::Vnpu(0));
+    assert_eq!(places[1], &Placement::Vnpu(0));
+    assert!(
+        matches!(places[2], Placement::Cpu(why) if why.contains("operator 3 (custom Foo)")),
+        "{places:?}"
+    );
+    assert!(
+        matches!(places[3], Placement::Cpu(why) if why.contains("\"Foo\"")),
+        "{places:?}"
+    );
+    assert_eq!(places[4], &Placement::Vnpu(1));
+    assert_eq!((plan.on_vnpu(), plan.on_cpu()), (3, 2));
+    let report = plan.to_string();
+    assert!(
+        report.starts_with("operators   5 (3 on vnpu in 2 partitions, 2 on CPU)"),
+        "{report}"
+    );
+    assert!(report.contains("custom Foo"), "{report}");
+    // Each partition is a model of its own: the first gives y (the CPU reads it), the
+    // second takes w. Run them around an identity in place of Foo.
+    let [first, second] = &plan.partitions[..] else {
+        panic!("two partitions: {report}");
+    };
+    assert_eq!(first.imported.input_tensors, [x as usize]);
+    assert_eq!(first.imported.output_tensors, [z as usize]);
+    assert_eq!(second.imported.input_tensors, [w as usize]);
+    let run_part = |imported: &vnpu_driver::tflite::Imported, input: Array| {
+        let (status, prepared) = prepare(&imported.model);
+        assert_eq!(status, ErrorStatus::None);
+        run(&prepared.unwrap(), imported, &[input], 1)
+            .unwrap()
+            .outputs[0]
+            .clone()
+    };
+    let mid = run_part(&first.imported, f32_array(&[1, 4], &[0.5, 0.5, -5.0, 5.0]));
+    assert_eq!(floats(&mid), [1.5, 0.0, 0.0, 1.0]);
+    let end = run_part(&second.imported, mid);
+    assert_eq!(floats(&end), [1.5, 0.0, 0.0, 1.0]);
+}
+
+#[test]
+fn the_shipped_models_run_whole_on_vnpu() {
+    use vnpu_driver::tflite::partition::plan;
+    let dev = device();
+    for name in MODELS {
+        let bytes = std::fs::read(models_dir().join(format!("{name}.tflite"))).unwrap();
+        let plan = plan(&bytes, dev.as_ref()).unwrap();
+        assert_eq!(plan.on_cpu(), 0, "{name}:\n{plan}");
+        assert_eq!(plan.partitions.len(), 1, "{name}");
+        let whole = import(&bytes, false).unwrap();
+        assert_eq!(
+            plan.partitions[0].imported.operations, whole.operations,
+            "{name}"
+        );
+    }
+}
+
+/// A chain of `ops` on a `[1, 4]` float tensor: 0 = ADD of a constant, 1 = RELU, 2 = an
+/// operator vnpu does not map (the "CPU" here computes it as x - 1).
+fn chain(ops: &[u8]) -> Tiny {
+    let mut t = Tiny::default();
+    let x = t.tensor(&[1, 4], &[]);
+    let mut cur = x;
+    for &o in ops {
+        let next = t.tensor(&[1, 4], &[]);
+        match o {
+            0 => {
+                let c = t.tensor(&[1, 4], &[0.5, -1.5, 2.0, -0.25]);
+                t.op(ADD, &[cur, c], &[next]);
+            }
+            1 => t.op(RELU, &[cur], &[next]),
+            _ => t.op(UNMAPPED, &[cur], &[next]),
+        }
+        cur = next;
+    }
+    t.inputs = vec![x];
+    t.outputs = vec![cur];
+    t
+}
+
+fn chain_reference(ops: &[u8], x: &[f32]) -> Vec<f32> {
+    let c = [0.5, -1.5, 2.0, -0.25];
+    let mut v = x.to_vec();
+    for &o in ops {
+        for (k, e) in v.iter_mut().enumerate() {
+            *e = match o {
+                0 => *e + c[k],
+                1 => e.max(0.0),
+                _ => *e - 1.0,
+            };
+        }
+    }
+    v
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+    /// Every operator is placed once; partitions are the maximal runs of mapped operators,
+    /// each a valid model from the tensor before the run to the one after it; running them
+    /// with the CPU's operators between gives the graph's result.
+    #[test]
+    fn partitions_are_maximal_runs_that_compose(ops in proptest::collection::vec(0u8..3, 1..9)) {
+        use vnpu_driver::tflite::partition::{plan, Placement};
+        let dev = device();
+        let p = plan(&chain(&ops).bytes(), dev.as_ref()).unwrap();
+        proptest::prop_assert_eq!(p.ops.len(), ops.len());
+        let mut runs: Vec<Vec<usize>> = Vec::new();
+        for (k, &o) in ops.iter().enumerate() {
+            let on_vnpu = o != 2;
+            proptest::prop_assert_eq!(matches!(p.ops[k].placement, Placement::Vnpu(_)), on_vnpu);
+            if on_vnpu {
+                match runs.last_mut() {
+                    Some(r) if *r.last().unwrap() + 1 == k => r.push(k),
+                    _ => runs.push(vec![k]),
+                }
+            }
+        }
+        let got_runs: Vec<Vec<usize>> = p.partitions.iter().map(|q| q.ops.clone()).collect();
+        proptest::prop_assert_eq!(&got_runs, &runs);
+        // Run the chain: the CPU's operators here, each partition on the device.
+        let x = [0.75f32, -0.5, 3.0, -2.0];
+        let mut v = x.to_vec();
+        let mut next_op = 0;
+        for q in &p.partitions {
+            while next_op < q.ops[0] {
+                v.iter_mut().for_each(|e| *e -= 1.0);
+                next_op += 1;
+            }
+            proptest::prop_assert_eq!(q.imported.inputs.len(), 1);
+            proptest::prop_assert_eq!(q.imported.outputs.len(), 1);
+            let (status, prepared) = prepare(&q.imported.model);
+            proptest::prop_assert_eq!(status, ErrorStatus::None);
+            let out = run(&prepared.unwrap(), &q.imported, &[f32_array(&[1, 4], &v)], 1).unwrap();
+            v = floats(&out.outputs[0]);
+            next_op = q.ops.last().unwrap() + 1;
+        }
+        while next_op < ops.len() {
+            v.iter_mut().for_each(|e| *e -= 1.0);
+            next_op += 1;
+        }
+        proptest::prop_assert_eq!(v, chain_reference(&ops, &x));
+    }
 }

@@ -5,6 +5,7 @@
 //! against the file's size). A model that imports must also pass the HAL's validation, as
 //! the importer promises, and `vnpu run`'s sizing of its inputs and outputs
 //! (`run::tensor_bytes`) must refuse what the device cannot take instead of allocating it.
+//! So must each operator imported alone, as the partitioner imports it.
 //!
 //! Shape mutations: the input is also read as 8 bytes that say which dimension of which
 //! tensor becomes what (0, -1, 2^16, 2^20, i32::MAX, i32::MIN or any value), then a model
@@ -14,7 +15,7 @@
 use libfuzzer_sys::fuzz_target;
 use vnpu_driver::hal::validate_model;
 use vnpu_driver::tflite::schema::{slot, Table};
-use vnpu_driver::tflite::{import, run};
+use vnpu_driver::tflite::{import, import_ops, run, Graph};
 
 /// The largest input or output the target lets `run` allocate (the bound is checked by
 /// `tensor_bytes` for anything larger).
@@ -68,6 +69,15 @@ fuzz_target!(|data: &[u8]| {
     if let Some((head, model)) = data.split_first_chunk::<8>() {
         if let Some(mutated) = with_dimension(model, head) {
             check(&mutated);
+        }
+    }
+    if let Ok(g) = Graph::read(data) {
+        for k in 0..g.op_count().min(64) {
+            if let Ok(m) = import_ops(&g, &[k]) {
+                assert!(validate_model(&m.model).is_ok());
+                assert_eq!(m.input_tensors.len(), m.inputs.len());
+                assert_eq!(m.output_tensors.len(), m.outputs.len());
+            }
         }
     }
 });

@@ -9,7 +9,6 @@ use std::sync::{Arc, OnceLock};
 
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use vnpu_driver::cache::dir::{CacheDir, Staged};
 use vnpu_driver::conformance::corpus::{count_cases, parse_case, TestCase};
 use vnpu_driver::conformance::report::{read_report_file, summarize, write_report_file, Status};
 use vnpu_driver::conformance::suite::{run_suite_until, SuiteOptions};
@@ -18,10 +17,8 @@ use vnpu_driver::conformance::{
     default_corpus, lookup, prepare_plain, run_case, run_case_with, ExecOptions, ExecPath,
     MemoryMode, Preparation, Verdict,
 };
-use vnpu_driver::device::{IDevice, PreparedModelSlot, VnpuDevice};
-use vnpu_driver::hal::{
-    ErrorStatus, ExecutionPreference, Model, OperationType, OptionalTimePoint, Priority,
-};
+use vnpu_driver::device::{IDevice, VnpuDevice};
+use vnpu_driver::hal::{ErrorStatus, Model, OperationType};
 use vnpu_driver::service::client::{self, RemoteDevice};
 use vnpu_driver::service::{server, transport};
 use vnpu_emu::regs;
@@ -127,6 +124,14 @@ enum Command {
         #[arg(long, conflicts_with = "trace")]
         remote: Option<PathBuf>,
     },
+    /// Which operators of a TFLite model run on vnpu and which on the CPU, and why (the
+    /// partition report the LiteRT routes print).
+    Partition {
+        model: PathBuf,
+        /// Ask the service on this socket (`vnpu serve`) instead of an embedded device.
+        #[arg(long)]
+        remote: Option<PathBuf>,
+    },
     /// Run every case of corpus files through the full driver path.
     Conformance {
         #[arg(required = true)]
@@ -218,6 +223,7 @@ fn command() -> ExitCode {
     }
     let remote = match &cli.command {
         Command::Info { remote }
+        | Command::Partition { remote, .. }
         | Command::Run { remote, .. }
         | Command::Conformance { remote, .. } => remote.clone(),
         _ => None,
@@ -228,6 +234,7 @@ fn command() -> ExitCode {
     };
     match cli.command {
         Command::Info { .. } => info(&target),
+        Command::Partition { model, .. } => partition(target.device(), &model),
         Command::Run {
             case,
             cache_dir,
@@ -608,74 +615,18 @@ fn token_for(model: &Model, hex: Option<&str>) -> Result<[u8; 32], String> {
 
 /// Prepares through the cache in `dir`: a load when its files hold this token's model,
 /// else a preparation whose save is moved into `dir` complete or not at all
-/// ([`CacheDir::commit`]). Returns the `cache: ...` line and the outcome.
+/// (`cache::dir::CacheDir::commit`). Returns the `cache: ...` line and the outcome.
 fn prepare_cached(
     dev: &dyn IDevice,
     model: &Model,
     dir: &Path,
     token: &[u8; 32],
 ) -> (String, Preparation) {
-    let cache = CacheDir::new(dir, token);
-    let ms = |t: std::time::Instant| t.elapsed().as_secs_f64() * 1e3;
-    let off = |e: std::io::Error| {
-        let line = format!("cache: off ({}: {e})", dir.display());
-        (line, prepare_plain(dev, model))
-    };
-    let mut why = String::from("no cache files yet");
-    match cache.open() {
-        Ok(Some((m, d))) => {
-            let start = std::time::Instant::now();
-            let slot = PreparedModelSlot::new();
-            let ret = dev.prepare_model_from_cache_1_3(
-                OptionalTimePoint::NONE,
-                &m,
-                &d,
-                token,
-                Some(slot.clone()),
-            );
-            let (status, prepared) = slot.wait();
-            if status == ErrorStatus::None {
-                let line = format!(
-                    "cache: hit (prepare {:.2} ms, from {})",
-                    ms(start),
-                    dir.display()
-                );
-                return (line, (ret, status, prepared));
-            }
-            why = format!("the cached files did not load: {status}");
-        }
-        Ok(None) => {}
-        Err(e) => return off(e),
+    let p = vnpu_driver::cache::dir::prepare_in_dir(dev, model, dir, token);
+    if let Some(e) = &p.save_error {
+        eprintln!("vnpu: cache: {e}");
     }
-    let staged = match Staged::new() {
-        Ok(s) => s,
-        Err(e) => return off(e),
-    };
-    let (m, d) = staged.handles();
-    let start = std::time::Instant::now();
-    let slot = PreparedModelSlot::new();
-    let ret = dev.prepare_model_1_3(
-        model,
-        ExecutionPreference::FAST_SINGLE_ANSWER,
-        Priority::MEDIUM,
-        OptionalTimePoint::NONE,
-        &m,
-        &d,
-        token,
-        Some(slot.clone()),
-    );
-    let (status, prepared) = slot.wait();
-    let prepare_ms = ms(start);
-    let saved = match (status, cache.commit(&staged)) {
-        (ErrorStatus::None, Ok(())) => format!("saved to {}", dir.display()),
-        (ErrorStatus::None, Err(e)) => {
-            eprintln!("vnpu: cache: the save to {} failed: {e}", dir.display());
-            format!("the save to {} failed: {e}", dir.display())
-        }
-        (s, _) => format!("not saved: {s}"),
-    };
-    let line = format!("cache: miss (prepare {prepare_ms:.2} ms, {saved}; {why})");
-    (line, (ret, status, prepared))
+    (p.line, (p.ret, p.status, p.prepared))
 }
 
 fn conformance(
@@ -771,6 +722,27 @@ fn conformance_table(reports: &[PathBuf]) -> ExitCode {
     }
     out!("{}", table::markdown(&records));
     ExitCode::SUCCESS
+}
+
+/// `vnpu partition MODEL.tflite`: the partition report.
+fn partition(device: &dyn IDevice, path: &Path) -> ExitCode {
+    let plan = std::fs::read(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))
+        .and_then(|b| {
+            vnpu_driver::tflite::partition::plan(&b, device)
+                .map_err(|e| format!("{}: {e}", path.display()))
+        });
+    match plan {
+        Ok(plan) => {
+            outln!("model       {}", path.display());
+            out!("{plan}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("vnpu: {e}");
+            ExitCode::from(2)
+        }
+    }
 }
 
 /// `vnpu run MODEL.tflite`'s options.

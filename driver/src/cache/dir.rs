@@ -15,7 +15,12 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::hal::NativeHandle;
+use std::time::Instant;
+
+use crate::device::{IDevice, IPreparedModel, PreparedModelSlot};
+use crate::hal::{
+    ErrorStatus, ExecutionPreference, Model, NativeHandle, OptionalTimePoint, Priority,
+};
 
 /// Why a save into the directory failed.
 #[derive(Debug, thiserror::Error)]
@@ -187,6 +192,125 @@ fn copy_to_new(from: &OwnedFd, to: &Path) -> std::io::Result<()> {
         at += n as i64;
     }
     out.sync_all()
+}
+
+/// What preparing through a cache directory gave: the call's return status, the
+/// callback's status and model, and a line saying what the cache did (`cache: hit (...)`,
+/// `cache: miss (...)`, `cache: off (...)`).
+pub struct DirPreparation {
+    /// `prepareModel*`'s return value.
+    pub ret: ErrorStatus,
+    /// The callback's status.
+    pub status: ErrorStatus,
+    /// The prepared model.
+    pub prepared: Option<Arc<dyn IPreparedModel>>,
+    /// What the cache did.
+    pub line: String,
+    /// Why the save into the directory failed, when it did (the model is prepared all the
+    /// same; a face says this on its error stream).
+    pub save_error: Option<String>,
+}
+
+/// Prepares `model` without cache files.
+pub fn prepare_plain(dev: &dyn IDevice, model: &Model) -> DirPreparation {
+    prepare(dev, model, &[], &[], &[0u8; 32])
+}
+
+fn prepare(
+    dev: &dyn IDevice,
+    model: &Model,
+    m: &[NativeHandle],
+    d: &[NativeHandle],
+    token: &[u8; 32],
+) -> DirPreparation {
+    let slot = PreparedModelSlot::new();
+    let ret = dev.prepare_model_1_3(
+        model,
+        ExecutionPreference::FAST_SINGLE_ANSWER,
+        Priority::MEDIUM,
+        OptionalTimePoint::NONE,
+        m,
+        d,
+        token,
+        Some(slot.clone()),
+    );
+    let (status, prepared) = slot.wait();
+    DirPreparation {
+        ret,
+        status,
+        prepared,
+        line: String::new(),
+        save_error: None,
+    }
+}
+
+/// Prepares `model` through the cache files of `token` in `dir` (created if missing): a
+/// load when they hold this token's model, else a preparation whose save is moved into
+/// `dir` complete or not at all ([`CacheDir::commit`]).
+pub fn prepare_in_dir(
+    dev: &dyn IDevice,
+    model: &Model,
+    dir: &Path,
+    token: &[u8; 32],
+) -> DirPreparation {
+    let cache = CacheDir::new(dir, token);
+    let ms = |t: Instant| t.elapsed().as_secs_f64() * 1e3;
+    let off = |e: std::io::Error| {
+        let mut p = prepare_plain(dev, model);
+        p.line = format!("cache: off ({}: {e})", dir.display());
+        p
+    };
+    let mut why = String::from("no cache files yet");
+    match cache.open() {
+        Ok(Some((m, d))) => {
+            let start = Instant::now();
+            let slot = PreparedModelSlot::new();
+            let ret = dev.prepare_model_from_cache_1_3(
+                OptionalTimePoint::NONE,
+                &m,
+                &d,
+                token,
+                Some(slot.clone()),
+            );
+            let (status, prepared) = slot.wait();
+            if status == ErrorStatus::None {
+                let line = format!(
+                    "cache: hit (prepare {:.2} ms, from {})",
+                    ms(start),
+                    dir.display()
+                );
+                return DirPreparation {
+                    ret,
+                    status,
+                    prepared,
+                    line,
+                    save_error: None,
+                };
+            }
+            why = format!("the cached files did not load: {status}");
+        }
+        Ok(None) => {}
+        Err(e) => return off(e),
+    }
+    let staged = match Staged::new() {
+        Ok(s) => s,
+        Err(e) => return off(e),
+    };
+    let (m, d) = staged.handles();
+    let start = Instant::now();
+    let mut p = prepare(dev, model, &m, &d, token);
+    let prepare_ms = ms(start);
+    let saved = match (p.status, cache.commit(&staged)) {
+        (ErrorStatus::None, Ok(())) => format!("saved to {}", dir.display()),
+        (ErrorStatus::None, Err(e)) => {
+            let failed = format!("the save to {} failed: {e}", dir.display());
+            p.save_error = Some(failed.clone());
+            failed
+        }
+        (s, _) => format!("not saved: {s}"),
+    };
+    p.line = format!("cache: miss (prepare {prepare_ms:.2} ms, {saved}; {why})");
+    p
 }
 
 #[cfg(test)]

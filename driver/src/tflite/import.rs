@@ -23,7 +23,7 @@ const MAX_ITEMS: usize = 1 << 20;
 const MAX_RANK: usize = 6;
 
 /// TFLite `TensorType` values.
-mod tensor_type {
+pub(super) mod tensor_type {
     pub const FLOAT32: i8 = 0;
     pub const FLOAT16: i8 = 1;
     pub const INT32: i8 = 2;
@@ -66,9 +66,14 @@ pub struct Imported {
     pub stopped: Option<(usize, String, String)>,
     /// Bytes of constants (weights).
     pub constant_bytes: usize,
+    /// The TFLite tensor of each input, in order.
+    pub input_tensors: Vec<usize>,
+    /// The TFLite tensor of each output, in order.
+    pub output_tensors: Vec<usize>,
 }
 
 /// One TFLite tensor as read.
+#[derive(Clone)]
 pub(super) struct Tensor<'a> {
     pub shape: Vec<i32>,
     pub ty: i8,
@@ -77,6 +82,9 @@ pub(super) struct Tensor<'a> {
     pub scales: Vec<f32>,
     pub zero_points: Vec<i64>,
     pub axis: i32,
+    /// `shape_signature` (-1 where the size is only known at run time; empty when the
+    /// file gives none).
+    pub signature: Vec<i32>,
 }
 
 /// The model under construction, from a TFLite subgraph.
@@ -84,7 +92,8 @@ pub(super) struct Builder<'a> {
     pub tensors: Vec<Tensor<'a>>,
     /// The operand of each tensor, once made.
     operand_of: Vec<Option<u32>>,
-    /// float32 values that replace a tensor (float16 weights dequantised here).
+    /// Values that replace a tensor: float32 for weights dequantised here (float16, or the
+    /// int8 weights of a hybrid operator), int32 for a folded shape.
     pub replaced: Vec<Option<Vec<u8>>>,
     /// Whether each tensor holds a value yet (a constant, an input, or written).
     pub written: Vec<bool>,
@@ -106,7 +115,8 @@ impl<'a> Builder<'a> {
     /// The HAL type and element size of a tensor.
     pub fn hal_type(&self, t: usize) -> Result<(OperandType, usize), ImportError> {
         let x = &self.tensors[t];
-        if self.replaced[t].is_some() {
+        // A replaced int32 tensor is a folded shape; any other holds dequantised weights.
+        if self.replaced[t].is_some() && x.ty != tensor_type::INT32 {
             return Ok((OperandType::TENSOR_FLOAT32, 4));
         }
         Ok(match x.ty {
@@ -463,6 +473,7 @@ fn read_tensor<'a>(
         scales,
         zero_points,
         axis,
+        signature: t.scalars::<i32>(slot::tensor::SHAPE_SIGNATURE)?,
     })
 }
 
@@ -477,8 +488,128 @@ fn index_list(v: Vec<i32>, n: usize, what: &str) -> Result<Vec<usize>, ImportErr
         .collect()
 }
 
-/// Imports the main subgraph of a verified model.
-pub(super) fn import_verified(buf: &[u8], partial: bool) -> Result<Imported, ImportError> {
+/// One operator of the main subgraph as read (indices checked).
+#[derive(Clone)]
+pub(super) struct OpRec<'a> {
+    /// Builtin code (`CUSTOM` for a custom operator).
+    pub code: i32,
+    /// A custom operator's name (empty for builtins).
+    pub custom: String,
+    /// Input tensors (`None`: an optional input left out).
+    pub ins: Vec<Option<usize>>,
+    /// Output tensors.
+    pub outs: Vec<Option<usize>>,
+    /// The builtin options table.
+    pub options: Option<Table<'a>>,
+    /// A custom operator's options bytes.
+    pub custom_options: &'a [u8],
+}
+
+impl OpRec<'_> {
+    /// The operator's name as reports give it: the builtin's, or the custom name.
+    pub fn name(&self) -> String {
+        ops::name_of(self.code, &self.custom)
+    }
+
+    /// Tensors it reads (optional inputs left out skipped).
+    pub fn inputs(&self) -> impl Iterator<Item = usize> + '_ {
+        self.ins.iter().flatten().copied()
+    }
+
+    /// Tensors it writes.
+    pub fn outputs(&self) -> impl Iterator<Item = usize> + '_ {
+        self.outs.iter().flatten().copied()
+    }
+}
+
+/// The main subgraph of a verified model: tensors, operators in execution order, the
+/// graph's inputs and outputs.
+pub struct Graph<'a> {
+    pub(super) tensors: Vec<Tensor<'a>>,
+    pub(super) ops: Vec<OpRec<'a>>,
+    pub(super) inputs: Vec<usize>,
+    pub(super) outputs: Vec<usize>,
+}
+
+impl<'a> Graph<'a> {
+    /// Reads the main subgraph of `buf` (verified first).
+    pub fn read(buf: &'a [u8]) -> Result<Graph<'a>, ImportError> {
+        super::schema::verify(buf)?;
+        read_graph(buf)
+    }
+
+    /// How many operators the graph has.
+    pub fn op_count(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// Operator `k`'s name (its builtin name or custom name).
+    pub fn op_name(&self, k: usize) -> String {
+        self.ops.get(k).map(OpRec::name).unwrap_or_default()
+    }
+
+    /// Whether tensor `t` holds constant data in the file.
+    pub fn is_constant(&self, t: usize) -> bool {
+        self.tensors.get(t).is_some_and(|x| !x.data.is_empty())
+    }
+
+    /// The graph's output tensors.
+    pub fn output_tensors(&self) -> &[usize] {
+        &self.outputs
+    }
+
+    /// The tensors operator `k` reads and writes.
+    pub fn op_tensors(&self, k: usize) -> (Vec<usize>, Vec<usize>) {
+        match self.ops.get(k) {
+            Some(o) => (o.inputs().collect(), o.outputs().collect()),
+            None => (Vec::new(), Vec::new()),
+        }
+    }
+
+    /// Operators `folds` would turn into constants at import (SHAPE of a static shape,
+    /// DEQUANTIZE of float16 weights): they make no device work.
+    pub fn folded_ops(&self) -> Vec<bool> {
+        self.ops.iter().map(|o| ops::foldable(self, o)).collect()
+    }
+
+    /// A builder over this graph, with every tensor that a foldable operator writes and
+    /// `wanted` reads replaced by its constant value.
+    fn builder(&self, wanted: &[usize]) -> Result<Builder<'a>, ImportError> {
+        let n = self.tensors.len();
+        let mut b = Builder {
+            operand_of: vec![None; n],
+            replaced: vec![None; n],
+            written: vec![false; n],
+            dequantized_step: vec![None; n],
+            tensors: self.tensors.clone(),
+            operands: Vec::new(),
+            values: Vec::new(),
+            pool: Vec::new(),
+            operations: Vec::new(),
+            counts: BTreeMap::new(),
+        };
+        let mut reads = vec![false; n];
+        for &k in wanted {
+            for t in self.ops[k].inputs() {
+                reads[t] = true;
+            }
+            for t in self.ops[k].outputs() {
+                reads[t] = true;
+            }
+        }
+        for o in &self.ops {
+            if !ops::foldable(self, o) || !o.outputs().any(|t| reads[t]) {
+                continue;
+            }
+            if let Some((t, v)) = ops::fold(self, o)? {
+                b.replaced[t] = Some(v);
+            }
+        }
+        Ok(b)
+    }
+}
+
+fn read_graph(buf: &[u8]) -> Result<Graph<'_>, ImportError> {
     let root = Table::root(buf)?;
     let codes = root.tables(slot::model::OPERATOR_CODES)?;
     let subgraphs = root.tables(slot::model::SUBGRAPHS)?;
@@ -499,27 +630,7 @@ pub(super) fn import_verified(buf: &[u8], partial: bool) -> Result<Imported, Imp
     let n = tensors.len();
     let inputs = index_list(main.scalars::<i32>(slot::subgraph::INPUTS)?, n, "input")?;
     let outputs = index_list(main.scalars::<i32>(slot::subgraph::OUTPUTS)?, n, "output")?;
-    let mut b = Builder {
-        operand_of: vec![None; n],
-        replaced: vec![None; n],
-        written: vec![false; n],
-        dequantized_step: vec![None; n],
-        tensors,
-        operands: Vec::new(),
-        values: Vec::new(),
-        pool: Vec::new(),
-        operations: Vec::new(),
-        counts: BTreeMap::new(),
-    };
-    for &i in &inputs {
-        b.written[i] = true;
-    }
-    let input_ops = inputs
-        .iter()
-        .map(|&i| b.operand(i))
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut stopped = None;
-    let mut done = operators.len();
+    let mut ops = Vec::with_capacity(operators.len());
     for (index, op) in operators.iter().enumerate() {
         let code = op.scalar::<u32>(slot::operator::OPCODE_INDEX, 0)? as usize;
         let c = codes.get(code).ok_or_else(|| {
@@ -533,11 +644,9 @@ pub(super) fn import_verified(buf: &[u8], partial: bool) -> Result<Imported, Imp
                 slot::operator_code::DEPRECATED_BUILTIN_CODE,
                 0,
             )?));
-        let ins = op.scalars::<i32>(slot::operator::INPUTS)?;
-        let outs = op.scalars::<i32>(slot::operator::OUTPUTS)?;
-        let optional = |v: &Vec<i32>| -> Result<Vec<Option<usize>>, ImportError> {
-            v.iter()
-                .map(|&i| {
+        let optional = |v: Vec<i32>| -> Result<Vec<Option<usize>>, ImportError> {
+            v.into_iter()
+                .map(|i| {
                     if i < 0 {
                         return Ok(None);
                     }
@@ -548,30 +657,65 @@ pub(super) fn import_verified(buf: &[u8], partial: bool) -> Result<Imported, Imp
                 })
                 .collect()
         };
-        let (ins, outs) = (optional(&ins)?, optional(&outs)?);
-        let options = op.table(slot::operator::OPTIONS)?;
-        let name = ops::name(builtin);
-        let mapped = ops::map(&mut b, builtin, &ins, &outs, options);
-        match mapped {
-            Ok(Mapped) => {}
-            Err(ImportError::Unsupported { reason, .. }) if partial => {
-                stopped = Some((index, name.clone(), reason));
+        ops.push(OpRec {
+            code: builtin,
+            custom: c.string(slot::operator_code::CUSTOM_CODE)?,
+            ins: optional(op.scalars::<i32>(slot::operator::INPUTS)?)?,
+            outs: optional(op.scalars::<i32>(slot::operator::OUTPUTS)?)?,
+            options: op.table(slot::operator::OPTIONS)?,
+            custom_options: op.bytes(slot::operator::CUSTOM_OPTIONS)?,
+        });
+    }
+    Ok(Graph {
+        tensors,
+        ops,
+        inputs,
+        outputs,
+    })
+}
+
+/// Maps operator `index` into `b`, naming it in the error.
+fn map_op<'a>(b: &mut Builder<'a>, op: &OpRec<'a>, index: usize) -> Result<(), ImportError> {
+    match ops::map(b, op) {
+        Ok(Mapped) => Ok(()),
+        Err(ImportError::Unsupported { reason, .. }) => Err(ImportError::Unsupported {
+            index,
+            op: op.name(),
+            reason,
+        }),
+        Err(ImportError::Operator { reason, .. }) | Err(ImportError::Malformed(reason)) => {
+            Err(ImportError::Operator {
+                index,
+                op: op.name(),
+                reason,
+            })
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Imports the main subgraph of a verified model.
+pub(super) fn import_verified(buf: &[u8], partial: bool) -> Result<Imported, ImportError> {
+    let g = read_graph(buf)?;
+    let all: Vec<usize> = (0..g.ops.len()).collect();
+    let mut b = g.builder(&all)?;
+    for &i in &g.inputs {
+        b.written[i] = true;
+    }
+    let input_ops = g
+        .inputs
+        .iter()
+        .map(|&i| b.operand(i))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut stopped = None;
+    let mut done = g.ops.len();
+    for (index, op) in g.ops.iter().enumerate() {
+        match map_op(&mut b, op, index) {
+            Ok(()) => {}
+            Err(ImportError::Unsupported { reason, op, .. }) if partial => {
+                stopped = Some((index, op, reason));
                 done = index;
                 break;
-            }
-            Err(ImportError::Unsupported { reason, .. }) => {
-                return Err(ImportError::Unsupported {
-                    index,
-                    op: name,
-                    reason,
-                })
-            }
-            Err(ImportError::Operator { reason, .. }) | Err(ImportError::Malformed(reason)) => {
-                return Err(ImportError::Operator {
-                    index,
-                    op: name,
-                    reason,
-                })
             }
             Err(e) => return Err(e),
         }
@@ -579,24 +723,21 @@ pub(super) fn import_verified(buf: &[u8], partial: bool) -> Result<Imported, Imp
     // The outputs: the graph's, or (stopped early) whatever the prefix wrote that the
     // rest reads.
     let wanted: Vec<usize> = match &stopped {
-        None => outputs.clone(),
+        None => g.outputs.clone(),
         Some(_) => {
             let mut w: Vec<usize> = Vec::new();
-            for op in &operators[done..] {
-                for i in op.scalars::<i32>(slot::operator::INPUTS)? {
-                    if let Ok(i) = usize::try_from(i) {
-                        if i < n
-                            && b.written[i]
-                            && b.tensors[i].data.is_empty()
-                            && !inputs.contains(&i)
-                            && !w.contains(&i)
-                        {
-                            w.push(i);
-                        }
+            for op in &g.ops[done..] {
+                for i in op.inputs() {
+                    if b.written[i]
+                        && b.tensors[i].data.is_empty()
+                        && !g.inputs.contains(&i)
+                        && !w.contains(&i)
+                    {
+                        w.push(i);
                     }
                 }
             }
-            for &o in &outputs {
+            for &o in &g.outputs {
                 if b.written[o] && !w.contains(&o) {
                     w.push(o);
                 }
@@ -604,8 +745,110 @@ pub(super) fn import_verified(buf: &[u8], partial: bool) -> Result<Imported, Imp
             w
         }
     };
+    let inputs = g.inputs.clone();
+    finish_selected(b, &inputs, input_ops, &wanted, stopped)
+}
+
+/// Imports the operators `selected` (indices in execution order) of the main subgraph of a
+/// verified model as one model, the way a delegate takes a partition: its inputs are the
+/// non-constant tensors they read but do not write (in order of first use), its outputs
+/// the tensors they write that the graph outputs or another operator reads.
+pub fn import_ops(g: &Graph<'_>, selected: &[usize]) -> Result<Imported, ImportError> {
+    import_partition(g, selected, None)
+}
+
+/// [`import_ops`] with the outputs given (a runtime that knows its graph's outputs says
+/// which tensors the rest of the graph needs, as TFLite's delegate parameters do). Each
+/// must be written by the operators.
+pub fn import_ops_with_outputs(
+    g: &Graph<'_>,
+    selected: &[usize],
+    outputs: &[usize],
+) -> Result<Imported, ImportError> {
+    import_partition(g, selected, Some(outputs))
+}
+
+fn import_partition(
+    g: &Graph<'_>,
+    selected: &[usize],
+    outputs: Option<&[usize]>,
+) -> Result<Imported, ImportError> {
+    if selected.windows(2).any(|w| w[0] >= w[1]) || selected.iter().any(|&k| k >= g.ops.len()) {
+        return Err(ImportError::Graph(
+            "the operators of a partition must be distinct, in order and in range".into(),
+        ));
+    }
+    let mut b = g.builder(selected)?;
+    let mut inside = vec![false; g.ops.len()];
+    for &k in selected {
+        inside[k] = true;
+    }
+    let mut writes = vec![false; g.tensors.len()];
+    let mut inputs = Vec::new();
+    for &k in selected {
+        for t in g.ops[k].inputs() {
+            if !writes[t]
+                && g.tensors[t].data.is_empty()
+                && b.replaced[t].is_none()
+                && !inputs.contains(&t)
+            {
+                inputs.push(t);
+            }
+        }
+        for t in g.ops[k].outputs() {
+            writes[t] = true;
+        }
+    }
+    for &i in &inputs {
+        b.written[i] = true;
+    }
+    let input_ops = inputs
+        .iter()
+        .map(|&i| b.operand(i))
+        .collect::<Result<Vec<_>, _>>()?;
+    for &k in selected {
+        map_op(&mut b, &g.ops[k], k)?;
+    }
+    let mut wanted = Vec::new();
+    if let Some(outputs) = outputs {
+        for &t in outputs {
+            if t >= writes.len() || !writes[t] {
+                return Err(ImportError::Graph(format!(
+                    "tensor {t} is not written by the partition's operators"
+                )));
+            }
+        }
+        wanted = outputs.to_vec();
+    }
+    for &k in selected.iter().filter(|_| outputs.is_none()) {
+        for t in g.ops[k].outputs() {
+            let read_outside = g
+                .ops
+                .iter()
+                .enumerate()
+                .any(|(j, o)| !inside[j] && o.inputs().any(|x| x == t));
+            if (read_outside || g.outputs.contains(&t))
+                && b.replaced[t].is_none()
+                && !wanted.contains(&t)
+            {
+                wanted.push(t);
+            }
+        }
+    }
+    finish_selected(b, &inputs, input_ops, &wanted, None)
+}
+
+/// Names the model's inputs and outputs, then finishes it.
+fn finish_selected(
+    b: Builder<'_>,
+    inputs: &[usize],
+    input_ops: Vec<u32>,
+    wanted: &[usize],
+    stopped: Option<(usize, String, String)>,
+) -> Result<Imported, ImportError> {
+    let mut b = b;
     let mut output_ops = Vec::with_capacity(wanted.len());
-    for &o in &wanted {
+    for &o in wanted {
         if !b.written[o] || b.operand_of[o].is_none() {
             return Err(ImportError::Graph(format!(
                 "output tensor {o} ({}) is never written",
@@ -635,7 +878,10 @@ pub(super) fn import_verified(buf: &[u8], partial: bool) -> Result<Imported, Imp
         .zip(&output_ops)
         .map(|(&t, &o)| info(&b, t, o))
         .collect();
-    finish(b, input_ops, output_ops, in_info, out_info, stopped)
+    let mut imported = finish(b, input_ops, output_ops, in_info, out_info, stopped)?;
+    imported.input_tensors = inputs.to_vec();
+    imported.output_tensors = wanted.to_vec();
+    Ok(imported)
 }
 
 fn finish(
@@ -688,5 +934,7 @@ fn finish(
         operations: b.counts,
         stopped,
         constant_bytes,
+        input_tensors: Vec::new(),
+        output_tensors: Vec::new(),
     })
 }

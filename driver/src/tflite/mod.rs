@@ -3,17 +3,20 @@
 //! the same driver path (validate, prepare, execute) as everything else.
 //!
 //! [`schema`] verifies the FlatBuffer and reads it with safe accessors; [`import`] turns the
-//! main subgraph into a model; [`ops`] holds one mapping per builtin operator; [`npy`]
+//! main subgraph (or a partition of it) into a model; [`ops`] holds one mapping per builtin
+//! or custom operator; [`partition`] splits a graph between vnpu and the CPU; [`npy`]
 //! reads and writes the `.npy` files `vnpu run MODEL.tflite` takes and gives. A file is
 //! hostile input: every error is an [`ImportError`], never a panic.
 
 pub mod import;
 pub mod npy;
 pub mod ops;
+pub mod partition;
 pub mod run;
 pub mod schema;
+pub mod writer;
 
-pub use import::{Imported, TensorInfo};
+pub use import::{import_ops, import_ops_with_outputs, Graph, Imported, TensorInfo};
 
 /// Why a file does not import.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

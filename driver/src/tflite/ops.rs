@@ -2,7 +2,7 @@
 //! builtin code, its name and how its inputs and options become the NNAPI operation's
 //! operands (the options tables' slots are the schema's, noted beside each read).
 
-use super::import::Builder;
+use super::import::{tensor_type, Builder, Graph, OpRec};
 use super::schema::Table;
 use super::ImportError;
 use crate::hal::{OperandType, OperationType as Op};
@@ -17,7 +17,128 @@ struct Mapping {
     code: i32,
     name: &'static str,
     map: MapFn,
+    /// Where the options the mapping reads sit in the C parameter struct the runtime hands
+    /// a delegate (`builtin_op_data.h`), for rebuilding the options table from it.
+    c: &'static [CParam],
 }
+
+/// A field of a builtin's C parameter struct, by byte offset, and how the FlatBuffer
+/// options table holds it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum CField {
+    /// A C `int` kept as an int32 option.
+    I32(usize),
+    /// A C enum `int` (fused activation, weights format) kept as a byte option.
+    Enum(usize),
+    /// A C `bool` kept as a byte option.
+    Bool(usize),
+    /// A C `float`.
+    F32(usize),
+    /// `TfLitePadding` (SAME 1, VALID 2) as the file's Padding byte (SAME 0, VALID 1).
+    Padding(usize),
+    /// An `int32_t[max]` array with its `int` count at `count_at`, kept as an int vector.
+    Ints {
+        /// The array's offset.
+        at: usize,
+        /// The count's offset.
+        count_at: usize,
+        /// The array's capacity.
+        max: usize,
+    },
+}
+
+/// One option: its options-table slot and its C field.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CParam {
+    /// The options table's vtable slot.
+    pub slot: u16,
+    /// Where the runtime's C struct holds it.
+    pub field: CField,
+}
+
+const fn cp(slot: u16, field: CField) -> CParam {
+    CParam { slot, field }
+}
+
+/// An option value for an options table.
+#[derive(Clone, Debug, PartialEq)]
+pub enum OptValue {
+    /// A byte (enums, bools).
+    I8(i8),
+    /// An int32.
+    I32(i32),
+    /// A float32.
+    F32(f32),
+    /// A vector of int32.
+    Ints(Vec<i32>),
+}
+
+use CField::{Bool, Enum, Padding, F32, I32};
+/// The fused activation is the struct's first field, options slot 4.
+const ACT0: &[CParam] = &[cp(4, Enum(0))];
+const POOL: &[CParam] = &[
+    cp(4, Padding(0)),
+    cp(6, I32(4)),
+    cp(8, I32(8)),
+    cp(10, I32(12)),
+    cp(12, I32(16)),
+    cp(14, Enum(20)),
+];
+const CONV: &[CParam] = &[
+    cp(4, Padding(0)),
+    cp(6, I32(4)),
+    cp(8, I32(8)),
+    cp(10, Enum(12)),
+    cp(12, I32(16)),
+    cp(14, I32(20)),
+];
+const DEPTHWISE: &[CParam] = &[
+    cp(4, Padding(0)),
+    cp(6, I32(4)),
+    cp(8, I32(8)),
+    cp(10, I32(12)),
+    cp(12, Enum(16)),
+    cp(14, I32(20)),
+    cp(16, I32(24)),
+];
+const TRANSPOSE_CONV: &[CParam] = &[
+    cp(4, Padding(0)),
+    cp(6, I32(4)),
+    cp(8, I32(8)),
+    cp(10, Enum(12)),
+];
+const FULLY_CONNECTED: &[CParam] = &[cp(4, Enum(0)), cp(6, Enum(4)), cp(8, Bool(8))];
+const CONCATENATION: &[CParam] = &[cp(4, I32(0)), cp(6, Enum(4))];
+const RESHAPE: &[CParam] = &[cp(
+    4,
+    CField::Ints {
+        at: 0,
+        count_at: 32,
+        max: 8,
+    },
+)];
+const SQUEEZE: &[CParam] = &[cp(
+    4,
+    CField::Ints {
+        at: 0,
+        count_at: 32,
+        max: 8,
+    },
+)];
+const STRIDED_SLICE: &[CParam] = &[
+    cp(4, I32(0)),
+    cp(6, I32(4)),
+    cp(8, I32(8)),
+    cp(10, I32(12)),
+    cp(12, I32(16)),
+    cp(14, Bool(20)),
+];
+const RESIZE_BILINEAR: &[CParam] = &[cp(8, Bool(0)), cp(10, Bool(1))];
+const RESIZE_NEAREST: &[CParam] = &[cp(4, Bool(0)), cp(6, Bool(1))];
+const INT0: &[CParam] = &[cp(4, I32(0))];
+const TWO_INTS: &[CParam] = &[cp(4, I32(0)), cp(6, I32(4))];
+const FLOAT0: &[CParam] = &[cp(4, F32(0))];
+const KEEP_DIMS: &[CParam] = &[cp(4, Bool(0))];
 
 /// What a mapping sees: the builder, the operator's tensors and its options.
 struct Ctx<'b, 'a> {
@@ -25,6 +146,8 @@ struct Ctx<'b, 'a> {
     ins: &'b [Option<usize>],
     outs: &'b [Option<usize>],
     options: Option<Table<'a>>,
+    /// A custom operator's options bytes.
+    custom_options: &'a [u8],
 }
 
 /// The most output channels a filter without a bias may have (its zero bias is made
@@ -216,100 +339,325 @@ impl Ctx<'_, '_> {
         }
         Ok(self.b.zeros(t, channels, es))
     }
+
+    /// The weights (input `k`) of a CONV_2D, DEPTHWISE_CONV_2D or FULLY_CONNECTED. A
+    /// hybrid (dynamic-range quantised) operator has float input and int8 weights; the
+    /// HAL has no such signature, so the weights are dequantised to float32 here, once,
+    /// and the operation runs in float.
+    fn weights(&mut self, k: usize) -> Result<u32, ImportError> {
+        let t = self.tensor_in(k)?;
+        let x = self.tensor_in(0)?;
+        let hybrid = self.b.tensors[x].ty == tensor_type::FLOAT32
+            && matches!(self.b.tensors[t].ty, tensor_type::INT8 | tensor_type::UINT8);
+        if hybrid && self.b.replaced[t].is_none() {
+            let Some(bytes) = self.b.constant(t)? else {
+                return Err(unsupported("hybrid weights that are not constant"));
+            };
+            let dims = self.b.dims(t)?;
+            let w = &self.b.tensors[t];
+            let values = dequantize_weights(bytes, w.ty, &dims, &w.scales, &w.zero_points, w.axis)?;
+            self.b.replaced[t] = Some(values);
+        }
+        self.input(k)
+    }
+
+    /// Output `k`'s tensor.
+    fn tensor_out(&self, k: usize) -> Result<usize, ImportError> {
+        self.outs
+            .get(k)
+            .copied()
+            .flatten()
+            .ok_or_else(|| bad(format!("output {k} missing")))
+    }
+
+    /// A tensor's shape when the file fixes it (no dimension only known at run time).
+    fn static_shape(&self, t: usize) -> Option<Vec<i32>> {
+        let x = &self.b.tensors[t];
+        (!x.signature.contains(&-1)).then(|| x.shape.clone())
+    }
+}
+
+/// int8/uint8 weights as float32 bytes: `(q - zero point) * scale`, per tensor or per
+/// channel along `axis`.
+fn dequantize_weights(
+    bytes: &[u8],
+    ty: i8,
+    dims: &[u32],
+    scales: &[f32],
+    zero_points: &[i64],
+    axis: i32,
+) -> Result<Vec<u8>, ImportError> {
+    let channels = match scales.len() {
+        0 => return Err(bad("quantised weights without a scale")),
+        1 => 1,
+        n => {
+            let a = usize::try_from(axis)
+                .ok()
+                .filter(|&a| a < dims.len())
+                .ok_or_else(|| bad(format!("quantized dimension {axis}")))?;
+            if dims[a] as usize != n || (!zero_points.is_empty() && zero_points.len() != n) {
+                return Err(bad("per-channel scales do not match the weights' shape"));
+            }
+            n
+        }
+    };
+    let inner: usize = match channels {
+        1 => 1,
+        _ => dims[axis as usize + 1..]
+            .iter()
+            .map(|&d| d as usize)
+            .product(),
+    };
+    let mut out = Vec::with_capacity(bytes.len() * 4);
+    for (i, &b) in bytes.iter().enumerate() {
+        let c = if channels == 1 {
+            0
+        } else {
+            (i / inner.max(1)) % channels
+        };
+        let q = if ty == tensor_type::UINT8 {
+            i64::from(b)
+        } else {
+            i64::from(b as i8)
+        };
+        let z = zero_points.get(c).copied().unwrap_or(0);
+        out.extend_from_slice(&(((q - z) as f32) * scales[c]).to_le_bytes());
+    }
+    Ok(out)
 }
 
 /// Every mapped builtin, by code.
 #[rustfmt::skip]
 static MAPPINGS: &[Mapping] = &[
-    Mapping { code: 0, name: "ADD", map: |c| arith(c, Op::ADD) },
-    Mapping { code: 1, name: "AVERAGE_POOL_2D", map: |c| pool(c, Op::AVERAGE_POOL_2D) },
-    Mapping { code: 2, name: "CONCATENATION", map: concatenation },
-    Mapping { code: 3, name: "CONV_2D", map: conv },
-    Mapping { code: 4, name: "DEPTHWISE_CONV_2D", map: depthwise },
-    Mapping { code: 5, name: "DEPTH_TO_SPACE", map: |c| block(c, Op::DEPTH_TO_SPACE) },
-    Mapping { code: 6, name: "DEQUANTIZE", map: dequantize },
-    Mapping { code: 8, name: "FLOOR", map: |c| c.plain(Op::FLOOR, 1) },
-    Mapping { code: 9, name: "FULLY_CONNECTED", map: fully_connected },
-    Mapping { code: 11, name: "L2_NORMALIZATION", map: l2_normalization },
-    Mapping { code: 14, name: "LOGISTIC", map: |c| c.plain(Op::LOGISTIC, 1) },
-    Mapping { code: 17, name: "MAX_POOL_2D", map: |c| pool(c, Op::MAX_POOL_2D) },
-    Mapping { code: 18, name: "MUL", map: |c| arith(c, Op::MUL) },
-    Mapping { code: 19, name: "RELU", map: |c| c.activation(Op::RELU) },
-    Mapping { code: 20, name: "RELU_N1_TO_1", map: |c| c.activation(Op::RELU1) },
-    Mapping { code: 21, name: "RELU6", map: |c| c.activation(Op::RELU6) },
-    Mapping { code: 22, name: "RESHAPE", map: reshape },
-    Mapping { code: 23, name: "RESIZE_BILINEAR", map: |c| resize(c, Op::RESIZE_BILINEAR, 8, 10) },
-    Mapping { code: 25, name: "SOFTMAX", map: softmax },
-    Mapping { code: 26, name: "SPACE_TO_DEPTH", map: |c| block(c, Op::SPACE_TO_DEPTH) },
-    Mapping { code: 28, name: "TANH", map: |c| c.plain(Op::TANH, 1) },
-    Mapping { code: 34, name: "PAD", map: |c| c.plain(Op::PAD, 2) },
-    Mapping { code: 36, name: "GATHER", map: gather },
-    Mapping { code: 37, name: "BATCH_TO_SPACE_ND", map: batch_to_space },
-    Mapping { code: 38, name: "SPACE_TO_BATCH_ND", map: space_to_batch },
-    Mapping { code: 39, name: "TRANSPOSE", map: |c| c.plain(Op::TRANSPOSE, 2) },
-    Mapping { code: 40, name: "MEAN", map: mean },
-    Mapping { code: 41, name: "SUB", map: |c| arith(c, Op::SUB) },
-    Mapping { code: 42, name: "DIV", map: |c| arith(c, Op::DIV) },
-    Mapping { code: 43, name: "SQUEEZE", map: squeeze },
-    Mapping { code: 45, name: "STRIDED_SLICE", map: strided_slice },
-    Mapping { code: 47, name: "EXP", map: |c| c.plain(Op::EXP, 1) },
-    Mapping { code: 49, name: "SPLIT", map: split },
-    Mapping { code: 50, name: "LOG_SOFTMAX", map: log_softmax },
-    Mapping { code: 53, name: "CAST", map: |c| c.plain(Op::CAST, 1) },
-    Mapping { code: 54, name: "PRELU", map: |c| c.plain(Op::PRELU, 2) },
-    Mapping { code: 55, name: "MAXIMUM", map: |c| c.plain(Op::MAXIMUM, 2) },
-    Mapping { code: 56, name: "ARG_MAX", map: |c| arg_min_max(c, Op::ARGMAX) },
-    Mapping { code: 57, name: "MINIMUM", map: |c| c.plain(Op::MINIMUM, 2) },
-    Mapping { code: 59, name: "NEG", map: |c| c.plain(Op::NEG, 1) },
-    Mapping { code: 65, name: "SLICE", map: |c| c.plain(Op::SLICE, 3) },
-    Mapping { code: 66, name: "SIN", map: |c| c.plain(Op::SIN, 1) },
-    Mapping { code: 67, name: "TRANSPOSE_CONV", map: transpose_conv },
-    Mapping { code: 69, name: "TILE", map: |c| c.plain(Op::TILE, 2) },
-    Mapping { code: 70, name: "EXPAND_DIMS", map: expand_dims },
-    Mapping { code: 73, name: "LOG", map: |c| c.plain(Op::LOG, 1) },
-    Mapping { code: 74, name: "SUM", map: |c| reduce(c, Op::REDUCE_SUM) },
-    Mapping { code: 75, name: "SQRT", map: |c| c.plain(Op::SQRT, 1) },
-    Mapping { code: 76, name: "RSQRT", map: |c| c.plain(Op::RSQRT, 1) },
-    Mapping { code: 78, name: "POW", map: |c| c.plain(Op::POW, 2) },
-    Mapping { code: 79, name: "ARG_MIN", map: |c| arg_min_max(c, Op::ARGMIN) },
-    Mapping { code: 81, name: "REDUCE_PROD", map: |c| reduce(c, Op::REDUCE_PROD) },
-    Mapping { code: 82, name: "REDUCE_MAX", map: |c| reduce(c, Op::REDUCE_MAX) },
-    Mapping { code: 89, name: "REDUCE_MIN", map: |c| reduce(c, Op::REDUCE_MIN) },
-    Mapping { code: 97, name: "RESIZE_NEAREST_NEIGHBOR", map: |c| resize(c, Op::RESIZE_NEAREST_NEIGHBOR, 4, 6) },
-    Mapping { code: 98, name: "LEAKY_RELU", map: leaky_relu },
-    Mapping { code: 101, name: "ABS", map: |c| c.plain(Op::ABS, 1) },
-    Mapping { code: 111, name: "ELU", map: elu },
-    Mapping { code: 114, name: "QUANTIZE", map: quantize },
-    Mapping { code: 117, name: "HARD_SWISH", map: |c| c.plain(Op::HARD_SWISH, 1) },
+    Mapping { code: 0, name: "ADD", map: |c| arith(c, Op::ADD), c: ACT0 },
+    Mapping { code: 1, name: "AVERAGE_POOL_2D", map: |c| pool(c, Op::AVERAGE_POOL_2D), c: POOL },
+    Mapping { code: 2, name: "CONCATENATION", map: concatenation, c: CONCATENATION },
+    Mapping { code: 3, name: "CONV_2D", map: conv, c: CONV },
+    Mapping { code: 4, name: "DEPTHWISE_CONV_2D", map: depthwise, c: DEPTHWISE },
+    Mapping { code: 5, name: "DEPTH_TO_SPACE", map: |c| block(c, Op::DEPTH_TO_SPACE), c: INT0 },
+    Mapping { code: 6, name: "DEQUANTIZE", map: dequantize, c: &[] },
+    Mapping { code: 8, name: "FLOOR", map: |c| c.plain(Op::FLOOR, 1), c: &[] },
+    Mapping { code: 9, name: "FULLY_CONNECTED", map: fully_connected, c: FULLY_CONNECTED },
+    Mapping { code: 11, name: "L2_NORMALIZATION", map: l2_normalization, c: ACT0 },
+    Mapping { code: 14, name: "LOGISTIC", map: |c| c.plain(Op::LOGISTIC, 1), c: &[] },
+    Mapping { code: 17, name: "MAX_POOL_2D", map: |c| pool(c, Op::MAX_POOL_2D), c: POOL },
+    Mapping { code: 18, name: "MUL", map: |c| arith(c, Op::MUL), c: ACT0 },
+    Mapping { code: 19, name: "RELU", map: |c| c.activation(Op::RELU), c: &[] },
+    Mapping { code: 20, name: "RELU_N1_TO_1", map: |c| c.activation(Op::RELU1), c: &[] },
+    Mapping { code: 21, name: "RELU6", map: |c| c.activation(Op::RELU6), c: &[] },
+    Mapping { code: 22, name: "RESHAPE", map: reshape, c: RESHAPE },
+    Mapping { code: 23, name: "RESIZE_BILINEAR", map: |c| resize(c, Op::RESIZE_BILINEAR, 8, 10), c: RESIZE_BILINEAR },
+    Mapping { code: 25, name: "SOFTMAX", map: softmax, c: FLOAT0 },
+    Mapping { code: 26, name: "SPACE_TO_DEPTH", map: |c| block(c, Op::SPACE_TO_DEPTH), c: INT0 },
+    Mapping { code: 28, name: "TANH", map: |c| c.plain(Op::TANH, 1), c: &[] },
+    Mapping { code: 34, name: "PAD", map: |c| c.plain(Op::PAD, 2), c: &[] },
+    Mapping { code: 36, name: "GATHER", map: gather, c: TWO_INTS },
+    Mapping { code: 37, name: "BATCH_TO_SPACE_ND", map: batch_to_space, c: &[] },
+    Mapping { code: 38, name: "SPACE_TO_BATCH_ND", map: space_to_batch, c: &[] },
+    Mapping { code: 39, name: "TRANSPOSE", map: |c| c.plain(Op::TRANSPOSE, 2), c: &[] },
+    Mapping { code: 40, name: "MEAN", map: mean, c: KEEP_DIMS },
+    Mapping { code: 41, name: "SUB", map: |c| arith(c, Op::SUB), c: ACT0 },
+    Mapping { code: 42, name: "DIV", map: |c| arith(c, Op::DIV), c: ACT0 },
+    Mapping { code: 43, name: "SQUEEZE", map: squeeze, c: SQUEEZE },
+    Mapping { code: 45, name: "STRIDED_SLICE", map: strided_slice, c: STRIDED_SLICE },
+    Mapping { code: 47, name: "EXP", map: |c| c.plain(Op::EXP, 1), c: &[] },
+    Mapping { code: 49, name: "SPLIT", map: split, c: INT0 },
+    Mapping { code: 50, name: "LOG_SOFTMAX", map: log_softmax, c: &[] },
+    Mapping { code: 53, name: "CAST", map: |c| c.plain(Op::CAST, 1), c: &[] },
+    Mapping { code: 54, name: "PRELU", map: |c| c.plain(Op::PRELU, 2), c: &[] },
+    Mapping { code: 55, name: "MAXIMUM", map: |c| c.plain(Op::MAXIMUM, 2), c: &[] },
+    Mapping { code: 56, name: "ARG_MAX", map: |c| arg_min_max(c, Op::ARGMAX), c: &[] },
+    Mapping { code: 57, name: "MINIMUM", map: |c| c.plain(Op::MINIMUM, 2), c: &[] },
+    Mapping { code: 59, name: "NEG", map: |c| c.plain(Op::NEG, 1), c: &[] },
+    Mapping { code: 65, name: "SLICE", map: |c| c.plain(Op::SLICE, 3), c: &[] },
+    Mapping { code: 66, name: "SIN", map: |c| c.plain(Op::SIN, 1), c: &[] },
+    Mapping { code: 67, name: "TRANSPOSE_CONV", map: transpose_conv, c: TRANSPOSE_CONV },
+    Mapping { code: 69, name: "TILE", map: |c| c.plain(Op::TILE, 2), c: &[] },
+    Mapping { code: 70, name: "EXPAND_DIMS", map: expand_dims, c: &[] },
+    Mapping { code: 73, name: "LOG", map: |c| c.plain(Op::LOG, 1), c: &[] },
+    Mapping { code: 74, name: "SUM", map: |c| reduce(c, Op::REDUCE_SUM), c: KEEP_DIMS },
+    Mapping { code: 75, name: "SQRT", map: |c| c.plain(Op::SQRT, 1), c: &[] },
+    Mapping { code: 76, name: "RSQRT", map: |c| c.plain(Op::RSQRT, 1), c: &[] },
+    Mapping { code: 78, name: "POW", map: |c| c.plain(Op::POW, 2), c: &[] },
+    Mapping { code: 79, name: "ARG_MIN", map: |c| arg_min_max(c, Op::ARGMIN), c: &[] },
+    Mapping { code: 81, name: "REDUCE_PROD", map: |c| reduce(c, Op::REDUCE_PROD), c: KEEP_DIMS },
+    Mapping { code: 82, name: "REDUCE_MAX", map: |c| reduce(c, Op::REDUCE_MAX), c: KEEP_DIMS },
+    Mapping { code: 89, name: "REDUCE_MIN", map: |c| reduce(c, Op::REDUCE_MIN), c: KEEP_DIMS },
+    Mapping { code: 97, name: "RESIZE_NEAREST_NEIGHBOR", map: |c| resize(c, Op::RESIZE_NEAREST_NEIGHBOR, 4, 6), c: RESIZE_NEAREST },
+    Mapping { code: 98, name: "LEAKY_RELU", map: leaky_relu, c: FLOAT0 },
+    Mapping { code: 101, name: "ABS", map: |c| c.plain(Op::ABS, 1), c: &[] },
+    Mapping { code: 111, name: "ELU", map: elu, c: &[] },
+    Mapping { code: 114, name: "QUANTIZE", map: quantize, c: &[] },
+    Mapping { code: 77, name: "SHAPE", map: shape, c: &[] },
+    Mapping { code: 83, name: "PACK", map: pack, c: TWO_INTS },
+    Mapping { code: 117, name: "HARD_SWISH", map: |c| c.plain(Op::HARD_SWISH, 1), c: &[] },
+    // Custom operators, by their custom name.
+    Mapping { code: CUSTOM, name: "Convolution2DTransposeBias", map: transpose_conv_bias, c: &[] },
 ];
+
+/// The builtin code of a custom operator (its name is in the operator code's
+/// `custom_code`).
+const CUSTOM: i32 = 32;
+/// SHAPE's builtin code.
+const SHAPE: i32 = 77;
+/// DEQUANTIZE's builtin code.
+const DEQUANTIZE: i32 = 6;
+
+/// The options a delegate must rebuild for builtin `code` from its C parameter struct, and
+/// the bytes of that struct they span (empty for an operator without options vnpu reads).
+pub fn c_params(code: i32) -> (&'static [CParam], usize) {
+    let params = mapping(code, "").map_or(&[][..], |m| m.c);
+    let end = params
+        .iter()
+        .map(|p| match p.field {
+            CField::I32(at) | CField::Enum(at) | CField::F32(at) | CField::Padding(at) => at + 4,
+            CField::Bool(at) => at + 1,
+            CField::Ints { at, count_at, max } => (at + 4 * max).max(count_at + 4),
+        })
+        .max()
+        .unwrap_or(0);
+    (params, end)
+}
+
+/// The options of builtin `code` from the bytes of its C parameter struct (at least
+/// [`c_params`]' length), as slot values for an options table.
+pub fn options_from_c(code: i32, c: &[u8]) -> Result<Vec<(u16, OptValue)>, ImportError> {
+    let (params, end) = c_params(code);
+    if c.len() < end {
+        return Err(bad(format!(
+            "{} bytes of parameters, {end} expected",
+            c.len()
+        )));
+    }
+    let int = |at: usize| i32::from_le_bytes([c[at], c[at + 1], c[at + 2], c[at + 3]]);
+    params
+        .iter()
+        .map(|p| {
+            let v = match p.field {
+                CField::I32(at) => OptValue::I32(int(at)),
+                CField::Enum(at) => OptValue::I8(
+                    i8::try_from(int(at)).map_err(|_| bad(format!("enum value {}", int(at))))?,
+                ),
+                CField::Bool(at) => OptValue::I8(i8::from(c[at] != 0)),
+                CField::F32(at) => OptValue::F32(f32::from_bits(int(at) as u32)),
+                CField::Padding(at) => match int(at) {
+                    1 => OptValue::I8(0),
+                    2 => OptValue::I8(1),
+                    p => return Err(bad(format!("padding {p}"))),
+                },
+                CField::Ints { at, count_at, max } => {
+                    let n = usize::try_from(int(count_at))
+                        .ok()
+                        .filter(|&n| n <= max)
+                        .ok_or_else(|| bad(format!("{} dimensions", int(count_at))))?;
+                    OptValue::Ints((0..n).map(|k| int(at + 4 * k)).collect())
+                }
+            };
+            Ok((p.slot, v))
+        })
+        .collect()
+}
+
+fn mapping(code: i32, custom: &str) -> Option<&'static Mapping> {
+    MAPPINGS
+        .iter()
+        .find(|m| m.code == code && (code != CUSTOM || m.name == custom))
+}
 
 /// The builtin's name (`BUILTIN_<code>` for one vnpu does not map).
 pub fn name(code: i32) -> String {
-    MAPPINGS
-        .iter()
-        .find(|m| m.code == code)
-        .map_or_else(|| format!("BUILTIN_{code}"), |m| m.name.to_string())
+    name_of(code, "")
+}
+
+/// An operator's name: the builtin's (`BUILTIN_<code>` for one vnpu does not map), or for
+/// a custom operator `custom NAME`.
+pub fn name_of(code: i32, custom: &str) -> String {
+    if code == CUSTOM {
+        return match custom {
+            "" => "CUSTOM".into(),
+            c => format!("custom {c}"),
+        };
+    }
+    mapping(code, "").map_or_else(|| format!("BUILTIN_{code}"), |m| m.name.to_string())
 }
 
 /// Maps one operator; `Unsupported` when vnpu has no mapping for it (or its options).
-pub(super) fn map<'a>(
-    b: &mut Builder<'a>,
-    code: i32,
-    ins: &[Option<usize>],
-    outs: &[Option<usize>],
-    options: Option<Table<'a>>,
-) -> Result<Mapped, ImportError> {
-    let m = MAPPINGS.iter().find(|m| m.code == code).ok_or_else(|| {
-        unsupported(format!(
+pub(super) fn map<'a>(b: &mut Builder<'a>, op: &OpRec<'a>) -> Result<Mapped, ImportError> {
+    let m = mapping(op.code, &op.custom).ok_or_else(|| match op.code {
+        CUSTOM => unsupported(format!(
+            "custom operator \"{}\" has no NNAPI mapping in vnpu",
+            op.custom
+        )),
+        code => unsupported(format!(
             "builtin operator {code} has no NNAPI mapping in vnpu"
-        ))
+        )),
     })?;
     (m.map)(&mut Ctx {
         b,
-        ins,
-        outs,
-        options,
+        ins: &op.ins,
+        outs: &op.outs,
+        options: op.options,
+        custom_options: op.custom_options,
     })
+}
+
+/// Whether the import folds `op` into a constant: SHAPE of a tensor whose shape the file
+/// fixes (to int32), DEQUANTIZE of float16 constant weights. Such an operator makes no
+/// device work; its output is a constant wherever it is read.
+pub(super) fn foldable(g: &Graph<'_>, op: &OpRec<'_>) -> bool {
+    let (Some(&Some(x)), [Some(out)]) = (op.ins.first(), &op.outs[..]) else {
+        return false;
+    };
+    let (x, o) = (&g.tensors[x], &g.tensors[*out]);
+    if !o.data.is_empty() {
+        return false;
+    }
+    match op.code {
+        SHAPE => {
+            !x.signature.contains(&-1)
+                && o.ty == tensor_type::INT32
+                && o.shape == [x.shape.len() as i32]
+        }
+        DEQUANTIZE => x.ty == tensor_type::FLOAT16 && !x.data.is_empty() && o.shape == x.shape,
+        _ => false,
+    }
+}
+
+/// The constant a [`foldable`] operator's output holds: `(tensor, bytes)`.
+pub(super) fn fold(g: &Graph<'_>, op: &OpRec<'_>) -> Result<Option<(usize, Vec<u8>)>, ImportError> {
+    let (Some(&Some(x)), [Some(out)]) = (op.ins.first(), &op.outs[..]) else {
+        return Ok(None);
+    };
+    let t = &g.tensors[x];
+    let bytes: Vec<u8> = match op.code {
+        SHAPE => t.shape.iter().flat_map(|d| d.to_le_bytes()).collect(),
+        DEQUANTIZE => {
+            let n = t
+                .shape
+                .iter()
+                .try_fold(1usize, |a, &d| a.checked_mul(usize::try_from(d).ok()?))
+                .ok_or_else(|| ImportError::Tensor {
+                    index: x,
+                    reason: "bad shape".into(),
+                })?;
+            let data = t
+                .data
+                .get(..n.saturating_mul(2))
+                .ok_or_else(|| ImportError::Tensor {
+                    index: x,
+                    reason: format!("buffer of {} bytes for {n} float16 values", t.data.len()),
+                })?;
+            data.chunks_exact(2)
+                .flat_map(|h| {
+                    half::f16::from_le_bytes([h[0], h[1]])
+                        .to_f32()
+                        .to_le_bytes()
+                })
+                .collect()
+        }
+        _ => return Ok(None),
+    };
+    Ok(Some((*out, bytes)))
 }
 
 /// ADD, SUB, MUL: options `fused_activation_function` at slot 4.
@@ -352,7 +700,7 @@ fn concatenation(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
 /// dilation_w_factor 12, dilation_h_factor 14. TFLite's filter is OHWI, as NNAPI's.
 fn conv(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
     let x = c.input(0)?;
-    let f = c.input(1)?;
+    let f = c.weights(1)?;
     let channels = c.b.dims_of(f).first().copied().unwrap_or(0);
     let bias = c.bias(2, channels, f)?;
     let pad = c.padding(4)?;
@@ -375,7 +723,7 @@ fn conv(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
 /// is `[1, H, W, O]`, as NNAPI's.
 fn depthwise(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
     let x = c.input(0)?;
-    let f = c.input(1)?;
+    let f = c.weights(1)?;
     let channels = c.b.dims_of(f).last().copied().unwrap_or(0);
     let bias = c.bias(2, channels, f)?;
     let pad = c.padding(4)?;
@@ -395,35 +743,18 @@ fn depthwise(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
 }
 
 /// DEQUANTIZE: a constant float16 tensor (weights stored in half precision) becomes a
-/// float32 constant here; anything else maps to NNAPI DEQUANTIZE (and a float tensor made
+/// float32 constant ([`fold`]); anything else maps to NNAPI DEQUANTIZE (and a float tensor made
 /// from a per-tensor quantised one remembers its step, for error budgets).
 fn dequantize(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
     let t = c.tensor_in(0)?;
-    if c.b.tensors[t].ty == 1 {
-        let Some(bytes) = c.b.constant(t)? else {
-            return Err(unsupported("DEQUANTIZE of a computed float16 tensor"));
-        };
-        let f32s: Vec<u8> = bytes
-            .chunks_exact(2)
-            .flat_map(|h| {
-                half::f16::from_le_bytes([h[0], h[1]])
-                    .to_f32()
-                    .to_le_bytes()
-            })
-            .collect();
-        let out = c
-            .outs
-            .first()
-            .copied()
-            .flatten()
-            .ok_or_else(|| bad("output 0 missing"))?;
-        if c.b.written[out] || !c.b.tensors[out].data.is_empty() {
-            return Err(bad("DEQUANTIZE writes a constant or written tensor"));
+    if c.b.tensors[t].ty == tensor_type::FLOAT16 {
+        let out = c.tensor_out(0)?;
+        if c.b.replaced[out].is_none() {
+            return Err(unsupported(
+                "DEQUANTIZE of float16 values that are not constant weights",
+            ));
         }
-        if c.b.dims(out)? != c.b.dims(t)? {
-            return Err(bad("DEQUANTIZE changes the shape"));
-        }
-        c.b.replaced[out] = Some(f32s);
+        // Folded: the output is a float32 constant wherever it is read.
         return Ok(Mapped);
     }
     let (x, out) = (c.input(0)?, c.output(0)?);
@@ -463,7 +794,7 @@ fn fully_connected(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
         ));
     }
     let x = c.input(0)?;
-    let w = c.input(1)?;
+    let w = c.weights(1)?;
     let units = c.b.dims_of(w).first().copied().unwrap_or(0);
     let bias = c.bias(2, units, w)?;
     let act = c.act(4)?;
@@ -474,8 +805,16 @@ fn fully_connected(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
 /// RESHAPE: the shape from input 1 (a constant) or ReshapeOptions new_shape (slot 4).
 fn reshape(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
     let x = c.input(0)?;
-    let shape = if c.ins.get(1).copied().flatten().is_some() {
-        c.const_ints(1)?
+    let shape = if let Some(t) = c.ins.get(1).copied().flatten() {
+        // A shape computed in the graph: the output's, when the file fixes it.
+        match c.b.ints(t)? {
+            Some(v) => v,
+            None => {
+                let out = c.tensor_out(0)?;
+                c.static_shape(out)
+                    .ok_or_else(|| unsupported("RESHAPE to a shape only known at run time"))?
+            }
+        }
     } else {
         match &c.options {
             Some(o) => o.scalars::<i32>(4)?,
@@ -706,4 +1045,108 @@ fn elu(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
     let alpha = c.b.float(1.0);
     let out = c.output(0)?;
     c.done(Op::ELU, vec![x, alpha], vec![out])
+}
+
+/// SHAPE: folded to a constant at import ([`fold`]) when the input's shape is fixed.
+fn shape(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
+    let out = c.tensor_out(0)?;
+    if c.b.replaced[out].is_none() {
+        let x = c.tensor_in(0)?;
+        return Err(unsupported(if c.b.tensors[out].ty != tensor_type::INT32 {
+            "SHAPE to a type other than int32"
+        } else if c.static_shape(x).is_none() {
+            "SHAPE of a tensor whose shape is only known at run time"
+        } else {
+            "SHAPE whose output does not hold one value per dimension"
+        }));
+    }
+    Ok(Mapped)
+}
+
+/// PACK (PackOptions values_count 4, axis 6): the HAL has no PACK before AIDL V2, so each
+/// input is reshaped with a 1 at `axis`, then the pieces are concatenated along it.
+fn pack(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
+    let n = c.ins.len();
+    let count = c.opt_i32(4, n as i32)?;
+    if n == 0 || count != n as i32 {
+        return Err(bad(format!("PACK of {n} inputs with values_count {count}")));
+    }
+    let first = c.input(0)?;
+    let rank = c.b.dims_of(first).len() as i32;
+    let axis = c.opt_i32(6, 0)?;
+    let axis = if axis < 0 { axis + rank + 1 } else { axis };
+    if !(0..=rank).contains(&axis) {
+        return Err(bad(format!("PACK axis {axis} for rank {rank}")));
+    }
+    let out = c.output(0)?;
+    let mut pieces = Vec::with_capacity(n);
+    for k in 0..n {
+        let x = c.input(k)?;
+        let mut dims = c.b.dims_of(x);
+        if dims.len() as i32 != rank {
+            return Err(bad("PACK inputs of different ranks"));
+        }
+        dims.insert(axis as usize, 1);
+        let shape: Vec<i32> = dims.iter().map(|&d| d as i32).collect();
+        let s = c.b.int_tensor(&shape);
+        let (scale, zero_point) = c.b.quant_of(x);
+        let ty = c.b.operand_type(x);
+        if n == 1 {
+            return c.done(Op::RESHAPE, vec![x, s], vec![out]);
+        }
+        let piece = c.b.temporary(ty, dims, scale, zero_point);
+        c.b.op(Op::RESHAPE, vec![x, s], vec![piece]);
+        pieces.push(piece);
+    }
+    pieces.push(c.b.int(axis));
+    c.done(Op::CONCATENATION, pieces, vec![out])
+}
+
+/// MediaPipe's `Convolution2DTransposeBias`: inputs x, weights `[O, H, W, I]`, bias; its
+/// custom options are three little-endian int32s, padding (1 SAME, 2 VALID), stride_w,
+/// stride_h; the output shape is the output tensor's. TRANSPOSE_CONV_2D with bias.
+fn transpose_conv_bias(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
+    let o = c.custom_options;
+    let Some(words) = o.get(..12) else {
+        return Err(bad(format!(
+            "custom options of {} bytes, 12 expected",
+            o.len()
+        )));
+    };
+    let word = |k: usize| {
+        i32::from_le_bytes([
+            words[4 * k],
+            words[4 * k + 1],
+            words[4 * k + 2],
+            words[4 * k + 3],
+        ])
+    };
+    let (padding, sw, sh) = (word(0), word(1), word(2));
+    let padding = match padding {
+        1 => 1,
+        2 => 2,
+        p => return Err(bad(format!("padding {p}"))),
+    };
+    if sw < 1 || sh < 1 {
+        return Err(bad(format!("stride {sw}x{sh}")));
+    }
+    let x = c.input(0)?;
+    let f = c.input(1)?;
+    let channels = c.b.dims_of(f).first().copied().unwrap_or(0);
+    let bias = c.bias(2, channels, f)?;
+    let out_t = c.tensor_out(0)?;
+    let shape = c
+        .static_shape(out_t)
+        .ok_or_else(|| unsupported("an output shape only known at run time"))?;
+    let shape = c.b.int_tensor(&shape);
+    let pad = c.b.int(padding);
+    let (sw, sh) = (c.b.int(sw), c.b.int(sh));
+    let act = c.b.int(0);
+    let nchw = c.b.bool(false);
+    let out = c.output(0)?;
+    c.done(
+        Op::TRANSPOSE_CONV_2D,
+        vec![x, f, bias, shape, pad, sw, sh, act, nchw],
+        vec![out],
+    )
 }

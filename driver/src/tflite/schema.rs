@@ -62,6 +62,8 @@ pub mod slot {
         pub const QUANTIZATION: u16 = 12;
         /// `sparsity: SparsityParameters`.
         pub const SPARSITY: u16 = 16;
+        /// `shape_signature: [int]` (-1 for a dimension only known at run time).
+        pub const SHAPE_SIGNATURE: u16 = 18;
     }
     /// `QuantizationParameters`.
     pub mod quantization {
@@ -94,6 +96,8 @@ pub mod slot {
         pub const OPTIONS_TYPE: u16 = 10;
         /// `builtin_options: BuiltinOptions`.
         pub const OPTIONS: u16 = 12;
+        /// `custom_options: [ubyte]` (a custom operator's own encoding).
+        pub const CUSTOM_OPTIONS: u16 = 14;
     }
 }
 
@@ -131,6 +135,7 @@ verified_table!(TensorV {
     "buffer": slot::tensor::BUFFER => u32,
     "name": slot::tensor::NAME => ForwardsUOffset<&str>,
     "quantization": slot::tensor::QUANTIZATION => ForwardsUOffset<QuantizationV>,
+    "shape_signature": slot::tensor::SHAPE_SIGNATURE => Ints<'_>,
 });
 verified_table!(BufferV {
     "data": slot::buffer::DATA => ForwardsUOffset<Vector<'_, u8>>,
@@ -164,6 +169,11 @@ impl Verifiable for OperatorV {
             .visit_field::<u32>("opcode_index", slot::operator::OPCODE_INDEX, false)?
             .visit_field::<Ints<'_>>("inputs", slot::operator::INPUTS, false)?
             .visit_field::<Ints<'_>>("outputs", slot::operator::OUTPUTS, false)?
+            .visit_field::<ForwardsUOffset<Vector<'_, u8>>>(
+                "custom_options",
+                slot::operator::CUSTOM_OPTIONS,
+                false,
+            )?
             .visit_union::<u8, _>(
                 "builtin_options_type",
                 slot::operator::OPTIONS_TYPE,

@@ -1,0 +1,194 @@
+//! One partition on the device: its HAL model prepared through `IDevice`, a shared pool
+//! holding its inputs and outputs, and an execution per invoke. The runtime's tensors are
+//! copied into the pool before and out of it after (`pwrite`/`pread` on the pool's fd: no
+//! mapping the device also writes is ever referenced from Rust).
+
+use std::os::fd::AsFd;
+use std::sync::Arc;
+
+use std::path::Path;
+
+use vnpu_driver::cache;
+use vnpu_driver::device::{IDevice, IPreparedModel};
+use vnpu_driver::hal::{
+    DataLocation, ErrorStatus, MeasureTiming, Memory, OptionalTimePoint, OptionalTimeoutDuration,
+    Request, RequestArgument, RequestMemoryPool,
+};
+use vnpu_driver::tflite::npy::Dtype;
+use vnpu_driver::tflite::Imported;
+
+/// Why a partition could not be prepared or run.
+#[derive(Debug, thiserror::Error)]
+pub enum KernelError {
+    /// The device refused or failed to prepare the model.
+    #[error("prepareModel: {0}")]
+    Prepare(ErrorStatus),
+    /// The device failed the execution.
+    #[error("execution: {0}")]
+    Execute(ErrorStatus),
+    /// A tensor's size differs from the model's operand.
+    #[error("tensor {tensor}: {got} bytes, the partition's model takes {want}")]
+    Size {
+        /// The tensor's index.
+        tensor: usize,
+        /// Its bytes.
+        got: usize,
+        /// The operand's bytes.
+        want: usize,
+    },
+    /// Creating, reading or writing the pool failed.
+    #[error("memory: {0}")]
+    Memory(String),
+}
+
+/// A prepared partition.
+pub struct Kernel {
+    prepared: Arc<dyn IPreparedModel>,
+    request: Request,
+    pool: Memory,
+    /// (tensor index, location) of each input, in order.
+    inputs: Vec<(usize, DataLocation)>,
+    /// Likewise for outputs.
+    outputs: Vec<(usize, DataLocation)>,
+}
+
+fn bytes_of(t: &vnpu_driver::tflite::TensorInfo) -> usize {
+    let es = Dtype::of(t.r#type).map_or(1, Dtype::size);
+    t.dims.iter().map(|&d| d as usize).product::<usize>() * es
+}
+
+impl Kernel {
+    /// Prepares `imported` on `device`, through the compilation cache in `cache_dir` when
+    /// one is given (the token derived from the model's contents).
+    pub fn prepare(
+        device: &dyn IDevice,
+        imported: &Imported,
+        cache_dir: Option<&Path>,
+    ) -> Result<Kernel, KernelError> {
+        let model = &imported.model;
+        let p = match cache_dir.map(|d| (d, cache::model_token(model))) {
+            Some((dir, Ok(token))) => cache::dir::prepare_in_dir(device, model, dir, &token),
+            Some((_, Err(e))) => return Err(KernelError::Memory(e.to_string())),
+            None => cache::dir::prepare_plain(device, model),
+        };
+        if !p.line.is_empty() {
+            tracing::info!("vnpu delegate: {}", p.line);
+        }
+        let prepared = match (p.ret, p.status, p.prepared) {
+            (ErrorStatus::None, ErrorStatus::None, Some(prepared)) => prepared,
+            (ErrorStatus::None, s, _) | (s, _, _) => return Err(KernelError::Prepare(s)),
+        };
+        let mut size = 0usize;
+        let mut place = |n: usize| {
+            let offset = size.next_multiple_of(64);
+            size = offset + n;
+            DataLocation {
+                pool_index: 0,
+                offset: offset as u32,
+                length: n as u32,
+            }
+        };
+        let inputs: Vec<(usize, DataLocation)> = imported
+            .input_tensors
+            .iter()
+            .zip(&imported.inputs)
+            .map(|(&t, info)| (t, place(bytes_of(info))))
+            .collect();
+        let outputs: Vec<(usize, DataLocation)> = imported
+            .output_tensors
+            .iter()
+            .zip(&imported.outputs)
+            .map(|(&t, info)| (t, place(bytes_of(info))))
+            .collect();
+        let pool = Memory::ashmem_with(&vec![0u8; size.next_multiple_of(64).max(64)])
+            .map_err(|e| KernelError::Memory(e.to_string()))?;
+        let arg = |l: &(usize, DataLocation)| RequestArgument {
+            has_no_value: false,
+            location: l.1,
+            dimensions: Vec::new(),
+        };
+        let request = Request {
+            inputs: inputs.iter().map(arg).collect(),
+            outputs: outputs.iter().map(arg).collect(),
+            pools: vec![RequestMemoryPool::HidlMemory(pool.clone())],
+        };
+        Ok(Kernel {
+            prepared,
+            request,
+            pool,
+            inputs,
+            outputs,
+        })
+    }
+
+    /// The (tensor, bytes) of each input.
+    pub fn input_sizes(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        self.inputs.iter().map(|(t, l)| (*t, l.length as usize))
+    }
+
+    /// The (tensor, bytes) of each output.
+    pub fn output_sizes(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        self.outputs.iter().map(|(t, l)| (*t, l.length as usize))
+    }
+
+    /// Runs once: `read(tensor)` gives each input's bytes, `write(tensor, bytes)` takes each
+    /// output's.
+    pub fn invoke<'a>(
+        &self,
+        read: impl Fn(usize) -> &'a [u8],
+        mut write: impl FnMut(usize, &[u8]) -> Result<(), KernelError>,
+    ) -> Result<(), KernelError> {
+        let fd = self
+            .pool
+            .fd()
+            .ok_or_else(|| KernelError::Memory("the pool has no descriptor".into()))?;
+        let io = |e: nix::Error| KernelError::Memory(e.to_string());
+        for (t, l) in &self.inputs {
+            let data = read(*t);
+            if data.len() != l.length as usize {
+                return Err(KernelError::Size {
+                    tensor: *t,
+                    got: data.len(),
+                    want: l.length as usize,
+                });
+            }
+            let mut done = 0;
+            while done < data.len() {
+                done += nix::sys::uio::pwrite(
+                    fd.as_fd(),
+                    &data[done..],
+                    (l.offset as usize + done) as i64,
+                )
+                .map_err(io)?;
+            }
+        }
+        let (status, _, _) = self.prepared.execute_synchronously_1_3(
+            &self.request,
+            MeasureTiming::NO,
+            OptionalTimePoint::NONE,
+            OptionalTimeoutDuration(None),
+        );
+        if status != ErrorStatus::None {
+            return Err(KernelError::Execute(status));
+        }
+        let mut buf = Vec::new();
+        for (t, l) in &self.outputs {
+            buf.resize(l.length as usize, 0);
+            let mut done = 0;
+            while done < buf.len() {
+                let n = nix::sys::uio::pread(
+                    fd.as_fd(),
+                    &mut buf[done..],
+                    (l.offset as usize + done) as i64,
+                )
+                .map_err(io)?;
+                if n == 0 {
+                    return Err(KernelError::Memory("short read from the pool".into()));
+                }
+                done += n;
+            }
+            write(*t, &buf)?;
+        }
+        Ok(())
+    }
+}
