@@ -581,7 +581,10 @@ fn idle_connections_do_not_lock_out() {
     for _ in 0..3 {
         let remote = RemoteDevice::connect(&service.socket, Duration::from_secs(10)).unwrap();
         assert_eq!(remote.get_status(), DeviceStatus::Available);
-        assert_eq!(remote.usage().unwrap().connections, 1);
+        // The silent ones are not counted (a client of a previous round may still be
+        // on its way out).
+        let connections = remote.usage().unwrap().connections;
+        assert!((1..=3).contains(&connections), "{connections}");
     }
     // Each silent connection ends: closed to make room, or at the hello deadline.
     let t = Instant::now();
