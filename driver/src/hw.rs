@@ -16,8 +16,10 @@ use thiserror::Error;
 use vnpu_emu::host::{wait_irq, HostQueue};
 use vnpu_emu::iommu::{Perm, PAGE_SIZE};
 use vnpu_emu::regs;
-use vnpu_emu::ring::{CompletionEntry, Opcode, Status, SubmissionEntry, FLAG_IRQ};
+use vnpu_emu::ring::{CompletionEntry, SubmissionEntry, FLAG_IRQ};
 use vnpu_emu::{Device, DeviceConfig};
+
+pub use vnpu_emu::ring::{Command, Status};
 
 use crate::alloc::RangeAllocator;
 use crate::config::WatchdogConfig;
@@ -349,7 +351,7 @@ impl Hardware {
     /// epoch never runs on the cleared memory of a later one.
     pub fn run(
         &self,
-        cmds: Vec<SubmissionEntry>,
+        cmds: Vec<Command>,
         program_ns: u64,
         epoch: Option<u64>,
     ) -> Result<Vec<CompletionEntry>, HwError> {
@@ -367,12 +369,12 @@ impl Hardware {
     }
 
     /// The timing model's device time for a batch.
-    fn estimate_ns(&self, cmds: &[SubmissionEntry], program_ns: u64) -> u64 {
+    fn estimate_ns(&self, cmds: &[Command], program_ns: u64) -> u64 {
         let timing = self.device.timing();
         cmds.iter()
-            .map(|c| match Opcode::from_u16(c.opcode) {
-                Some(Opcode::DmaCopy) => timing.dma_ns(c.args[2]),
-                Some(Opcode::RunProgram) => program_ns,
+            .map(|c| match c {
+                Command::DmaCopy { len, .. } => timing.dma_ns(*len),
+                Command::RunProgram { .. } => program_ns,
                 _ => 0,
             })
             .fold(0, u64::saturating_add)
@@ -383,7 +385,7 @@ impl Hardware {
     /// buffer the batch names is released while the device may still use it).
     pub fn submit(
         &self,
-        cmds: Vec<SubmissionEntry>,
+        cmds: Vec<Command>,
         program_ns: u64,
         epoch: Option<u64>,
     ) -> Result<Submitted<'_>, HwError> {
@@ -396,7 +398,7 @@ impl Hardware {
 
     fn run_batch(
         &self,
-        cmds: Vec<SubmissionEntry>,
+        cmds: Vec<Command>,
         program_ns: u64,
         epoch: Option<u64>,
     ) -> Result<Vec<CompletionEntry>, HwError> {
@@ -409,7 +411,7 @@ impl Hardware {
     /// Queues a batch (`None` for an empty one) and rings the doorbell.
     fn submit_batch(
         &self,
-        mut cmds: Vec<SubmissionEntry>,
+        cmds: Vec<Command>,
         program_ns: u64,
         epoch: Option<u64>,
     ) -> Result<Option<(Arc<Batch>, u32)>, HwError> {
@@ -452,10 +454,17 @@ impl Hardware {
                 q.room_waiters -= 1;
             }
             first = q.next_req_id;
-            for c in &mut cmds {
-                c.req_id = q.next_req_id;
-                q.next_req_id = q.next_req_id.wrapping_add(1).max(1);
-            }
+            // No interrupts: a batch the device runs inline is reaped by its submitter,
+            // and one that is not asks for an interrupt then ([`Self::wait_batch`]).
+            let entries: Vec<SubmissionEntry> = cmds
+                .iter()
+                .map(|c| {
+                    let mut e = c.entry(q.next_req_id);
+                    e.flags &= !FLAG_IRQ;
+                    q.next_req_id = q.next_req_id.wrapping_add(1).max(1);
+                    e
+                })
+                .collect();
             // Resets happen under this lock, so the epoch cannot move until the batch is
             // queued (and then a reset fails it).
             if epoch.is_some_and(|e| e != self.epoch()) {
@@ -469,12 +478,7 @@ impl Hardware {
             let Some(queue) = q.queue.as_mut() else {
                 return Err(HwError::Lost);
             };
-            // No interrupts: a batch the device runs inline is reaped by its submitter,
-            // and one that is not asks for an interrupt then ([`Self::wait_batch`]).
-            for c in &mut cmds {
-                c.flags &= !FLAG_IRQ;
-            }
-            queue.submit(dev, &cmds).map_err(|_| HwError::Timeout)?;
+            queue.submit(dev, &entries).map_err(|_| HwError::Timeout)?;
             q.batches.insert(first, Arc::clone(&batch));
         }
         Ok(Some((batch, first)))
@@ -556,7 +560,7 @@ impl Hardware {
         if queue.free_slots(&self.device) < 1 {
             return false;
         }
-        let fence = SubmissionEntry::new(Opcode::Fence, id, [0; 6]);
+        let fence = Command::Fence.entry(id);
         if queue.submit(&self.device, &[fence]).is_err() {
             return false;
         }
@@ -715,18 +719,18 @@ mod tests {
         let mut cmds = Vec::new();
         for i in 0..600u64 {
             buf.write(8 + i * 4, &(i as u32).to_le_bytes()).unwrap();
-            cmds.push(SubmissionEntry::new(
-                Opcode::DmaCopy,
-                0,
-                [map.iova + 8 + i * 4, dram.addr, 4, 0, 0, 0],
-            ));
-            cmds.push(SubmissionEntry::new(Opcode::Fence, 0, [0; 6]));
+            cmds.push(Command::DmaCopy {
+                src: map.iova + 8 + i * 4,
+                dst: dram.addr,
+                len: 4,
+            });
+            cmds.push(Command::Fence);
         }
-        cmds.push(SubmissionEntry::new(
-            Opcode::DmaCopy,
-            0,
-            [dram.addr, map.iova, 4, 0, 0, 0],
-        ));
+        cmds.push(Command::DmaCopy {
+            src: dram.addr,
+            dst: map.iova,
+            len: 4,
+        });
         let done = hw.run(cmds, 0, None).unwrap();
         assert_eq!(done.len(), 1201);
         let mut b = [0u8; 4];
@@ -758,8 +762,8 @@ mod tests {
         buf.write(0, &[5; 64]).unwrap();
         let map = hw.map(buf.fd(), 0, 4096, Perm::READ_WRITE).unwrap();
         let dram = hw.alloc_dram(64).unwrap();
-        let copy = |src, dst| SubmissionEntry::new(Opcode::DmaCopy, 0, [src, dst, 64, 0, 0, 0]);
-        let fence = SubmissionEntry::new(Opcode::Fence, 0, [0; 6]);
+        let copy = |src, dst| Command::DmaCopy { src, dst, len: 64 };
+        let fence = Command::Fence;
         let pending = hw
             .submit(
                 vec![
@@ -788,12 +792,12 @@ mod tests {
     #[test]
     fn a_failed_command_fails_the_batch_with_its_index() {
         let hw = hw();
-        let bad = SubmissionEntry::new(
-            Opcode::DmaCopy,
-            0,
-            [0xdead_0000, hw.device().dram_base(), 4, 0, 0, 0],
-        );
-        let nop = SubmissionEntry::new(Opcode::Nop, 0, [0; 6]);
+        let bad = Command::DmaCopy {
+            src: 0xdead_0000,
+            dst: hw.device().dram_base(),
+            len: 4,
+        };
+        let nop = Command::Nop;
         match hw.run(vec![nop, bad, nop], 0, None) {
             Err(HwError::Command {
                 index: 1,

@@ -10,7 +10,6 @@ use std::time::Instant;
 
 use vnpu_emu::engine::compute::REPORT_ENTRY;
 use vnpu_emu::iommu::Perm;
-use vnpu_emu::ring::{Opcode, Status, SubmissionEntry};
 use vnpu_emu::shm::SharedRegion;
 
 use crate::compile::constants::Constants;
@@ -23,7 +22,7 @@ use crate::hal::{
     OptionalTimePoint, OptionalTimeoutDuration, OutputShape, Request, RequestArgument,
     RequestMemoryPool, Timing, MEMORY_ASHMEM, MEMORY_MMAP_FD,
 };
-use crate::hw::{DramBlock, Hardware, HwError, IoMapping};
+use crate::hw::{Command, DramBlock, Hardware, HwError, IoMapping, Status};
 use crate::hwbuf::HwUse;
 use crate::interface::{ExecutionCallback, FencedResult, IFencedExecutionCallback, IPreparedModel};
 use crate::memory::{open_pool, read_range, OpenPool, PoolRange};
@@ -211,12 +210,8 @@ pub(crate) fn upload_into(
 }
 
 /// A DMA copy command.
-pub(crate) fn dma(src: u64, dst: u64, len: u64) -> SubmissionEntry {
-    SubmissionEntry::new(Opcode::DmaCopy, 0, [src, dst, len, 0, 0, 0])
-}
-
-fn fence() -> SubmissionEntry {
-    SubmissionEntry::new(Opcode::Fence, 0, [0; 6])
+pub(crate) fn dma(src: u64, dst: u64, len: u64) -> Command {
+    Command::DmaCopy { src, dst, len }
 }
 
 impl VnpuPreparedModel {
@@ -808,7 +803,7 @@ impl VnpuPreparedModel {
                     _ => return fail(ErrorStatus::GeneralFailure),
                 }
             }
-            cmds.push(fence());
+            cmds.push(Command::Fence);
             let (loop_ns, program_ns) = match c.loops {
                 true => {
                     let t = loop_timeout_ns(loop_timeout);
@@ -830,19 +825,13 @@ impl VnpuPreparedModel {
                 },
                 false => None,
             };
-            cmds.push(SubmissionEntry::new(
-                Opcode::RunProgram,
-                0,
-                [
-                    inst.program.addr,
-                    0,
-                    inst.program_len,
-                    loop_ns,
-                    report.as_ref().map_or(0, |b| b.addr),
-                    0,
-                ],
-            ));
-            cmds.push(fence());
+            cmds.push(Command::RunProgram {
+                addr: inst.program.addr,
+                len: inst.program_len,
+                loop_timeout_ns: loop_ns,
+                report: report.as_ref().map_or(0, |b| b.addr),
+            });
+            cmds.push(Command::Fence);
             let mut done = Vec::new();
             if let Some(report) = &report {
                 // Run first, read the shapes the run produced, then size the outputs.
@@ -1064,7 +1053,7 @@ pub struct BurstMemo {
     /// The pins the commands' addresses are in (held: the mappings stay).
     pins: Vec<Arc<PinnedPool>>,
     instance: Arc<Mutex<Instance>>,
-    cmds: Vec<SubmissionEntry>,
+    cmds: Vec<Command>,
     program_ns: u64,
     epoch: u64,
     shapes: Vec<OutputShape>,

@@ -20,7 +20,6 @@ use crate::device::{ModelContext, ModelLease};
 use crate::hal::BYTE_SIZE_OF_CACHE_TOKEN;
 use crate::hw::{DramBlock, Hardware, IoMapping};
 use crate::prepared::{dma, BuiltProgram, VnpuPreparedModel};
-use vnpu_emu::ring::SubmissionEntry;
 use vnpu_emu::tensor::Layout;
 
 /// Host memory the data cache is read into: pre-faulted and mapped for the device once,
@@ -386,7 +385,7 @@ impl Cache {
             _ => None,
         };
         let copies =
-            move |chunks: &mut dyn Iterator<Item = (usize, usize)>| -> Vec<SubmissionEntry> {
+            move |chunks: &mut dyn Iterator<Item = (usize, usize)>| -> Vec<crate::hw::Command> {
                 chunks
                     .map(|(off, n)| dma(iova + off as u64, dst + off as u64, n as u64))
                     .collect()
