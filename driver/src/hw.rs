@@ -14,12 +14,14 @@ use std::time::{Duration, Instant};
 
 use thiserror::Error;
 use vnpu_emu::host::{wait_irq, HostQueue};
-use vnpu_emu::iommu::{Perm, PAGE_SIZE};
+use vnpu_emu::iommu::PAGE_SIZE;
 use vnpu_emu::regs;
-use vnpu_emu::ring::{CompletionEntry, SubmissionEntry, FLAG_IRQ};
+use vnpu_emu::ring::{SubmissionEntry, FLAG_IRQ};
+use vnpu_emu::shm::SharedRegion;
 use vnpu_emu::{Device, DeviceConfig};
 
-pub use vnpu_emu::ring::{Command, Status};
+pub use vnpu_emu::iommu::Perm;
+pub use vnpu_emu::ring::{Command, CompletionEntry, Status};
 
 use crate::alloc::RangeAllocator;
 use crate::config::WatchdogConfig;
@@ -31,6 +33,8 @@ const IOVA_POOL_START: u64 = 0x100_0000;
 const IOVA_POOL_END: u64 = vnpu_emu::DRAM_BASE;
 /// The last-resort bound on one wait, should the watchdog itself be stuck.
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
+/// Bytes of one entry of a program's shape report (`RunProgram`'s `report`).
+pub const REPORT_ENTRY: u64 = vnpu_emu::engine::compute::REPORT_ENTRY;
 /// How long a reset may take to take effect.
 const RESET_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -63,6 +67,8 @@ pub enum HwError {
     Reset,
     #[error("the device is lost")]
     Lost,
+    #[error("host staging memory: {0}")]
+    Staging(#[from] vnpu_emu::error::MemError),
 }
 
 /// A range of device DRAM; freed when dropped.
@@ -340,6 +346,56 @@ impl Hardware {
             base: iova,
             span,
         })
+    }
+
+    /// The identification, version and capability registers and the size of device
+    /// memory: what a cache binds itself to.
+    pub fn identity(&self) -> ([u32; 3], u64) {
+        let d = &self.device;
+        let regs = [regs::ID, regs::VERSION, regs::CAPS].map(|r| d.read_reg(r));
+        (regs, d.dram_size())
+    }
+
+    /// One DMA copy of `len` bytes from `src` to `dst`, in device epoch `epoch`.
+    pub fn copy(&self, src: u64, dst: u64, len: u64, epoch: u64) -> Result<(), HwError> {
+        self.run(vec![Command::DmaCopy { src, dst, len }], 0, Some(epoch))?;
+        Ok(())
+    }
+
+    /// Copies host bytes into fresh device DRAM (a staging region and one DMA), in
+    /// device epoch `epoch`.
+    pub fn upload(self: &Arc<Self>, bytes: &[u8], epoch: u64) -> Result<DramBlock, HwError> {
+        let block = self.alloc_dram(bytes.len() as u64)?;
+        self.write_dram(bytes, block.addr, epoch)?;
+        Ok(block)
+    }
+
+    /// Copies host bytes to device address `dst` (a staging region and one DMA), in
+    /// device epoch `epoch`.
+    pub fn write_dram(self: &Arc<Self>, bytes: &[u8], dst: u64, epoch: u64) -> Result<(), HwError> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        let staging = SharedRegion::new("vnpu-staging", bytes.len())?;
+        staging.write(0, bytes)?;
+        let map = self.map(staging.fd(), 0, bytes.len() as u64, Perm::READ)?;
+        self.copy(map.iova, dst, bytes.len() as u64, epoch)
+    }
+
+    /// Reads `len` bytes at device address `src` (one DMA into a staging region), in
+    /// device epoch `epoch`.
+    pub fn read_dram(self: &Arc<Self>, src: u64, len: u64, epoch: u64) -> Result<Vec<u8>, HwError> {
+        let n = usize::try_from(len).map_err(|_| HwError::OutOfIova(len))?;
+        let mut bytes = vec![0u8; n];
+        if n == 0 {
+            return Ok(bytes);
+        }
+        let staging = SharedRegion::new("vnpu-readback", n)?;
+        let map = self.map(staging.fd(), 0, len, Perm::WRITE)?;
+        self.copy(src, map.iova, len, epoch)?;
+        drop(map);
+        staging.read(0, &mut bytes)?;
+        Ok(bytes)
     }
 
     /// Submits commands (request ids are assigned here) and waits for all their
@@ -698,7 +754,6 @@ impl Drop for Hardware {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use vnpu_emu::shm::SharedRegion;
 
     fn hw() -> Arc<Hardware> {
         Hardware::open(DeviceConfig {
