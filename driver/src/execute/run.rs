@@ -16,9 +16,26 @@ use crate::hal::{
     validate_request, ErrorStatus, MeasureTiming, OptionalTimePoint, OptionalTimeoutDuration,
     OutputShape, Request, RequestArgument, RequestMemoryPool, Timing,
 };
-use crate::hw::{CompletionEntry, DramBlock, REPORT_ENTRY};
+use crate::hw::{Command, CompletionEntry, DramBlock, REPORT_ENTRY};
 use crate::hwbuf::HwUse;
 use crate::memory::open_pool;
+
+/// The bytes argument `a` may use in its pool.
+fn room(open: &[ReqPool<'_>], a: &RequestArgument) -> u64 {
+    open.get(a.location.pool_index as usize)
+        .map_or(a.location.length as u64, |p| p.room(&a.location))
+}
+
+/// Every pool's pin, if every pool is pinned.
+fn all_pinned(devpools: &[DevicePool]) -> Option<Vec<Arc<PinnedPool>>> {
+    devpools
+        .iter()
+        .map(|d| match d {
+            DevicePool::Pinned(p) => Some(Arc::clone(p)),
+            _ => None,
+        })
+        .collect()
+}
 
 /// What an execution gives back: its status, output shapes and timing.
 pub(super) type Outcome = (ErrorStatus, Vec<OutputShape>, Timing);
@@ -228,28 +245,10 @@ impl VnpuPreparedModel {
     ) -> Result<Attempt, Outcome> {
         let sg = &self.model.main;
         let open = &pools.open;
-        // A buffer written before a reset that happened since it was checked is lost.
-        let stale = request.inputs.iter().any(|a| {
-            matches!(open.get(a.location.pool_index as usize),
-                Some(ReqPool::Device(b)) if !a.has_no_value && b.readable_epoch() != Some(epoch))
-        });
-        if stale {
-            return Err(fail(ErrorStatus::GeneralFailure));
-        }
         let inst = instance.lock().unwrap_or_else(|p| p.into_inner());
         let c = &inst.compiled;
-        let room = |a: &RequestArgument| {
-            open.get(a.location.pool_index as usize)
-                .map_or(a.location.length as u64, |p| p.room(&a.location))
-        };
-        // An input is read whole: a location shorter than its (now known) size is refused
-        // before the device reads anything.
-        for (&i, arg) in sg.input_indexes.iter().zip(&request.inputs) {
-            if !arg.has_no_value && c.byte_len(i) > room(arg) {
-                tracing::debug!("input operand {i}: location shorter than its data");
-                return Err(fail(ErrorStatus::InvalidArgument));
-            }
-        }
+        self.check_inputs(request, open, c, epoch)?;
+        let room = |a: &RequestArgument| room(open, a);
         // Outputs whose shapes only the run tells are sized after it.
         let dynamic_outputs = sg
             .output_indexes
@@ -310,13 +309,9 @@ impl VnpuPreparedModel {
         let mut done = Vec::new();
         if let Some(report) = &report {
             // Run first, read the shapes the run produced, then size the outputs.
-            match self
-                .hw
-                .run(std::mem::take(&mut cmds), program_ns, Some(epoch))
-            {
-                Ok(d) => done.extend(d),
-                Err(e) if grows(&e) => return Ok(Attempt::Grow),
-                Err(e) => return Err(fail(hw_status(&e))),
+            match self.submit(std::mem::take(&mut cmds), program_ns, epoch)? {
+                Some(d) => done.extend(d),
+                None => return Ok(Attempt::Grow),
             }
             let shapes = self.reported_shapes(c, report, static_shapes, epoch)?;
             shapes_out = sized_outputs(c, &shapes, request, open, &room)?;
@@ -341,23 +336,13 @@ impl VnpuPreparedModel {
         cmds.extend(commands::copies(outputs).ok_or_else(|| fail(ErrorStatus::GeneralFailure))?);
         // A burst keeps what it can run again as is: all pools pinned, static outputs, no
         // deferred values.
-        let pinned_all: Option<Vec<Arc<PinnedPool>>> = devpools
-            .iter()
-            .map(|d| match d {
-                DevicePool::Pinned(p) => Some(Arc::clone(p)),
-                _ => None,
-            })
-            .collect();
-        let again = match (&memo, pinned_all) {
-            (Some(_), Some(pins)) if report.is_none() && key.1.is_empty() => {
-                Some((pins, cmds.clone()))
-            }
-            _ => None,
+        let again = match memo.is_some() && report.is_none() && key.1.is_empty() {
+            true => all_pinned(&devpools).map(|pins| (pins, cmds.clone())),
+            false => None,
         };
-        match self.hw.run(cmds, program_ns, Some(epoch)) {
-            Ok(d) => done.extend(d),
-            Err(e) if grows(&e) => return Ok(Attempt::Grow),
-            Err(e) => return Err(fail(hw_status(&e))),
+        match self.submit(cmds, program_ns, epoch)? {
+            Some(d) => done.extend(d),
+            None => return Ok(Attempt::Grow),
         }
         if let (Some(slot), Some((pins, cmds))) = (memo, again) {
             *slot = Some(BurstMemo {
@@ -373,6 +358,48 @@ impl VnpuPreparedModel {
         }
         self.write_back(request, open, devpools, &shapes_out, epoch)?;
         Ok(Attempt::Done(shapes_out, done))
+    }
+
+    /// The request's inputs against the instance: none in a driver-managed buffer lost to
+    /// a reset since it was checked, and each location long enough for its operand (an
+    /// input is read whole; refused before the device reads anything).
+    fn check_inputs(
+        &self,
+        request: &Request,
+        open: &[ReqPool<'_>],
+        c: &Compiled,
+        epoch: u64,
+    ) -> Result<(), Outcome> {
+        let stale = request.inputs.iter().any(|a| {
+            matches!(open.get(a.location.pool_index as usize),
+                Some(ReqPool::Device(b)) if !a.has_no_value && b.readable_epoch() != Some(epoch))
+        });
+        if stale {
+            return Err(fail(ErrorStatus::GeneralFailure));
+        }
+        let sg = &self.model.main;
+        for (&i, arg) in sg.input_indexes.iter().zip(&request.inputs) {
+            if !arg.has_no_value && c.byte_len(i) > room(open, arg) {
+                tracing::debug!("input operand {i}: location shorter than its data");
+                return Err(fail(ErrorStatus::InvalidArgument));
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs a command list in device epoch `epoch`: its completions, or `None` when a
+    /// dynamic tensor outgrew its capacity (the program must grow).
+    fn submit(
+        &self,
+        cmds: Vec<Command>,
+        program_ns: u64,
+        epoch: u64,
+    ) -> Result<Option<Vec<CompletionEntry>>, Outcome> {
+        match self.hw.run(cmds, program_ns, Some(epoch)) {
+            Ok(done) => Ok(Some(done)),
+            Err(e) if grows(&e) => Ok(None),
+            Err(e) => Err(fail(hw_status(&e))),
+        }
     }
 
     /// The request's pools as the device reaches them: a burst's pin, mapped for this
