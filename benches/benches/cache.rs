@@ -22,7 +22,6 @@ use vnpu_driver::hal::{
     OperandLifeTime, OperandType, Operation, OperationType, OptionalTimePoint, Priority, Subgraph,
 };
 use vnpu_emu::iommu::Perm;
-use vnpu_emu::ring::{Opcode, SubmissionEntry};
 use vnpu_emu::shm::SharedRegion;
 use vnpu_emu::DeviceConfig;
 
@@ -195,11 +194,11 @@ fn floor(dev: &VnpuDevice, model: &File, data: &File, staging: &FloorStaging) {
     let n = unsafe { libc::pread(data.as_raw_fd(), dst.cast(), dlen, 0) };
     assert_eq!(n as usize, dlen);
     let dram = hw.alloc_dram(dlen as u64).expect("dram");
-    let dma = SubmissionEntry::new(
-        Opcode::DmaCopy,
-        0,
-        [staging.map.iova, dram.addr, dlen as u64, 0, 0, 0],
-    );
+    let dma = vnpu_driver::hw::Command::DmaCopy {
+        src: staging.map.iova,
+        dst: dram.addr,
+        len: dlen as u64,
+    };
     hw.run(vec![dma], 0, None).expect("dma");
 }
 

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use vnpu_driver::burst::datum::{deserialize_request, serialize_request, serialize_result};
 use vnpu_driver::conformance::{lookup, prepare_plain};
 use vnpu_driver::device::VnpuDevice;
+use vnpu_driver::execute::VnpuPreparedModel;
 use vnpu_driver::hal::{ErrorStatus, MeasureTiming};
-use vnpu_driver::prepared::VnpuPreparedModel;
 
 fn main() {
     let n: usize = std::env::args()

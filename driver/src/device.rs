@@ -12,6 +12,7 @@ use crate::cache::{self, Cache, CacheConfig};
 use crate::compile;
 use crate::config::DriverConfig;
 use crate::domain::{self, BufferRegistry, DriverBuffer};
+use crate::execute::VnpuPreparedModel;
 use crate::hal::{
     validate_execution_preference, validate_model, validate_priority, BufferDesc, BufferRole,
     Capabilities, DeviceStatus, DeviceType, ErrorStatus, ExecutionPreference, Model, NativeHandle,
@@ -19,7 +20,6 @@ use crate::hal::{
     BYTE_SIZE_OF_CACHE_TOKEN,
 };
 use crate::hw::{Hardware, Health, HwError};
-use crate::prepared::VnpuPreparedModel;
 use crate::workers::{Job, WorkerPool};
 
 pub use crate::interface::{

@@ -14,10 +14,14 @@ use std::time::{Duration, Instant};
 
 use thiserror::Error;
 use vnpu_emu::host::{wait_irq, HostQueue};
-use vnpu_emu::iommu::{Perm, PAGE_SIZE};
+use vnpu_emu::iommu::PAGE_SIZE;
 use vnpu_emu::regs;
-use vnpu_emu::ring::{CompletionEntry, Opcode, Status, SubmissionEntry, FLAG_IRQ};
+use vnpu_emu::ring::{SubmissionEntry, FLAG_IRQ};
+use vnpu_emu::shm::SharedRegion;
 use vnpu_emu::{Device, DeviceConfig};
+
+pub use vnpu_emu::iommu::Perm;
+pub use vnpu_emu::ring::{Command, CompletionEntry, Status};
 
 use crate::alloc::RangeAllocator;
 use crate::config::WatchdogConfig;
@@ -29,6 +33,8 @@ const IOVA_POOL_START: u64 = 0x100_0000;
 const IOVA_POOL_END: u64 = vnpu_emu::DRAM_BASE;
 /// The last-resort bound on one wait, should the watchdog itself be stuck.
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
+/// Bytes of one entry of a program's shape report (`RunProgram`'s `report`).
+pub const REPORT_ENTRY: u64 = vnpu_emu::engine::compute::REPORT_ENTRY;
 /// How long a reset may take to take effect.
 const RESET_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -61,6 +67,8 @@ pub enum HwError {
     Reset,
     #[error("the device is lost")]
     Lost,
+    #[error("host staging memory: {0}")]
+    Staging(#[from] vnpu_emu::error::MemError),
 }
 
 /// A range of device DRAM; freed when dropped.
@@ -340,6 +348,56 @@ impl Hardware {
         })
     }
 
+    /// The identification, version and capability registers and the size of device
+    /// memory: what a cache binds itself to.
+    pub fn identity(&self) -> ([u32; 3], u64) {
+        let d = &self.device;
+        let regs = [regs::ID, regs::VERSION, regs::CAPS].map(|r| d.read_reg(r));
+        (regs, d.dram_size())
+    }
+
+    /// One DMA copy of `len` bytes from `src` to `dst`, in device epoch `epoch`.
+    pub fn copy(&self, src: u64, dst: u64, len: u64, epoch: u64) -> Result<(), HwError> {
+        self.run(vec![Command::DmaCopy { src, dst, len }], 0, Some(epoch))?;
+        Ok(())
+    }
+
+    /// Copies host bytes into fresh device DRAM (a staging region and one DMA), in
+    /// device epoch `epoch`.
+    pub fn upload(self: &Arc<Self>, bytes: &[u8], epoch: u64) -> Result<DramBlock, HwError> {
+        let block = self.alloc_dram(bytes.len() as u64)?;
+        self.write_dram(bytes, block.addr, epoch)?;
+        Ok(block)
+    }
+
+    /// Copies host bytes to device address `dst` (a staging region and one DMA), in
+    /// device epoch `epoch`.
+    pub fn write_dram(self: &Arc<Self>, bytes: &[u8], dst: u64, epoch: u64) -> Result<(), HwError> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        let staging = SharedRegion::new("vnpu-staging", bytes.len())?;
+        staging.write(0, bytes)?;
+        let map = self.map(staging.fd(), 0, bytes.len() as u64, Perm::READ)?;
+        self.copy(map.iova, dst, bytes.len() as u64, epoch)
+    }
+
+    /// Reads `len` bytes at device address `src` (one DMA into a staging region), in
+    /// device epoch `epoch`.
+    pub fn read_dram(self: &Arc<Self>, src: u64, len: u64, epoch: u64) -> Result<Vec<u8>, HwError> {
+        let n = usize::try_from(len).map_err(|_| HwError::OutOfIova(len))?;
+        let mut bytes = vec![0u8; n];
+        if n == 0 {
+            return Ok(bytes);
+        }
+        let staging = SharedRegion::new("vnpu-readback", n)?;
+        let map = self.map(staging.fd(), 0, len, Perm::WRITE)?;
+        self.copy(src, map.iova, len, epoch)?;
+        drop(map);
+        staging.read(0, &mut bytes)?;
+        Ok(bytes)
+    }
+
     /// Submits commands (request ids are assigned here) and waits for all their
     /// completions. Any failed command fails the batch. `program_ns` is the timing
     /// model's time for each RUN_PROGRAM among them (the watchdog's yardstick).
@@ -349,7 +407,7 @@ impl Hardware {
     /// epoch never runs on the cleared memory of a later one.
     pub fn run(
         &self,
-        cmds: Vec<SubmissionEntry>,
+        cmds: Vec<Command>,
         program_ns: u64,
         epoch: Option<u64>,
     ) -> Result<Vec<CompletionEntry>, HwError> {
@@ -367,12 +425,12 @@ impl Hardware {
     }
 
     /// The timing model's device time for a batch.
-    fn estimate_ns(&self, cmds: &[SubmissionEntry], program_ns: u64) -> u64 {
+    fn estimate_ns(&self, cmds: &[Command], program_ns: u64) -> u64 {
         let timing = self.device.timing();
         cmds.iter()
-            .map(|c| match Opcode::from_u16(c.opcode) {
-                Some(Opcode::DmaCopy) => timing.dma_ns(c.args[2]),
-                Some(Opcode::RunProgram) => program_ns,
+            .map(|c| match c {
+                Command::DmaCopy { len, .. } => timing.dma_ns(*len),
+                Command::RunProgram { .. } => program_ns,
                 _ => 0,
             })
             .fold(0, u64::saturating_add)
@@ -383,7 +441,7 @@ impl Hardware {
     /// buffer the batch names is released while the device may still use it).
     pub fn submit(
         &self,
-        cmds: Vec<SubmissionEntry>,
+        cmds: Vec<Command>,
         program_ns: u64,
         epoch: Option<u64>,
     ) -> Result<Submitted<'_>, HwError> {
@@ -396,7 +454,7 @@ impl Hardware {
 
     fn run_batch(
         &self,
-        cmds: Vec<SubmissionEntry>,
+        cmds: Vec<Command>,
         program_ns: u64,
         epoch: Option<u64>,
     ) -> Result<Vec<CompletionEntry>, HwError> {
@@ -409,7 +467,7 @@ impl Hardware {
     /// Queues a batch (`None` for an empty one) and rings the doorbell.
     fn submit_batch(
         &self,
-        mut cmds: Vec<SubmissionEntry>,
+        cmds: Vec<Command>,
         program_ns: u64,
         epoch: Option<u64>,
     ) -> Result<Option<(Arc<Batch>, u32)>, HwError> {
@@ -452,10 +510,17 @@ impl Hardware {
                 q.room_waiters -= 1;
             }
             first = q.next_req_id;
-            for c in &mut cmds {
-                c.req_id = q.next_req_id;
-                q.next_req_id = q.next_req_id.wrapping_add(1).max(1);
-            }
+            // No interrupts: a batch the device runs inline is reaped by its submitter,
+            // and one that is not asks for an interrupt then ([`Self::wait_batch`]).
+            let entries: Vec<SubmissionEntry> = cmds
+                .iter()
+                .map(|c| {
+                    let mut e = c.entry(q.next_req_id);
+                    e.flags &= !FLAG_IRQ;
+                    q.next_req_id = q.next_req_id.wrapping_add(1).max(1);
+                    e
+                })
+                .collect();
             // Resets happen under this lock, so the epoch cannot move until the batch is
             // queued (and then a reset fails it).
             if epoch.is_some_and(|e| e != self.epoch()) {
@@ -469,12 +534,7 @@ impl Hardware {
             let Some(queue) = q.queue.as_mut() else {
                 return Err(HwError::Lost);
             };
-            // No interrupts: a batch the device runs inline is reaped by its submitter,
-            // and one that is not asks for an interrupt then ([`Self::wait_batch`]).
-            for c in &mut cmds {
-                c.flags &= !FLAG_IRQ;
-            }
-            queue.submit(dev, &cmds).map_err(|_| HwError::Timeout)?;
+            queue.submit(dev, &entries).map_err(|_| HwError::Timeout)?;
             q.batches.insert(first, Arc::clone(&batch));
         }
         Ok(Some((batch, first)))
@@ -556,7 +616,7 @@ impl Hardware {
         if queue.free_slots(&self.device) < 1 {
             return false;
         }
-        let fence = SubmissionEntry::new(Opcode::Fence, id, [0; 6]);
+        let fence = Command::Fence.entry(id);
         if queue.submit(&self.device, &[fence]).is_err() {
             return false;
         }
@@ -694,7 +754,6 @@ impl Drop for Hardware {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use vnpu_emu::shm::SharedRegion;
 
     fn hw() -> Arc<Hardware> {
         Hardware::open(DeviceConfig {
@@ -715,18 +774,18 @@ mod tests {
         let mut cmds = Vec::new();
         for i in 0..600u64 {
             buf.write(8 + i * 4, &(i as u32).to_le_bytes()).unwrap();
-            cmds.push(SubmissionEntry::new(
-                Opcode::DmaCopy,
-                0,
-                [map.iova + 8 + i * 4, dram.addr, 4, 0, 0, 0],
-            ));
-            cmds.push(SubmissionEntry::new(Opcode::Fence, 0, [0; 6]));
+            cmds.push(Command::DmaCopy {
+                src: map.iova + 8 + i * 4,
+                dst: dram.addr,
+                len: 4,
+            });
+            cmds.push(Command::Fence);
         }
-        cmds.push(SubmissionEntry::new(
-            Opcode::DmaCopy,
-            0,
-            [dram.addr, map.iova, 4, 0, 0, 0],
-        ));
+        cmds.push(Command::DmaCopy {
+            src: dram.addr,
+            dst: map.iova,
+            len: 4,
+        });
         let done = hw.run(cmds, 0, None).unwrap();
         assert_eq!(done.len(), 1201);
         let mut b = [0u8; 4];
@@ -758,8 +817,8 @@ mod tests {
         buf.write(0, &[5; 64]).unwrap();
         let map = hw.map(buf.fd(), 0, 4096, Perm::READ_WRITE).unwrap();
         let dram = hw.alloc_dram(64).unwrap();
-        let copy = |src, dst| SubmissionEntry::new(Opcode::DmaCopy, 0, [src, dst, 64, 0, 0, 0]);
-        let fence = SubmissionEntry::new(Opcode::Fence, 0, [0; 6]);
+        let copy = |src, dst| Command::DmaCopy { src, dst, len: 64 };
+        let fence = Command::Fence;
         let pending = hw
             .submit(
                 vec![
@@ -788,12 +847,12 @@ mod tests {
     #[test]
     fn a_failed_command_fails_the_batch_with_its_index() {
         let hw = hw();
-        let bad = SubmissionEntry::new(
-            Opcode::DmaCopy,
-            0,
-            [0xdead_0000, hw.device().dram_base(), 4, 0, 0, 0],
-        );
-        let nop = SubmissionEntry::new(Opcode::Nop, 0, [0; 6]);
+        let bad = Command::DmaCopy {
+            src: 0xdead_0000,
+            dst: hw.device().dram_base(),
+            len: 4,
+        };
+        let nop = Command::Nop;
         match hw.run(vec![nop, bad, nop], 0, None) {
             Err(HwError::Command {
                 index: 1,

@@ -10,8 +10,8 @@
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::Arc;
 
+use crate::hw::Perm;
 use thiserror::Error;
-use vnpu_emu::iommu::Perm;
 use vnpu_gralloc::handle::NATIVE_HANDLE_VERSION;
 use vnpu_gralloc::{
     pixel_format, usage, Allocator, BufferDescriptorInfo, BufferHandle, Mapper, MapperError,

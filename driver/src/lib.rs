@@ -15,6 +15,7 @@ pub mod config;
 pub mod conformance;
 pub mod device;
 pub mod domain;
+pub mod execute;
 pub mod extensions;
 pub mod fence;
 pub mod hw;
@@ -22,9 +23,7 @@ pub mod hwbuf;
 pub mod interface;
 pub mod memory;
 pub mod ops;
-pub mod prepared;
 #[cfg(feature = "service")]
 pub mod service;
-pub mod staging;
 pub mod tflite;
 pub mod workers;

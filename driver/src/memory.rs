@@ -1,6 +1,6 @@
 //! Memory pools: checking a `hidl_memory` and reaching its bytes, either by reading them
 //! (model pools, snapshotted at preparation), by mapping them into the device through the
-//! IOMMU (request pools that cannot shrink), or by staging them ([`crate::staging`]: any
+//! IOMMU (request pools that cannot shrink), or by staging them ([`crate::execute::staging`]: any
 //! other request pool). Hardware buffers go through the gralloc mapper first
 //! ([`crate::hwbuf`]): [`open_pool`] holds their lock for as long as the pool is used.
 
@@ -8,7 +8,11 @@ use std::ops::Deref;
 use std::os::fd::{AsFd, BorrowedFd};
 
 use thiserror::Error;
+/// A shared-memory access error.
+pub use vnpu_emu::error::MemError;
 use vnpu_emu::iommu::Perm;
+/// Host shared memory (a sealed memfd), for the driver's staging regions and queues.
+pub use vnpu_emu::shm::{cannot_shrink, SharedRegion};
 
 use crate::hal::{
     ErrorStatus, Memory, MEMORY_ASHMEM, MEMORY_HARDWARE_BUFFER, MEMORY_HARDWARE_BUFFER_BLOB,
@@ -185,9 +189,9 @@ pub fn read_pool(mem: &Memory) -> Result<Vec<u8>, PoolError> {
 
 impl PoolRange<'_> {
     /// Whether the device may map the pool directly: only files sealed against shrinking
-    /// (anything else is staged, see [`crate::staging`]).
+    /// (anything else is staged, see [`crate::execute::staging`]).
     pub fn mappable(&self) -> bool {
-        vnpu_emu::shm::cannot_shrink(self.fd)
+        cannot_shrink(self.fd)
     }
 }
 

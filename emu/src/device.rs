@@ -31,7 +31,7 @@ use crate::fault::{Fault, FaultInjector, FaultPlan};
 use crate::iommu::{Iommu, Iotlb, Perm, Window};
 use crate::regs::{self, RegisterFile};
 use crate::ring::{
-    CompletionEntry, Opcode, Status, SubmissionEntry, CQ_ENTRY_SIZE, FLAG_IRQ, SQ_ENTRY_SIZE,
+    Command, CompletionEntry, Status, SubmissionEntry, CQ_ENTRY_SIZE, FLAG_IRQ, SQ_ENTRY_SIZE,
 };
 use crate::shm::SharedRegion;
 use crate::tensor::Staged;
@@ -165,6 +165,14 @@ enum Job {
         /// Where to report the run-time shapes of dynamic tensors (0: nowhere).
         report: u64,
     },
+}
+
+/// A FENCE or TIMESTAMP command waiting for the engines to drain.
+#[derive(Clone, Copy)]
+struct Barrier {
+    req_id: u32,
+    irq: bool,
+    cmd: Command,
 }
 
 struct Work {
@@ -546,7 +554,7 @@ struct CommandProcessor {
     cq_phase: bool,
     in_flight: u32,
     /// A FENCE or TIMESTAMP waiting for in-flight work to drain.
-    blocked_on: Option<SubmissionEntry>,
+    blocked_on: Option<Barrier>,
     lost: bool,
     /// The processor faulted (STATUS_FAULT): it ignores everything but a reset.
     halted: bool,
@@ -847,12 +855,15 @@ impl CommandProcessor {
 
     fn dispatch(&mut self, e: SubmissionEntry) {
         let irq = e.flags & FLAG_IRQ != 0;
-        let op = Opcode::from_u16(e.opcode);
-        if op.is_none() || e.reserved != 0 || e.flags & !FLAG_IRQ != 0 {
-            self.complete(e.req_id, irq, Outcome::fail(Status::InvalidCommand, 0, 0));
-            return;
-        }
-        let is_dma = matches!(op, Some(Opcode::DmaCopy | Opcode::DmaSg));
+        let cmd = match Command::decode(&e) {
+            Ok(cmd) => cmd,
+            Err(err) => {
+                tracing::debug!(req_id = e.req_id, "refused command: {err}");
+                self.complete(e.req_id, irq, Outcome::fail(Status::InvalidCommand, 0, 0));
+                return;
+            }
+        };
+        let is_dma = matches!(cmd, Command::DmaCopy { .. } | Command::DmaSg { .. });
         let fault = self.faults.draw(is_dma).map(|f| (f, self.faults.random()));
         if let Some((Fault::ProcessorPanic, _)) = fault {
             std::panic::resume_unwind(Box::new(format!(
@@ -866,29 +877,32 @@ impl CommandProcessor {
             self.s.raise(regs::IRQ_ERROR);
             return;
         }
-        let [a, b, c, d, report, ..] = e.args;
-        let job = match op {
-            Some(Opcode::Nop) => {
+        let job = match cmd {
+            Command::Nop => {
                 self.complete(e.req_id, irq, Outcome::ok(0));
                 return;
             }
-            Some(Opcode::Fence | Opcode::Timestamp) => {
-                self.blocked_on = Some(e);
+            Command::Fence | Command::Timestamp { .. } => {
+                self.blocked_on = Some(Barrier {
+                    req_id: e.req_id,
+                    irq,
+                    cmd,
+                });
                 return;
             }
-            Some(Opcode::DmaCopy) => Job::Copy {
-                src: a,
-                dst: b,
-                len: c,
-            },
-            Some(Opcode::DmaSg) => Job::Sg { list: a, count: d },
-            Some(Opcode::RunProgram) => Job::Program {
-                addr: a,
-                len: c,
-                loop_timeout_ns: d,
+            Command::DmaCopy { src, dst, len } => Job::Copy { src, dst, len },
+            Command::DmaSg { list, count } => Job::Sg { list, count },
+            Command::RunProgram {
+                addr,
+                len,
+                loop_timeout_ns,
+                report,
+            } => Job::Program {
+                addr,
+                len,
+                loop_timeout_ns,
                 report,
             },
-            None => return,
         };
         let Some((dma, compute)) = &self.engines else {
             return;
@@ -917,24 +931,24 @@ impl CommandProcessor {
         }
     }
 
-    fn finish_barrier(&mut self, e: SubmissionEntry) {
-        let irq = e.flags & FLAG_IRQ != 0;
-        if e.opcode == Opcode::Timestamp as u16 {
-            let now = self.s.clock.load(Ordering::Acquire);
-            let ok = self
-                .s
-                .bus
-                .resolve(e.args[1], 8, Perm::WRITE)
-                .and_then(|w| Ok(w.region.write(w.offset, &now.to_le_bytes())?));
-            self.s.bus.wrote(e.args[1], 8);
-            let outcome = match ok {
-                Ok(()) => Outcome::ok(0),
-                Err(_) => Outcome::fail(Status::DmaFault, 0, e.args[1]),
-            };
-            self.complete(e.req_id, irq, outcome);
-        } else {
-            self.complete(e.req_id, irq, Outcome::ok(0));
-        }
+    fn finish_barrier(&mut self, b: Barrier) {
+        let outcome = match b.cmd {
+            Command::Timestamp { dst } => {
+                let now = self.s.clock.load(Ordering::Acquire);
+                let ok = self
+                    .s
+                    .bus
+                    .resolve(dst, 8, Perm::WRITE)
+                    .and_then(|w| Ok(w.region.write(w.offset, &now.to_le_bytes())?));
+                self.s.bus.wrote(dst, 8);
+                match ok {
+                    Ok(()) => Outcome::ok(0),
+                    Err(_) => Outcome::fail(Status::DmaFault, 0, dst),
+                }
+            }
+            _ => Outcome::ok(0),
+        };
+        self.complete(b.req_id, b.irq, outcome);
     }
 
     /// Posts one completion entry and, if asked, an interrupt.

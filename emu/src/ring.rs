@@ -11,6 +11,10 @@
 //! 24 bytes {src u64, dst u64, len u64} (in DRAM or host memory). RUN_PROGRAM: a =
 //! program address in DRAM, c = length. FENCE: waits for all earlier commands.
 //! TIMESTAMP: writes the device clock (u64 ns) to `b`. NOP: completes at once.
+//! RUN_PROGRAM also takes d = loop timeout in ns (0: the program has no loops) and
+//! e = where to report dynamic shapes (0: nowhere). Every argument a command does not
+//! use must be zero. [`Command`] is the typed form; its encode and decode are the only
+//! place that knows which argument is which.
 //!
 //! Completion entry:
 //! ```text
@@ -95,6 +99,120 @@ impl Status {
             10 => Status::CapacityExceeded,
             _ => return None,
         })
+    }
+}
+
+/// A device command: the typed form of a [`SubmissionEntry`]'s opcode and arguments.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Command {
+    /// Completes at once.
+    Nop,
+    /// Copies `len` bytes from `src` to `dst` (device or IOVA addresses).
+    DmaCopy { src: u64, dst: u64, len: u64 },
+    /// Runs the `count` descriptors ({src, dst, len}, 24 bytes each) at `list`.
+    DmaSg { list: u64, count: u64 },
+    /// Validates and runs the program of `len` bytes at `addr` in device memory.
+    RunProgram {
+        addr: u64,
+        len: u64,
+        /// Loop timeout in ns (0: the program has no loops).
+        loop_timeout_ns: u64,
+        /// Where the run-time shapes of dynamic tensors go (0: nowhere).
+        report: u64,
+    },
+    /// Waits for every earlier command.
+    Fence,
+    /// Waits for every earlier command, then writes the device clock (u64 ns) to `dst`.
+    Timestamp { dst: u64 },
+}
+
+/// Why a submission entry is not a valid command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CommandError {
+    #[error("unknown opcode {0}")]
+    Opcode(u16),
+    #[error("unknown flags {0:#x}")]
+    Flags(u16),
+    #[error("the reserved word is not zero")]
+    Reserved,
+    #[error("argument {index} is not used by {opcode:?} and must be zero")]
+    UnusedArgument { opcode: Opcode, index: usize },
+}
+
+impl Command {
+    /// The command's opcode.
+    pub fn opcode(&self) -> Opcode {
+        match self {
+            Command::Nop => Opcode::Nop,
+            Command::DmaCopy { .. } => Opcode::DmaCopy,
+            Command::DmaSg { .. } => Opcode::DmaSg,
+            Command::RunProgram { .. } => Opcode::RunProgram,
+            Command::Fence => Opcode::Fence,
+            Command::Timestamp { .. } => Opcode::Timestamp,
+        }
+    }
+
+    /// The command's six argument words.
+    fn args(&self) -> [u64; 6] {
+        match *self {
+            Command::Nop | Command::Fence => [0; 6],
+            Command::DmaCopy { src, dst, len } => [src, dst, len, 0, 0, 0],
+            Command::DmaSg { list, count } => [list, 0, 0, count, 0, 0],
+            Command::RunProgram {
+                addr,
+                len,
+                loop_timeout_ns,
+                report,
+            } => [addr, 0, len, loop_timeout_ns, report, 0],
+            Command::Timestamp { dst } => [0, dst, 0, 0, 0, 0],
+        }
+    }
+
+    /// The entry for this command as request `req_id`, asking for an interrupt.
+    pub fn entry(&self, req_id: u32) -> SubmissionEntry {
+        SubmissionEntry {
+            opcode: self.opcode() as u16,
+            flags: FLAG_IRQ,
+            req_id,
+            args: self.args(),
+            reserved: 0,
+        }
+    }
+
+    /// The command an entry holds; anything but a known opcode with known flags, a zero
+    /// reserved word and zeros in every argument it does not use is refused.
+    pub fn decode(e: &SubmissionEntry) -> Result<Command, CommandError> {
+        let opcode = Opcode::from_u16(e.opcode).ok_or(CommandError::Opcode(e.opcode))?;
+        if e.flags & !FLAG_IRQ != 0 {
+            return Err(CommandError::Flags(e.flags));
+        }
+        if e.reserved != 0 {
+            return Err(CommandError::Reserved);
+        }
+        let [a, b, c, d, r, _] = e.args;
+        let cmd = match opcode {
+            Opcode::Nop => Command::Nop,
+            Opcode::Fence => Command::Fence,
+            Opcode::DmaCopy => Command::DmaCopy {
+                src: a,
+                dst: b,
+                len: c,
+            },
+            Opcode::DmaSg => Command::DmaSg { list: a, count: d },
+            Opcode::RunProgram => Command::RunProgram {
+                addr: a,
+                len: c,
+                loop_timeout_ns: d,
+                report: r,
+            },
+            Opcode::Timestamp => Command::Timestamp { dst: b },
+        };
+        // What the command does not use must be zero: the re-encoded arguments match.
+        let used = cmd.args();
+        match (0..6).find(|&i| e.args[i] != used[i]) {
+            Some(index) => Err(CommandError::UnusedArgument { opcode, index }),
+            None => Ok(cmd),
+        }
     }
 }
 
@@ -200,5 +318,87 @@ mod tests {
             let e = CompletionEntry { req_id: id, status: st, phase: ph, sq_head: h, detail: d, device_ns: ns, fault_addr: fa };
             prop_assert_eq!(CompletionEntry::decode(&e.encode()), e);
         }
+
+        #[test]
+        fn command_round_trip(cmd in any_command(), id in any::<u32>()) {
+            let e = cmd.entry(id);
+            let bytes = e.encode();
+            let back = SubmissionEntry::decode(&bytes);
+            prop_assert_eq!(back.req_id, id);
+            prop_assert_eq!(Command::decode(&back), Ok(cmd));
+        }
+
+        /// Any 64 bytes decode to a command or a typed error, never a panic; a command
+        /// decoded re-encodes to the very same bytes (nothing it ignored was set).
+        #[test]
+        fn hostile_entries_decode_or_are_refused(bytes in any::<[u8; 64]>()) {
+            let e = SubmissionEntry::decode(&bytes);
+            if let Ok(cmd) = Command::decode(&e) {
+                let mut again = cmd.entry(e.req_id);
+                again.flags = e.flags;
+                prop_assert_eq!(again.encode(), bytes);
+            }
+        }
+
+        #[test]
+        fn only_used_arguments_may_be_set(cmd in any_command(), index in 0usize..6, v in 1..=u64::MAX) {
+            let mut e = cmd.entry(1);
+            e.args[index] = v;
+            match Command::decode(&e) {
+                // A word the command uses: the same command with that argument changed.
+                Ok(other) => {
+                    prop_assert_eq!(other.opcode(), cmd.opcode());
+                    prop_assert_eq!(other.args()[index], v);
+                }
+                Err(err) => prop_assert_eq!(
+                    err,
+                    CommandError::UnusedArgument { opcode: cmd.opcode(), index }
+                ),
+            }
+        }
+    }
+
+    fn any_command() -> impl Strategy<Value = Command> {
+        let w = any::<u64>;
+        prop_oneof![
+            Just(Command::Nop),
+            Just(Command::Fence),
+            (w(), w(), w()).prop_map(|(src, dst, len)| Command::DmaCopy { src, dst, len }),
+            (w(), w()).prop_map(|(list, count)| Command::DmaSg { list, count }),
+            (w(), w(), w(), w()).prop_map(|(addr, len, loop_timeout_ns, report)| {
+                Command::RunProgram {
+                    addr,
+                    len,
+                    loop_timeout_ns,
+                    report,
+                }
+            }),
+            w().prop_map(|dst| Command::Timestamp { dst }),
+        ]
+    }
+
+    #[test]
+    fn unknown_opcodes_and_flags_are_refused() {
+        let mut e = Command::Nop.entry(1);
+        e.opcode = 99;
+        assert_eq!(Command::decode(&e), Err(CommandError::Opcode(99)));
+        let mut e = Command::Fence.entry(1);
+        e.flags |= 4;
+        assert_eq!(Command::decode(&e), Err(CommandError::Flags(FLAG_IRQ | 4)));
+        let mut e = Command::Fence.entry(1);
+        e.reserved = 1;
+        assert_eq!(Command::decode(&e), Err(CommandError::Reserved));
+        let mut e = Command::DmaCopy {
+            src: 1,
+            dst: 2,
+            len: 3,
+        }
+        .entry(1);
+        e.args[3] = 7;
+        let refused = CommandError::UnusedArgument {
+            opcode: Opcode::DmaCopy,
+            index: 3,
+        };
+        assert_eq!(Command::decode(&e), Err(refused));
     }
 }

@@ -29,8 +29,7 @@ use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use vnpu_emu::error::MemError;
-use vnpu_emu::shm::{cannot_shrink, SharedRegion};
+use crate::memory::{cannot_shrink, MemError, SharedRegion};
 
 /// The size of one element: an FMQ datum.
 pub const ELEMENT: usize = 24;

@@ -19,12 +19,12 @@ use std::time::Duration;
 
 use super::datum::{deserialize_request, serialize_result};
 use super::fmq::{Element, Fmq, FmqError};
+use crate::execute::{BurstMemo, PinnedPool, VnpuPreparedModel};
 use crate::hal::{
     ErrorStatus, Memory, OptionalTimePoint, OptionalTimeoutDuration, OutputShape,
     RequestMemoryPool, Timing,
 };
 use crate::interface::{BurstResult, IBurstCallback, IBurstContext, IPreparedModel};
-use crate::prepared::{BurstMemo, PinnedPool, VnpuPreparedModel};
 
 /// How long the burst thread spins on an empty request queue before it sleeps. A futex
 /// wake-up costs tens of microseconds on a small VM, a spin round trip well under one;

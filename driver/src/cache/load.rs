@@ -7,9 +7,6 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::sync::mpsc;
 use std::sync::Arc;
 
-use vnpu_emu::iommu::Perm;
-use vnpu_emu::shm::SharedRegion;
-
 use super::format::{decode_body, ConstValue, Header, Image, HEADER_LEN, MAX_MODEL_CACHE};
 use super::io::{file_size, CacheIo, CHUNK};
 use super::mac::{verify, MAC_LEN};
@@ -17,10 +14,10 @@ use super::{Cache, CacheError, CacheFiles};
 use crate::compile::constants::{Constants, Values};
 use crate::compile::ConstantBlock;
 use crate::device::{ModelContext, ModelLease};
+use crate::execute::{BuiltProgram, VnpuPreparedModel};
 use crate::hal::BYTE_SIZE_OF_CACHE_TOKEN;
-use crate::hw::{DramBlock, Hardware, IoMapping};
-use crate::prepared::{dma, BuiltProgram, VnpuPreparedModel};
-use vnpu_emu::ring::SubmissionEntry;
+use crate::hw::{Command, DramBlock, Hardware, IoMapping, Perm};
+use crate::memory::SharedRegion;
 use vnpu_emu::tensor::Layout;
 
 /// Host memory the data cache is read into: pre-faulted and mapped for the device once,
@@ -42,23 +39,13 @@ impl Staging {
     }
 }
 
-fn mem(e: vnpu_emu::error::MemError) -> CacheError {
-    CacheError::Memory(e.to_string())
+/// A DMA copy command.
+fn copy(src: u64, dst: u64, len: u64) -> Command {
+    Command::DmaCopy { src, dst, len }
 }
 
-/// Copies `len` bytes of device memory at `addr` back to the host, if the device is still
-/// in `epoch` (a reset since clears that memory).
-fn read_back(hw: &Arc<Hardware>, addr: u64, len: u64, epoch: u64) -> Option<Vec<u8>> {
-    let mut out = vec![0u8; usize::try_from(len).ok()?];
-    if len == 0 {
-        return Some(out);
-    }
-    let region = SharedRegion::new("vnpu-cache-readback", out.len()).ok()?;
-    let map = hw.map(region.fd(), 0, len, Perm::WRITE).ok()?;
-    hw.run(vec![dma(addr, map.iova, len)], 0, Some(epoch))
-        .ok()?;
-    region.read(0, &mut out).ok()?;
-    Some(out)
+fn mem(e: impl std::fmt::Display) -> CacheError {
+    CacheError::Memory(e.to_string())
 }
 
 /// Data caches up to this size are copied to the device after they are read (and hashed
@@ -342,12 +329,12 @@ impl Cache {
         let iova = staging.map.iova;
         let mut cmds = Vec::with_capacity(2);
         if len > 0 {
-            cmds.push(dma(iova, upload.data, len as u64));
+            cmds.push(copy(iova, upload.data, len as u64));
         }
         if let Some((bytes, addr)) = upload.program.filter(|(b, _)| !b.is_empty()) {
             let at = program_at(len);
             staging.region.write(at as u64, bytes).map_err(mem)?;
-            cmds.push(dma(iova + at as u64, addr, bytes.len() as u64));
+            cmds.push(copy(iova + at as u64, addr, bytes.len() as u64));
         }
         let copying = hw.submit(cmds, 0, Some(epoch))?;
         let digest = reading.wait().flatten();
@@ -381,14 +368,14 @@ impl Cache {
             Some((bytes, addr)) if !bytes.is_empty() => {
                 let at = program_at(len);
                 staging.region.write(at as u64, bytes).map_err(mem)?;
-                Some(dma(iova + at as u64, addr, bytes.len() as u64))
+                Some(copy(iova + at as u64, addr, bytes.len() as u64))
             }
             _ => None,
         };
         let copies =
-            move |chunks: &mut dyn Iterator<Item = (usize, usize)>| -> Vec<SubmissionEntry> {
+            move |chunks: &mut dyn Iterator<Item = (usize, usize)>| -> Vec<crate::hw::Command> {
                 chunks
-                    .map(|(off, n)| dma(iova + off as u64, dst + off as u64, n as u64))
+                    .map(|(off, n)| copy(iova + off as u64, dst + off as u64, n as u64))
                     .collect()
             };
         let mut hasher = super::mac::DataDigest::default();
@@ -563,7 +550,7 @@ fn constant_values(
     list: &[(u32, ConstValue)],
     from: Option<(Arc<Hardware>, u64, u64, u64)>,
 ) -> Values {
-    let block = from.and_then(|(hw, addr, len, epoch)| read_back(&hw, addr, len, epoch));
+    let block = from.and_then(|(hw, addr, len, epoch)| hw.read_dram(addr, len, epoch).ok());
     let mut v: Values = vec![None; n];
     for (i, c) in list {
         let bytes = match c {

@@ -16,7 +16,6 @@
 
 use crate::hal::BYTE_SIZE_OF_CACHE_TOKEN;
 use crate::hw::Hardware;
-use vnpu_emu::regs;
 
 /// Bytes of a MAC and of a digest.
 pub const MAC_LEN: usize = 32;
@@ -39,12 +38,12 @@ pub fn build_id() -> Vec<u8> {
 /// The device a cache belongs to: identification, version and capability registers and
 /// the size of its memory.
 pub fn device_identity(hw: &Hardware) -> Vec<u8> {
-    let d = hw.device();
+    let (regs, dram_size) = hw.identity();
     let mut v = Vec::with_capacity(24);
-    for r in [regs::ID, regs::VERSION, regs::CAPS] {
-        v.extend_from_slice(&d.read_reg(r).to_le_bytes());
+    for r in regs {
+        v.extend_from_slice(&r.to_le_bytes());
     }
-    v.extend_from_slice(&d.dram_size().to_le_bytes());
+    v.extend_from_slice(&dram_size.to_le_bytes());
     v
 }
 

@@ -6,9 +6,9 @@ use std::os::fd::AsFd;
 use super::format::{encode_body, ConstValue, Header, Image, InlineBytes};
 use super::mac::{build_id, device_identity, mac, Binding};
 use super::{Cache, CacheError, CacheFiles};
+use crate::execute::{CacheParts, VnpuPreparedModel};
 use crate::hal::{Model, BYTE_SIZE_OF_CACHE_TOKEN};
 use crate::hw::Hardware;
-use crate::prepared::{CacheParts, VnpuPreparedModel};
 
 /// The model cache image of a prepared model (its constants' values left out).
 pub fn image_of(parts: &CacheParts<'_>) -> Image {

@@ -958,7 +958,7 @@ impl Compiled {
     /// The run-time shapes the device reported for [`Compiled::reported`], checked
     /// against their capacities; `None` if the report is malformed.
     pub fn parse_report(&self, bytes: &[u8]) -> Option<Vec<(u32, Vec<usize>)>> {
-        let entry = vnpu_emu::engine::compute::REPORT_ENTRY as usize;
+        let entry = crate::hw::REPORT_ENTRY as usize;
         let words = |b: &[u8]| -> Vec<u32> {
             b.chunks_exact(4)
                 .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))

@@ -10,10 +10,10 @@
 use std::sync::{Arc, Mutex};
 
 use crate::hal::{ErrorStatus, Memory};
+use crate::hw::Perm;
 use crate::hw::{DramBlock, Hardware};
 use crate::hwbuf::HwUse;
 use crate::memory::open_pool;
-use vnpu_emu::iommu::Perm;
 
 use super::desc::{combine_dimensions, BufferSpec, Io, Role};
 use super::transfer;
@@ -41,7 +41,7 @@ impl DriverBuffer {
     pub fn new(hw: &Arc<Hardware>, spec: BufferSpec) -> Result<DriverBuffer, ErrorStatus> {
         let mem = hw
             .alloc_dram(spec.size)
-            .map_err(|e| crate::prepared::hw_status(&e))?;
+            .map_err(|e| crate::execute::hw_status(&e))?;
         Ok(DriverBuffer {
             hw: Arc::clone(hw),
             state: Mutex::new(State {

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use thiserror::Error;
 
 use crate::device::IPreparedModel;
+use crate::execute::VnpuPreparedModel;
 use crate::hal::{known_byte_size, BufferDesc, BufferRole, ErrorStatus, Operand, OperandType};
 use crate::hw::Hardware;
-use crate::prepared::VnpuPreparedModel;
 
 /// Whether a role reads the buffer (a model input) or writes it (a model output).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

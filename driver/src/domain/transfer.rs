@@ -1,24 +1,13 @@
 //! Moving a driver-managed buffer's bytes between device DRAM and a host pool: one DMA,
 //! straight through the IOMMU when the pool's file cannot shrink, through a sealed
-//! staging region of the driver's otherwise (see [`crate::staging`]).
+//! staging region of the driver's otherwise (see [`crate::execute::staging`]).
 
 use std::sync::Arc;
 
-use vnpu_emu::iommu::Perm;
-use vnpu_emu::shm::SharedRegion;
-
+use crate::execute::hw_status;
 use crate::hal::ErrorStatus;
-use crate::hw::Hardware;
+use crate::hw::{Hardware, Perm};
 use crate::memory::{read_range, write_range, PoolRange};
-use crate::prepared::{dma, hw_status};
-
-fn staging(len: u64) -> Result<SharedRegion, ErrorStatus> {
-    let len = usize::try_from(len).map_err(|_| ErrorStatus::GeneralFailure)?;
-    SharedRegion::new("vnpu-buffer-staging", len).map_err(|e| {
-        tracing::debug!("staging region: {e}");
-        ErrorStatus::GeneralFailure
-    })
-}
 
 fn pool_error(e: crate::memory::PoolError) -> ErrorStatus {
     tracing::debug!("buffer copy: {e}");
@@ -40,7 +29,7 @@ pub fn pool_to_dram(
         let map = hw
             .map(pool.fd, pool.offset, len, Perm::READ)
             .map_err(|e| hw_status(&e))?;
-        hw.run(vec![dma(map.iova, dst, len)], 0, Some(epoch))
+        hw.copy(map.iova, dst, len, epoch)
             .map_err(|e| hw_status(&e))?;
         return Ok(());
     }
@@ -55,17 +44,7 @@ pub fn bytes_to_dram(
     dst: u64,
     epoch: u64,
 ) -> Result<(), ErrorStatus> {
-    let region = staging(bytes.len() as u64)?;
-    region.write(0, bytes).map_err(|e| {
-        tracing::debug!("staging write: {e}");
-        ErrorStatus::GeneralFailure
-    })?;
-    let map = hw
-        .map(region.fd(), 0, bytes.len() as u64, Perm::READ)
-        .map_err(|e| hw_status(&e))?;
-    hw.run(vec![dma(map.iova, dst, bytes.len() as u64)], 0, Some(epoch))
-        .map_err(|e| hw_status(&e))?;
-    Ok(())
+    hw.write_dram(bytes, dst, epoch).map_err(|e| hw_status(&e))
 }
 
 /// Copies `len` bytes from device address `src` to the start of `pool`, in epoch `epoch`.
@@ -83,7 +62,7 @@ pub fn dram_to_pool(
         let map = hw
             .map(pool.fd, pool.offset, len, Perm::WRITE)
             .map_err(|e| hw_status(&e))?;
-        hw.run(vec![dma(src, map.iova, len)], 0, Some(epoch))
+        hw.copy(src, map.iova, len, epoch)
             .map_err(|e| hw_status(&e))?;
         return Ok(());
     }
@@ -98,17 +77,5 @@ pub fn dram_to_bytes(
     len: u64,
     epoch: u64,
 ) -> Result<Vec<u8>, ErrorStatus> {
-    let region = staging(len)?;
-    let map = hw
-        .map(region.fd(), 0, len, Perm::WRITE)
-        .map_err(|e| hw_status(&e))?;
-    hw.run(vec![dma(src, map.iova, len)], 0, Some(epoch))
-        .map_err(|e| hw_status(&e))?;
-    drop(map);
-    let mut bytes = vec![0u8; len as usize];
-    region.read(0, &mut bytes).map_err(|e| {
-        tracing::debug!("staging read: {e}");
-        ErrorStatus::GeneralFailure
-    })?;
-    Ok(bytes)
+    hw.read_dram(src, len, epoch).map_err(|e| hw_status(&e))
 }

@@ -5,10 +5,8 @@
 //! through io_uring where the device's probe found it (pread/pwrite otherwise). A file
 //! that shrank gives a short read: an error, never a SIGBUS.
 
-use vnpu_emu::shm::SharedRegion;
-
 use crate::cache::CacheIo;
-use crate::memory::{PoolError, PoolRange};
+use crate::memory::{PoolError, PoolRange, SharedRegion};
 
 /// The bytes `[base, base + len)` of one pool, held in a sealed region the device can map.
 #[derive(Debug)]
@@ -121,8 +119,8 @@ fn file_offset(pool: &PoolRange<'_>, off: u64, n: u64) -> Result<u64, PoolError>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hw::Perm;
     use std::os::fd::AsFd;
-    use vnpu_emu::iommu::Perm;
 
     fn plain_file(bytes: &[u8]) -> std::fs::File {
         use std::io::Write;

@@ -1,0 +1,94 @@
+//! A burst's executions on the server's side: over pools the burst keeps pinned, and
+//! its memo of the last execution, run again as is for the same request.
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use super::instances::Instance;
+use super::pools::PinnedPool;
+use super::run::{measured, Via};
+use super::{hw_status, VnpuPreparedModel};
+use crate::hal::{
+    ErrorStatus, MeasureTiming, OptionalTimePoint, OptionalTimeoutDuration, OutputShape, Request,
+    RequestArgument, RequestMemoryPool, Timing,
+};
+use crate::hw::Command;
+
+impl VnpuPreparedModel {
+    /// executeSynchronously_1_3 with the request's pools already mapped where `pins` has
+    /// them (by pool index): a burst's executions. `memo` is the burst's last execution:
+    /// used if it serves this request, replaced by this one's otherwise.
+    pub fn execute_pinned(
+        &self,
+        request: &Request,
+        measure: MeasureTiming,
+        pins: &[Option<Arc<PinnedPool>>],
+        memo: &mut Option<BurstMemo>,
+    ) -> (ErrorStatus, Vec<OutputShape>, Timing) {
+        let start = Instant::now();
+        if let Some(m) = memo
+            .as_ref()
+            .filter(|m| m.serves(request, pins, self.hw.epoch()))
+        {
+            let _arena = m.instance.lock().unwrap_or_else(|p| p.into_inner());
+            return match self.hw.run(m.cmds.clone(), m.program_ns, Some(m.epoch)) {
+                Ok(done) => {
+                    let timing = match measure == MeasureTiming::YES {
+                        true => {
+                            measured(start, done.iter().map(|c| c.device_ns).sum::<u64>() / 1000)
+                        }
+                        false => Timing::NONE,
+                    };
+                    (ErrorStatus::None, m.shapes.clone(), timing)
+                }
+                Err(e) => (hw_status(&e), Vec::new(), Timing::NONE),
+            };
+        }
+        *memo = None;
+        self.run(
+            request,
+            measure,
+            OptionalTimePoint::NONE,
+            OptionalTimeoutDuration::default(),
+            start,
+            Via {
+                fenced: false,
+                pins,
+                memo: Some(memo),
+            },
+        )
+    }
+}
+
+/// A burst's last execution, ready to run again: what validating the request, choosing
+/// the instance and building the commands gave. It serves a next request with the very
+/// same arguments over the very same pinned memories in the same device epoch (all of
+/// which that work depends on), so a burst repeating its request only submits the
+/// commands. Made only for requests whose pools are all pinned, whose outputs are
+/// statically shaped and which give no deferred input values.
+pub struct BurstMemo {
+    pub(super) inputs: Vec<RequestArgument>,
+    pub(super) outputs: Vec<RequestArgument>,
+    /// The pins the commands' addresses are in (held: the mappings stay).
+    pub(super) pins: Vec<Arc<PinnedPool>>,
+    pub(super) instance: Arc<Mutex<Instance>>,
+    pub(super) cmds: Vec<Command>,
+    pub(super) program_ns: u64,
+    pub(super) epoch: u64,
+    pub(super) shapes: Vec<OutputShape>,
+}
+
+impl BurstMemo {
+    /// Whether this is the execution of `request` over `pins` in device epoch `epoch`.
+    fn serves(&self, request: &Request, pins: &[Option<Arc<PinnedPool>>], epoch: u64) -> bool {
+        self.epoch == epoch
+            && self.inputs == request.inputs
+            && self.outputs == request.outputs
+            && request.pools.len() == self.pins.len()
+            && request.pools.iter().zip(&self.pins).enumerate().all(|(k, (p, mine))| {
+                matches!(p, RequestMemoryPool::HidlMemory(m)
+                    if pins.get(k).and_then(Option::as_ref).is_some_and(|pin| Arc::ptr_eq(pin, mine))
+                        && mine.open(m).is_some())
+            })
+    }
+}
