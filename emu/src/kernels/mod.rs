@@ -45,6 +45,7 @@ pub mod qconv;
 pub mod quant;
 pub mod recurrent;
 pub mod reduction;
+pub(crate) mod requant;
 
 pub(crate) mod gemm;
 #[cfg(test)]

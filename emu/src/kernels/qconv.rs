@@ -31,6 +31,7 @@ use super::quant::{
     get_quantized_convolution_multiplier, multiply_by_quantized_multiplier, quantize_multiplier,
     QuantElem, QuantError,
 };
+use super::requant::Requant;
 use super::simd::{vectorized, Body};
 
 type Result<T> = std::result::Result<T, QuantError>;
@@ -216,6 +217,8 @@ struct Channel {
 /// The validated output stage: per-channel constants, output zero point and clamp.
 struct OutputStage {
     channels: Vec<Channel>,
+    /// The same constants for the vectorised rows.
+    rows: Requant,
     output_zp: i32,
     act_min: i32,
     act_max: i32,
@@ -249,8 +252,18 @@ impl OutputStage {
                 shift: at(q.output_shift, c),
             })
             .collect();
+        let channels: Vec<Channel> = channels;
+        let rows = Requant {
+            bias: channels.iter().map(|c| c.bias).collect(),
+            mult: channels.iter().map(|c| c.multiplier).collect(),
+            shift: channels.iter().map(|c| c.shift).collect(),
+            zp: q.output_zero_point,
+            lo: q.act_min,
+            hi: q.act_max,
+        };
         Ok(Self {
             channels,
+            rows,
             output_zp: q.output_zero_point,
             act_min: q.act_min,
             act_max: q.act_max,
@@ -270,9 +283,7 @@ impl OutputStage {
     /// Requantises one pixel's sums (one per channel) into `dst`.
     #[inline]
     fn requantize_row<T: QuantElem>(&self, sums: &[i32], dst: &mut [T]) {
-        for ((d, &acc), ch) in dst.iter_mut().zip(sums).zip(&self.channels) {
-            *d = self.requantize(acc, ch);
-        }
+        self.rows.row(sums, dst);
     }
 
     /// Writes every channel of every pixel of `output` from a zero accumulator (an empty
@@ -740,17 +751,18 @@ impl<T: QuantElem, F: QuantElem> Body for DepthwiseLoops<'_, T, F> {
                     let px = pixels
                         .next()
                         .ok_or(QuantError::InvalidParams("index out of bounds"))?;
-                    let groups = px
-                        .chunks_exact_mut(m)
-                        .zip(acc.chunks_exact(m))
-                        .zip(stage.channels.chunks_exact(m))
-                        .zip(&xsum);
-                    for (((dsts, accs), chs), &s) in groups {
-                        for ((dst, &a), ch) in dsts.iter_mut().zip(accs).zip(chs) {
-                            let a = a.wrapping_sub(ch.filter_zp.wrapping_mul(s));
-                            *dst = stage.requantize(a, ch);
+                    if need_xsum {
+                        let groups = acc
+                            .chunks_exact_mut(m)
+                            .zip(stage.channels.chunks_exact(m))
+                            .zip(&xsum);
+                        for ((accs, chs), &s) in groups {
+                            for (a, ch) in accs.iter_mut().zip(chs) {
+                                *a = a.wrapping_sub(ch.filter_zp.wrapping_mul(s));
+                            }
                         }
                     }
+                    stage.requantize_row(&acc, px);
                 }
             }
         }
