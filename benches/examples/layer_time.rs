@@ -1,10 +1,12 @@
-//! Times single face_landmark layers on the device's kernels (min and median of many runs);
-//! an argument keeps only the lines whose name contains it.
+//! Times single face_landmark layers on the device's kernels (min and median of many runs),
+//! in float32 and (names starting `int8`) in int8 with per-channel filters; an argument
+//! keeps only the lines whose name contains it. The first line names the instruction set
+//! the kernels ran with (`VNPU_ISA=avx2|avx512|scalar` narrows it).
 use std::time::Instant;
 use vnpu_benches::{pseudo, staged};
 use vnpu_emu::kernels::*;
 use vnpu_emu::program::pack_panels;
-use vnpu_emu::tensor::{DType, Layout, Staged, TensorType, View, ViewMut};
+use vnpu_emu::tensor::{DType, Layout, PerChannel, Quant, Staged, TensorType, View, ViewMut};
 
 fn time(name: &str, op: KernelOp, ins: Vec<(Vec<usize>, Vec<f32>)>, pack: bool) {
     // `layer_time [FILTER]`: only the layers whose name contains FILTER.
@@ -30,10 +32,68 @@ fn time(name: &str, op: KernelOp, ins: Vec<(Vec<usize>, Vec<f32>)>, pack: bool) 
             staged(&p),
         );
     }
+    run_timed(name, &op, &ins, DType::F32, Quant::new(0.0, 0));
+}
+
+/// int8 layer `name`: activations int8 (scale 1/64, zero point -3), the filter (input 1)
+/// int8 symmetric per output channel along `filter_axis`, the bias (input 2) int32 at
+/// input scale x filter scale; other inputs as the first.
+fn time_q(name: &str, op: KernelOp, ins: Vec<(Vec<usize>, Vec<f32>)>, filter_axis: Option<u32>) {
+    if std::env::args().nth(1).is_some_and(|f| !name.contains(&f)) {
+        return;
+    }
+    let act = Quant::new(1.0 / 64.0, -3);
+    let q8 = |v: &[f32]| -> Vec<u8> {
+        v.iter()
+            .map(|&x| ((x * 200.0).round().clamp(-128.0, 127.0) as i8) as u8)
+            .collect()
+    };
+    let mut filter_scales = vec![];
+    let ins: Vec<(TensorType, Staged)> = ins
+        .into_iter()
+        .enumerate()
+        .map(|(i, (shape, d))| match (i, filter_axis) {
+            (1, Some(axis)) => {
+                let n = shape[axis as usize];
+                filter_scales = (0..n).map(|c| 0.002 + 0.0001 * c as f32).collect();
+                let ty = TensorType {
+                    quant: Quant {
+                        scale: 0.0,
+                        zero_point: 0,
+                        per_channel: Some(PerChannel {
+                            axis,
+                            scales: filter_scales.clone(),
+                        }),
+                    },
+                    ..TensorType::new(DType::I8, &shape)
+                };
+                (ty, staged(&q8(&d)))
+            }
+            (2, Some(_)) => {
+                let mut ty = TensorType::new(DType::I32, &shape);
+                ty.quant = Quant::new(act.scale * filter_scales[0], 0);
+                let b: Vec<i32> = d.iter().map(|&x| (x * 1000.0) as i32).collect();
+                (ty, staged(bytemuck::cast_slice(&b)))
+            }
+            _ => {
+                let ty = TensorType {
+                    quant: act.clone(),
+                    ..TensorType::new(DType::I8, &shape)
+                };
+                (ty, staged(&q8(&d)))
+            }
+        })
+        .collect();
+    run_timed(name, &op, &ins, DType::I8, Quant::new(1.0 / 32.0, 2));
+}
+
+/// Runs `op` on `ins` RUNS times (default 400) and prints the min and median.
+fn run_timed(name: &str, op: &KernelOp, ins: &[(TensorType, Staged)], dtype: DType, q: Quant) {
     let tys: Vec<&TensorType> = ins.iter().map(|(t, _)| t).collect();
-    let mut out = TensorType::new(DType::F32, &[]);
+    let mut out = TensorType::new(dtype, &[]);
+    out.quant = q;
     out.shape = op.output_shapes(&tys).unwrap().remove(0);
-    let mut ob = Staged::zeroed(out.numel() * 4);
+    let mut ob = Staged::zeroed(out.numel() * dtype.size() as usize);
     let mut ts = vec![];
     let runs: usize = std::env::var("RUNS")
         .ok()
@@ -49,7 +109,7 @@ fn time(name: &str, op: KernelOp, ins: Vec<(Vec<usize>, Vec<f32>)>, pack: bool) 
             .collect();
         let t = Instant::now();
         execute(
-            &op,
+            op,
             &views,
             &mut [ViewMut {
                 ty: &out,
@@ -67,7 +127,11 @@ fn time(name: &str, op: KernelOp, ins: Vec<(Vec<usize>, Vec<f32>)>, pack: bool) 
     );
 }
 
+/// An int8 convolution: name, padding, stride, input shape, filter shape.
+type QLayer<'a> = (&'a str, Padding, u32, [usize; 4], [usize; 4]);
+
 fn main() {
+    println!("isa {}", vnpu_emu::kernels::isa::isa().name());
     let same = |t, b, l, r| Padding {
         top: t,
         bottom: b,
@@ -237,5 +301,77 @@ fn main() {
         }),
         vec![(vec![1, 96, 96, 16], pseudo(96 * 96 * 16, 1))],
         false,
+    );
+    let q_layers: [QLayer<'_>; 5] = [
+        (
+            "int8 conv0 64x64x3->32 3x3s2",
+            same(0, 1, 0, 1),
+            2,
+            [1, 64, 64, 3],
+            [32, 3, 3, 3],
+        ),
+        (
+            "int8 conv 32x32x32->32 3x3s1",
+            same(1, 1, 1, 1),
+            1,
+            [1, 32, 32, 32],
+            [32, 3, 3, 32],
+        ),
+        (
+            "int8 pw 32x32x32->64",
+            Padding::default(),
+            1,
+            [1, 32, 32, 32],
+            [64, 1, 1, 32],
+        ),
+        (
+            "int8 pw 16x16x128->128",
+            Padding::default(),
+            1,
+            [1, 16, 16, 128],
+            [128, 1, 1, 128],
+        ),
+        (
+            "int8 pw 32x32x24->24",
+            Padding::default(),
+            1,
+            [1, 32, 32, 24],
+            [24, 1, 1, 24],
+        ),
+    ];
+    for (name, pad, stride, x, f) in q_layers {
+        let n = |s: &[usize]| s.iter().product::<usize>();
+        time_q(
+            name,
+            conv(pad, stride),
+            vec![
+                (x.to_vec(), pseudo(n(&x), 1)),
+                (f.to_vec(), pseudo(n(&f), 2)),
+                (vec![f[0]], pseudo(f[0], 3)),
+            ],
+            Some(0),
+        );
+    }
+    time_q(
+        "int8 dw 32x32x64 3x3s1",
+        dw(same(1, 1, 1, 1), 1),
+        vec![
+            (vec![1, 32, 32, 64], pseudo(32 * 32 * 64, 1)),
+            (vec![1, 3, 3, 64], pseudo(576, 2)),
+            (vec![64], pseudo(64, 3)),
+        ],
+        Some(3),
+    );
+    time_q(
+        "int8 add 32x32x64",
+        KernelOp::from(Binary {
+            kind: BinaryKind::Add,
+            act: Activation::None,
+        }),
+        vec![
+            (vec![1, 32, 32, 64], pseudo(32 * 32 * 64, 1)),
+            (vec![1, 32, 32, 64], pseudo(32 * 32 * 64, 2)),
+        ],
+        None,
     );
 }

@@ -31,8 +31,10 @@ pub mod conv;
 pub mod detection;
 pub mod elementwise;
 pub mod extension;
+pub mod igemm;
 pub mod image;
 pub mod index;
+pub mod isa;
 pub mod kernel;
 pub(crate) mod layout;
 pub mod lookup;
@@ -43,6 +45,7 @@ pub mod qconv;
 pub mod quant;
 pub mod recurrent;
 pub mod reduction;
+pub(crate) mod requant;
 
 pub(crate) mod gemm;
 #[cfg(test)]

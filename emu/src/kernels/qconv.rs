@@ -26,11 +26,13 @@
 //! are free to reorder and factor it and stay bit-identical with the reference (whose
 //! overflow, undefined in C++, wraps in practice).
 
-use super::gemm::{gemm, Mat, MatMut};
+use super::igemm;
 use super::quant::{
     get_quantized_convolution_multiplier, multiply_by_quantized_multiplier, quantize_multiplier,
     QuantElem, QuantError,
 };
+use super::requant::Requant;
+use super::simd::{vectorized, Body};
 
 type Result<T> = std::result::Result<T, QuantError>;
 
@@ -215,6 +217,8 @@ struct Channel {
 /// The validated output stage: per-channel constants, output zero point and clamp.
 struct OutputStage {
     channels: Vec<Channel>,
+    /// The same constants for the vectorised rows.
+    rows: Requant,
     output_zp: i32,
     act_min: i32,
     act_max: i32,
@@ -248,15 +252,25 @@ impl OutputStage {
                 shift: at(q.output_shift, c),
             })
             .collect();
+        let channels: Vec<Channel> = channels;
+        let rows = Requant {
+            bias: channels.iter().map(|c| c.bias).collect(),
+            mult: channels.iter().map(|c| c.multiplier).collect(),
+            shift: channels.iter().map(|c| c.shift).collect(),
+            zp: q.output_zero_point,
+            lo: q.act_min,
+            hi: q.act_max,
+        };
         Ok(Self {
             channels,
+            rows,
             output_zp: q.output_zero_point,
             act_min: q.act_min,
             act_max: q.act_max,
         })
     }
 
-    #[inline]
+    #[inline(always)]
     fn requantize<T: QuantElem>(&self, acc: i32, ch: &Channel) -> T {
         let v =
             multiply_by_quantized_multiplier(acc.wrapping_add(ch.bias), ch.multiplier, ch.shift)
@@ -264,6 +278,12 @@ impl OutputStage {
         // With act_min <= act_max the reference's clamps (max-then-min or min-then-max)
         // agree, and the result is already in T's range for a valid activation range.
         T::saturate_from_i32(v.max(self.act_min).min(self.act_max))
+    }
+
+    /// Requantises one pixel's sums (one per channel) into `dst`.
+    #[inline]
+    fn requantize_row<T: QuantElem>(&self, sums: &[i32], dst: &mut [T]) {
+        self.rows.row(sums, dst);
     }
 
     /// Writes every channel of every pixel of `output` from a zero accumulator (an empty
@@ -404,80 +424,209 @@ pub fn conv2d<T: QuantElem, F: QuantElem>(
         return Ok(());
     }
     // Here out_c >= 1 (output is not empty) and k >= 1.
-    if k > MAX_EXACT_DEPTH {
-        return Err(QuantError::TooLarge);
+    let in_zp = p.quant.input_zero_point;
+    match stage.pack(filter, k) {
+        Some(packed) if input_fits::<T>(in_zp) => conv_igemm(
+            igemm::kernel(),
+            g,
+            p.out_c,
+            input,
+            &packed,
+            &stage,
+            in_zp,
+            output,
+        ),
+        _ => conv_plain(g, p.out_c, input, filter, &stage, in_zp, output),
+    }
+}
+
+/// Quantised CONV_2D as [`conv2d`], with the filter already packed by [`pack_filter`]
+/// (zero points removed, panels of [`igemm::NR`] output channels).
+pub fn conv2d_packed<T: QuantElem>(
+    p: &Conv2dParams<'_>,
+    input: &[T],
+    packed: &[i32],
+    bias: &[i32],
+    output: &mut [T],
+) -> Result<()> {
+    let g = &p.geometry;
+    g.validate()?;
+    let image = product(&[g.in_h, g.in_w, g.in_c])?;
+    check_len("input", product(&[g.batches, image])?, input.len())?;
+    let k = product(&[g.filter_h, g.filter_w, g.in_c])?;
+    let want = igemm::packed_len(k, p.out_c).ok_or(QuantError::TooLarge)?;
+    check_len("packed filter", want, packed.len())?;
+    check_len(
+        "output",
+        product(&[g.batches, g.out_h, g.out_w, p.out_c])?,
+        output.len(),
+    )?;
+    let stage = OutputStage::new(&p.quant, p.out_c, bias)?;
+    if output.is_empty() {
+        return Ok(());
+    }
+    if k == 0 {
+        stage.fill_bias_only(output);
+        return Ok(());
     }
     let in_zp = p.quant.input_zero_point;
-    let out_c = p.out_c;
-    // The filter, zero point removed, as the GEMM's B (`k x out_c`, column j = row j of
-    // the OHWI filter).
-    let mut wide = Vec::with_capacity(out_c * k);
-    for (w, ch) in filter.chunks_exact(k).zip(&stage.channels) {
-        wide.extend(w.iter().map(|&v| f64::from(v.to_i32() - ch.filter_zp)));
+    if !input_fits::<T>(in_zp) {
+        return Err(QuantError::InvalidParams("input zero point out of range"));
     }
-    let rows = (PIXEL_BLOCK_BYTES / (k * 8)).clamp(1, 256);
+    conv_igemm(
+        igemm::kernel(),
+        g,
+        p.out_c,
+        input,
+        packed,
+        &stage,
+        in_zp,
+        output,
+    )
+}
+
+/// The filter `[out_c, k]` (OHWI rows) with each row's zero point removed, packed as the
+/// integer GEMM's B (`k x out_c`); `None` where a value does not fit the GEMM's exact
+/// range (a zero point far outside the element type's range).
+pub fn pack_filter<F: QuantElem>(
+    filter: &[F],
+    k: usize,
+    out_c: usize,
+    zero_point: impl Fn(usize) -> i32,
+) -> Option<Vec<i32>> {
+    if filter.len() != k.checked_mul(out_c)? {
+        return None;
+    }
+    let mut packed = vec![0; igemm::packed_len(k, out_c)?];
+    igemm::pack_b(
+        k,
+        out_c,
+        |kk, j| filter[j * k + kk].to_i32().saturating_sub(zero_point(j)),
+        &mut packed,
+    )?;
+    Some(packed)
+}
+
+/// Whether every `x - in_zp` of a `T` input is within the integer GEMM's exact range.
+fn input_fits<T: QuantElem>(in_zp: i32) -> bool {
+    let r = -i64::from(igemm::MAX_OPERAND)..=i64::from(igemm::MAX_OPERAND);
+    r.contains(&(i64::from(T::MIN) - i64::from(in_zp)))
+        && r.contains(&(i64::from(T::MAX) - i64::from(in_zp)))
+}
+
+impl OutputStage {
+    /// [`pack_filter`] with this stage's per-channel filter zero points.
+    fn pack<F: QuantElem>(&self, filter: &[F], k: usize) -> Option<Vec<i32>> {
+        pack_filter(filter, k, self.channels.len(), |j| {
+            self.channels.get(j).map_or(0, |c| c.filter_zp)
+        })
+    }
+}
+
+/// Input rows from which FULLY_CONNECTED packs its weights for the integer GEMM (below, a
+/// dot product per output reads each weight once, as packing would).
+const FC_GEMM_ROWS: usize = 4;
+
+/// Words of im2col pairs the conv core multiplies per GEMM call (64 KiB: the A block stays
+/// in L2 while every B panel passes over it).
+const A_BLOCK_WORDS: usize = 16 << 10;
+
+/// The convolution on the integer GEMM: im2col rows (`x - in_zp`, zeros for padding) of a
+/// block of output pixels times the packed filter, then the output stage.
+#[allow(clippy::too_many_arguments)]
+fn conv_igemm<T: QuantElem>(
+    kern: igemm::Kernel,
+    g: &ConvGeometry,
+    out_c: usize,
+    input: &[T],
+    packed: &[i32],
+    stage: &OutputStage,
+    in_zp: i32,
+    output: &mut [T],
+) -> Result<()> {
+    let k = g.filter_h * g.filter_w * g.in_c;
+    let image = g.in_h * g.in_w * g.in_c;
+    let per_image = g.out_h * g.out_w;
+    let rows = g.batches * per_image;
+    let fill = |at: usize, patch: &mut [i32]| {
+        let (n, px) = (at / per_image, at % per_image);
+        let img = window(input, n * image, image)?;
+        gather(g, img, px / g.out_w, px % g.out_w, in_zp, patch)
+    };
+    igemm_rows(kern, rows, k, out_c, fill, packed, stage, output)
+}
+
+/// `rows` rows of A (row `i` written by `fill(i, row)`, `k` values) times the packed B
+/// (`out_c` columns), each result row requantised into the next `out_c` outputs; A is
+/// formed a block of rows at a time.
+#[allow(clippy::too_many_arguments)]
+fn igemm_rows<T: QuantElem>(
+    kern: igemm::Kernel,
+    rows: usize,
+    k: usize,
+    out_c: usize,
+    mut fill: impl FnMut(usize, &mut [i32]) -> Result<()>,
+    packed: &[i32],
+    stage: &OutputStage,
+    output: &mut [T],
+) -> Result<()> {
+    let r = kern.rows();
+    let block = (A_BLOCK_WORDS / igemm::pairs(k).max(1) / r * r).clamp(r, 24 * r);
+    let mut a = igemm::ATiles::new(block, k, r);
+    let mut c = vec![0i32; block * out_c];
     let mut patch = vec![0i32; k];
-    let mut a = vec![0f64; rows * k];
-    let mut c = vec![0f64; rows * out_c];
     let mut pixels = output.chunks_exact_mut(out_c);
-    let coords = (0..g.batches)
-        .flat_map(|n| (0..g.out_h).flat_map(move |oy| (0..g.out_w).map(move |ox| (n, oy, ox))));
-    let coords: Vec<(usize, usize, usize)> = coords.collect();
-    for block in coords.chunks(rows) {
-        for (row, &(n, oy, ox)) in a.chunks_exact_mut(k).zip(block) {
-            let img = window(input, n * image, image)?;
-            gather(g, img, oy, ox, in_zp, &mut patch)?;
-            for (d, &v) in row.iter_mut().zip(&patch) {
-                *d = f64::from(v);
-            }
+    let mut start = 0;
+    while start < rows {
+        let m = block.min(rows - start);
+        for i in 0..m {
+            fill(start + i, &mut patch)?;
+            a.set_row(i, &patch);
         }
-        let m = block.len();
-        gemm(
-            m,
-            k,
-            out_c,
-            Mat {
-                data: &a,
-                rs: k,
-                cs: 1,
-            },
-            Mat {
-                data: &wide,
-                rs: 1,
-                cs: k,
-            },
-            0.0,
-            MatMut {
-                data: &mut c,
-                rs: out_c,
-            },
-        )
-        .map_err(|_| QuantError::TooLarge)?;
+        igemm::igemm(kern, m, &a, packed, out_c, &mut c, out_c)
+            .ok_or(QuantError::InvalidParams("integer GEMM sizes"))?;
         for sums in c.chunks_exact(out_c).take(m) {
             let px = pixels
                 .next()
                 .ok_or(QuantError::InvalidParams("index out of bounds"))?;
-            for ((dst, &acc), ch) in px.iter_mut().zip(sums).zip(&stage.channels) {
-                *dst = stage.requantize(wrap_exact(acc), ch);
-            }
+            stage.requantize_row(sums, px);
         }
+        start += m;
     }
     Ok(())
 }
 
-/// Bytes of im2col patches the conv core multiplies per GEMM call.
-const PIXEL_BLOCK_BYTES: usize = 256 << 10;
-
-/// The deepest dot product whose every partial sum the float64 GEMM computes exactly: each
-/// term `(x - a)(w - b)` is an integer of magnitude at most 510 * 510, and a float64 holds
-/// every integer below 2^53.
-const MAX_EXACT_DEPTH: usize = (1 << 53) / (510 * 510);
-
-/// An exact integer sum from the float64 GEMM, wrapped to `i32` as the reference's
-/// wrapping `int32` accumulator would leave it.
-#[inline]
-fn wrap_exact(sum: f64) -> i32 {
-    sum as i64 as i32
+/// The convolution in plain wrapping `i32` (for zero points outside the GEMM's exact
+/// range): per pixel, the gathered window dotted with each filter row.
+fn conv_plain<T: QuantElem, F: QuantElem>(
+    g: &ConvGeometry,
+    out_c: usize,
+    input: &[T],
+    filter: &[F],
+    stage: &OutputStage,
+    in_zp: i32,
+    output: &mut [T],
+) -> Result<()> {
+    let k = g.filter_h * g.filter_w * g.in_c;
+    let image = g.in_h * g.in_w * g.in_c;
+    let mut patch = vec![0i32; k];
+    let mut sums = vec![0i32; out_c];
+    let per_image = g.out_h * g.out_w;
+    for (at, px) in output.chunks_exact_mut(out_c).enumerate() {
+        let (n, p) = (at / per_image, at % per_image);
+        let img = window(input, n * image, image)?;
+        gather(g, img, p / g.out_w, p % g.out_w, in_zp, &mut patch)?;
+        let total = sum(&patch);
+        for ((s, w), ch) in sums
+            .iter_mut()
+            .zip(filter.chunks_exact(k))
+            .zip(&stage.channels)
+        {
+            *s = dot(&patch, w).wrapping_sub(ch.filter_zp.wrapping_mul(total));
+        }
+        stage.requantize_row(&sums, px);
+    }
+    Ok(())
 }
 
 /// Quantised DEPTHWISE_CONV_2D (NHWC, filter `[1, H, W, C*M]`) with a per-tensor or
@@ -514,65 +663,116 @@ pub fn depthwise_conv2d<T: QuantElem, F: QuantElem>(
         return Ok(());
     }
     // Here out_c >= 1, so in_c >= 1 and m >= 1.
-    let in_zp = p.quant.input_zero_point;
-    let mut acc = vec![0i32; out_c];
-    // Per input channel: sum(x - in_zp) over the valid taps, for the filter zero point;
-    // not needed for symmetric (per-channel) filters.
-    let mut xsum = vec![0i32; g.in_c];
-    let need_xsum = stage.channels.iter().any(|ch| ch.filter_zp != 0);
-    let mut pixels = output.chunks_exact_mut(out_c);
-    for n in 0..g.batches {
-        let img = window(input, n * image, image)?;
-        for oy in 0..g.out_h {
-            for ox in 0..g.out_w {
-                acc.fill(0);
-                xsum.fill(0);
-                let mut rows = filter.chunks_exact(out_c);
-                for ky in 0..g.filter_h {
-                    let iy = ConvGeometry::tap(oy, g.stride_h, ky, g.dilation_h, g.pad_top, g.in_h);
-                    for kx in 0..g.filter_w {
-                        let ix =
-                            ConvGeometry::tap(ox, g.stride_w, kx, g.dilation_w, g.pad_left, g.in_w);
-                        let row = rows
-                            .next()
-                            .ok_or(QuantError::InvalidParams("index out of bounds"))?;
-                        let (Some(iy), Some(ix)) = (iy, ix) else {
-                            continue;
-                        };
-                        let src = window(img, (iy * g.in_w + ix) * g.in_c, g.in_c)?;
-                        depthwise_tap(
-                            &mut acc,
-                            need_xsum.then_some(&mut xsum[..]),
-                            src,
-                            row,
-                            m,
-                            in_zp,
-                        );
+    vectorized(DepthwiseLoops {
+        g,
+        m,
+        out_c,
+        image,
+        input,
+        filter,
+        stage: &stage,
+        in_zp: p.quant.input_zero_point,
+        output,
+    })
+}
+
+/// The loops of [`depthwise_conv2d`] after validation, compiled for the widest vector unit
+/// (integer arithmetic: every level gives the same bits).
+struct DepthwiseLoops<'a, T, F> {
+    g: &'a ConvGeometry,
+    m: usize,
+    out_c: usize,
+    image: usize,
+    input: &'a [T],
+    filter: &'a [F],
+    stage: &'a OutputStage,
+    in_zp: i32,
+    output: &'a mut [T],
+}
+
+impl<T: QuantElem, F: QuantElem> Body for DepthwiseLoops<'_, T, F> {
+    type Out = Result<()>;
+
+    #[inline(always)]
+    fn run(self) -> Result<()> {
+        let DepthwiseLoops {
+            g,
+            m,
+            out_c,
+            image,
+            input,
+            filter,
+            stage,
+            in_zp,
+            output,
+        } = self;
+        let mut acc = vec![0i32; out_c];
+        // Per input channel: sum(x - in_zp) over the valid taps, for the filter zero point;
+        // not needed for symmetric (per-channel) filters.
+        let mut xsum = vec![0i32; g.in_c];
+        let need_xsum = stage.channels.iter().any(|ch| ch.filter_zp != 0);
+        let mut pixels = output.chunks_exact_mut(out_c);
+        for n in 0..g.batches {
+            let img = window(input, n * image, image)?;
+            for oy in 0..g.out_h {
+                for ox in 0..g.out_w {
+                    acc.fill(0);
+                    xsum.fill(0);
+                    let mut rows = filter.chunks_exact(out_c);
+                    for ky in 0..g.filter_h {
+                        let iy =
+                            ConvGeometry::tap(oy, g.stride_h, ky, g.dilation_h, g.pad_top, g.in_h);
+                        for kx in 0..g.filter_w {
+                            let ix = ConvGeometry::tap(
+                                ox,
+                                g.stride_w,
+                                kx,
+                                g.dilation_w,
+                                g.pad_left,
+                                g.in_w,
+                            );
+                            let row = rows
+                                .next()
+                                .ok_or(QuantError::InvalidParams("index out of bounds"))?;
+                            let (Some(iy), Some(ix)) = (iy, ix) else {
+                                continue;
+                            };
+                            let src = window(img, (iy * g.in_w + ix) * g.in_c, g.in_c)?;
+                            depthwise_tap(
+                                &mut acc,
+                                need_xsum.then_some(&mut xsum[..]),
+                                src,
+                                row,
+                                m,
+                                in_zp,
+                            );
+                        }
                     }
-                }
-                let px = pixels
-                    .next()
-                    .ok_or(QuantError::InvalidParams("index out of bounds"))?;
-                let groups = px
-                    .chunks_exact_mut(m)
-                    .zip(acc.chunks_exact(m))
-                    .zip(stage.channels.chunks_exact(m))
-                    .zip(&xsum);
-                for (((dsts, accs), chs), &s) in groups {
-                    for ((dst, &a), ch) in dsts.iter_mut().zip(accs).zip(chs) {
-                        let a = a.wrapping_sub(ch.filter_zp.wrapping_mul(s));
-                        *dst = stage.requantize(a, ch);
+                    let px = pixels
+                        .next()
+                        .ok_or(QuantError::InvalidParams("index out of bounds"))?;
+                    if need_xsum {
+                        let groups = acc
+                            .chunks_exact_mut(m)
+                            .zip(stage.channels.chunks_exact(m))
+                            .zip(&xsum);
+                        for ((accs, chs), &s) in groups {
+                            for (a, ch) in accs.iter_mut().zip(chs) {
+                                *a = a.wrapping_sub(ch.filter_zp.wrapping_mul(s));
+                            }
+                        }
                     }
+                    stage.requantize_row(&acc, px);
                 }
             }
         }
+        Ok(())
     }
-    Ok(())
 }
 
 /// Adds one tap: `acc[c*m + j] += (x[c] - in_zp) * w[c*m + j]` and, if given,
 /// `xsum[c] += x[c] - in_zp`.
-#[inline]
+#[inline(always)]
 fn depthwise_tap<T: QuantElem, F: QuantElem>(
     acc: &mut [i32],
     xsum: Option<&mut [i32]>,
@@ -632,6 +832,28 @@ pub fn fully_connected<T: QuantElem, F: QuantElem>(
     }
     // Here output_size >= 1 and k >= 1.
     let in_zp = p.quant.input_zero_point;
+    if p.batches >= FC_GEMM_ROWS && input_fits::<T>(in_zp) {
+        if let Some(packed) = stage.pack(weights, k) {
+            let fill = |b: usize, row: &mut [i32]| {
+                let x = window(input, b * k, k)?;
+                for (r, &v) in row.iter_mut().zip(x) {
+                    *r = v.to_i32() - in_zp;
+                }
+                Ok(())
+            };
+            let n = p.output_size;
+            return igemm_rows(
+                igemm::kernel(),
+                p.batches,
+                k,
+                n,
+                fill,
+                &packed,
+                &stage,
+                output,
+            );
+        }
+    }
     let mut row = vec![0i32; k];
     for (x, out) in input
         .chunks_exact(k)
@@ -657,6 +879,7 @@ pub fn fully_connected<T: QuantElem, F: QuantElem>(
 mod quant_tests {
     use super::super::quant::quantized_activation_range;
     use super::*;
+    use crate::kernels::isa::Isa;
     use proptest::prelude::*;
 
     fn cfg() -> ProptestConfig {
@@ -1542,6 +1765,46 @@ mod quant_tests {
         })
     }
 
+    /// FULLY_CONNECTED on the integer GEMM (a batch of rows) against the plain dot products
+    /// (the same rows one at a time): bit-identical.
+    fn check_fc_gemm<T: Elem + PartialEq, F: Elem>(
+        (b, k, n, qc, input, weights): (usize, usize, usize, QuantCase, Vec<u8>, Vec<u8>),
+    ) -> std::result::Result<(), TestCaseError> {
+        let input: Vec<T> = input.into_iter().map(T::from_byte).collect();
+        let weights: Vec<F> = weights.into_iter().map(F::from_byte).collect();
+        let (m, s) = qc.multipliers();
+        let p = FullyConnectedParams {
+            batches: b,
+            input_size: k,
+            output_size: n,
+            quant: qc.params::<T>(&m, &s),
+        };
+        let mut got = vec![T::saturate_from_i32(0); b * n];
+        fully_connected(&p, &input, &weights, &qc.bias, &mut got).unwrap();
+        let one = FullyConnectedParams { batches: 1, ..p };
+        for (x, want) in input.chunks_exact(k).zip(got.chunks_exact(n)) {
+            let mut row = vec![T::saturate_from_i32(0); n];
+            fully_connected(&one, x, &weights, &qc.bias, &mut row).unwrap();
+            prop_assert_eq!(&row[..], want);
+        }
+        Ok(())
+    }
+
+    fn fc_gemm_case<T: Elem, F: Elem>(
+        per_channel: bool,
+    ) -> impl Strategy<Value = (usize, usize, usize, QuantCase, Vec<u8>, Vec<u8>)> {
+        (FC_GEMM_ROWS..30, 1usize..40, 1usize..40).prop_flat_map(move |(b, k, n)| {
+            (
+                Just(b),
+                Just(k),
+                Just(n),
+                quant_case::<T, F>(n, per_channel),
+                bytes(b * k),
+                bytes(n * k),
+            )
+        })
+    }
+
     fn check_fc<T: Elem, F: Elem>(
         (b, k, n, qc, input, weights): (usize, usize, usize, QuantCase, Vec<u8>, Vec<u8>),
     ) -> std::result::Result<(), TestCaseError> {
@@ -1568,8 +1831,72 @@ mod quant_tests {
         close(&out, &want)
     }
 
+    /// The integer GEMM path against the plain `i32` loop, on every ISA level this CPU has:
+    /// bit-identical outputs, over shapes that cross the GEMM's tile and panel edges.
+    fn check_conv_levels<T: Elem + PartialEq, F: Elem>(
+        (g, out_c, qc, input, filter): (ConvGeometry, usize, QuantCase, Vec<u8>, Vec<u8>),
+    ) -> std::result::Result<(), TestCaseError> {
+        let input: Vec<T> = input.into_iter().map(T::from_byte).collect();
+        let filter: Vec<F> = filter.into_iter().map(F::from_byte).collect();
+        let (m, s) = qc.multipliers();
+        let q = qc.params::<T>(&m, &s);
+        let stage = OutputStage::new(&q, out_c, &qc.bias).unwrap();
+        let k = g.filter_h * g.filter_w * g.in_c;
+        let len = g.batches * g.out_h * g.out_w * out_c;
+        let mut want = vec![T::saturate_from_i32(0); len];
+        conv_plain(&g, out_c, &input, &filter, &stage, qc.in_zp, &mut want).unwrap();
+        let packed = stage.pack(&filter, k).unwrap();
+        for level in [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni] {
+            if level > crate::kernels::isa::detected() {
+                continue;
+            }
+            let mut got = vec![T::saturate_from_i32(0); len];
+            let kern = igemm::kernel_for(level);
+            conv_igemm(kern, &g, out_c, &input, &packed, &stage, qc.in_zp, &mut got).unwrap();
+            prop_assert_eq!(&got, &want, "{:?}", level);
+        }
+        let mut got = vec![T::saturate_from_i32(0); len];
+        let p = Conv2dParams {
+            geometry: g,
+            out_c,
+            quant: q,
+        };
+        conv2d_packed(&p, &input, &packed, &qc.bias, &mut got).unwrap();
+        prop_assert_eq!(&got, &want);
+        Ok(())
+    }
+
+    fn wide_conv_case<T: Elem, F: Elem>(
+        per_channel: bool,
+    ) -> impl Strategy<Value = (ConvGeometry, usize, QuantCase, Vec<u8>, Vec<u8>)> {
+        (geometry(), 1usize..40, 1usize..24).prop_flat_map(move |(g, out_c, in_c)| {
+            let g = ConvGeometry { in_c, ..g };
+            let n_in = g.batches * g.in_h * g.in_w * g.in_c;
+            let n_f = out_c * g.filter_h * g.filter_w * g.in_c;
+            (
+                Just(g),
+                Just(out_c),
+                quant_case::<T, F>(out_c, per_channel),
+                bytes(n_in),
+                bytes(n_f),
+            )
+        })
+    }
+
     proptest! {
         #![proptest_config(cfg())]
+        #[test]
+        fn quant_fc_igemm_bit_identical_u8(case in fc_gemm_case::<u8, u8>(false)) { check_fc_gemm::<u8, u8>(case)?; }
+        #[test]
+        fn quant_fc_igemm_bit_identical_i8_per_channel(case in fc_gemm_case::<i8, i8>(true)) { check_fc_gemm::<i8, i8>(case)?; }
+        #[test]
+        fn quant_conv_igemm_bit_identical_u8(case in wide_conv_case::<u8, u8>(false)) { check_conv_levels::<u8, u8>(case)?; }
+        #[test]
+        fn quant_conv_igemm_bit_identical_i8(case in wide_conv_case::<i8, i8>(false)) { check_conv_levels::<i8, i8>(case)?; }
+        #[test]
+        fn quant_conv_igemm_bit_identical_u8_per_channel(case in wide_conv_case::<u8, i8>(true)) { check_conv_levels::<u8, i8>(case)?; }
+        #[test]
+        fn quant_conv_igemm_bit_identical_i8_per_channel(case in wide_conv_case::<i8, i8>(true)) { check_conv_levels::<i8, i8>(case)?; }
 
         #[test]
         fn quant_conv_u8_per_tensor(case in conv_case::<u8, u8>(false)) { check_conv::<u8, u8>(case)?; }

@@ -1,12 +1,10 @@
 //! Runs a kernel's loops compiled for the widest vector unit the CPU has. The loops stay
 //! plain Rust, written as a [`Body`]: [`vectorized`] inlines its `run` into a copy built for
-//! AVX2 or AVX-512 (chosen once at run time), where the compiler may use those registers.
+//! AVX2 or AVX-512 (chosen once at run time, see [`super::isa`]), where the compiler may use those registers.
 //! Only element-wise vectorisation happens (no FMA contraction, no reassociation), so every
 //! path gives bit-identical results. The vector levels have FMA, so a loop's explicit
 //! `f32::mul_add` is one instruction there (and the same bits, from a library call, on the
 //! plain path).
-
-use std::sync::OnceLock;
 
 /// The vector units the dispatch chooses from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -18,22 +16,18 @@ enum Level {
     Avx512,
 }
 
+/// The level of [`super::isa::isa`] (so `VNPU_ISA` narrows it too).
 fn level() -> Level {
-    static CHOSEN: OnceLock<Level> = OnceLock::new();
-    *CHOSEN.get_or_init(|| {
+    use super::isa::{isa, Isa};
+    match isa() {
+        Isa::Scalar => Level::Plain,
         #[cfg(target_arch = "x86_64")]
-        {
-            if std::arch::is_x86_feature_detected!("avx512f") {
-                return Level::Avx512;
-            }
-            if std::arch::is_x86_feature_detected!("avx2")
-                && std::arch::is_x86_feature_detected!("fma")
-            {
-                return Level::Avx2;
-            }
-        }
-        Level::Plain
-    })
+        Isa::Avx2 => Level::Avx2,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 | Isa::Avx512Vnni => Level::Avx512,
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => Level::Plain,
+    }
 }
 
 /// A loop nest to vectorise: its inputs are the fields, its work is `run`, which must be

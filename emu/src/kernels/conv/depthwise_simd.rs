@@ -29,14 +29,14 @@ pub(crate) struct Args<'a> {
 /// A depthwise kernel: one [`Args`].
 pub(crate) type Depthwise = fn(Args<'_>);
 
-/// The AVX-512 kernel, where the CPU has AVX-512F (chosen once); else `None`, and the
+/// The AVX-512 kernel, where the CPU has AVX-512 and `VNPU_ISA` allows it (chosen once); else `None`, and the
 /// caller runs the portable loops.
 pub(crate) fn kernel() -> Option<Depthwise> {
     static CHOSEN: std::sync::OnceLock<Option<Depthwise>> = std::sync::OnceLock::new();
     *CHOSEN.get_or_init(|| {
         #[cfg(target_arch = "x86_64")]
         {
-            if std::arch::is_x86_feature_detected!("avx512f") {
+            if crate::kernels::isa::isa() >= crate::kernels::isa::Isa::Avx512 {
                 return Some(x86::avx512 as Depthwise);
             }
         }

@@ -156,9 +156,31 @@ fn run_quant<T: QuantElem>(
     sb: &[usize],
     so: &[usize],
 ) {
+    if p.kind != BinaryKind::Mul && sa == so && sb == so {
+        add_same_shape(p, x, y, o);
+        return;
+    }
     for_each_broadcast(sa, sb, so, |i, ia, ib| {
         o[i] = T::saturate_from_i32(quant_elem(p, x[ia].to_i32(), y[ib].to_i32()));
     });
+}
+
+/// ADD/SUB of same-shaped operands: each operand's rescaled term depends on its stored
+/// value only, so it comes from a table of the type's values; only the output rescale
+/// is computed per element (the same integers as [`quant_elem`]).
+fn add_same_shape<T: QuantElem>(p: &QuantParams, x: &[T], y: &[T], o: &mut [T]) {
+    let term = |v: i32, off: i32, m: (i32, i32)| {
+        multiply_by_quantized_multiplier_smaller_than_one_exp((off + v) << LEFT_SHIFT, m.0, m.1)
+    };
+    let t1: Vec<i32> = (T::MIN..=T::MAX).map(|v| term(v, p.off1, p.m1)).collect();
+    let t2: Vec<i32> = (T::MIN..=T::MAX).map(|v| term(v, p.off2, p.m2)).collect();
+    let at = |t: &[i32], v: T| t.get((v.to_i32() - T::MIN) as usize).copied().unwrap_or(0);
+    for ((d, &a), &b) in o.iter_mut().zip(x).zip(y) {
+        let sum = at(&t1, a).saturating_add(at(&t2, b));
+        let raw = p.out_off
+            + multiply_by_quantized_multiplier_smaller_than_one_exp(sum, p.out.0, p.out.1);
+        *d = T::saturate_from_i32(raw.clamp(p.lo, p.hi));
+    }
 }
 
 /// Integer division rounding toward negative infinity; 0 for a zero divisor (NNAPI leaves
@@ -360,6 +382,34 @@ mod tests {
                     .clamp(i64::from(lo), i64::from(hi));
                 prop_assert!((i64::from(got[i]) - want).abs() <= 1,
                     "{:?} element {}: got {}, want {}", kind, i, got[i], want);
+            }
+        }
+    }
+
+    proptest! {
+        /// The table-driven same-shape ADD/SUB gives the integers of the per-element path.
+        #[test]
+        fn quant_add_tables_bit_identical(
+            sub in any::<bool>(),
+            act in 0u32..4,
+            s1 in 0.01f32..1.0, s2 in 0.01f32..1.0, so in 0.05f32..2.0,
+            z1 in -128i32..128, z2 in -128i32..128, zo in -128i32..128,
+            data in proptest::collection::vec((any::<i8>(), any::<i8>()), 1..300),
+        ) {
+            let kind = if sub { BinaryKind::Sub } else { BinaryKind::Add };
+            let act = [Activation::None, Activation::Relu, Activation::Relu1, Activation::Relu6]
+                [act as usize];
+            let n = [data.len()];
+            let ta = TensorType::quantized(DType::I8, &n, s1, z1);
+            let tb = TensorType::quantized(DType::I8, &n, s2, z2);
+            let to = TensorType::quantized(DType::I8, &n, so, zo);
+            let p = Binary { kind, act }.quant_params(&[&ta, &tb, &to]).unwrap();
+            let (x, y): (Vec<i8>, Vec<i8>) = data.into_iter().unzip();
+            let mut got = vec![0i8; x.len()];
+            add_same_shape(&p, &x, &y, &mut got);
+            for i in 0..x.len() {
+                let want = i8::saturate_from_i32(quant_elem(&p, x[i].into(), y[i].into()));
+                prop_assert_eq!(got[i], want, "element {}", i);
             }
         }
     }

@@ -101,6 +101,14 @@ fn write(o: &mut ViewMut<'_>, vals: impl Iterator<Item = f64>) -> Result<()> {
     Ok(())
 }
 
+/// `dst[i] = f(src[i])`.
+#[inline]
+fn zip_map<A: Copy, B>(src: &[A], dst: &mut [B], f: impl Fn(A) -> B) {
+    for (d, &v) in dst.iter_mut().zip(src) {
+        *d = f(v);
+    }
+}
+
 const CAST_TYPES: [DType; 4] = [DType::F32, DType::F16, DType::I32, DType::U8];
 
 impl Kernel for Convert {
@@ -179,6 +187,16 @@ impl Kernel for Convert {
                     (-128.0, 127.0)
                 };
                 let (s, zp) = (o.ty.quant.scale, o.ty.quant.zero_point as f32);
+                if x.ty.dtype == DType::F32 {
+                    // The same arithmetic straight from float32 to the stored type.
+                    let q = |v: f32| (zp + (v / s).round()).clamp(lo, hi);
+                    let src = x.f32s()?;
+                    match o.ty.dtype {
+                        DType::I8 => zip_map(src, o.i8s_mut()?, |v| q(v) as i8),
+                        _ => zip_map(src, o.u8s_mut()?, |v| q(v) as u8),
+                    }
+                    return Ok(());
+                }
                 let v = raw(&x)?;
                 // In f32 as the reference: zero_point + round(x / scale), clamped.
                 write(
@@ -191,6 +209,20 @@ impl Kernel for Convert {
             }
             ConvertKind::Dequantize => {
                 let q = &x.ty.quant;
+                if q.per_channel.is_none() && o.ty.dtype == DType::F32 {
+                    // Per tensor, every stored value has one result: a table of 256.
+                    let (s, zp) = (q.scale, q.zero_point);
+                    let dq = |v: i32| s * (v - zp) as f32;
+                    let dst = o.f32s_mut()?;
+                    if x.ty.dtype == DType::U8 {
+                        let table: Vec<f32> = (0..=255).map(dq).collect();
+                        zip_map(x.u8s()?, dst, |v| table[usize::from(v)]);
+                    } else {
+                        let table: Vec<f32> = (-128..=127).map(dq).collect();
+                        zip_map(x.i8s()?, dst, |v| table[(i32::from(v) + 128) as usize]);
+                    }
+                    return Ok(());
+                }
                 let v = raw(&x)?;
                 let scale_of: Box<dyn Fn(usize) -> f32> = match &q.per_channel {
                     Some(pc) => {

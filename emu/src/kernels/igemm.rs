@@ -1,0 +1,399 @@
+//! The integer GEMM of the quantised convolution family: `C = A x B` with A and B holding
+//! small integers (zero points already removed, each in `[-32767, 32767]`) and C the exact
+//! wrapping `i32` sums.
+//!
+//! Both operands are stored as *pairs*: one `i32` holds two consecutive depth entries
+//! (`lo = k`, `hi = k + 1`, as `i16` halves), the form `vpmaddwd` (AVX2, AVX-512BW) and
+//! `vpdpwssd` (AVX-512 VNNI) multiply: each 32-bit lane gets `a_lo * b_lo + a_hi * b_hi`,
+//! exact because both products are at most `32767^2` (so the pair sum stays below
+//! `2^31`). The lanes are then added with wrapping 32-bit adds, and a wrapping integer sum
+//! does not depend on its order, so every level (and the plain fallback) gives the bits of
+//! the reference's scalar loop.
+//!
+//! B (the filter) is packed once into panels of [`NR`] columns (see [`pack_b`]); A (im2col
+//! rows) into tiles of the chosen micro-kernel's row count ([`ATiles`]).
+
+use super::isa::{isa, Isa};
+
+/// Columns of one B panel (one 512-bit register of `i32` lanes, two 256-bit ones).
+pub const NR: usize = 16;
+
+/// The largest magnitude an operand may have for the pair sums to be exact.
+pub const MAX_OPERAND: i32 = i16::MAX as i32;
+
+/// Two depth entries as one pair word (`lo` in the low half). Both must fit `i16`.
+#[inline(always)]
+pub fn pair(lo: i32, hi: i32) -> i32 {
+    (u32::from(lo as u16) | (u32::from(hi as u16) << 16)) as i32
+}
+
+/// Number of pair words of a depth `k`.
+#[inline]
+pub fn pairs(k: usize) -> usize {
+    k.div_ceil(2)
+}
+
+/// `i32` words of B (`k x n`) packed by [`pack_b`].
+pub fn packed_len(k: usize, n: usize) -> Option<usize> {
+    n.div_ceil(NR).checked_mul(pairs(k))?.checked_mul(NR)
+}
+
+/// Packs B (`k x n`, entry `(kk, j)` given by `at`) into panels: panel `q` holds columns
+/// `q*NR ..`, pair `p` of it the [`NR`] words `pair(B[2p][j], B[2p+1][j])` (zeros past `k`
+/// and `n`). Returns `None` (and leaves `out` partly written) if an entry is outside
+/// `[-MAX_OPERAND, MAX_OPERAND]` or `out` is not [`packed_len`] long.
+pub fn pack_b(k: usize, n: usize, at: impl Fn(usize, usize) -> i32, out: &mut [i32]) -> Option<()> {
+    if Some(out.len()) != packed_len(k, n) {
+        return None;
+    }
+    let k2 = pairs(k);
+    if k2 == 0 {
+        return Some(());
+    }
+    let fits = |v: i32| (-MAX_OPERAND..=MAX_OPERAND).contains(&v);
+    for (q, panel) in out.chunks_exact_mut(k2 * NR).enumerate() {
+        for (p, words) in panel.chunks_exact_mut(NR).enumerate() {
+            for (l, w) in words.iter_mut().enumerate() {
+                let j = q * NR + l;
+                let get = |kk: usize| if kk < k && j < n { at(kk, j) } else { 0 };
+                let (lo, hi) = (get(2 * p), get(2 * p + 1));
+                if !fits(lo) || !fits(hi) {
+                    return None;
+                }
+                *w = pair(lo, hi);
+            }
+        }
+    }
+    Some(())
+}
+
+/// A micro-kernel: `out[r][l] = sum_p madd(a[p*R + r], b[p*NR + l])` for one tile of A
+/// (`k2 x R` pair words, row `r` of pair `p` at `p*R + r`) and one panel of B; `out` is
+/// `R * NR` words, row-major.
+type Micro = fn(&[i32], &[i32], &mut [i32]);
+
+/// The micro-kernel the chosen [`Isa`] runs, and its row count R.
+#[derive(Clone, Copy)]
+pub struct Kernel {
+    rows: usize,
+    run: Micro,
+}
+
+impl Kernel {
+    /// Rows of A one call multiplies.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+}
+
+/// The micro-kernel for [`isa()`].
+pub fn kernel() -> Kernel {
+    kernel_for(isa())
+}
+
+/// The micro-kernel for `level` (which the CPU must have: see [`super::isa::detected`]).
+pub fn kernel_for(level: Isa) -> Kernel {
+    match level {
+        Isa::Scalar => Kernel {
+            rows: 4,
+            run: tile_plain::<4>,
+        },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => Kernel {
+            rows: 6,
+            run: x86::avx2,
+        },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => Kernel {
+            rows: x86::ROWS512,
+            run: x86::avx512,
+        },
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512Vnni => Kernel {
+            rows: x86::ROWS512,
+            run: x86::vnni,
+        },
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => kernel_for(Isa::Scalar),
+    }
+}
+
+/// The plain micro-kernel (also the reference of the vector ones).
+fn tile_plain<const R: usize>(a: &[i32], b: &[i32], out: &mut [i32]) {
+    let mut acc = [[0i32; NR]; R];
+    for (ap, bp) in a.chunks_exact(R).zip(b.chunks_exact(NR)) {
+        for (row, &x) in acc.iter_mut().zip(ap) {
+            let (xl, xh) = (i32::from(x as i16), x >> 16);
+            for (s, &y) in row.iter_mut().zip(bp) {
+                let (yl, yh) = (i32::from(y as i16), y >> 16);
+                *s = s.wrapping_add((xl * yl).wrapping_add(xh * yh));
+            }
+        }
+    }
+    for (o, row) in out.chunks_exact_mut(NR).zip(&acc) {
+        o.copy_from_slice(row);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::NR;
+    use std::arch::x86_64::*;
+
+    /// Rows of the AVX-512 tiles: twelve accumulators, one B register, a broadcast.
+    pub(super) const ROWS512: usize = 12;
+
+    #[target_feature(enable = "avx2")]
+    fn tile_avx2<const R: usize>(a: &[i32], b: &[i32], out: &mut [i32]) {
+        let mut acc = [[_mm256_setzero_si256(); 2]; R];
+        for (ap, bp) in a.chunks_exact(R).zip(b.chunks_exact(NR)) {
+            let Ok(bp) = <&[i32; NR]>::try_from(bp) else {
+                continue;
+            };
+            // SAFETY: `bp` is 16 words: two unaligned 256-bit loads inside it.
+            let (b0, b1) = unsafe {
+                (
+                    _mm256_loadu_si256(bp.as_ptr().cast()),
+                    _mm256_loadu_si256(bp.as_ptr().add(8).cast()),
+                )
+            };
+            for (s, &x) in acc.iter_mut().zip(ap) {
+                let x = _mm256_set1_epi32(x);
+                s[0] = _mm256_add_epi32(s[0], _mm256_madd_epi16(x, b0));
+                s[1] = _mm256_add_epi32(s[1], _mm256_madd_epi16(x, b1));
+            }
+        }
+        for (o, s) in out.chunks_exact_mut(NR).zip(&acc) {
+            let Ok(o) = <&mut [i32; NR]>::try_from(o) else {
+                continue;
+            };
+            // SAFETY: `o` is 16 words: two unaligned 256-bit stores inside it.
+            unsafe {
+                _mm256_storeu_si256(o.as_mut_ptr().cast(), s[0]);
+                _mm256_storeu_si256(o.as_mut_ptr().add(8).cast(), s[1]);
+            }
+        }
+    }
+
+    macro_rules! tile512 {
+        ($name:ident, $features:literal, $step:expr) => {
+            #[target_feature(enable = $features)]
+            fn $name<const R: usize>(a: &[i32], b: &[i32], out: &mut [i32]) {
+                let mut acc = [_mm512_setzero_si512(); R];
+                for (ap, bp) in a.chunks_exact(R).zip(b.chunks_exact(NR)) {
+                    let Ok(bp) = <&[i32; NR]>::try_from(bp) else {
+                        continue;
+                    };
+                    // SAFETY: `bp` is 16 words, one unaligned 512-bit load.
+                    let y = unsafe { _mm512_loadu_si512(bp.as_ptr().cast()) };
+                    for (s, &x) in acc.iter_mut().zip(ap) {
+                        *s = $step(*s, _mm512_set1_epi32(x), y);
+                    }
+                }
+                for (o, s) in out.chunks_exact_mut(NR).zip(&acc) {
+                    let Ok(o) = <&mut [i32; NR]>::try_from(o) else {
+                        continue;
+                    };
+                    // SAFETY: `o` is 16 words, one unaligned 512-bit store.
+                    unsafe { _mm512_storeu_si512(o.as_mut_ptr().cast(), *s) };
+                }
+            }
+        };
+    }
+
+    tile512!(tile_avx512, "avx512f,avx512bw", |s, x, y| _mm512_add_epi32(
+        s,
+        _mm512_madd_epi16(x, y)
+    ));
+    tile512!(tile_vnni, "avx512f,avx512bw,avx512vnni", |s, x, y| {
+        _mm512_dpwssd_epi32(s, x, y)
+    });
+
+    pub(super) fn avx2(a: &[i32], b: &[i32], out: &mut [i32]) {
+        // SAFETY: chosen by `kernel_for` only at Isa::Avx2 or above, which `isa()` picks
+        // only where the CPU has AVX2.
+        unsafe { tile_avx2::<6>(a, b, out) }
+    }
+
+    pub(super) fn avx512(a: &[i32], b: &[i32], out: &mut [i32]) {
+        // SAFETY: chosen only at Isa::Avx512 or above (the CPU has AVX-512F and BW).
+        unsafe { tile_avx512::<ROWS512>(a, b, out) }
+    }
+
+    pub(super) fn vnni(a: &[i32], b: &[i32], out: &mut [i32]) {
+        // SAFETY: chosen only at Isa::Avx512Vnni (the CPU has AVX-512F, BW and VNNI).
+        unsafe { tile_vnni::<ROWS512>(a, b, out) }
+    }
+}
+
+/// A block of A's rows in the micro-kernel's tile order: tile `t` holds rows
+/// `t*R .. t*R + R`, pair `p` of row `r` at word `t*R*k2 + p*R + r`. Rows never set are 0.
+pub struct ATiles {
+    rows: usize,
+    capacity: usize,
+    k2: usize,
+    data: Vec<i32>,
+}
+
+impl ATiles {
+    /// Room for `m` rows of depth `k` in tiles of `rows` (= [`Kernel::rows`]).
+    pub fn new(m: usize, k: usize, rows: usize) -> Self {
+        let k2 = pairs(k);
+        let tiles = m.div_ceil(rows.max(1));
+        Self {
+            rows: rows.max(1),
+            capacity: tiles * rows.max(1),
+            k2,
+            data: vec![0; tiles * rows.max(1) * k2],
+        }
+    }
+
+    /// Sets row `r` from its `k` values (each within `[-MAX_OPERAND, MAX_OPERAND]`; the
+    /// caller checks). Rows outside the block are ignored.
+    #[inline]
+    pub fn set_row(&mut self, r: usize, values: &[i32]) {
+        let (t, i) = (r / self.rows, r % self.rows);
+        let Some(tile) = self
+            .data
+            .get_mut(t * self.rows * self.k2..(t + 1) * self.rows * self.k2)
+        else {
+            return;
+        };
+        let mut words = tile.iter_mut().skip(i).step_by(self.rows);
+        let mut two = values.chunks_exact(2);
+        // `two` first: zip then leaves `words` at the pair after the last full one.
+        for (v, w) in two.by_ref().zip(words.by_ref()) {
+            *w = pair(v[0], v[1]);
+        }
+        if let (Some(w), [last]) = (words.next(), two.remainder()) {
+            *w = pair(*last, 0);
+        }
+    }
+}
+
+/// `C[r][j] = sum_kk A[r][kk] * B[kk][j]` (wrapping) for the first `m` rows of `a` and the
+/// `n` columns of `b` (packed by [`pack_b`] for depth `k`), into `c` with row pitch `ldc`.
+/// Returns `None` if the sizes do not agree (nothing is then written).
+pub fn igemm(
+    kernel: Kernel,
+    m: usize,
+    a: &ATiles,
+    b: &[i32],
+    n: usize,
+    c: &mut [i32],
+    ldc: usize,
+) -> Option<()> {
+    let (r, k2) = (kernel.rows, a.k2);
+    let ok = a.rows == r
+        && Some(b.len()) == n.div_ceil(NR).checked_mul(k2 * NR)
+        && m <= a.capacity
+        && n <= ldc
+        && (m == 0 || c.len() >= (m - 1) * ldc + n);
+    if !ok {
+        return None;
+    }
+    if k2 == 0 {
+        for row in c.chunks_mut(ldc).take(m) {
+            row[..n].fill(0);
+        }
+        return Some(());
+    }
+    let mut out = vec![0i32; r * NR];
+    for (t, tile) in a.data.chunks_exact(r * k2).enumerate() {
+        let row0 = t * r;
+        if row0 >= m {
+            break;
+        }
+        let rows = r.min(m - row0);
+        for (q, panel) in b.chunks_exact(k2 * NR).enumerate() {
+            (kernel.run)(tile, panel, &mut out);
+            let cols = NR.min(n - q * NR);
+            for (i, sums) in out.chunks_exact(NR).take(rows).enumerate() {
+                let at = (row0 + i) * ldc + q * NR;
+                c[at..at + cols].copy_from_slice(&sums[..cols]);
+            }
+        }
+    }
+    Some(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Every level this CPU has.
+    fn levels() -> Vec<Isa> {
+        [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni]
+            .into_iter()
+            .filter(|&l| l <= super::super::isa::detected())
+            .collect()
+    }
+
+    proptest! {
+        #![proptest_config(crate::kernels::proptest_config(64))]
+        /// Every micro-kernel gives the wrapping integer sums of a plain triple loop,
+        /// including operands at the extremes of the exact range.
+        #[test]
+        fn igemm_matches_plain_sums(
+            m in 0usize..30,
+            k in 0usize..40,
+            n in 1usize..40,
+            seed in any::<u64>(),
+            extreme in any::<bool>(),
+        ) {
+            let mut s = seed | 1;
+            let mut next = || {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                if extreme {
+                    [-MAX_OPERAND, MAX_OPERAND, 0, 1][(s % 4) as usize]
+                } else {
+                    (s % 511) as i32 - 255
+                }
+            };
+            let av: Vec<i32> = (0..m * k).map(|_| next()).collect();
+            let bv: Vec<i32> = (0..k * n).map(|_| next()).collect();
+            let mut want = vec![0i32; m * n];
+            for i in 0..m {
+                for j in 0..n {
+                    want[i * n + j] = (0..k).fold(0i32, |acc, kk| {
+                        acc.wrapping_add(av[i * k + kk].wrapping_mul(bv[kk * n + j]))
+                    });
+                }
+            }
+            let mut packed = vec![0; packed_len(k, n).unwrap()];
+            pack_b(k, n, |kk, j| bv[kk * n + j], &mut packed).unwrap();
+            for level in levels() {
+                let kern = kernel_for(level);
+                let mut a = ATiles::new(m, k, kern.rows());
+                for i in 0..m {
+                    a.set_row(i, &av[i * k..(i + 1) * k]);
+                }
+                let ldc = n + 3;
+                let mut c = vec![7i32; m * ldc];
+                igemm(kern, m, &a, &packed, n, &mut c, ldc).unwrap();
+                for i in 0..m {
+                    prop_assert_eq!(&c[i * ldc..i * ldc + n], &want[i * n..(i + 1) * n], "{:?}", level);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn igemm_refuses_bad_sizes_and_operands() {
+        let mut packed = vec![0; packed_len(3, 2).unwrap()];
+        assert!(pack_b(3, 2, |_, _| 40000, &mut packed).is_none());
+        assert!(pack_b(3, 2, |_, _| 1, &mut packed[1..]).is_none());
+        pack_b(3, 2, |_, _| 1, &mut packed).unwrap();
+        let kern = kernel();
+        let a = ATiles::new(2, 3, kern.rows());
+        let mut c = vec![0; 4];
+        assert!(igemm(kern, 2, &a, &packed, 2, &mut c, 2).is_some());
+        assert!(igemm(kern, 2, &a, &packed, 2, &mut c[..3], 2).is_none());
+        assert!(igemm(kern, 2, &a, &packed, 3, &mut c, 2).is_none());
+        let other = ATiles::new(2, 5, kern.rows());
+        assert!(igemm(kern, 2, &other, &packed, 2, &mut c, 2).is_none());
+    }
+}
