@@ -556,11 +556,13 @@ impl ModelBuilder {
 /// them: they must be the main subgraph's inputs and outputs, in order; given dimensions
 /// must agree with the operand's where the model specifies them; and the values given must
 /// be as many as the dimensions say (so that an output buffer sized from its dimensions is
-/// never larger than the line that describes it).
+/// never larger than the line that describes it, or than the model's own operand for an
+/// expected failure's output given without values).
 fn check_arguments(
     main: &Subgraph,
     inputs: &[RawIo],
     outputs: &[RawIo],
+    expect_failure: bool,
 ) -> Result<(), CorpusError> {
     for (what, given, model) in [
         ("input", inputs, &main.input_indexes),
@@ -597,8 +599,19 @@ fn check_arguments(
                     io.dimensions
                 )));
             }
-            // An omitted input has no values, whatever its dimensions.
-            let omitted = what == "input" && io.data.is_empty();
+            // An omitted input has no values, whatever its dimensions; a case that expects
+            // failure may leave out its outputs' values (they are never compared), but then
+            // their size is the model's own, fully specified.
+            let omitted = io.data.is_empty()
+                && match what {
+                    "input" => true,
+                    _ => {
+                        expect_failure
+                            && !declared.is_empty()
+                            && !declared.contains(&0)
+                            && declared == io.dimensions.as_slice()
+                    }
+                };
             if !omitted && element_count(&io.dimensions) != Some(io.data.len()) {
                 return Err(invalid(format!(
                     "INVALID_ARGUMENT: {what} {k} has dimensions {:?} but {} values",
@@ -659,7 +672,7 @@ pub fn parse_case(json_line: &str) -> Result<TestCase, CorpusError> {
             .map(|o| o.r#type)
             .ok_or_else(|| invalid(format!("{what} refers to operand {operand}, out of range")))
     };
-    check_arguments(&model.main, &raw.inputs, &raw.outputs)?;
+    check_arguments(&model.main, &raw.inputs, &raw.outputs, raw.expect_failure)?;
     let mut inputs = Vec::with_capacity(raw.inputs.len());
     for (i, io) in raw.inputs.iter().enumerate() {
         let t = main_type(io.operand, &format!("input {i}"))?;
