@@ -881,6 +881,7 @@ mod quant_tests {
     use super::*;
     use crate::kernels::isa::Isa;
     use proptest::prelude::*;
+    use std::ops::Range;
 
     fn cfg() -> ProptestConfig {
         crate::kernels::proptest_config(128)
@@ -1750,10 +1751,13 @@ mod quant_tests {
         close(&out, &want)
     }
 
-    fn fc_case<T: Elem, F: Elem>(
+    /// FULLY_CONNECTED cases with batches, input size and output size drawn from the
+    /// given ranges.
+    fn fc_case_in<T: Elem, F: Elem>(
         per_channel: bool,
+        ranges: (Range<usize>, Range<usize>, Range<usize>),
     ) -> impl Strategy<Value = (usize, usize, usize, QuantCase, Vec<u8>, Vec<u8>)> {
-        (0usize..4, 1usize..20, 1usize..6).prop_flat_map(move |(b, k, n)| {
+        ranges.prop_flat_map(move |(b, k, n)| {
             (
                 Just(b),
                 Just(k),
@@ -1763,6 +1767,19 @@ mod quant_tests {
                 bytes(n * k),
             )
         })
+    }
+
+    fn fc_case<T: Elem, F: Elem>(
+        per_channel: bool,
+    ) -> impl Strategy<Value = (usize, usize, usize, QuantCase, Vec<u8>, Vec<u8>)> {
+        fc_case_in::<T, F>(per_channel, (0..4, 1..20, 1..6))
+    }
+
+    /// Batches large enough for the integer GEMM.
+    fn fc_gemm_case<T: Elem, F: Elem>(
+        per_channel: bool,
+    ) -> impl Strategy<Value = (usize, usize, usize, QuantCase, Vec<u8>, Vec<u8>)> {
+        fc_case_in::<T, F>(per_channel, (FC_GEMM_ROWS..30, 1..40, 1..40))
     }
 
     /// FULLY_CONNECTED on the integer GEMM (a batch of rows) against the plain dot products
@@ -1788,21 +1805,6 @@ mod quant_tests {
             prop_assert_eq!(&row[..], want);
         }
         Ok(())
-    }
-
-    fn fc_gemm_case<T: Elem, F: Elem>(
-        per_channel: bool,
-    ) -> impl Strategy<Value = (usize, usize, usize, QuantCase, Vec<u8>, Vec<u8>)> {
-        (FC_GEMM_ROWS..30, 1usize..40, 1usize..40).prop_flat_map(move |(b, k, n)| {
-            (
-                Just(b),
-                Just(k),
-                Just(n),
-                quant_case::<T, F>(n, per_channel),
-                bytes(b * k),
-                bytes(n * k),
-            )
-        })
     }
 
     fn check_fc<T: Elem, F: Elem>(
