@@ -53,7 +53,9 @@ impl Dtype {
             OperandType::TENSOR_FLOAT16 => Dtype::F16,
             OperandType::TENSOR_INT32 => Dtype::I32,
             OperandType::TENSOR_QUANT16_SYMM => Dtype::I16,
-            OperandType::TENSOR_QUANT8_ASYMM_SIGNED | OperandType::TENSOR_QUANT8_SYMM => Dtype::I8,
+            OperandType::TENSOR_QUANT8_ASYMM_SIGNED
+            | OperandType::TENSOR_QUANT8_SYMM
+            | OperandType::TENSOR_QUANT8_SYMM_PER_CHANNEL => Dtype::I8,
             OperandType::TENSOR_QUANT8_ASYMM => Dtype::U8,
             OperandType::TENSOR_BOOL8 => Dtype::Bool,
             _ => return None,
