@@ -388,8 +388,8 @@ unsafe extern "C" fn kernel_invoke(ctx: *mut TfLiteContext, node: *mut TfLiteNod
                     want: bytes.len(),
                 }),
             };
-            match k.invoke(read, write) {
-                Ok(()) => ffi::OK,
+            match k.invoke(read, write, false) {
+                Ok(_) => ffi::OK,
                 Err(e) => {
                     report(ctx, &e.to_string());
                     ffi::ERROR
