@@ -169,6 +169,9 @@ pub fn decode(bytes: &[u8]) -> Result<ByteCode, ByteCodeError> {
     if image.instance.is_some() {
         return Err(bad("a compiled instance (this version carries none)"));
     }
+    if !image.model.referenced.is_empty() {
+        return Err(bad("referenced subgraphs (this version carries none)"));
+    }
     let model = rebuild(image, data)?;
     let (n_in, n_out) = (
         model.main.input_indexes.len(),
