@@ -154,3 +154,54 @@ def test_bad_bytecode(corruption, libs, dispatch_only, tmp_path):
     assert r.returncode >= 0, f"the child crashed (signal {-r.returncode}): {r.stderr[-2000:]}"
     assert r.returncode == 3 and "ran" not in r.stdout, (r.stdout, r.stderr[-2000:])
     assert want in r.stderr, r.stderr[-2000:]
+
+
+def test_npu_partial_fallback(partial_model, libs, tmp_path, monkeypatch):
+    """An operator vnpu lacks stays on LiteRT's CPU between two vnpu partitions."""
+    report = tmp_path / "report.txt"
+    monkeypatch.setenv("VNPU_REPORT", str(report))
+    x = np.array([[0.5, 0.5, -5.0, 5.0]], np.float32)
+    want, _ = run_interpreter(partial_model, [x])
+    got, _ = run_compiled(partial_model, environment(libs, libs), {"t0": x})
+    np.testing.assert_allclose(got["t7"], want[0], rtol=0, atol=1e-6)
+    text = report.read_text()
+    assert "operators   5 (4 on vnpu in 2 partitions, 1 on CPU)" in text, text
+    line = next(l for l in text.splitlines() if l.startswith("op    2"))
+    assert "BUILTIN_99" in line and "CPU" in line and "no NNAPI mapping" in line, line
+
+
+def test_npu_remote_service(service, libs, monkeypatch, capfd):
+    """VNPU_SOCKET: the plugin asks the service what it supports and the dispatch library
+    prepares and runs there."""
+    sock, proc = service
+    model = next(m for m in MODELS if m.stem == "iris_landmark")
+    monkeypatch.setenv("VNPU_SOCKET", str(sock))
+    x, want = reference(model)
+    got, _ = run_compiled(model, environment(libs, libs), x)
+    check(model, want, got)
+    assert "cannot reach" not in capfd.readouterr().err
+    # The libraries go there: without the service the plugin says so (and LiteRT, as it
+    # does when a plugin fails, runs the model on its CPU).
+    proc.kill()
+    proc.wait(10)
+    got, _ = run_compiled(model, environment(libs, libs), x)
+    check(model, want, got)
+    assert f"cannot reach the vnpu service at {sock}" in capfd.readouterr().err
+
+
+def test_npu_cache_dir(libs, dispatch_only, tmp_path, monkeypatch):
+    """VNPU_CACHE_DIR: each partition is prepared once and saved, then loaded."""
+    model = next(m for m in MODELS if m.stem == "iris_landmark")
+    aot = apply_plugin(model, libs, tmp_path / "aot.tflite")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    monkeypatch.setenv("VNPU_CACHE_DIR", str(cache))
+    x, want = reference(model)
+    dispatch, no_plugins = dispatch_only
+    first, _ = run_compiled(aot, environment(no_plugins, dispatch), x)
+    files = sorted(p.suffix for p in cache.iterdir())
+    assert files == [".data", ".model"], files
+    second, _ = run_compiled(aot, environment(no_plugins, dispatch), x)
+    check(model, want, second)
+    for name in first:
+        np.testing.assert_array_equal(first[name], second[name])
