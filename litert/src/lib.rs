@@ -24,6 +24,7 @@ pub mod graph;
 pub mod kernel;
 pub mod lrt;
 pub mod plugin;
+pub mod trace;
 
 pub use delegate::{
     tflite_plugin_create_delegate, tflite_plugin_destroy_delegate, Delegate, Options,
