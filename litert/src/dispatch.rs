@@ -592,11 +592,8 @@ pub unsafe extern "C" fn invoke(ic: *mut InvocationContext) -> Status {
         // SAFETY: the runtime keeps both contexts alive across invoke.
         let (rt, dc) = unsafe { (&*ic.rt, &*ic.dc) };
         let fail = |e: String| err(lrt::RUNTIME_FAILURE, format!("invoke: {e}"));
-        let buffers = dc
-            .buffers
-            .lock()
-            .map_err(|_| fail("poisoned".into()))?
-            .clone();
+        // Held through the invoke: registering meanwhile waits (LiteRT does not).
+        let buffers = dc.buffers.lock().map_err(|_| fail("poisoned".into()))?;
         let buffer = |h: Option<u64>, what: String| -> Result<Handle, (Status, String)> {
             let h = h.ok_or_else(|| fail(format!("{what} has no buffer attached")))?;
             buffers
