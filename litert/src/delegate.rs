@@ -7,7 +7,9 @@
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use vnpu_driver::device::{IDevice, VnpuDevice};
 use vnpu_driver::service::client::{self, RemoteDevice};
@@ -20,6 +22,7 @@ use crate::ffi::{
 };
 use crate::graph::{snapshot, Snapshot};
 use crate::kernel::Kernel;
+use crate::trace::Trace;
 
 /// Where the partition report goes.
 #[derive(Clone, Debug, PartialEq)]
@@ -40,6 +43,8 @@ pub struct Options {
     /// A compilation cache directory: each partition loads from it when it holds that
     /// partition's model, else prepares and saves there.
     pub cache_dir: Option<PathBuf>,
+    /// A Perfetto (Chrome trace-event) JSON file recording each partition invoke.
+    pub trace: Option<PathBuf>,
 }
 
 impl Options {
@@ -59,11 +64,7 @@ impl Options {
                     }
                 }
                 "cache_dir" => o.cache_dir = (!v.is_empty()).then(|| PathBuf::from(v)),
-                "trace" => {
-                    return Err(format!(
-                        "option {k:?} is not implemented by this vnpu delegate yet"
-                    ))
-                }
+                "trace" => o.trace = (!v.is_empty()).then(|| PathBuf::from(v)),
                 _ => {
                     return Err(format!(
                         "unknown option {k:?}={v:?} (known: socket, log, cache_dir, trace)"
@@ -102,6 +103,26 @@ pub struct Delegate {
     graph: Mutex<Option<Arc<Snapshot>>>,
     /// The last partition report.
     report: Mutex<String>,
+    /// The `trace` option's recording.
+    trace: Option<Trace>,
+    /// Kernels made so far (each kernel's number in the trace).
+    kernels: AtomicUsize,
+}
+
+impl Drop for Delegate {
+    fn drop(&mut self) {
+        write_trace(self);
+    }
+}
+
+/// Writes the trace file, when tracing (errors go to the log: nobody is left to ask).
+fn write_trace(d: &Delegate) {
+    if let Some(t) = &d.trace {
+        if let Err(e) = t.write() {
+            tracing::warn!("vnpu delegate: trace {}: {e}", t.path().display());
+            eprintln!("vnpu: trace {}: {e}", t.path().display());
+        }
+    }
 }
 
 impl Delegate {
@@ -118,9 +139,11 @@ impl Delegate {
                 opaque_delegate_builder: std::ptr::null_mut(),
             },
             device,
+            trace: options.trace.clone().map(Trace::new),
             options,
             graph: Mutex::new(None),
             report: Mutex::new(String::new()),
+            kernels: AtomicUsize::new(0),
         });
         d.raw.data = (&mut *d as *mut Delegate).cast();
         d
@@ -243,13 +266,31 @@ unsafe fn take_nodes(
 /// What a delegate kernel holds: its prepared partition, or why it has none.
 struct KernelState {
     kernel: Result<Kernel, String>,
+    /// Its number, in the order kernels are made.
+    id: usize,
+    /// The delegate, which outlives its kernels.
+    delegate: *const Delegate,
 }
 
 /// Makes one partition's kernel from the runtime's `TfLiteDelegateParams`.
 ///
 /// # Safety
 /// `buffer` points to the runtime's `TfLiteDelegateParams` for this delegate.
-unsafe fn make_kernel(buffer: *const c_char) -> Result<Kernel, String> {
+unsafe fn make_kernel(buffer: *const c_char) -> (Result<Kernel, String>, *const Delegate) {
+    // SAFETY: the caller's promise.
+    let d = unsafe {
+        let params = &*buffer.cast::<TfLiteDelegateParams>();
+        (*params.delegate).data.cast::<Delegate>().cast_const()
+    };
+    // SAFETY: as above.
+    (unsafe { prepare_kernel(buffer) }, d)
+}
+
+/// Prepares the partition of `buffer`'s `TfLiteDelegateParams`.
+///
+/// # Safety
+/// As [`make_kernel`].
+unsafe fn prepare_kernel(buffer: *const c_char) -> Result<Kernel, String> {
     // SAFETY: the caller's promise; the delegate outlives its kernels.
     let (d, nodes, outputs) = unsafe {
         let params = &*buffer.cast::<TfLiteDelegateParams>();
@@ -293,8 +334,15 @@ unsafe extern "C" fn kernel_init(
 ) -> *mut c_void {
     std::panic::catch_unwind(|| {
         // SAFETY: the runtime passes this delegate's parameters to its kernels' init.
-        let kernel = unsafe { make_kernel(buffer) };
-        Box::into_raw(Box::new(KernelState { kernel })).cast::<c_void>()
+        let (kernel, delegate) = unsafe { make_kernel(buffer) };
+        // SAFETY: the delegate outlives its kernels.
+        let id = unsafe { (*delegate).kernels.fetch_add(1, Ordering::Relaxed) };
+        Box::into_raw(Box::new(KernelState {
+            kernel,
+            id,
+            delegate,
+        }))
+        .cast::<c_void>()
     })
     .unwrap_or(std::ptr::null_mut())
 }
@@ -302,21 +350,25 @@ unsafe extern "C" fn kernel_init(
 unsafe extern "C" fn kernel_free(_ctx: *mut TfLiteContext, data: *mut c_void) {
     if !data.is_null() {
         // SAFETY: `data` is what kernel_init boxed, freed once by the runtime.
-        drop(unsafe { Box::from_raw(data.cast::<KernelState>()) });
+        let state = unsafe { Box::from_raw(data.cast::<KernelState>()) };
+        // The interpreter is going: its invokes so far are the trace (the delegate itself
+        // may never be destroyed before the process exits).
+        // SAFETY: the delegate outlives its kernels.
+        write_trace(unsafe { &*state.delegate });
     }
 }
 
-/// The kernel of `node`, or why there is none.
+/// The kernel of `node` with its state, or why there is none.
 ///
 /// # Safety
 /// `node` is the runtime's node of one of this delegate's kernels.
-unsafe fn kernel_of<'a>(node: *mut TfLiteNode) -> Result<&'a Kernel, String> {
+unsafe fn kernel_of<'a>(node: *mut TfLiteNode) -> Result<(&'a Kernel, &'a KernelState), String> {
     // SAFETY: user_data is what kernel_init returned (or null when it panicked).
     let state = unsafe { (*node).user_data.cast::<KernelState>().as_ref() };
     match state {
         None => Err("the partition's kernel was not made".into()),
-        Some(KernelState { kernel: Ok(k) }) => Ok(k),
-        Some(KernelState { kernel: Err(e) }) => {
+        Some(s @ KernelState { kernel: Ok(k), .. }) => Ok((k, s)),
+        Some(KernelState { kernel: Err(e), .. }) => {
             Err(format!("the partition could not be prepared: {e}"))
         }
     }
@@ -336,7 +388,7 @@ unsafe extern "C" fn kernel_prepare(ctx: *mut TfLiteContext, node: *mut TfLiteNo
         // SAFETY: the runtime's context and node of this delegate's kernel.
         unsafe {
             let k = match kernel_of(node) {
-                Ok(k) => k,
+                Ok((k, _)) => k,
                 Err(e) => {
                     report(ctx, &e);
                     return ffi::ERROR;
@@ -362,13 +414,16 @@ unsafe extern "C" fn kernel_invoke(ctx: *mut TfLiteContext, node: *mut TfLiteNod
         // SAFETY: during invoke the runtime lets the kernel read its inputs' data and write
         // its outputs' (sizes checked against `bytes` in prepare and here).
         unsafe {
-            let k = match kernel_of(node) {
+            let (k, state) = match kernel_of(node) {
                 Ok(k) => k,
                 Err(e) => {
                     report(ctx, &e);
                     return ffi::ERROR;
                 }
             };
+            // The delegate outlives its kernels.
+            let trace = (*state.delegate).trace.as_ref();
+            let begun = Instant::now();
             let read = |t: usize| -> &[u8] {
                 match tensor(ctx, t) {
                     Some(x) if !x.data.is_null() => {
@@ -388,8 +443,18 @@ unsafe extern "C" fn kernel_invoke(ctx: *mut TfLiteContext, node: *mut TfLiteNod
                     want: bytes.len(),
                 }),
             };
-            match k.invoke(read, write) {
-                Ok(()) => ffi::OK,
+            match k.invoke(read, write, trace.is_some()) {
+                Ok(timing) => {
+                    if let Some(t) = trace {
+                        t.record(
+                            state.id,
+                            begun,
+                            timing.time_on_device,
+                            timing.time_in_driver,
+                        );
+                    }
+                    ffi::OK
+                }
                 Err(e) => {
                     report(ctx, &e.to_string());
                     ffi::ERROR

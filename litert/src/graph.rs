@@ -29,7 +29,7 @@ pub enum GraphError {
 
 /// `TfLiteType` to the file's `TensorType` (none for a type vnpu has no operand type for;
 /// such a tensor is written with an unknown type, so its operators stay on the CPU).
-fn file_type(t: c_int) -> i8 {
+pub(crate) fn file_type(t: c_int) -> i8 {
     match t {
         1 => 0,   // float32
         10 => 1,  // float16

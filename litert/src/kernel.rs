@@ -11,10 +11,10 @@ use std::path::Path;
 use vnpu_driver::cache;
 use vnpu_driver::device::{IDevice, IPreparedModel};
 use vnpu_driver::hal::{
-    DataLocation, ErrorStatus, MeasureTiming, Memory, OptionalTimePoint, OptionalTimeoutDuration,
-    Request, RequestArgument, RequestMemoryPool,
+    validate::operand_size, DataLocation, ErrorStatus, MeasureTiming, Memory, Model,
+    OptionalTimePoint, OptionalTimeoutDuration, Request, RequestArgument, RequestMemoryPool,
+    Timing,
 };
-use vnpu_driver::tflite::npy::Dtype;
 use vnpu_driver::tflite::Imported;
 
 /// Why a partition could not be prepared or run.
@@ -52,27 +52,65 @@ pub struct Kernel {
     outputs: Vec<(usize, DataLocation)>,
 }
 
-fn bytes_of(t: &vnpu_driver::tflite::TensorInfo) -> usize {
-    let es = Dtype::of(t.r#type).map_or(1, Dtype::size);
-    t.dims.iter().map(|&d| d as usize).product::<usize>() * es
-}
-
 impl Kernel {
     /// Prepares `imported` on `device`, through the compilation cache in `cache_dir` when
-    /// one is given (the token derived from the model's contents).
+    /// one is given (the token derived from the model's contents). Inputs and outputs are
+    /// named by their TFLite tensors.
     pub fn prepare(
         device: &dyn IDevice,
         imported: &Imported,
         cache_dir: Option<&Path>,
     ) -> Result<Kernel, KernelError> {
-        let model = &imported.model;
+        Kernel::prepare_model(
+            device,
+            &imported.model,
+            &imported.input_tensors,
+            &imported.output_tensors,
+            cache_dir,
+        )
+    }
+
+    /// Prepares `model` on `device` (through `cache_dir` when given); `input_ids` and
+    /// `output_ids` name the model's inputs and outputs, in order, for
+    /// [`Kernel::invoke`]'s callbacks.
+    pub fn prepare_model(
+        device: &dyn IDevice,
+        model: &Model,
+        input_ids: &[usize],
+        output_ids: &[usize],
+        cache_dir: Option<&Path>,
+    ) -> Result<Kernel, KernelError> {
+        let sizes = |indexes: &[u32]| -> Result<Vec<usize>, KernelError> {
+            indexes
+                .iter()
+                .map(|&i| {
+                    model
+                        .main
+                        .operands
+                        .get(i as usize)
+                        .and_then(|o| operand_size(o.r#type, &o.dimensions))
+                        .and_then(|n| usize::try_from(n).ok())
+                        .filter(|&n| n <= u32::MAX as usize)
+                        .ok_or_else(|| KernelError::Memory(format!("operand {i} has no size")))
+                })
+                .collect()
+        };
+        let (in_sizes, out_sizes) = (
+            sizes(&model.main.input_indexes)?,
+            sizes(&model.main.output_indexes)?,
+        );
+        if in_sizes.len() != input_ids.len() || out_sizes.len() != output_ids.len() {
+            return Err(KernelError::Memory(
+                "the model's inputs or outputs differ from those named".into(),
+            ));
+        }
         let p = match cache_dir.map(|d| (d, cache::model_token(model))) {
             Some((dir, Ok(token))) => cache::dir::prepare_in_dir(device, model, dir, &token),
             Some((_, Err(e))) => return Err(KernelError::Memory(e.to_string())),
             None => cache::dir::prepare_plain(device, model),
         };
         if !p.line.is_empty() {
-            tracing::info!("vnpu delegate: {}", p.line);
+            tracing::info!("vnpu: {}", p.line);
         }
         let prepared = match (p.ret, p.status, p.prepared) {
             (ErrorStatus::None, ErrorStatus::None, Some(prepared)) => prepared,
@@ -88,18 +126,19 @@ impl Kernel {
                 length: n as u32,
             }
         };
-        let inputs: Vec<(usize, DataLocation)> = imported
-            .input_tensors
+        let inputs: Vec<(usize, DataLocation)> = input_ids
             .iter()
-            .zip(&imported.inputs)
-            .map(|(&t, info)| (t, place(bytes_of(info))))
+            .zip(in_sizes)
+            .map(|(&t, n)| (t, place(n)))
             .collect();
-        let outputs: Vec<(usize, DataLocation)> = imported
-            .output_tensors
+        let outputs: Vec<(usize, DataLocation)> = output_ids
             .iter()
-            .zip(&imported.outputs)
-            .map(|(&t, info)| (t, place(bytes_of(info))))
+            .zip(out_sizes)
+            .map(|(&t, n)| (t, place(n)))
             .collect();
+        if u32::try_from(size).is_err() {
+            return Err(KernelError::Memory("inputs and outputs over 4 GiB".into()));
+        }
         let pool = Memory::ashmem_with(&vec![0u8; size.next_multiple_of(64).max(64)])
             .map_err(|e| KernelError::Memory(e.to_string()))?;
         let arg = |l: &(usize, DataLocation)| RequestArgument {
@@ -131,13 +170,15 @@ impl Kernel {
         self.outputs.iter().map(|(t, l)| (*t, l.length as usize))
     }
 
-    /// Runs once: `read(tensor)` gives each input's bytes, `write(tensor, bytes)` takes each
-    /// output's.
+    /// Runs once: `read(id)` gives each input's bytes, `write(id, bytes)` takes each
+    /// output's. With `measure`, the device's timing (modelled device time and driver time,
+    /// in microseconds; `u64::MAX` where unknown).
     pub fn invoke<'a>(
         &self,
         read: impl Fn(usize) -> &'a [u8],
         mut write: impl FnMut(usize, &[u8]) -> Result<(), KernelError>,
-    ) -> Result<(), KernelError> {
+        measure: bool,
+    ) -> Result<Timing, KernelError> {
         let fd = self
             .pool
             .fd()
@@ -162,9 +203,13 @@ impl Kernel {
                 .map_err(io)?;
             }
         }
-        let (status, _, _) = self.prepared.execute_synchronously_1_3(
+        let (status, _, timing) = self.prepared.execute_synchronously_1_3(
             &self.request,
-            MeasureTiming::NO,
+            if measure {
+                MeasureTiming::YES
+            } else {
+                MeasureTiming::NO
+            },
             OptionalTimePoint::NONE,
             OptionalTimeoutDuration(None),
         );
@@ -189,6 +234,6 @@ impl Kernel {
             }
             write(*t, &buf)?;
         }
-        Ok(())
+        Ok(timing)
     }
 }

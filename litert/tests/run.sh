@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The LiteRT tests: a venv (litert/.venv, or $VNPU_LITERT_VENV) with the pinned wheel,
-# numpy and pytest; the release cdylib and `vnpu` binary; then pytest on litert/tests.
+# numpy and pytest; the release cdylibs (delegate, compiler plugin, dispatch library) and the
+# `vnpu` binary; then pytest on litert/tests.
 # `cargo test` never needs any of this. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -10,7 +11,7 @@ if [ ! -x "$VENV/bin/pytest" ]; then
     "$VENV/bin/pip" install -q "ai-edge-litert==2.3.0" "numpy==2.4.6" "pytest==9.2.0"
 fi
 # One invocation, so vnpu-driver is built once with the features both need.
-cargo build --release -p vnpu-litert -p vnpu-driver --lib --bins
+cargo build --release -p vnpu-litert -p vnpu-litert-plugin -p vnpu-litert-dispatch -p vnpu-driver --lib --bins
 set +e
 "$VENV/bin/pytest" -q litert/tests "$@"
 rc=$?

@@ -139,3 +139,27 @@ def test_delegate_cache_dir(tmp_path):
     second, _ = run_interpreter(model, x, delegates=[load({"cache_dir": str(cache)})])
     for a, b in zip(first, second):
         np.testing.assert_array_equal(a, b)
+
+
+def test_delegate_trace(tmp_path):
+    """The `trace` option: a Perfetto (trace-event JSON) file, one complete event per
+    partition invoke, with the device's modelled time and the driver's."""
+    import gc
+    import json
+
+    model = next(m for m in MODELS if m.stem == "iris_landmark")
+    from ai_edge_litert.interpreter import Interpreter
+
+    x = inputs_for(Interpreter(model_path=str(model)).get_input_details())
+    trace = tmp_path / "trace.json"
+    d = load({"trace": str(trace)})
+    _, it = run_interpreter(model, x, delegates=[d])
+    it.invoke()
+    del it, d
+    gc.collect()
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert len(events) == 2, events
+    for e in events:
+        assert e["ph"] == "X" and e["name"] == "vnpu partition 0" and e["dur"] > 0, e
+        assert e["args"]["device_us"] > 0 and e["args"]["driver_us"] >= e["args"]["device_us"], e
+    assert events[1]["ts"] >= events[0]["ts"] + events[0]["dur"]
