@@ -78,8 +78,9 @@ pub use control::{
     copy::Copy,
 };
 pub use conv::{
-    conv2d::Conv2d, depthwise::DepthwiseConv2d, fully_connected::FullyConnected,
-    grouped::GroupedConv2d, transpose::TransposeConv2d, window::ConvWindow,
+    batch_matmul::BatchMatMul, conv2d::Conv2d, depthwise::DepthwiseConv2d,
+    fully_connected::FullyConnected, grouped::GroupedConv2d, transpose::TransposeConv2d,
+    window::ConvWindow,
 };
 pub use detection::{
     bbox_transform::BboxTransform, box_nms::BoxWithNmsLimit, generate_proposals::GenerateProposals,
@@ -102,9 +103,10 @@ pub use lookup::{
 };
 pub use movement::{
     channel_shuffle::ChannelShuffle, concat::Concatenation, depth_space::DepthToSpace,
-    depth_space::SpaceToDepth, fill::Fill, fill::Rank, gather::Gather, pad::Pad, reshape::Reshape,
-    slice::RuntimeSlice, space_batch::BatchToSpace, space_batch::SpaceToBatch, split::Split,
-    strided_slice::SliceDim, strided_slice::StridedSlice, tile::Tile, transpose::Transpose,
+    depth_space::SpaceToDepth, fill::Fill, fill::Rank, gather::Gather, mirror_pad::MirrorPad,
+    pad::Pad, reshape::Reshape, reverse::Reverse, scatter::Scatter, slice::RuntimeSlice,
+    space_batch::BatchToSpace, space_batch::SpaceToBatch, split::Split, strided_slice::SliceDim,
+    strided_slice::StridedSlice, tile::Tile, transpose::Transpose,
 };
 pub use normalization::{instance::InstanceNorm, l2::L2Normalization, lrn::LocalResponseNorm};
 pub use pool::pool2d::{Pool, PoolKind};
@@ -198,6 +200,7 @@ registry! {
     16 => Mean(reduction::mean::Mean),
     20 => TransposeConv2d(conv::transpose::TransposeConv2d),
     21 => GroupedConv2d(conv::grouped::GroupedConv2d),
+    22 => BatchMatMul(conv::batch_matmul::BatchMatMul),
     30 => Compare(elementwise::compare::Compare),
     31 => Convert(elementwise::convert::Convert),
     60 => ResizeNearest(image::resize_nearest::ResizeNearest),
@@ -223,6 +226,9 @@ registry! {
     90 => BranchIfFalse(control::branch::BranchIfFalse),
     91 => Jump(control::branch::Jump),
     92 => RuntimeSlice(movement::slice::RuntimeSlice),
+    93 => MirrorPad(movement::mirror_pad::MirrorPad),
+    94 => Reverse(movement::reverse::Reverse),
+    95 => Scatter(movement::scatter::Scatter),
     100 => Fibonacci(extension::fibonacci::Fibonacci),
     101 => Gelu(extension::gelu::Gelu),
     110 => BboxTransform(detection::bbox_transform::BboxTransform),

@@ -1,8 +1,9 @@
 //! The convolution family: CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNECTED, GROUPED_CONV_2D,
-//! TRANSPOSE_CONV_2D. Quantised tensors (uint8 / int8, per-tensor or int8 per-channel
+//! TRANSPOSE_CONV_2D, and BATCH_MATMUL. Quantised tensors (uint8 / int8, per-tensor or int8 per-channel
 //! filters, int32 bias) run on the integer cores of [`crate::kernels::qconv`] with the output
 //! stage ([`QStage`]) derived from the tensors' quantisation.
 
+pub mod batch_matmul;
 pub mod conv2d;
 pub mod depthwise;
 mod depthwise_simd;

@@ -1,15 +1,18 @@
 //! Kernels that only move elements (any element type): RESHAPE, CONCATENATION,
 //! DEPTH_TO_SPACE, SPACE_TO_DEPTH, PAD, TRANSPOSE, SPACE_TO_BATCH_ND, BATCH_TO_SPACE_ND,
 //! STRIDED_SLICE (and SLICE), GATHER, CHANNEL_SHUFFLE, TILE, SPLIT, FILL,
-//! RANK.
+//! RANK, MIRROR_PAD, REVERSE, and SCATTER (DENSIFY's device half).
 
 pub mod channel_shuffle;
 pub mod concat;
 pub mod depth_space;
 pub mod fill;
 pub mod gather;
+pub mod mirror_pad;
 pub mod pad;
 pub mod reshape;
+pub mod reverse;
+pub mod scatter;
 pub mod slice;
 pub mod space_batch;
 pub mod split;
