@@ -1216,6 +1216,36 @@ mod quant_tests {
         assert_eq!(out.to_vec(), [132u8, 130, 134, 131].repeat(4));
     }
 
+    /// A per-channel multiplier from the exact (f64) product of the scales, as TFLite's:
+    /// channel 19 of face_detection_short_range_int8's first DEPTHWISE_CONV_2D (input seed
+    /// 1 of `scripts/litert_compare.py`), whose accumulator 3991 is 9.49805 steps, so 24
+    /// with the output zero point 15 in LiteRT's reference kernels. The product rounded to
+    /// f32 first (NNAPI's reference) moves the doubling high multiply to just past a half
+    /// and the result to 25; through the network that one step became 42 at its outputs.
+    #[test]
+    fn quant_depthwise_multiplier_from_the_exact_product() {
+        let (m, s) =
+            per_channel_multipliers(0.017_190_596, &[0.015_125_184], 0.109_254_43).unwrap();
+        let q = quant(
+            -128,
+            PerChannel::Uniform(0),
+            15,
+            PerChannel::Each(&m),
+            PerChannel::Each(&s),
+            (-128, 127),
+        );
+        let p = DepthwiseConv2dParams {
+            geometry: geom(1, [3, 3, 1], [1, 1], [3, 3]),
+            depth_multiplier: 1,
+            quant: q,
+        };
+        let x: [i8; 9] = [-105, -103, -99, -103, -112, -108, -101, -79, -105];
+        let w: [i8; 9] = [-18, -83, -63, 22, -21, -44, 55, 127, 55];
+        let mut out = [0i8; 1];
+        depthwise_conv2d(&p, &x, &w, &[0], &mut out).unwrap();
+        assert_eq!(out, [24]);
+    }
+
     #[test]
     fn quant_fully_connected_examples() {
         // fully_connected_quant8.
