@@ -138,11 +138,26 @@ mod x86 {
             let up = _mm256_cmpgt_epi32(rem, thr);
             let v = _mm256_sub_epi32(_mm256_srav_epi32(r, right), up);
             let v = _mm256_min_epi32(_mm256_max_epi32(_mm256_add_epi32(v, zp), lo), hi);
-            let mut out = [0i32; 8];
-            // SAFETY: `out` is eight i32, one unaligned 256-bit store.
-            unsafe { _mm256_storeu_si256(out.as_mut_ptr().cast(), v) };
-            for (d, &v) in dst[c..c + 8].iter_mut().zip(&out) {
-                *d = T::saturate_from_i32(v);
+            let lanes = &mut dst[c..c + 8];
+            if std::mem::size_of::<T>() == 1 {
+                // Saturating packs: the clamp of `saturate_from_i32` for i8 and u8.
+                let v16 =
+                    _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+                let v8 = if T::MIN < 0 {
+                    _mm_packs_epi16(v16, v16)
+                } else {
+                    _mm_packus_epi16(v16, v16)
+                };
+                // SAFETY: `lanes` is eight one-byte elements (T is u8 or i8: a one-byte
+                // QuantElem), one unaligned 64-bit store.
+                unsafe { _mm_storel_epi64(lanes.as_mut_ptr().cast(), v8) };
+            } else {
+                let mut out = [0i32; 8];
+                // SAFETY: `out` is eight i32, one unaligned 256-bit store.
+                unsafe { _mm256_storeu_si256(out.as_mut_ptr().cast(), v) };
+                for (d, &v) in lanes.iter_mut().zip(&out) {
+                    *d = T::saturate_from_i32(v);
+                }
             }
             c += 8;
         }
@@ -181,6 +196,17 @@ mod tests {
             let mut got = vec![0i16; sums.len()];
             q.row(&sums, &mut got);
             let mut want = vec![0i16; sums.len()];
+            q.row_plain(&sums, &mut want, 0);
+            prop_assert_eq!(got, want);
+            // One-byte outputs (stored by packs); the clamp may leave their range.
+            let mut got = vec![0i8; sums.len()];
+            q.row(&sums, &mut got);
+            let mut want = vec![0i8; sums.len()];
+            q.row_plain(&sums, &mut want, 0);
+            prop_assert_eq!(got, want);
+            let mut got = vec![0u8; sums.len()];
+            q.row(&sums, &mut got);
+            let mut want = vec![0u8; sums.len()];
             q.row_plain(&sums, &mut want, 0);
             prop_assert_eq!(got, want);
         }

@@ -18,6 +18,7 @@ use crate::kernels::quant::{
     quantize_multiplier, quantize_multiplier_smaller_than_one_exp, quantized_activation_range,
     QuantElem,
 };
+use crate::kernels::requant::Requant;
 use crate::kernels::{Activation, KernelError, Result};
 use crate::tensor::{widen_f16, DType, TensorType, View, ViewMut};
 
@@ -167,19 +168,35 @@ fn run_quant<T: QuantElem>(
 
 /// ADD/SUB of same-shaped operands: each operand's rescaled term depends on its stored
 /// value only, so it comes from a table of the type's values; only the output rescale
-/// is computed per element (the same integers as [`quant_elem`]).
+/// is computed per element, a block at a time by the vectorised output stage of the
+/// convolutions (`requant::Requant` with bias 0: the same integers as [`quant_elem`], its
+/// multiplier's shift never being positive).
 fn add_same_shape<T: QuantElem>(p: &QuantParams, x: &[T], y: &[T], o: &mut [T]) {
+    const BLOCK: usize = 64;
     let term = |v: i32, off: i32, m: (i32, i32)| {
         multiply_by_quantized_multiplier_smaller_than_one_exp((off + v) << LEFT_SHIFT, m.0, m.1)
     };
     let t1: Vec<i32> = (T::MIN..=T::MAX).map(|v| term(v, p.off1, p.m1)).collect();
     let t2: Vec<i32> = (T::MIN..=T::MAX).map(|v| term(v, p.off2, p.m2)).collect();
     let at = |t: &[i32], v: T| t.get((v.to_i32() - T::MIN) as usize).copied().unwrap_or(0);
-    for ((d, &a), &b) in o.iter_mut().zip(x).zip(y) {
-        let sum = at(&t1, a).saturating_add(at(&t2, b));
-        let raw = p.out_off
-            + multiply_by_quantized_multiplier_smaller_than_one_exp(sum, p.out.0, p.out.1);
-        *d = T::saturate_from_i32(raw.clamp(p.lo, p.hi));
+    let stage = Requant {
+        bias: vec![0; BLOCK],
+        mult: vec![p.out.0; BLOCK],
+        shift: vec![p.out.1; BLOCK],
+        zp: p.out_off,
+        lo: p.lo,
+        hi: p.hi,
+    };
+    let mut sums = [0i32; BLOCK];
+    for ((d, a), b) in o
+        .chunks_mut(BLOCK)
+        .zip(x.chunks(BLOCK))
+        .zip(y.chunks(BLOCK))
+    {
+        for ((s, &a), &b) in sums.iter_mut().zip(a).zip(b) {
+            *s = at(&t1, a).saturating_add(at(&t2, b));
+        }
+        stage.row(&sums[..d.len()], d);
     }
 }
 
