@@ -575,7 +575,6 @@ fn igemm_rows<T: QuantElem>(
     let mut a = igemm::ATiles::new(block, k, r);
     let mut c = vec![0i32; block * out_c];
     let mut patch = vec![0i32; k];
-    let mut pixels = output.chunks_exact_mut(out_c);
     let mut start = 0;
     while start < rows {
         let m = block.min(rows - start);
@@ -585,12 +584,10 @@ fn igemm_rows<T: QuantElem>(
         }
         igemm::igemm(kern, m, &a, packed, out_c, &mut c, out_c)
             .ok_or(QuantError::InvalidParams("integer GEMM sizes"))?;
-        for sums in c.chunks_exact(out_c).take(m) {
-            let px = pixels
-                .next()
-                .ok_or(QuantError::InvalidParams("index out of bounds"))?;
-            stage.requantize_row(sums, px);
-        }
+        let px = output
+            .get_mut(start * out_c..(start + m) * out_c)
+            .ok_or(QuantError::InvalidParams("index out of bounds"))?;
+        stage.rows.rows(&c[..m * out_c], px, out_c);
         start += m;
     }
     Ok(())
