@@ -703,16 +703,17 @@ impl<T: QuantElem, F: QuantElem> Body for DepthwiseLoops<'_, T, F> {
             in_zp,
             output,
         } = self;
-        let mut acc = vec![0i32; out_c];
+        // One output row's sums, requantised together once the row is done.
+        let mut accs = vec![0i32; g.out_w * out_c];
         // Per input channel: sum(x - in_zp) over the valid taps, for the filter zero point;
         // not needed for symmetric (per-channel) filters.
         let mut xsum = vec![0i32; g.in_c];
         let need_xsum = stage.channels.iter().any(|ch| ch.filter_zp != 0);
-        let mut pixels = output.chunks_exact_mut(out_c);
+        let mut out_rows = output.chunks_exact_mut(g.out_w * out_c);
         for n in 0..g.batches {
             let img = window(input, n * image, image)?;
             for oy in 0..g.out_h {
-                for ox in 0..g.out_w {
+                for (ox, acc) in accs.chunks_exact_mut(out_c).enumerate() {
                     acc.fill(0);
                     xsum.fill(0);
                     let mut rows = filter.chunks_exact(out_c);
@@ -736,7 +737,7 @@ impl<T: QuantElem, F: QuantElem> Body for DepthwiseLoops<'_, T, F> {
                             };
                             let src = window(img, (iy * g.in_w + ix) * g.in_c, g.in_c)?;
                             depthwise_tap(
-                                &mut acc,
+                                acc,
                                 need_xsum.then_some(&mut xsum[..]),
                                 src,
                                 row,
@@ -745,9 +746,6 @@ impl<T: QuantElem, F: QuantElem> Body for DepthwiseLoops<'_, T, F> {
                             );
                         }
                     }
-                    let px = pixels
-                        .next()
-                        .ok_or(QuantError::InvalidParams("index out of bounds"))?;
                     if need_xsum {
                         let groups = acc
                             .chunks_exact_mut(m)
@@ -759,8 +757,11 @@ impl<T: QuantElem, F: QuantElem> Body for DepthwiseLoops<'_, T, F> {
                             }
                         }
                     }
-                    stage.requantize_row(&acc, px);
                 }
+                let row = out_rows
+                    .next()
+                    .ok_or(QuantError::InvalidParams("index out of bounds"))?;
+                stage.rows.rows(&accs, row, out_c);
             }
         }
         Ok(())
