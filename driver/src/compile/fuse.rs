@@ -11,25 +11,17 @@
 //! the same type (shape, element type, quantisation) as the RELU's output, in a program
 //! without control flow.
 
-use vnpu_emu::kernels::{Activation, KernelOp};
+use vnpu_emu::kernels::{Activation, Convert, ConvertKind, KernelOp};
+use vnpu_emu::tensor::DType;
 
 use super::lower::Lowered;
 use super::operand_types;
 use crate::hal::{OperandLifeTime, Subgraph};
 
-/// Folds every RELU* it can into its input's producer (see the module documentation);
-/// returns how many it folded.
-pub(super) fn fuse_activations(
-    sg: &Subgraph,
-    shapes: &[Option<Vec<usize>>],
-    dynamic: &[bool],
-    ops: &mut Vec<Lowered>,
-) -> usize {
-    let control = |l: &Lowered| l.op.branch_target().is_some() || matches!(l.op, KernelOp::Copy(_));
-    if ops.iter().any(control) {
-        return 0;
-    }
-    let n = sg.operands.len();
+/// Readers, writers and the producing (op, output slot) of every operand of `ops`.
+type Uses = (Vec<u32>, Vec<u32>, Vec<Option<(usize, usize)>>);
+
+fn uses(n: usize, ops: &[Lowered]) -> Uses {
     let (mut readers, mut writers) = (vec![0u32; n], vec![0u32; n]);
     let mut producer = vec![None; n];
     for (k, l) in ops.iter().enumerate() {
@@ -45,6 +37,96 @@ pub(super) fn fuse_activations(
             }
         }
     }
+    (readers, writers, producer)
+}
+
+/// Whether `ops` has control flow (then nothing is fused).
+fn has_control(ops: &[Lowered]) -> bool {
+    ops.iter()
+        .any(|l| l.op.branch_target().is_some() || matches!(l.op, KernelOp::Copy(_)))
+}
+
+/// Folds each DEQUANTIZE of a per-tensor uint8/int8 tensor to float32 whose result only a
+/// QUANTIZE reads into one REQUANTIZE (`ConvertKind::Requantize`, the same arithmetic as
+/// the pair, one pass and no float32 intermediate): TFLite's quantised-to-quantised
+/// QUANTIZE and its rescaling activations import as such pairs. The same conditions as
+/// for activations apply (an internal intermediate, written once, read once, static
+/// shapes, no control flow). Returns how many it folded. Run it before
+/// [`fuse_activations`], so that a RELU after the pair folds into the REQUANTIZE.
+pub(super) fn fuse_requantize(
+    sg: &Subgraph,
+    shapes: &[Option<Vec<usize>>],
+    dynamic: &[bool],
+    ops: &mut Vec<Lowered>,
+) -> usize {
+    if has_control(ops) {
+        return 0;
+    }
+    let (readers, writers, producer) = uses(sg.operands.len(), ops);
+    let mut folded = vec![false; ops.len()];
+    for j in 0..ops.len() {
+        if !matches!(&ops[j].op, KernelOp::Convert(c) if c.kind == ConvertKind::Quantize) {
+            continue;
+        }
+        let (&[t], &[u]) = (&ops[j].inputs[..], &ops[j].outputs[..]) else {
+            continue;
+        };
+        let ti = t as usize;
+        let internal = sg
+            .operands
+            .get(ti)
+            .is_some_and(|o| o.lifetime == OperandLifeTime::TEMPORARY_VARIABLE);
+        let once = internal
+            && readers[ti] == 1
+            && writers[ti] == 1
+            && writers.get(u as usize) == Some(&1)
+            && !dynamic.get(ti).copied().unwrap_or(true)
+            && !dynamic.get(u as usize).copied().unwrap_or(true);
+        let Some((i, 0)) = producer[ti].filter(|_| once) else {
+            continue;
+        };
+        if folded[i]
+            || !matches!(&ops[i].op, KernelOp::Convert(c) if c.kind == ConvertKind::Dequantize)
+        {
+            continue;
+        }
+        // The pair's arithmetic is the table's only through a float32 intermediate.
+        let float32 = operand_types(sg, shapes, &[t]).is_ok_and(|t| t[0].dtype == DType::F32);
+        if !float32 {
+            continue;
+        }
+        let requant = Lowered {
+            op: KernelOp::Convert(Convert::from(ConvertKind::Requantize)),
+            inputs: ops[i].inputs.clone(),
+            outputs: vec![u],
+        };
+        if !still_valid(sg, shapes, &requant, &requant.op) {
+            continue;
+        }
+        ops[i] = requant;
+        folded[j] = true;
+    }
+    let count = folded.iter().filter(|&&f| f).count();
+    let mut k = 0;
+    ops.retain(|_| {
+        k += 1;
+        !folded[k - 1]
+    });
+    count
+}
+
+/// Folds every RELU* it can into its input's producer (see the module documentation);
+/// returns how many it folded.
+pub(super) fn fuse_activations(
+    sg: &Subgraph,
+    shapes: &[Option<Vec<usize>>],
+    dynamic: &[bool],
+    ops: &mut Vec<Lowered>,
+) -> usize {
+    if has_control(ops) {
+        return 0;
+    }
+    let (readers, writers, producer) = uses(sg.operands.len(), ops);
     let mut folded = vec![false; ops.len()];
     for j in 0..ops.len() {
         let Some(act) = ops[j].op.kernel().as_activation() else {
@@ -128,7 +210,7 @@ mod tests {
         DataLocation, Model, Operand, OperandLifeTime, OperandType, Operation, OperationType,
         Subgraph,
     };
-    use vnpu_emu::kernels::{Activation, KernelOp};
+    use vnpu_emu::kernels::{Activation, ConvertKind, KernelOp};
 
     /// t = x + c (no activation); y = RELU6(t). Operands: 0 x, 1 c, 2 act code, 3 t, 4 y.
     fn model() -> Model {
@@ -194,10 +276,14 @@ mod tests {
     }
 
     fn ops_of(m: &Model) -> Vec<crate::compile::Lowered> {
+        ops_of_shape(m, vec![2])
+    }
+
+    fn ops_of_shape(m: &Model, input: Vec<usize>) -> Vec<crate::compile::Lowered> {
         crate::hal::validate_model(m).unwrap();
         let constants = constant_values(m, &m.main, &[]).unwrap();
         let omitted = vec![false; m.main.operands.len()];
-        compile(m, &constants, &[vec![2]], &omitted).unwrap().ops
+        compile(m, &constants, &[input], &omitted).unwrap().ops
     }
 
     #[test]
@@ -242,6 +328,74 @@ mod tests {
         let ops = ops_of(&m);
         assert_eq!(ops.len(), 2);
         assert!(matches!(ops[1].op, KernelOp::Unary(_)));
+    }
+
+    /// x (int8) -> DEQUANTIZE -> t (float32) -> QUANTIZE -> y (int8, another scale) ->
+    /// RELU -> z: one REQUANTIZE with the RELU's clamp; with t also a model output,
+    /// nothing folds but the RELU (into nothing: QUANTIZE has no activation).
+    #[test]
+    fn a_requantisation_through_float_folds_into_one_op() {
+        let q = |scale: f32, lifetime| Operand {
+            r#type: OperandType::TENSOR_QUANT8_ASYMM_SIGNED,
+            dimensions: vec![4],
+            scale,
+            zero_point: -3,
+            number_of_consumers: 1,
+            lifetime,
+            ..Default::default()
+        };
+        let model = |t_out: bool| {
+            let mut t = q(0.0, OperandLifeTime::TEMPORARY_VARIABLE);
+            t.r#type = OperandType::TENSOR_FLOAT32;
+            t.zero_point = 0;
+            let mut outputs = vec![3];
+            if t_out {
+                t.lifetime = OperandLifeTime::SUBGRAPH_OUTPUT;
+                outputs.push(1);
+            }
+            Model {
+                main: Subgraph {
+                    operands: vec![
+                        q(0.5, OperandLifeTime::SUBGRAPH_INPUT),
+                        t,
+                        q(0.25, OperandLifeTime::TEMPORARY_VARIABLE),
+                        Operand {
+                            number_of_consumers: 0,
+                            ..q(0.25, OperandLifeTime::SUBGRAPH_OUTPUT)
+                        },
+                    ],
+                    operations: vec![
+                        Operation {
+                            r#type: OperationType::DEQUANTIZE,
+                            inputs: vec![0],
+                            outputs: vec![1],
+                        },
+                        Operation {
+                            r#type: OperationType::QUANTIZE,
+                            inputs: vec![1],
+                            outputs: vec![2],
+                        },
+                        Operation {
+                            r#type: OperationType::RELU,
+                            inputs: vec![2],
+                            outputs: vec![3],
+                        },
+                    ],
+                    input_indexes: vec![0],
+                    output_indexes: outputs,
+                },
+                ..Default::default()
+            }
+        };
+        let ops = ops_of_shape(&model(false), vec![4]);
+        assert_eq!(ops.len(), 1);
+        assert_eq!(
+            (&ops[0].inputs[..], &ops[0].outputs[..]),
+            (&[0u32][..], &[3u32][..])
+        );
+        assert!(matches!(&ops[0].op, KernelOp::Convert(c)
+            if c.kind == ConvertKind::Requantize && c.act == Activation::Relu));
+        assert_eq!(ops_of_shape(&model(true), vec![4]).len(), 3);
     }
 
     #[test]

@@ -649,6 +649,7 @@ fn compile_inner(
         lowered.push(l);
     }
     control.finish()?;
+    fuse::fuse_requantize(sg, &shapes, &dynamic, &mut lowered);
     fuse::fuse_activations(sg, &shapes, &dynamic, &mut lowered);
     let loops = lowered
         .iter()

@@ -37,7 +37,7 @@ const CAST_RUNS: &[T] = &[
 const IN: &[super::Arg] = &[arg("input", Ty::T)];
 
 fn lower(kind: ConvertKind, a: &Args<'_>) -> Result<Lowered, CompileError> {
-    a.kernel(Convert { kind }, &["input"])
+    a.kernel(Convert::from(kind), &["input"])
 }
 
 /// The HAL's CAST check: when both shapes are known (and the output not empty), the

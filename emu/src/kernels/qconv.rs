@@ -575,7 +575,6 @@ fn igemm_rows<T: QuantElem>(
     let mut a = igemm::ATiles::new(block, k, r);
     let mut c = vec![0i32; block * out_c];
     let mut patch = vec![0i32; k];
-    let mut pixels = output.chunks_exact_mut(out_c);
     let mut start = 0;
     while start < rows {
         let m = block.min(rows - start);
@@ -585,12 +584,10 @@ fn igemm_rows<T: QuantElem>(
         }
         igemm::igemm(kern, m, &a, packed, out_c, &mut c, out_c)
             .ok_or(QuantError::InvalidParams("integer GEMM sizes"))?;
-        for sums in c.chunks_exact(out_c).take(m) {
-            let px = pixels
-                .next()
-                .ok_or(QuantError::InvalidParams("index out of bounds"))?;
-            stage.requantize_row(sums, px);
-        }
+        let px = output
+            .get_mut(start * out_c..(start + m) * out_c)
+            .ok_or(QuantError::InvalidParams("index out of bounds"))?;
+        stage.rows.rows(&c[..m * out_c], px, out_c);
         start += m;
     }
     Ok(())
@@ -706,16 +703,17 @@ impl<T: QuantElem, F: QuantElem> Body for DepthwiseLoops<'_, T, F> {
             in_zp,
             output,
         } = self;
-        let mut acc = vec![0i32; out_c];
+        // One output row's sums, requantised together once the row is done.
+        let mut accs = vec![0i32; g.out_w * out_c];
         // Per input channel: sum(x - in_zp) over the valid taps, for the filter zero point;
         // not needed for symmetric (per-channel) filters.
         let mut xsum = vec![0i32; g.in_c];
         let need_xsum = stage.channels.iter().any(|ch| ch.filter_zp != 0);
-        let mut pixels = output.chunks_exact_mut(out_c);
+        let mut out_rows = output.chunks_exact_mut(g.out_w * out_c);
         for n in 0..g.batches {
             let img = window(input, n * image, image)?;
             for oy in 0..g.out_h {
-                for ox in 0..g.out_w {
+                for (ox, acc) in accs.chunks_exact_mut(out_c).enumerate() {
                     acc.fill(0);
                     xsum.fill(0);
                     let mut rows = filter.chunks_exact(out_c);
@@ -739,7 +737,7 @@ impl<T: QuantElem, F: QuantElem> Body for DepthwiseLoops<'_, T, F> {
                             };
                             let src = window(img, (iy * g.in_w + ix) * g.in_c, g.in_c)?;
                             depthwise_tap(
-                                &mut acc,
+                                acc,
                                 need_xsum.then_some(&mut xsum[..]),
                                 src,
                                 row,
@@ -748,9 +746,6 @@ impl<T: QuantElem, F: QuantElem> Body for DepthwiseLoops<'_, T, F> {
                             );
                         }
                     }
-                    let px = pixels
-                        .next()
-                        .ok_or(QuantError::InvalidParams("index out of bounds"))?;
                     if need_xsum {
                         let groups = acc
                             .chunks_exact_mut(m)
@@ -762,8 +757,11 @@ impl<T: QuantElem, F: QuantElem> Body for DepthwiseLoops<'_, T, F> {
                             }
                         }
                     }
-                    stage.requantize_row(&acc, px);
                 }
+                let row = out_rows
+                    .next()
+                    .ok_or(QuantError::InvalidParams("index out of bounds"))?;
+                stage.rows.rows(&accs, row, out_c);
             }
         }
         Ok(())
@@ -1214,6 +1212,36 @@ mod quant_tests {
         let mut out = [0u8; 16];
         depthwise_conv2d(&p, &input, &[1i8; 16], &[4; 4], &mut out).unwrap();
         assert_eq!(out.to_vec(), [132u8, 130, 134, 131].repeat(4));
+    }
+
+    /// A per-channel multiplier from the exact (f64) product of the scales, as TFLite's:
+    /// channel 19 of face_detection_short_range_int8's first DEPTHWISE_CONV_2D (input seed
+    /// 1 of `scripts/litert_compare.py`), whose accumulator 3991 is 9.49805 steps, so 24
+    /// with the output zero point 15 in LiteRT's reference kernels. The product rounded to
+    /// f32 first (NNAPI's reference) moves the doubling high multiply to just past a half
+    /// and the result to 25; through the network that one step became 42 at its outputs.
+    #[test]
+    fn quant_depthwise_multiplier_from_the_exact_product() {
+        let (m, s) =
+            per_channel_multipliers(0.017_190_596, &[0.015_125_184], 0.109_254_43).unwrap();
+        let q = quant(
+            -128,
+            PerChannel::Uniform(0),
+            15,
+            PerChannel::Each(&m),
+            PerChannel::Each(&s),
+            (-128, 127),
+        );
+        let p = DepthwiseConv2dParams {
+            geometry: geom(1, [3, 3, 1], [1, 1], [3, 3]),
+            depth_multiplier: 1,
+            quant: q,
+        };
+        let x: [i8; 9] = [-105, -103, -99, -103, -112, -108, -101, -79, -105];
+        let w: [i8; 9] = [-18, -83, -63, 22, -21, -44, 55, 127, 55];
+        let mut out = [0i8; 1];
+        depthwise_conv2d(&p, &x, &w, &[0], &mut out).unwrap();
+        assert_eq!(out, [24]);
     }
 
     #[test]

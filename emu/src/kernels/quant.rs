@@ -225,10 +225,14 @@ pub fn quantize_multiplier_greater_than_one(real: f64) -> Result<(i32, i32), Qua
 /// NNAPI's `GetQuantizedConvolutionMultiplier` (the overload with a bias):
 /// `input_scale * filter_scale / output_scale`.
 ///
-/// As in NNAPI the product is computed in `f32` and the division in `f64`, and the bias scale
-/// must equal the product within a relative `1e-6`. Errors on a mismatch, a negative
-/// product, or (an addition: NNAPI would go on into undefined behaviour) a non-finite
-/// multiplier.
+/// The check is NNAPI's: the bias scale must equal the product (computed in `f32`, as NNAPI
+/// does) within a relative `1e-6`. The multiplier itself takes the product in `f64`, as
+/// TFLite's `PopulateConvolutionQuantizationParams` does, not in `f32` as NNAPI's reference
+/// does: both are within NNAPI's one-step tolerance, but an accumulator a few millionths of
+/// a step from a half rounds by the exact product, and a deep int8 network turns that one
+/// step into many at its outputs (face_detection_short_range_int8 was 42 steps from
+/// LiteRT's reference kernels on one input). Errors on a mismatch, a negative product, or
+/// (an addition: NNAPI would go on into undefined behaviour) a non-finite multiplier.
 pub fn get_quantized_convolution_multiplier(
     input_scale: f32,
     filter_scale: f32,
@@ -250,7 +254,7 @@ pub fn get_quantized_convolution_multiplier(
             "input scale * filter scale is negative",
         ));
     }
-    let m = product / f64::from(output_scale);
+    let m = f64::from(input_scale) * f64::from(filter_scale) / f64::from(output_scale);
     if !m.is_finite() {
         return Err(QuantError::InvalidScale(
             "the output multiplier is not finite",
@@ -493,9 +497,10 @@ mod tests {
             get_quantized_convolution_multiplier(0.5, 0.5, 0.25, 1.0),
             Ok(0.25)
         );
-        // The product is rounded to f32 before the f64 division.
+        // The product is exact (f64), not rounded to f32 first.
         let m = get_quantized_convolution_multiplier(0.1, 0.3, 0.1 * 0.3, 0.7).unwrap();
-        assert_eq!(m, f64::from(0.1f32 * 0.3f32) / f64::from(0.7f32));
+        assert_eq!(m, f64::from(0.1f32) * f64::from(0.3f32) / f64::from(0.7f32));
+        assert_ne!(m, f64::from(0.1f32 * 0.3f32) / f64::from(0.7f32));
         // Relative tolerance 1e-6.
         assert!(get_quantized_convolution_multiplier(0.5, 0.5, 0.250_000_1, 1.0).is_ok());
         assert!(matches!(

@@ -7,14 +7,22 @@
 //!   float32 as the reference does (the reference itself quantises in float).
 //! - DEQUANTIZE uint8/int8 (per-tensor or per-channel) -> float32/float16:
 //!   `scale * (q - zero_point)` in float32, then narrowed for float16.
+//! - REQUANTIZE (the device's own, no NNAPI operation): uint8/int8 per-tensor -> uint8/int8,
+//!   exactly DEQUANTIZE to float32 then QUANTIZE, then the fused activation's clamp (as a
+//!   quantised RELU* applies it). The compiler folds such a pair (and a RELU after it) into
+//!   one (`driver/src/compile/fuse.rs`): TFLite's quantised-to-quantised QUANTIZE and its
+//!   rescaling activations import as that pair. Every stored value has one result, so it
+//!   runs as a table of 256 built by the two conversions' own arithmetic.
 //!
-//! Parameter words: kind (Cast 0, Quantize 1, Dequantize 2).
+//! Parameter words: kind (Cast 0, Quantize 1, Dequantize 2, Requantize 3); Requantize
+//! then its activation (0 none, 1 relu, 2 relu1, 3 relu6).
 
 use half::f16;
 
 use super::{decode_kind, kind_enum};
 use crate::kernels::kernel::{Kernel, Words};
-use crate::kernels::{KernelError, Result};
+use crate::kernels::quant::{quantized_activation_range, QuantElem};
+use crate::kernels::{Activation, KernelError, Result};
 use crate::tensor::{DType, TensorType, View, ViewMut};
 
 kind_enum! {
@@ -26,6 +34,8 @@ kind_enum! {
         Quantize => "QUANTIZE",
         /// DEQUANTIZE.
         Dequantize => "DEQUANTIZE",
+        /// DEQUANTIZE then QUANTIZE (see the module documentation).
+        Requantize => "REQUANTIZE",
     }
 }
 
@@ -34,6 +44,18 @@ kind_enum! {
 pub struct Convert {
     /// The conversion.
     pub kind: ConvertKind,
+    /// The clamp applied after a requantisation ([`ConvertKind::Requantize`] only; `None`
+    /// for the others).
+    pub act: Activation,
+}
+
+impl From<ConvertKind> for Convert {
+    fn from(kind: ConvertKind) -> Self {
+        Convert {
+            kind,
+            act: Activation::None,
+        }
+    }
 }
 
 impl Convert {
@@ -118,11 +140,32 @@ impl Kernel for Convert {
 
     fn decode(w: &mut Words<'_>) -> Result<Self> {
         let kind = decode_kind(w, "conversion", ConvertKind::from_word)?;
-        Ok(Convert { kind })
+        let act = if kind == ConvertKind::Requantize {
+            let a = w.u32("activation")?;
+            Activation::from_u32(a).ok_or_else(|| w.err(format!("bad activation {a}")))?
+        } else {
+            Activation::None
+        };
+        Ok(Convert { kind, act })
     }
 
     fn encode(&self, w: &mut Vec<u32>) {
         w.push(self.kind.word());
+        if self.kind == ConvertKind::Requantize {
+            w.push(self.act as u32);
+        }
+    }
+
+    fn fused_activation(&self) -> Option<Activation> {
+        (self.kind == ConvertKind::Requantize).then_some(self.act)
+    }
+
+    fn set_fused_activation(&mut self, act: Activation) -> bool {
+        if self.kind != ConvertKind::Requantize {
+            return false;
+        }
+        self.act = act;
+        true
     }
 
     fn output_shapes(&self, inputs: &[&TensorType]) -> Result<Vec<Vec<usize>>> {
@@ -130,7 +173,9 @@ impl Kernel for Convert {
         let ok = match self.kind {
             ConvertKind::Cast => true,
             ConvertKind::Quantize => t.dtype.is_float(),
-            ConvertKind::Dequantize => matches!(t.dtype, DType::U8 | DType::I8),
+            ConvertKind::Dequantize | ConvertKind::Requantize => {
+                matches!(t.dtype, DType::U8 | DType::I8)
+            }
         };
         if !ok {
             return Err(KernelError::UnsupportedDType {
@@ -138,8 +183,11 @@ impl Kernel for Convert {
                 dtype: t.dtype,
             });
         }
-        if self.kind == ConvertKind::Dequantize {
+        if matches!(self.kind, ConvertKind::Dequantize | ConvertKind::Requantize) {
             t.validate_quant().map_err(|e| self.bad(e))?;
+        }
+        if self.kind == ConvertKind::Requantize && t.quant.per_channel.is_some() {
+            return Err(self.bad("a requantised input is quantised per tensor".into()));
         }
         Ok(vec![t.shape.clone()])
     }
@@ -148,13 +196,13 @@ impl Kernel for Convert {
         let (i, o) = (inputs[0].dtype, outputs[0].dtype);
         let ok = match self.kind {
             ConvertKind::Cast => i == o || (CAST_TYPES.contains(&i) && CAST_TYPES.contains(&o)),
-            ConvertKind::Quantize => matches!(o, DType::U8 | DType::I8),
+            ConvertKind::Quantize | ConvertKind::Requantize => matches!(o, DType::U8 | DType::I8),
             ConvertKind::Dequantize => o.is_float(),
         };
         if !ok {
             return Err(self.bad(format!("cannot convert {i:?} to {o:?}")));
         }
-        if self.kind == ConvertKind::Quantize {
+        if matches!(self.kind, ConvertKind::Quantize | ConvertKind::Requantize) {
             let s = outputs[0].quant.scale;
             if !(s > 0.0 && s.is_finite()) {
                 return Err(self.bad("output scale must be > 0".into()));
@@ -207,6 +255,23 @@ impl Kernel for Convert {
                     }),
                 )
             }
+            ConvertKind::Requantize => {
+                let table = requantize_table(x.ty, o.ty, self.act);
+                // The table starts at the input type's minimum.
+                let first = if x.ty.dtype == DType::I8 { -128 } else { 0 };
+                let at = |v: i32| table[(v - first) as usize];
+                match (x.ty.dtype, o.ty.dtype) {
+                    (DType::U8, DType::U8) => {
+                        zip_map(x.u8s()?, o.u8s_mut()?, |v| at(v.into()) as u8)
+                    }
+                    (DType::U8, _) => zip_map(x.u8s()?, o.i8s_mut()?, |v| at(v.into()) as i8),
+                    (DType::I8, DType::U8) => {
+                        zip_map(x.i8s()?, o.u8s_mut()?, |v| at(v.into()) as u8)
+                    }
+                    _ => zip_map(x.i8s()?, o.i8s_mut()?, |v| at(v.into()) as i8),
+                }
+                Ok(())
+            }
             ConvertKind::Dequantize => {
                 let q = &x.ty.quant;
                 if q.per_channel.is_none() && o.ty.dtype == DType::F32 {
@@ -251,13 +316,41 @@ impl Kernel for Convert {
     }
 }
 
+/// The requantisation of every stored value of `it` (from its type's minimum on) into
+/// `ot`'s type: DEQUANTIZE's float32 `scale * (q - zero_point)`, then QUANTIZE's float32
+/// `clamp(zero_point + round(x / scale))`, then the activation's clamp as a quantised RELU*
+/// applies it; the values are `ot`'s stored integers.
+fn requantize_table(it: &TensorType, ot: &TensorType, act: Activation) -> [i32; 256] {
+    let (s_in, zp_in) = (it.quant.scale, it.quant.zero_point);
+    let (s, zp) = (ot.quant.scale, ot.quant.zero_point as f32);
+    let (qmin, qmax) = if ot.dtype == DType::U8 {
+        (u8::MIN.to_i32(), u8::MAX.to_i32())
+    } else {
+        (i8::MIN.to_i32(), i8::MAX.to_i32())
+    };
+    let (lo, hi) = quantized_activation_range(act as u32, s, ot.quant.zero_point, qmin, qmax);
+    let first = if it.dtype == DType::I8 { -128 } else { 0 };
+    let mut table = [0i32; 256];
+    for (k, t) in table.iter_mut().enumerate() {
+        let real = s_in * (first + k as i32 - zp_in) as f32;
+        let q = (zp + (real / s).round()).clamp(qmin as f32, qmax as f32) as i32;
+        *t = if act == Activation::None {
+            q
+        } else {
+            q.clamp(lo, hi.max(lo))
+        };
+    }
+    table
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::KernelOp;
     use crate::tensor::{PerChannel, Staged};
 
     fn run(kind: ConvertKind, it: &TensorType, ot: &TensorType, data: &[u8]) -> Vec<u8> {
-        let k = Convert { kind };
+        let k = Convert::from(kind);
         k.output_shapes(&[it]).unwrap();
         k.check_outputs(&[it], &[ot]).unwrap();
         let mut si = Staged::zeroed(data.len());
@@ -317,5 +410,61 @@ mod tests {
             .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
             .collect();
         assert_eq!(got, vec![2.0, 1.0, -2.0, 2.0]);
+    }
+
+    proptest::proptest! {
+        #![proptest_config(crate::kernels::proptest_config(64))]
+        /// REQUANTIZE gives the bits of DEQUANTIZE to float32, QUANTIZE and the quantised
+        /// RELU* it folds, for any per-tensor parameters and both element types.
+        #[test]
+        fn requantize_is_dequantize_then_quantize(
+            signed_in in proptest::bool::ANY,
+            signed_out in proptest::bool::ANY,
+            s_in in 1e-4f32..10.0,
+            s_out in 1e-4f32..10.0,
+            zp_in in 0i32..256,
+            zp_out in 0i32..256,
+            act in 0u32..4,
+            data in proptest::collection::vec(proptest::num::u8::ANY, 0..300),
+        ) {
+            let ty = |signed: bool, s, zp: i32| if signed {
+                TensorType::quantized(DType::I8, &[data.len()], s, zp - 128)
+            } else {
+                TensorType::quantized(DType::U8, &[data.len()], s, zp)
+            };
+            let (it, ot) = (ty(signed_in, s_in, zp_in), ty(signed_out, s_out, zp_out));
+            let ft = TensorType::new(DType::F32, &[data.len()]);
+            let real = run(ConvertKind::Dequantize, &it, &ft, &data);
+            let mut want = run(ConvertKind::Quantize, &ft, &ot, &real);
+            let act = Activation::from_u32(act).unwrap();
+            if act != Activation::None {
+                let relu = crate::kernels::Unary {
+                    kind: match act {
+                        Activation::Relu => crate::kernels::UnaryKind::Relu,
+                        Activation::Relu1 => crate::kernels::UnaryKind::Relu1,
+                        _ => crate::kernels::UnaryKind::Relu6,
+                    },
+                };
+                let k = KernelOp::from(relu);
+                let mut so = Staged::zeroed(want.len());
+                let mut si = Staged::zeroed(want.len());
+                si.bytes_mut().copy_from_slice(&want);
+                crate::kernels::execute(&k, &[View { ty: &ot, bytes: si.bytes() }],
+                    &mut [ViewMut { ty: &ot, bytes: so.bytes_mut() }]).unwrap();
+                want = so.bytes().to_vec();
+            }
+            let k = Convert { kind: ConvertKind::Requantize, act };
+            k.output_shapes(&[&it]).unwrap();
+            k.check_outputs(&[&it], &[&ot]).unwrap();
+            let mut si = Staged::zeroed(data.len());
+            si.bytes_mut().copy_from_slice(&data);
+            let mut so = Staged::zeroed(data.len());
+            k.run(&[View { ty: &it, bytes: si.bytes() }], &mut [ViewMut { ty: &ot, bytes: so.bytes_mut() }]).unwrap();
+            proptest::prop_assert_eq!(so.bytes(), &want[..]);
+            // The parameter words round-trip.
+            let mut w = vec![];
+            k.encode(&mut w);
+            proptest::prop_assert_eq!(KernelOp::decode(31, &w).unwrap(), KernelOp::Convert(k));
+        }
     }
 }
