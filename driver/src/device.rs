@@ -9,7 +9,7 @@ use std::time::Duration;
 use vnpu_emu::DeviceConfig;
 
 use crate::cache::{self, Cache, CacheConfig};
-use crate::compile;
+use crate::compile::ModelPlan;
 use crate::config::DriverConfig;
 use crate::domain::{self, BufferRegistry, DriverBuffer};
 use crate::execute::VnpuPreparedModel;
@@ -101,6 +101,8 @@ pub struct VnpuDevice {
     models: Arc<ModelCount>,
     /// Injected preparation panics still to come (see [`crate::config::DriverFaults`]).
     prepare_panics: Arc<AtomicU32>,
+    /// Preparations whose planning (on the caller's thread) panicked.
+    plan_panics: AtomicUsize,
     cache: Arc<Cache>,
     buffers: Arc<BufferRegistry>,
 }
@@ -144,6 +146,7 @@ impl VnpuDevice {
                 max: config.max_prepared_models,
             }),
             prepare_panics: Arc::new(AtomicU32::new(config.faults.prepare_panics)),
+            plan_panics: AtomicUsize::new(0),
             cache: Arc::new(Cache::new(config.cache.clone())),
             buffers: Arc::default(),
             config,
@@ -168,10 +171,11 @@ impl VnpuDevice {
         &self.config
     }
 
-    /// Jobs of this device's workers (preparations, asynchronous executions) that
-    /// panicked: each was answered with GENERAL_FAILURE, and each is a bug to fix.
+    /// Jobs of this device's workers (preparations, asynchronous executions) and
+    /// preparations' planning that panicked: each was answered with GENERAL_FAILURE, and
+    /// each is a bug to fix.
     pub fn worker_panics(&self) -> usize {
-        self.prepare.panics() + self.executions.panics()
+        self.prepare.panics() + self.executions.panics() + self.plan_panics.load(Ordering::Relaxed)
     }
 
     /// What a prepared model made on this device shares with it.
@@ -205,20 +209,6 @@ impl VnpuDevice {
             dram_bytes,
             iova_bytes,
         }
-    }
-
-    /// The model's pools read into memory and its constant operands resolved.
-    fn model_constants(model: &Model) -> Result<Vec<Option<Vec<u8>>>, ErrorStatus> {
-        let pools = model
-            .pools
-            .iter()
-            .map(crate::memory::read_pool)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| {
-                tracing::debug!("model pool: {e}");
-                e.preparation_status()
-            })?;
-        compile::constant_values(model, &model.main, &pools).map_err(|e| e.status())
     }
 }
 
@@ -290,13 +280,12 @@ impl IDevice for VnpuDevice {
             return (ErrorStatus::InvalidArgument, Vec::new());
         }
         // The model's pools must be readable, as at preparation.
-        match (
-            Self::model_constants(model),
-            crate::extensions::canonical_model(model),
-        ) {
-            (Ok(_), Ok(model)) => (ErrorStatus::None, compile::supported_operations(&model)),
-            (Err(s), _) => (s, Vec::new()),
-            (_, Err(e)) => (e.status(), Vec::new()),
+        let supported = crate::extensions::canonical_model(model)
+            .map_err(|e| e.status())
+            .and_then(|model| ModelPlan::supported(&model).map_err(|e| e.status()));
+        match supported {
+            Ok(ops) => (ErrorStatus::None, ops),
+            Err(s) => (s, Vec::new()),
         }
     }
 
@@ -338,20 +327,22 @@ impl IDevice for VnpuDevice {
             Ok(m) => m,
             Err(e) => return fail(e.status()),
         };
-        if compile::supported_operations(&model).contains(&false) {
-            return fail(ErrorStatus::InvalidArgument);
-        }
-        // IF and WHILE expanded into device control.
-        let model = match compile::control::flatten(model.into_owned()) {
-            Ok(m) => m,
-            Err(e) => {
+        // The compiler's one entry: support, IF/WHILE expanded, constants read, folded
+        // and laid out (model pools are hostile input, so under an unwind guard).
+        let plan = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            ModelPlan::new(model.into_owned())
+        }));
+        let plan = match plan {
+            Ok(Ok(plan)) => plan,
+            Ok(Err(e)) => {
                 tracing::debug!("prepareModel: {e}");
                 return fail(e.status());
             }
-        };
-        let constants = match Self::model_constants(&model) {
-            Ok(c) => c,
-            Err(s) => return fail(s),
+            Err(_) => {
+                self.plan_panics.fetch_add(1, Ordering::Relaxed);
+                tracing::error!("prepareModel: planning panicked");
+                return fail(ErrorStatus::GeneralFailure);
+            }
         };
         if deadline.has_passed() {
             return fail(ErrorStatus::MissedDeadlinePersistent);
@@ -385,7 +376,7 @@ impl IDevice for VnpuDevice {
                     // Unwinds like a panic, without the panic hook's (slow) report.
                     std::panic::resume_unwind(Box::new("injected preparation panic"));
                 }
-                match VnpuPreparedModel::prepare(&ctx, model, constants, lease) {
+                match VnpuPreparedModel::prepare(&ctx, plan, lease) {
                     Ok(p) => {
                         // Saved before the notification, so a load that follows it finds
                         // the files complete; a failed save does not fail preparation.

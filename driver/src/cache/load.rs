@@ -12,7 +12,7 @@ use super::io::{file_size, CacheIo, CHUNK};
 use super::mac::{verify, MAC_LEN};
 use super::{Cache, CacheError, CacheFiles};
 use crate::compile::constants::{Constants, Values};
-use crate::compile::ConstantBlock;
+use crate::compile::{ConstantBlock, ModelPlan};
 use crate::device::{ModelContext, ModelLease};
 use crate::execute::{BuiltProgram, VnpuPreparedModel};
 use crate::hal::BYTE_SIZE_OF_CACHE_TOKEN;
@@ -248,9 +248,7 @@ impl Cache {
         let constants = Constants::lazy(move || constant_values(n, &packed, &list, from));
         Ok(VnpuPreparedModel::restore(
             ctx,
-            ready.model,
-            constants,
-            ready.block,
+            ModelPlan::restored(ready.model, constants, ready.block),
             ready.data,
             ready.built,
             epoch,

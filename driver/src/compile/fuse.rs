@@ -123,7 +123,7 @@ fn still_valid(
 
 #[cfg(test)]
 mod tests {
-    use crate::compile::{compile, constant_values};
+    use crate::compile::ModelPlan;
     use crate::hal::{
         DataLocation, Model, Operand, OperandLifeTime, OperandType, Operation, OperationType,
         Subgraph,
@@ -195,9 +195,8 @@ mod tests {
 
     fn ops_of(m: &Model) -> Vec<crate::compile::Lowered> {
         crate::hal::validate_model(m).unwrap();
-        let constants = constant_values(m, &m.main, &[]).unwrap();
-        let omitted = vec![false; m.main.operands.len()];
-        compile(m, &constants, &[vec![2]], &omitted).unwrap().ops
+        let plan = ModelPlan::new(m.clone()).unwrap();
+        plan.instance(&[vec![2]], &[], &[], None).unwrap().ops
     }
 
     #[test]
@@ -264,9 +263,8 @@ mod tests {
         quantise(&mut m, 0.25);
         // The model is invalid or keeps both ops; either way nothing is folded.
         if crate::hal::validate_model(&m).is_ok() {
-            let constants = constant_values(&m, &m.main, &[]).unwrap();
-            let omitted = vec![false; m.main.operands.len()];
-            if let Ok(c) = compile(&m, &constants, &[vec![2]], &omitted) {
+            let plan = ModelPlan::new(m).unwrap();
+            if let Ok(c) = plan.instance(&[vec![2]], &[], &[], None) {
                 assert_eq!(c.ops.len(), 2);
             }
         }
