@@ -13,6 +13,7 @@ use crate::compile::ModelPlan;
 use crate::config::DriverConfig;
 use crate::domain::{self, BufferRegistry, DriverBuffer};
 use crate::execute::VnpuPreparedModel;
+pub use crate::execute::{ModelContext, ModelCount, ModelLease};
 use crate::hal::{
     validate_execution_preference, validate_model, validate_priority, BufferDesc, BufferRole,
     Capabilities, DeviceStatus, DeviceType, ErrorStatus, ExecutionPreference, Model, NativeHandle,
@@ -32,51 +33,6 @@ pub use crate::interface::{
 const CPU_FLOPS_PER_NS: f64 = 10.0;
 const CPU_WATTS: f64 = 4.0;
 const DEVICE_WATTS: f64 = 2.0;
-
-/// Counts the prepared models alive on a device; each holds a [`ModelLease`].
-#[derive(Debug)]
-struct ModelCount {
-    live: AtomicUsize,
-    max: usize,
-}
-
-/// A prepared model's place in its device's count, given back when it is dropped.
-#[derive(Debug)]
-pub struct ModelLease(Arc<ModelCount>);
-
-impl ModelCount {
-    fn lease(self: &Arc<Self>) -> Option<ModelLease> {
-        let taken = self
-            .live
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < self.max).then_some(n + 1)
-            });
-        taken.is_ok().then(|| ModelLease(Arc::clone(self)))
-    }
-}
-
-impl Drop for ModelLease {
-    fn drop(&mut self) {
-        self.0.live.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-/// What a prepared model needs from its device besides the hardware.
-#[derive(Clone)]
-pub struct ModelContext {
-    /// The device.
-    pub hw: Arc<Hardware>,
-    /// Where asynchronous executions run.
-    pub executions: Arc<WorkerPool>,
-    /// How long an asynchronous submission waits for queue room.
-    pub submit_wait: Duration,
-    /// Compiled instances kept per prepared model.
-    pub max_instances: usize,
-    /// File I/O (io_uring or its fallback) for staging request pools.
-    pub io: Arc<crate::cache::CacheIo>,
-    /// The device's driver-managed buffers, by token.
-    pub buffers: Arc<BufferRegistry>,
-}
 
 /// What a device holds at one moment.
 #[cfg_attr(feature = "service", derive(serde::Serialize, serde::Deserialize))]
@@ -141,10 +97,7 @@ impl VnpuDevice {
                 config.execution_queue,
             )
             .map_err(os)?,
-            models: Arc::new(ModelCount {
-                live: AtomicUsize::new(0),
-                max: config.max_prepared_models,
-            }),
+            models: ModelCount::new(config.max_prepared_models),
             prepare_panics: Arc::new(AtomicU32::new(config.faults.prepare_panics)),
             plan_panics: AtomicUsize::new(0),
             cache: Arc::new(Cache::new(config.cache.clone())),
@@ -187,6 +140,10 @@ impl VnpuDevice {
             max_instances: self.config.max_instances,
             io: Arc::clone(self.cache.io()),
             buffers: Arc::clone(&self.buffers),
+            burst: (
+                crate::burst::server::start,
+                crate::burst::server::DEFAULT_SPIN,
+            ),
         }
     }
 
@@ -197,7 +154,7 @@ impl VnpuDevice {
 
     /// Prepared models alive on this device.
     pub fn prepared_models(&self) -> usize {
-        self.models.live.load(Ordering::Acquire)
+        self.models.live()
     }
 
     /// What the device holds now (for operators, the service's usage call, leak checks).
@@ -350,7 +307,7 @@ impl IDevice for VnpuDevice {
         let Some(lease) = self.models.lease() else {
             tracing::debug!(
                 "prepareModel: {} prepared models alive, the limit",
-                self.models.max
+                self.models.max()
             );
             return fail(ErrorStatus::ResourceExhaustedTransient);
         };
@@ -424,7 +381,16 @@ impl IDevice for VnpuDevice {
                     if deadline.has_passed() {
                         return Err(cache::CacheError::Deadline);
                     }
-                    self.cache.load(&ctx, &files, token, lease)
+                    let r = self.cache.load(&ctx.hw, &files, token)?;
+                    let p = VnpuPreparedModel::restore(
+                        &ctx,
+                        r.plan,
+                        r.const_mem,
+                        r.instance,
+                        r.epoch,
+                        lease,
+                    );
+                    Ok(p)
                 })
                 .and_then(|p| match deadline.has_passed() {
                     true => Err(cache::CacheError::Deadline),

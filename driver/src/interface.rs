@@ -10,9 +10,30 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use crate::hal::{
     BufferDesc, BufferRole, Capabilities, DeviceStatus, DeviceType, ErrorStatus,
-    ExecutionPreference, MeasureTiming, Memory, Model, NativeHandle, OptionalTimePoint,
+    ExecutionPreference, MeasureTiming, Memory, Model, NativeHandle, Operand, OptionalTimePoint,
     OptionalTimeoutDuration, OutputShape, Priority, Request, Timing, BYTE_SIZE_OF_CACHE_TOKEN,
 };
+/// Whether a memory-domain role reads a buffer (a model input) or writes it (a model output).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Io {
+    /// A model input.
+    Input,
+    /// A model output.
+    Output,
+}
+
+/// What a prepared model says of one of its inputs or outputs for a memory-domain role.
+#[derive(Clone, Debug)]
+pub struct DomainRole {
+    /// The prepared model's process-unique id (roles are keyed by it).
+    pub model: u64,
+    /// The device it was prepared on, by identity (the same value for every model of one
+    /// device while they live).
+    pub device: usize,
+    /// The operand, `None` if the index is out of range.
+    pub operand: Option<Operand>,
+}
+
 /// Notified once with the outcome of a preparation.
 pub trait PreparedModelCallback: Send + Sync {
     fn notify(&self, status: ErrorStatus, prepared: Option<Arc<dyn IPreparedModel>>);
@@ -165,9 +186,14 @@ pub trait IPreparedModel: Send + Sync {
         request_channel: BorrowedFd<'_>,
         result_channel: BorrowedFd<'_>,
     ) -> BurstResult;
-    /// The implementation behind the interface, so a device can recognise its own
-    /// prepared models (memory domains); `None` for a model it cannot know.
+    /// The implementation behind the interface; `None` for a model that does not say.
     fn as_any(&self) -> Option<&dyn Any> {
+        None
+    }
+    /// Its input or output `index` for a memory-domain role, with its identity, so a device
+    /// recognises its own prepared models; `None` for a model no device can know.
+    fn domain_role(&self, io: Io, index: u32) -> Option<DomainRole> {
+        let _ = (io, index);
         None
     }
 }

@@ -17,10 +17,10 @@ use std::sync::Arc;
 
 use std::time::Instant;
 
-use crate::device::{IDevice, IPreparedModel, PreparedModelSlot};
 use crate::hal::{
     ErrorStatus, ExecutionPreference, Model, NativeHandle, OptionalTimePoint, Priority,
 };
+use crate::interface::{IDevice, IPreparedModel, PreparedModelSlot};
 
 /// Why a save into the directory failed.
 #[derive(Debug, thiserror::Error)]

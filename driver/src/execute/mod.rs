@@ -7,6 +7,7 @@
 
 mod burst;
 mod commands;
+mod context;
 mod instances;
 mod pools;
 mod run;
@@ -18,18 +19,20 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use crate::compile::{ConstantBlock, ModelPlan};
-use crate::device::{ModelContext, ModelLease};
 use crate::domain::BufferRegistry;
 use crate::fence::{self, SyncFence};
 use crate::hal::{
     validate_request, ErrorStatus, MeasureTiming, Model, NativeHandle, OptionalTimePoint,
     OptionalTimeoutDuration, OutputShape, Request, Timing,
 };
-use crate::hw::{DramBlock, Hardware, HwError, Status};
-use crate::interface::{ExecutionCallback, FencedResult, IFencedExecutionCallback, IPreparedModel};
+use crate::hw::{DramBlock, Hardware, HwError};
+use crate::interface::{
+    DomainRole, ExecutionCallback, FencedResult, IFencedExecutionCallback, IPreparedModel, Io,
+};
 use crate::workers::{Job, WorkerPool};
 
 pub use burst::BurstMemo;
+pub use context::{ModelContext, ModelCount, ModelLease, StartBurst};
 pub use instances::BuiltProgram;
 use instances::Instances;
 pub use pools::PinnedPool;
@@ -44,7 +47,17 @@ pub struct CacheParts<'a> {
     /// The constant tensors as the device holds them.
     pub block: &'a ConstantBlock,
     /// The program for the model's own input shapes, when they are known.
-    pub instance: Option<crate::cache::format::Instance>,
+    pub instance: Option<SavedInstance>,
+}
+
+/// A compiled instance as the compilation cache saves it.
+pub struct SavedInstance {
+    /// The input shapes it was compiled for.
+    pub input_shapes: Vec<Vec<usize>>,
+    /// The compilation.
+    pub compiled: crate::compile::Compiled,
+    /// The timing model's time for its program.
+    pub program_ns: u64,
 }
 
 /// A prepared model: the compiled program(s) and constants resident on the device.
@@ -66,26 +79,16 @@ pub struct VnpuPreparedModel {
     executions: Arc<WorkerPool>,
     submit_wait: std::time::Duration,
     /// File I/O for staged request pools.
-    io: Arc<crate::cache::CacheIo>,
+    io: Arc<crate::fileio::CacheIo>,
+    /// How bursts are served.
+    burst: (StartBurst, std::time::Duration),
     /// Held for the prepared model's life: the device counts live prepared models.
     _lease: ModelLease,
 }
 
-/// The HAL code for a hardware-layer error.
+/// The HAL code for a hardware-layer error ([`HwError::status`]).
 pub(crate) fn hw_status(e: &HwError) -> ErrorStatus {
-    tracing::debug!("device: {e}");
-    match e {
-        HwError::Lost => ErrorStatus::DeviceUnavailable,
-        HwError::Hung | HwError::Reset => ErrorStatus::GeneralFailure,
-        HwError::Command {
-            status: Some(Status::LoopTimeout),
-            ..
-        } => ErrorStatus::MissedDeadlineTransient,
-        HwError::OutOfDeviceMemory(_) | HwError::OutOfIova(_) => {
-            ErrorStatus::ResourceExhaustedTransient
-        }
-        _ => ErrorStatus::GeneralFailure,
-    }
+    e.status()
 }
 
 impl VnpuPreparedModel {
@@ -136,6 +139,7 @@ impl VnpuPreparedModel {
             executions: Arc::clone(&ctx.executions),
             submit_wait: ctx.submit_wait,
             io: Arc::clone(&ctx.io),
+            burst: ctx.burst,
             _lease: lease,
         })
     }
@@ -171,14 +175,10 @@ impl VnpuPreparedModel {
                 .1
                 .lock()
                 .unwrap_or_else(|p| p.into_inner());
-            let compiled = inst.compiled.clone();
-            let tag = crate::cache::format::ARENA_TAG;
-            let program = compiled.program(&self.plan.block, 0, tag).ok()?;
-            Some(crate::cache::format::Instance {
+            Some(SavedInstance {
                 input_shapes: shapes,
-                program: program.encode(),
+                compiled: inst.compiled.clone(),
                 program_ns: inst.program_ns,
-                compiled,
             })
         });
         CacheParts {
@@ -358,16 +358,27 @@ impl IPreparedModel for VnpuPreparedModel {
         let Some(me) = self.me.upgrade() else {
             return (ErrorStatus::GeneralFailure, None);
         };
-        crate::burst::server::start(
-            me,
-            callback,
-            request_channel,
-            result_channel,
-            crate::burst::server::DEFAULT_SPIN,
-        )
+        let (start, spin) = self.burst;
+        start(me, callback, request_channel, result_channel, spin)
     }
 
     fn as_any(&self) -> Option<&dyn Any> {
         Some(self)
+    }
+
+    fn domain_role(&self, io: Io, index: u32) -> Option<DomainRole> {
+        let main = &self.plan.model.main;
+        let indexes = match io {
+            Io::Input => &main.input_indexes,
+            Io::Output => &main.output_indexes,
+        };
+        Some(DomainRole {
+            model: self.id,
+            device: Arc::as_ptr(&self.hw) as usize,
+            operand: indexes
+                .get(index as usize)
+                .and_then(|&i| main.operands.get(i as usize))
+                .cloned(),
+        })
     }
 }
