@@ -16,9 +16,8 @@ use crate::execute::VnpuPreparedModel;
 pub use crate::execute::{ModelContext, ModelCount, ModelLease};
 use crate::hal::{
     validate_execution_preference, validate_model, validate_priority, BufferDesc, BufferRole,
-    Capabilities, DeviceStatus, DeviceType, ErrorStatus, ExecutionPreference, Model, NativeHandle,
-    OperandPerformance, OperandType, OptionalTimePoint, PerformanceInfo, Priority,
-    BYTE_SIZE_OF_CACHE_TOKEN,
+    Capabilities, DeviceStatus, DeviceType, ErrorStatus, Model, NativeHandle, OperandPerformance,
+    OperandType, OptionalTimePoint, PerformanceInfo, BYTE_SIZE_OF_CACHE_TOKEN,
 };
 use crate::hw::{Hardware, Health, HwError};
 use crate::workers::{Job, WorkerPool};
@@ -26,7 +25,7 @@ use crate::workers::{Job, WorkerPool};
 pub use crate::interface::{
     AllocateResult, ExecutionCallback, ExecutionResult, ExecutionSlot, Extension,
     ExtensionOperandTypeInformation, FencedResult, IBuffer, IDevice, IFencedExecutionCallback,
-    IPreparedModel, Notified, PrepareResult, PreparedModelCallback, PreparedModelSlot,
+    IPreparedModel, Notified, PrepareArgs, PrepareResult, PreparedModelCallback, PreparedModelSlot,
 };
 
 /// A CPU core's modelled throughput, the yardstick of the performance ratios.
@@ -250,17 +249,17 @@ impl IDevice for VnpuDevice {
         (ErrorStatus::None, cache::MODEL_FILES, cache::DATA_FILES)
     }
 
-    fn prepare_model_1_3(
-        &self,
-        model: &Model,
-        preference: ExecutionPreference,
-        priority: Priority,
-        deadline: OptionalTimePoint,
-        model_cache: &[NativeHandle],
-        data_cache: &[NativeHandle],
-        token: &[u8; BYTE_SIZE_OF_CACHE_TOKEN],
-        callback: Option<Arc<dyn PreparedModelCallback>>,
-    ) -> ErrorStatus {
+    fn prepare_model_1_3(&self, args: PrepareArgs<'_>) -> ErrorStatus {
+        let PrepareArgs {
+            model,
+            preference,
+            priority,
+            deadline,
+            model_cache,
+            data_cache,
+            token,
+            callback,
+        } = args;
         let Some(callback) = callback else {
             return ErrorStatus::InvalidArgument;
         };

@@ -107,6 +107,46 @@ pub struct Extension {
     pub operand_types: Vec<ExtensionOperandTypeInformation>,
 }
 
+/// `prepareModel_1_3`'s arguments.
+pub struct PrepareArgs<'a> {
+    /// The model.
+    pub model: &'a Model,
+    /// The execution preference.
+    pub preference: ExecutionPreference,
+    /// The preparation's priority.
+    pub priority: Priority,
+    /// When the preparation must be done by.
+    pub deadline: OptionalTimePoint,
+    /// Model cache handles to save to (empty: none).
+    pub model_cache: &'a [NativeHandle],
+    /// Data cache handles to save to (empty: none).
+    pub data_cache: &'a [NativeHandle],
+    /// The cache token.
+    pub token: &'a [u8; BYTE_SIZE_OF_CACHE_TOKEN],
+    /// Notified once with the prepared model.
+    pub callback: Option<Arc<dyn PreparedModelCallback>>,
+}
+
+impl<'a> PrepareArgs<'a> {
+    /// A preparation of `model` for `callback` as most callers ask for one: a fast single
+    /// answer, medium priority, no deadline, no cache files, a zero token.
+    pub fn new(
+        model: &'a Model,
+        callback: Option<Arc<dyn PreparedModelCallback>>,
+    ) -> PrepareArgs<'a> {
+        PrepareArgs {
+            model,
+            preference: ExecutionPreference::FAST_SINGLE_ANSWER,
+            priority: Priority::MEDIUM,
+            deadline: OptionalTimePoint::NONE,
+            model_cache: &[],
+            data_cache: &[],
+            token: &[0; BYTE_SIZE_OF_CACHE_TOKEN],
+            callback,
+        }
+    }
+}
+
 /// The NN HAL 1.3 `IDevice` (with the 1.0-1.2 queries it still serves).
 pub trait IDevice: Send + Sync {
     fn get_capabilities_1_3(&self) -> (ErrorStatus, Capabilities);
@@ -117,18 +157,8 @@ pub trait IDevice: Send + Sync {
     fn get_supported_operations_1_3(&self, model: &Model) -> (ErrorStatus, Vec<bool>);
     /// (status, number of model cache files, number of data cache files).
     fn get_number_of_cache_files_needed(&self) -> (ErrorStatus, u32, u32);
-    #[allow(clippy::too_many_arguments)]
-    fn prepare_model_1_3(
-        &self,
-        model: &Model,
-        preference: ExecutionPreference,
-        priority: Priority,
-        deadline: OptionalTimePoint,
-        model_cache: &[NativeHandle],
-        data_cache: &[NativeHandle],
-        token: &[u8; BYTE_SIZE_OF_CACHE_TOKEN],
-        callback: Option<Arc<dyn PreparedModelCallback>>,
-    ) -> ErrorStatus;
+    /// `prepareModel_1_3`: its eight arguments as one value.
+    fn prepare_model_1_3(&self, args: PrepareArgs<'_>) -> ErrorStatus;
     fn prepare_model_from_cache_1_3(
         &self,
         deadline: OptionalTimePoint,

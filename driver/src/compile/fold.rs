@@ -261,10 +261,10 @@ mod tests {
     /// Through the device: the folded tensor comes from the constant block.
     #[test]
     fn a_folded_model_runs_on_the_device() {
-        use crate::device::{IDevice, PreparedModelSlot, VnpuDevice};
+        use crate::device::{IDevice, PrepareArgs, PreparedModelSlot, VnpuDevice};
         use crate::hal::{
-            ExecutionPreference, MeasureTiming, Memory, OptionalTimePoint, OptionalTimeoutDuration,
-            Priority, Request, RequestArgument, RequestMemoryPool,
+            MeasureTiming, Memory, OptionalTimePoint, OptionalTimeoutDuration, Request,
+            RequestArgument, RequestMemoryPool,
         };
         let dev = VnpuDevice::with_config(vnpu_emu::DeviceConfig {
             dram_size: 1 << 20,
@@ -272,16 +272,7 @@ mod tests {
         })
         .unwrap();
         let slot = PreparedModelSlot::new();
-        dev.prepare_model_1_3(
-            &model(),
-            ExecutionPreference::FAST_SINGLE_ANSWER,
-            Priority::MEDIUM,
-            OptionalTimePoint::NONE,
-            &[],
-            &[],
-            &[0; 32],
-            Some(slot.clone()),
-        );
+        dev.prepare_model_1_3(PrepareArgs::new(&model(), Some(slot.clone())));
         let (status, prepared) = slot.wait();
         assert_eq!(status, crate::hal::ErrorStatus::None);
         let pool = Memory::ashmem_with(&f32s(&[0.5, 0.25, 0.0, 0.0])).unwrap();
