@@ -16,10 +16,11 @@ use std::time::Duration;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use vnpu_driver::cache::{CacheConfig, IoChoice};
 use vnpu_driver::conformance::lookup;
+use vnpu_driver::device::PrepareArgs;
 use vnpu_driver::device::{IDevice, PreparedModelSlot, VnpuDevice};
 use vnpu_driver::hal::{
-    DataLocation, ErrorStatus, ExecutionPreference, Memory, Model, NativeHandle, Operand,
-    OperandLifeTime, OperandType, Operation, OperationType, OptionalTimePoint, Priority, Subgraph,
+    DataLocation, ErrorStatus, Memory, Model, NativeHandle, Operand, OperandLifeTime, OperandType,
+    Operation, OperationType, OptionalTimePoint, Subgraph,
 };
 use vnpu_emu::iommu::Perm;
 use vnpu_emu::shm::SharedRegion;
@@ -144,16 +145,12 @@ fn handle(f: &File) -> Vec<NativeHandle> {
 fn prepare(dev: &VnpuDevice, model: &Model, cache: Option<(&File, &File)>) {
     let (m, d) = cache.map_or((Vec::new(), Vec::new()), |(m, d)| (handle(m), handle(d)));
     let slot = PreparedModelSlot::new();
-    dev.prepare_model_1_3(
-        model,
-        ExecutionPreference::FAST_SINGLE_ANSWER,
-        Priority::MEDIUM,
-        OptionalTimePoint::NONE,
-        &m,
-        &d,
-        &[7; 32],
-        Some(slot.clone()),
-    );
+    dev.prepare_model_1_3(PrepareArgs {
+        model_cache: &m,
+        data_cache: &d,
+        token: &[7; 32],
+        ..PrepareArgs::new(model, Some(slot.clone()))
+    });
     assert_eq!(slot.wait().0, ErrorStatus::None);
 }
 

@@ -7,11 +7,9 @@ use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use vnpu_driver::conformance::lookup;
+use vnpu_driver::device::PrepareArgs;
 use vnpu_driver::device::{IDevice, IPreparedModel, PreparedModelSlot, VnpuDevice};
-use vnpu_driver::hal::{
-    ErrorStatus, ExecutionPreference, MeasureTiming, OptionalTimePoint, OptionalTimeoutDuration,
-    Priority,
-};
+use vnpu_driver::hal::{ErrorStatus, MeasureTiming, OptionalTimePoint, OptionalTimeoutDuration};
 
 fn corpus() -> Vec<PathBuf> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../conformance");
@@ -27,16 +25,7 @@ fn prepare(
 ) {
     let case = lookup(&corpus(), name).expect("case");
     let slot = PreparedModelSlot::new();
-    dev.prepare_model_1_3(
-        &case.model,
-        ExecutionPreference::FAST_SINGLE_ANSWER,
-        Priority::MEDIUM,
-        OptionalTimePoint::NONE,
-        &[],
-        &[],
-        &[0; 32],
-        Some(slot.clone()),
-    );
+    dev.prepare_model_1_3(PrepareArgs::new(&case.model, Some(slot.clone())));
     let (status, prepared) = slot.wait();
     assert_eq!(status, ErrorStatus::None);
     (prepared.expect("prepared"), case)

@@ -1,9 +1,12 @@
 //! Every size and bound of the driver in one place: the device it powers up, its worker
 //! pools and queues, the per-device limits, and the watchdog.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use vnpu_emu::DeviceConfig;
+
+use crate::fileio::IoChoice;
 
 /// How the driver's watchdog decides that the device stopped completing.
 ///
@@ -62,7 +65,7 @@ pub struct DriverConfig {
     /// Self-inflicted faults, for tests.
     pub faults: DriverFaults,
     /// The compilation cache (key location, I/O path).
-    pub cache: crate::cache::CacheConfig,
+    pub cache: CacheConfig,
 }
 
 impl Default for DriverConfig {
@@ -78,7 +81,7 @@ impl Default for DriverConfig {
             max_instances: 8,
             watchdog: WatchdogConfig::default(),
             faults: DriverFaults::default(),
-            cache: crate::cache::CacheConfig::from_env(),
+            cache: CacheConfig::from_env(),
         }
     }
 }
@@ -89,6 +92,56 @@ impl DriverConfig {
         Self {
             device,
             ..Self::default()
+        }
+    }
+}
+
+/// The environment variable that forces the I/O fallback (`fallback`).
+pub const IO_ENV: &str = "VNPU_CACHE_IO";
+
+/// The environment variable naming the key file.
+pub const KEY_ENV: &str = "VNPU_CACHE_KEY";
+
+/// The key file used when none is configured: `$VNPU_CACHE_KEY`, else
+/// `$XDG_DATA_HOME/vnpu/cache.key`, else `$HOME/.local/share/vnpu/cache.key`, else one in
+/// the temporary directory.
+pub fn default_key_path() -> PathBuf {
+    if let Some(p) = std::env::var_os(KEY_ENV).filter(|p| !p.is_empty()) {
+        return PathBuf::from(p);
+    }
+    let base = std::env::var_os("XDG_DATA_HOME")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|p| !p.is_empty())
+                .map(|h| PathBuf::from(h).join(".local/share"))
+        })
+        .unwrap_or_else(std::env::temp_dir);
+    base.join("vnpu").join("cache.key")
+}
+
+/// Where the key lives and which I/O path to use.
+#[derive(Clone, Debug)]
+pub struct CacheConfig {
+    /// The key file (created with mode 0600 on first use).
+    pub key_path: PathBuf,
+    /// io_uring when available, or the fallback forced.
+    pub io: IoChoice,
+}
+
+impl CacheConfig {
+    /// From the environment: `VNPU_CACHE_KEY` (see [`default_key_path`]) and
+    /// `VNPU_CACHE_IO=fallback`.
+    pub fn from_env() -> CacheConfig {
+        let fallback = std::env::var(IO_ENV).is_ok_and(|v| v.eq_ignore_ascii_case("fallback"));
+        CacheConfig {
+            key_path: default_key_path(),
+            io: if fallback {
+                IoChoice::Fallback
+            } else {
+                IoChoice::Auto
+            },
         }
     }
 }

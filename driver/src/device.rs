@@ -9,15 +9,15 @@ use std::time::Duration;
 use vnpu_emu::DeviceConfig;
 
 use crate::cache::{self, Cache, CacheConfig};
-use crate::compile;
+use crate::compile::ModelPlan;
 use crate::config::DriverConfig;
 use crate::domain::{self, BufferRegistry, DriverBuffer};
 use crate::execute::VnpuPreparedModel;
+pub use crate::execute::{ModelContext, ModelCount, ModelLease};
 use crate::hal::{
     validate_execution_preference, validate_model, validate_priority, BufferDesc, BufferRole,
-    Capabilities, DeviceStatus, DeviceType, ErrorStatus, ExecutionPreference, Model, NativeHandle,
-    OperandPerformance, OperandType, OptionalTimePoint, PerformanceInfo, Priority,
-    BYTE_SIZE_OF_CACHE_TOKEN,
+    Capabilities, DeviceStatus, DeviceType, ErrorStatus, Model, NativeHandle, OperandPerformance,
+    OperandType, OptionalTimePoint, PerformanceInfo, BYTE_SIZE_OF_CACHE_TOKEN,
 };
 use crate::hw::{Hardware, Health, HwError};
 use crate::workers::{Job, WorkerPool};
@@ -25,58 +25,13 @@ use crate::workers::{Job, WorkerPool};
 pub use crate::interface::{
     AllocateResult, ExecutionCallback, ExecutionResult, ExecutionSlot, Extension,
     ExtensionOperandTypeInformation, FencedResult, IBuffer, IDevice, IFencedExecutionCallback,
-    IPreparedModel, Notified, PrepareResult, PreparedModelCallback, PreparedModelSlot,
+    IPreparedModel, Notified, PrepareArgs, PrepareResult, PreparedModelCallback, PreparedModelSlot,
 };
 
 /// A CPU core's modelled throughput, the yardstick of the performance ratios.
 const CPU_FLOPS_PER_NS: f64 = 10.0;
 const CPU_WATTS: f64 = 4.0;
 const DEVICE_WATTS: f64 = 2.0;
-
-/// Counts the prepared models alive on a device; each holds a [`ModelLease`].
-#[derive(Debug)]
-struct ModelCount {
-    live: AtomicUsize,
-    max: usize,
-}
-
-/// A prepared model's place in its device's count, given back when it is dropped.
-#[derive(Debug)]
-pub struct ModelLease(Arc<ModelCount>);
-
-impl ModelCount {
-    fn lease(self: &Arc<Self>) -> Option<ModelLease> {
-        let taken = self
-            .live
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < self.max).then_some(n + 1)
-            });
-        taken.is_ok().then(|| ModelLease(Arc::clone(self)))
-    }
-}
-
-impl Drop for ModelLease {
-    fn drop(&mut self) {
-        self.0.live.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-/// What a prepared model needs from its device besides the hardware.
-#[derive(Clone)]
-pub struct ModelContext {
-    /// The device.
-    pub hw: Arc<Hardware>,
-    /// Where asynchronous executions run.
-    pub executions: Arc<WorkerPool>,
-    /// How long an asynchronous submission waits for queue room.
-    pub submit_wait: Duration,
-    /// Compiled instances kept per prepared model.
-    pub max_instances: usize,
-    /// File I/O (io_uring or its fallback) for staging request pools.
-    pub io: Arc<crate::cache::CacheIo>,
-    /// The device's driver-managed buffers, by token.
-    pub buffers: Arc<BufferRegistry>,
-}
 
 /// What a device holds at one moment.
 #[cfg_attr(feature = "service", derive(serde::Serialize, serde::Deserialize))]
@@ -101,6 +56,8 @@ pub struct VnpuDevice {
     models: Arc<ModelCount>,
     /// Injected preparation panics still to come (see [`crate::config::DriverFaults`]).
     prepare_panics: Arc<AtomicU32>,
+    /// Preparations whose planning (on the caller's thread) panicked.
+    plan_panics: AtomicUsize,
     cache: Arc<Cache>,
     buffers: Arc<BufferRegistry>,
 }
@@ -139,11 +96,9 @@ impl VnpuDevice {
                 config.execution_queue,
             )
             .map_err(os)?,
-            models: Arc::new(ModelCount {
-                live: AtomicUsize::new(0),
-                max: config.max_prepared_models,
-            }),
+            models: ModelCount::new(config.max_prepared_models),
             prepare_panics: Arc::new(AtomicU32::new(config.faults.prepare_panics)),
+            plan_panics: AtomicUsize::new(0),
             cache: Arc::new(Cache::new(config.cache.clone())),
             buffers: Arc::default(),
             config,
@@ -168,10 +123,11 @@ impl VnpuDevice {
         &self.config
     }
 
-    /// Jobs of this device's workers (preparations, asynchronous executions) that
-    /// panicked: each was answered with GENERAL_FAILURE, and each is a bug to fix.
+    /// Jobs of this device's workers (preparations, asynchronous executions) and
+    /// preparations' planning that panicked: each was answered with GENERAL_FAILURE, and
+    /// each is a bug to fix.
     pub fn worker_panics(&self) -> usize {
-        self.prepare.panics() + self.executions.panics()
+        self.prepare.panics() + self.executions.panics() + self.plan_panics.load(Ordering::Relaxed)
     }
 
     /// What a prepared model made on this device shares with it.
@@ -183,6 +139,10 @@ impl VnpuDevice {
             max_instances: self.config.max_instances,
             io: Arc::clone(self.cache.io()),
             buffers: Arc::clone(&self.buffers),
+            burst: (
+                crate::burst::server::start,
+                crate::burst::server::DEFAULT_SPIN,
+            ),
         }
     }
 
@@ -193,7 +153,7 @@ impl VnpuDevice {
 
     /// Prepared models alive on this device.
     pub fn prepared_models(&self) -> usize {
-        self.models.live.load(Ordering::Acquire)
+        self.models.live()
     }
 
     /// What the device holds now (for operators, the service's usage call, leak checks).
@@ -205,20 +165,6 @@ impl VnpuDevice {
             dram_bytes,
             iova_bytes,
         }
-    }
-
-    /// The model's pools read into memory and its constant operands resolved.
-    fn model_constants(model: &Model) -> Result<Vec<Option<Vec<u8>>>, ErrorStatus> {
-        let pools = model
-            .pools
-            .iter()
-            .map(crate::memory::read_pool)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| {
-                tracing::debug!("model pool: {e}");
-                e.preparation_status()
-            })?;
-        compile::constant_values(model, &model.main, &pools).map_err(|e| e.status())
     }
 }
 
@@ -290,13 +236,12 @@ impl IDevice for VnpuDevice {
             return (ErrorStatus::InvalidArgument, Vec::new());
         }
         // The model's pools must be readable, as at preparation.
-        match (
-            Self::model_constants(model),
-            crate::extensions::canonical_model(model),
-        ) {
-            (Ok(_), Ok(model)) => (ErrorStatus::None, compile::supported_operations(&model)),
-            (Err(s), _) => (s, Vec::new()),
-            (_, Err(e)) => (e.status(), Vec::new()),
+        let supported = crate::extensions::canonical_model(model)
+            .map_err(|e| e.status())
+            .and_then(|model| ModelPlan::supported(&model).map_err(|e| e.status()));
+        match supported {
+            Ok(ops) => (ErrorStatus::None, ops),
+            Err(s) => (s, Vec::new()),
         }
     }
 
@@ -304,17 +249,17 @@ impl IDevice for VnpuDevice {
         (ErrorStatus::None, cache::MODEL_FILES, cache::DATA_FILES)
     }
 
-    fn prepare_model_1_3(
-        &self,
-        model: &Model,
-        preference: ExecutionPreference,
-        priority: Priority,
-        deadline: OptionalTimePoint,
-        model_cache: &[NativeHandle],
-        data_cache: &[NativeHandle],
-        token: &[u8; BYTE_SIZE_OF_CACHE_TOKEN],
-        callback: Option<Arc<dyn PreparedModelCallback>>,
-    ) -> ErrorStatus {
+    fn prepare_model_1_3(&self, args: PrepareArgs<'_>) -> ErrorStatus {
+        let PrepareArgs {
+            model,
+            preference,
+            priority,
+            deadline,
+            model_cache,
+            data_cache,
+            token,
+            callback,
+        } = args;
         let Some(callback) = callback else {
             return ErrorStatus::InvalidArgument;
         };
@@ -338,20 +283,22 @@ impl IDevice for VnpuDevice {
             Ok(m) => m,
             Err(e) => return fail(e.status()),
         };
-        if compile::supported_operations(&model).contains(&false) {
-            return fail(ErrorStatus::InvalidArgument);
-        }
-        // IF and WHILE expanded into device control.
-        let model = match compile::control::flatten(model.into_owned()) {
-            Ok(m) => m,
-            Err(e) => {
+        // The compiler's one entry: support, IF/WHILE expanded, constants read, folded
+        // and laid out (model pools are hostile input, so under an unwind guard).
+        let plan = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            ModelPlan::new(model.into_owned())
+        }));
+        let plan = match plan {
+            Ok(Ok(plan)) => plan,
+            Ok(Err(e)) => {
                 tracing::debug!("prepareModel: {e}");
                 return fail(e.status());
             }
-        };
-        let constants = match Self::model_constants(&model) {
-            Ok(c) => c,
-            Err(s) => return fail(s),
+            Err(_) => {
+                self.plan_panics.fetch_add(1, Ordering::Relaxed);
+                tracing::error!("prepareModel: planning panicked");
+                return fail(ErrorStatus::GeneralFailure);
+            }
         };
         if deadline.has_passed() {
             return fail(ErrorStatus::MissedDeadlinePersistent);
@@ -359,7 +306,7 @@ impl IDevice for VnpuDevice {
         let Some(lease) = self.models.lease() else {
             tracing::debug!(
                 "prepareModel: {} prepared models alive, the limit",
-                self.models.max
+                self.models.max()
             );
             return fail(ErrorStatus::ResourceExhaustedTransient);
         };
@@ -385,7 +332,7 @@ impl IDevice for VnpuDevice {
                     // Unwinds like a panic, without the panic hook's (slow) report.
                     std::panic::resume_unwind(Box::new("injected preparation panic"));
                 }
-                match VnpuPreparedModel::prepare(&ctx, model, constants, lease) {
+                match VnpuPreparedModel::prepare(&ctx, plan, lease) {
                     Ok(p) => {
                         // Saved before the notification, so a load that follows it finds
                         // the files complete; a failed save does not fail preparation.
@@ -433,7 +380,16 @@ impl IDevice for VnpuDevice {
                     if deadline.has_passed() {
                         return Err(cache::CacheError::Deadline);
                     }
-                    self.cache.load(&ctx, &files, token, lease)
+                    let r = self.cache.load(&ctx.hw, &files, token)?;
+                    let p = VnpuPreparedModel::restore(
+                        &ctx,
+                        r.plan,
+                        r.const_mem,
+                        r.instance,
+                        r.epoch,
+                        lease,
+                    );
+                    Ok(p)
                 })
                 .and_then(|p| match deadline.has_passed() {
                     true => Err(cache::CacheError::Deadline),

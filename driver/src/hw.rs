@@ -71,6 +71,26 @@ pub enum HwError {
     Staging(#[from] vnpu_emu::error::MemError),
 }
 
+impl HwError {
+    /// The HAL code an execution, preparation or buffer copy failing this way reports.
+    pub fn status(&self) -> crate::hal::ErrorStatus {
+        use crate::hal::ErrorStatus;
+        tracing::debug!("device: {self}");
+        match self {
+            HwError::Lost => ErrorStatus::DeviceUnavailable,
+            HwError::Hung | HwError::Reset => ErrorStatus::GeneralFailure,
+            HwError::Command {
+                status: Some(Status::LoopTimeout),
+                ..
+            } => ErrorStatus::MissedDeadlineTransient,
+            HwError::OutOfDeviceMemory(_) | HwError::OutOfIova(_) => {
+                ErrorStatus::ResourceExhaustedTransient
+            }
+            _ => ErrorStatus::GeneralFailure,
+        }
+    }
+}
+
 /// A range of device DRAM; freed when dropped.
 #[derive(Debug)]
 pub struct DramBlock {

@@ -10,9 +10,30 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use crate::hal::{
     BufferDesc, BufferRole, Capabilities, DeviceStatus, DeviceType, ErrorStatus,
-    ExecutionPreference, MeasureTiming, Memory, Model, NativeHandle, OptionalTimePoint,
+    ExecutionPreference, MeasureTiming, Memory, Model, NativeHandle, Operand, OptionalTimePoint,
     OptionalTimeoutDuration, OutputShape, Priority, Request, Timing, BYTE_SIZE_OF_CACHE_TOKEN,
 };
+/// Whether a memory-domain role reads a buffer (a model input) or writes it (a model output).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Io {
+    /// A model input.
+    Input,
+    /// A model output.
+    Output,
+}
+
+/// What a prepared model says of one of its inputs or outputs for a memory-domain role.
+#[derive(Clone, Debug)]
+pub struct DomainRole {
+    /// The prepared model's process-unique id (roles are keyed by it).
+    pub model: u64,
+    /// The device it was prepared on, by identity (the same value for every model of one
+    /// device while they live).
+    pub device: usize,
+    /// The operand, `None` if the index is out of range.
+    pub operand: Option<Operand>,
+}
+
 /// Notified once with the outcome of a preparation.
 pub trait PreparedModelCallback: Send + Sync {
     fn notify(&self, status: ErrorStatus, prepared: Option<Arc<dyn IPreparedModel>>);
@@ -86,6 +107,46 @@ pub struct Extension {
     pub operand_types: Vec<ExtensionOperandTypeInformation>,
 }
 
+/// `prepareModel_1_3`'s arguments.
+pub struct PrepareArgs<'a> {
+    /// The model.
+    pub model: &'a Model,
+    /// The execution preference.
+    pub preference: ExecutionPreference,
+    /// The preparation's priority.
+    pub priority: Priority,
+    /// When the preparation must be done by.
+    pub deadline: OptionalTimePoint,
+    /// Model cache handles to save to (empty: none).
+    pub model_cache: &'a [NativeHandle],
+    /// Data cache handles to save to (empty: none).
+    pub data_cache: &'a [NativeHandle],
+    /// The cache token.
+    pub token: &'a [u8; BYTE_SIZE_OF_CACHE_TOKEN],
+    /// Notified once with the prepared model.
+    pub callback: Option<Arc<dyn PreparedModelCallback>>,
+}
+
+impl<'a> PrepareArgs<'a> {
+    /// A preparation of `model` for `callback` as most callers ask for one: a fast single
+    /// answer, medium priority, no deadline, no cache files, a zero token.
+    pub fn new(
+        model: &'a Model,
+        callback: Option<Arc<dyn PreparedModelCallback>>,
+    ) -> PrepareArgs<'a> {
+        PrepareArgs {
+            model,
+            preference: ExecutionPreference::FAST_SINGLE_ANSWER,
+            priority: Priority::MEDIUM,
+            deadline: OptionalTimePoint::NONE,
+            model_cache: &[],
+            data_cache: &[],
+            token: &[0; BYTE_SIZE_OF_CACHE_TOKEN],
+            callback,
+        }
+    }
+}
+
 /// The NN HAL 1.3 `IDevice` (with the 1.0-1.2 queries it still serves).
 pub trait IDevice: Send + Sync {
     fn get_capabilities_1_3(&self) -> (ErrorStatus, Capabilities);
@@ -96,18 +157,8 @@ pub trait IDevice: Send + Sync {
     fn get_supported_operations_1_3(&self, model: &Model) -> (ErrorStatus, Vec<bool>);
     /// (status, number of model cache files, number of data cache files).
     fn get_number_of_cache_files_needed(&self) -> (ErrorStatus, u32, u32);
-    #[allow(clippy::too_many_arguments)]
-    fn prepare_model_1_3(
-        &self,
-        model: &Model,
-        preference: ExecutionPreference,
-        priority: Priority,
-        deadline: OptionalTimePoint,
-        model_cache: &[NativeHandle],
-        data_cache: &[NativeHandle],
-        token: &[u8; BYTE_SIZE_OF_CACHE_TOKEN],
-        callback: Option<Arc<dyn PreparedModelCallback>>,
-    ) -> ErrorStatus;
+    /// `prepareModel_1_3`: its eight arguments as one value.
+    fn prepare_model_1_3(&self, args: PrepareArgs<'_>) -> ErrorStatus;
     fn prepare_model_from_cache_1_3(
         &self,
         deadline: OptionalTimePoint,
@@ -165,9 +216,14 @@ pub trait IPreparedModel: Send + Sync {
         request_channel: BorrowedFd<'_>,
         result_channel: BorrowedFd<'_>,
     ) -> BurstResult;
-    /// The implementation behind the interface, so a device can recognise its own
-    /// prepared models (memory domains); `None` for a model it cannot know.
+    /// The implementation behind the interface; `None` for a model that does not say.
     fn as_any(&self) -> Option<&dyn Any> {
+        None
+    }
+    /// Its input or output `index` for a memory-domain role, with its identity, so a device
+    /// recognises its own prepared models; `None` for a model no device can know.
+    fn domain_role(&self, io: Io, index: u32) -> Option<DomainRole> {
+        let _ = (io, index);
         None
     }
 }

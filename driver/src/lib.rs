@@ -18,6 +18,7 @@ pub mod domain;
 pub mod execute;
 pub mod extensions;
 pub mod fence;
+pub mod fileio;
 pub mod hw;
 pub mod hwbuf;
 pub mod interface;

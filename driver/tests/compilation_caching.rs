@@ -19,11 +19,12 @@ use std::sync::{Arc, OnceLock};
 use vnpu_driver::cache::{CacheConfig, IoChoice, IoPath};
 use vnpu_driver::conformance::corpus::{TestBuffer, TestCase, TestOutput};
 use vnpu_driver::conformance::lookup;
+use vnpu_driver::device::PrepareArgs;
 use vnpu_driver::device::{IDevice, IPreparedModel, PreparedModelSlot, VnpuDevice};
 use vnpu_driver::hal::{
-    DataLocation, ErrorStatus, ExecutionPreference, MeasureTiming, Model, NativeHandle, Operand,
-    OperandLifeTime, OperandType, Operation, OperationType, OptionalTimePoint,
-    OptionalTimeoutDuration, Priority, Subgraph, MAX_NUMBER_OF_CACHE_FILES,
+    DataLocation, ErrorStatus, MeasureTiming, Model, NativeHandle, Operand, OperandLifeTime,
+    OperandType, Operation, OperationType, OptionalTimePoint, OptionalTimeoutDuration, Subgraph,
+    MAX_NUMBER_OF_CACHE_FILES,
 };
 use vnpu_emu::DeviceConfig;
 
@@ -295,16 +296,12 @@ fn save(
     token: &Token,
 ) -> Arc<dyn IPreparedModel> {
     let slot = PreparedModelSlot::new();
-    let ret = dev.prepare_model_1_3(
-        &case.model,
-        ExecutionPreference::FAST_SINGLE_ANSWER,
-        Priority::MEDIUM,
-        OptionalTimePoint::NONE,
-        model,
-        data,
+    let ret = dev.prepare_model_1_3(PrepareArgs {
+        model_cache: model,
+        data_cache: data,
         token,
-        Some(slot.clone()),
-    );
+        ..PrepareArgs::new(&case.model, Some(slot.clone()))
+    });
     let (status, prepared) = slot.wait();
     assert_eq!(ret, ErrorStatus::None, "{}: prepareModel_1_3", case.name);
     assert_eq!(status, ErrorStatus::None, "{}: prepareModel_1_3", case.name);

@@ -6,10 +6,10 @@ mod common;
 use std::sync::Arc;
 
 use common::supported_cases;
+use vnpu_driver::device::PrepareArgs;
 use vnpu_driver::device::{IDevice, IPreparedModel, PreparedModelSlot, VnpuDevice};
 use vnpu_driver::hal::{
-    DeviceStatus, ErrorStatus, ExecutionPreference, MeasureTiming, OptionalTimePoint,
-    OptionalTimeoutDuration, Priority,
+    DeviceStatus, ErrorStatus, MeasureTiming, OptionalTimePoint, OptionalTimeoutDuration,
 };
 use vnpu_emu::fault::FaultPlan;
 use vnpu_emu::DeviceConfig;
@@ -28,16 +28,7 @@ fn prepare_on(
     case: &vnpu_driver::conformance::corpus::TestCase,
 ) -> (ErrorStatus, Option<Arc<dyn IPreparedModel>>) {
     let slot = PreparedModelSlot::new();
-    let ret = dev.prepare_model_1_3(
-        &case.model,
-        ExecutionPreference::FAST_SINGLE_ANSWER,
-        Priority::MEDIUM,
-        OptionalTimePoint::NONE,
-        &[],
-        &[],
-        &[0; 32],
-        Some(slot.clone()),
-    );
+    let ret = dev.prepare_model_1_3(PrepareArgs::new(&case.model, Some(slot.clone())));
     let r = slot.wait();
     assert!(
         ret == ErrorStatus::None || ret == r.0,

@@ -16,6 +16,7 @@ use proptest::prelude::*;
 use vnpu_driver::conformance::corpus::{parse_case, TestBuffer, TestCase, TestOutput};
 use vnpu_driver::conformance::{run_case, CaseReport, Verdict};
 use vnpu_driver::device::IDevice;
+use vnpu_driver::device::PrepareArgs;
 use vnpu_driver::extensions::encode_type;
 use vnpu_driver::extensions::fibonacci::Quant64Params;
 use vnpu_driver::extensions::fused::gelu_models;
@@ -728,7 +729,7 @@ fn extension_models_survive_the_compilation_cache() {
     use vnpu_driver::cache::{CacheConfig, IoChoice};
     use vnpu_driver::conformance::{run_case_with, Preparation};
     use vnpu_driver::device::{PreparedModelSlot, VnpuDevice};
-    use vnpu_driver::hal::{ExecutionPreference, NativeHandle, OptionalTimePoint, Priority};
+    use vnpu_driver::hal::{NativeHandle, OptionalTimePoint};
 
     let dir = std::env::temp_dir().join(format!("vnpu-ext-cache-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("scratch dir");
@@ -790,16 +791,12 @@ fn extension_models_survive_the_compilation_cache() {
         let token = [k as u8 + 1; 32];
         let (model_file, data_file) = (format!("{k}.model"), format!("{k}.data"));
         let slot = PreparedModelSlot::new();
-        dev.prepare_model_1_3(
-            &case.model,
-            ExecutionPreference::FAST_SINGLE_ANSWER,
-            Priority::MEDIUM,
-            OptionalTimePoint::NONE,
-            &handle(&model_file),
-            &handle(&data_file),
-            &token,
-            Some(slot.clone()),
-        );
+        dev.prepare_model_1_3(PrepareArgs {
+            model_cache: &handle(&model_file),
+            data_cache: &handle(&data_file),
+            token: &token,
+            ..PrepareArgs::new(&case.model, Some(slot.clone()))
+        });
         assert_eq!(slot.wait().0, ErrorStatus::None, "{}: saved", case.name);
         let load = |dev: &dyn IDevice, _model: &Model| -> Preparation {
             let reopen = |name: &str| {

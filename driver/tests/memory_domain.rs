@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use common::{device, execute, prepare, Mode, MODES};
 use proptest::prelude::*;
+use vnpu_driver::device::PrepareArgs;
 use vnpu_driver::device::{IBuffer, IDevice, IPreparedModel, VnpuDevice};
 use vnpu_driver::hal::{
     BufferDesc, BufferRole, DataLocation, ErrorStatus, MeasureTiming, Memory, Model, Operand,
@@ -319,16 +320,15 @@ fn allocate_invalid_prepared_model() {
 
     let other = VnpuDevice::new().unwrap();
     let slot = vnpu_driver::device::PreparedModelSlot::new();
-    other.prepare_model_1_3(
-        &add_model(&test_operand(TYPES[0]), false),
-        Default::default(),
-        Default::default(),
-        Default::default(),
-        &[],
-        &[],
-        &[0; 32],
-        Some(slot.clone()),
-    );
+    other.prepare_model_1_3(PrepareArgs {
+        preference: Default::default(),
+        priority: Default::default(),
+        deadline: Default::default(),
+        ..PrepareArgs::new(
+            &add_model(&test_operand(TYPES[0]), false),
+            Some(slot.clone()),
+        )
+    });
     let theirs = slot.wait().1.unwrap();
     assert_refused(allocate_with(&[Some(theirs)], &[role(0, 0)], &[], &[]));
 }

@@ -12,6 +12,7 @@ use common::{execute, Mode};
 use vnpu_driver::config::{DriverConfig, DriverFaults, WatchdogConfig};
 use vnpu_driver::conformance::corpus::TestCase;
 use vnpu_driver::conformance::{default_corpus, lookup, outputs_match, prepare_plain};
+use vnpu_driver::device::PrepareArgs;
 use vnpu_driver::device::{ExecutionCallback, ExecutionSlot, IDevice, IPreparedModel, VnpuDevice};
 use vnpu_driver::hal::{
     DeviceStatus, ErrorStatus, MeasureTiming, Memory, NativeHandle, OptionalTimePoint,
@@ -596,16 +597,10 @@ fn device_dropped_with_queued_preparations_notifies_all() {
         let slots: Vec<_> = (0..20)
             .map(|k| {
                 let slot = vnpu_driver::device::PreparedModelSlot::new();
-                let ret = dev.prepare_model_1_3(
-                    &case.model,
-                    vnpu_driver::hal::ExecutionPreference::FAST_SINGLE_ANSWER,
-                    vnpu_driver::hal::Priority(k % 3 - 1),
-                    OptionalTimePoint::NONE,
-                    &[],
-                    &[],
-                    &[0u8; 32],
-                    Some(slot.clone()),
-                );
+                let ret = dev.prepare_model_1_3(PrepareArgs {
+                    priority: vnpu_driver::hal::Priority(k % 3 - 1),
+                    ..PrepareArgs::new(&case.model, Some(slot.clone()))
+                });
                 (ret, slot)
             })
             .collect();

@@ -17,6 +17,7 @@ use nix::sys::socket::{self, ControlMessage, MsgFlags, UnixAddr};
 use vnpu_driver::conformance::{
     outputs_match, prepare_plain, run_case_opts, ExecOptions, ExecPath, MemoryMode, Verdict,
 };
+use vnpu_driver::device::PrepareArgs;
 use vnpu_driver::device::{ExecutionSlot, IDevice};
 use vnpu_driver::hal::{
     DeviceStatus, ErrorStatus, MeasureTiming, OptionalTimePoint, OptionalTimeoutDuration,
@@ -714,16 +715,12 @@ fn client_closing_mid_reply_never_kills_server() {
             } else {
                 vec![]
             };
-            let _ = remote.prepare_model_1_3(
-                &case.model,
-                vnpu_driver::hal::ExecutionPreference::FAST_SINGLE_ANSWER,
-                vnpu_driver::hal::Priority::MEDIUM,
-                OptionalTimePoint::NONE,
-                &cache,
-                &cache,
-                &[round as u8; 32],
-                Some(slot.clone()),
-            );
+            let _ = remote.prepare_model_1_3(PrepareArgs {
+                model_cache: &cache,
+                data_cache: &cache,
+                token: &[round as u8; 32],
+                ..PrepareArgs::new(&case.model, Some(slot.clone()))
+            });
             if round % 4 == 0 {
                 // This one is waited for: the save happens before its notification.
                 let _ = slot.wait();

@@ -20,11 +20,12 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use vnpu_driver::conformance::corpus::{self, TestCase};
+use vnpu_driver::device::PrepareArgs;
 use vnpu_driver::device::{IDevice, PreparedModelSlot};
 use vnpu_driver::hal::{
     validate_execution_preference, validate_model, validate_priority, DataLocation, ErrorStatus,
     ExecutionPreference, ExtraParams, Model, Operand, OperandLifeTime, OperandType, Operation,
-    OperationType, OptionalTimePoint, Priority, SymmPerChannelQuantParams,
+    OperationType, Priority, SymmPerChannelQuantParams,
 };
 
 type L = OperandLifeTime;
@@ -82,16 +83,11 @@ fn expect_invalid_prepare(model: &Model, preference: ExecutionPreference, priori
         Err(e) => assert_eq!(e.status(), ErrorStatus::InvalidArgument, "{e}"),
     }
     let slot = PreparedModelSlot::new();
-    let ret = common::device().prepare_model_1_3(
-        model,
+    let ret = common::device().prepare_model_1_3(PrepareArgs {
         preference,
         priority,
-        OptionalTimePoint::NONE,
-        &[],
-        &[],
-        &[0; 32],
-        Some(slot.clone()),
-    );
+        ..PrepareArgs::new(model, Some(slot.clone()))
+    });
     assert_eq!(ret, ErrorStatus::InvalidArgument);
     assert_eq!(slot.wait().0, ErrorStatus::InvalidArgument);
     assert!(slot.wait().1.is_none());

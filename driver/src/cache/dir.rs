@@ -17,10 +17,8 @@ use std::sync::Arc;
 
 use std::time::Instant;
 
-use crate::device::{IDevice, IPreparedModel, PreparedModelSlot};
-use crate::hal::{
-    ErrorStatus, ExecutionPreference, Model, NativeHandle, OptionalTimePoint, Priority,
-};
+use crate::hal::{ErrorStatus, Model, NativeHandle, OptionalTimePoint};
+use crate::interface::{IDevice, IPreparedModel, PrepareArgs, PreparedModelSlot};
 
 /// Why a save into the directory failed.
 #[derive(Debug, thiserror::Error)]
@@ -224,16 +222,12 @@ fn prepare(
     token: &[u8; 32],
 ) -> DirPreparation {
     let slot = PreparedModelSlot::new();
-    let ret = dev.prepare_model_1_3(
-        model,
-        ExecutionPreference::FAST_SINGLE_ANSWER,
-        Priority::MEDIUM,
-        OptionalTimePoint::NONE,
-        m,
-        d,
+    let ret = dev.prepare_model_1_3(PrepareArgs {
+        model_cache: m,
+        data_cache: d,
         token,
-        Some(slot.clone()),
-    );
+        ..PrepareArgs::new(model, Some(slot.clone()))
+    });
     let (status, prepared) = slot.wait();
     DirPreparation {
         ret,

@@ -1,37 +1,17 @@
 //! The per-installation secret that keys the model cache's MAC: 32 random bytes in a
 //! file of mode 0600 the driver creates on first use. Where it lives is configurable
-//! ([`super::CacheConfig::key_path`]); a key file anyone else may read or write is refused.
+//! ([`crate::config::CacheConfig::key_path`]); a key file anyone else may read or write is refused.
 
 use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::CacheError;
 
 /// Bytes of the key.
 pub const KEY_LEN: usize = 32;
 
-/// The environment variable naming the key file.
-pub const KEY_ENV: &str = "VNPU_CACHE_KEY";
-
-/// The key file used when none is configured: `$VNPU_CACHE_KEY`, else
-/// `$XDG_DATA_HOME/vnpu/cache.key`, else `$HOME/.local/share/vnpu/cache.key`, else one in
-/// the temporary directory.
-pub fn default_key_path() -> PathBuf {
-    if let Some(p) = std::env::var_os(KEY_ENV).filter(|p| !p.is_empty()) {
-        return PathBuf::from(p);
-    }
-    let base = std::env::var_os("XDG_DATA_HOME")
-        .filter(|p| !p.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME")
-                .filter(|p| !p.is_empty())
-                .map(|h| PathBuf::from(h).join(".local/share"))
-        })
-        .unwrap_or_else(std::env::temp_dir);
-    base.join("vnpu").join("cache.key")
-}
+pub use crate::config::{default_key_path, KEY_ENV};
 
 fn key_error(path: &Path, what: impl std::fmt::Display) -> CacheError {
     CacheError::Key(format!("{}: {what}", path.display()))

@@ -12,9 +12,8 @@ use super::io::{file_size, CacheIo, CHUNK};
 use super::mac::{verify, MAC_LEN};
 use super::{Cache, CacheError, CacheFiles};
 use crate::compile::constants::{Constants, Values};
-use crate::compile::ConstantBlock;
-use crate::device::{ModelContext, ModelLease};
-use crate::execute::{BuiltProgram, VnpuPreparedModel};
+use crate::compile::{ConstantBlock, ModelPlan};
+use crate::execute::BuiltProgram;
 use crate::hal::BYTE_SIZE_OF_CACHE_TOKEN;
 use crate::hw::{Command, DramBlock, Hardware, IoMapping, Perm};
 use crate::memory::SharedRegion;
@@ -51,6 +50,22 @@ fn mem(e: impl std::fmt::Display) -> CacheError {
 /// Data caches up to this size are copied to the device after they are read (and hashed
 /// while the device copies); larger ones while they are read, by a second thread.
 const OVERLAP_FROM: usize = 4 * CHUNK;
+
+/// What a load restores, for the device to make a prepared model of: the plan (the
+/// model, its constants made on first need, their layout), the constants already in
+/// device memory, the program for the model's own input shapes already uploaded, and
+/// the device epoch all of it was uploaded in.
+pub struct Restored {
+    /// The model, its constants and their layout.
+    pub plan: ModelPlan,
+    /// The constant block in device memory.
+    pub const_mem: Option<DramBlock>,
+    /// The program for the model's own input shapes: the shapes, the built program and
+    /// its device memory.
+    pub instance: Option<(Vec<Vec<usize>>, BuiltProgram, DramBlock)>,
+    /// The device epoch of the upload.
+    pub epoch: u64,
+}
 
 /// A verified model cache, its device memory allocated and its program built.
 struct Ready {
@@ -169,19 +184,17 @@ impl Cache {
         })
     }
 
-    /// Loads a prepared model from verified cache files. The model cache's MAC is
+    /// Loads what a prepared model is made of from verified cache files. The model cache's MAC is
     /// verified before anything in it is parsed; a small data cache is read by the
     /// helper thread ([`super::helper`]) while this one parses, and the program is
     /// relocated to fresh device memory before any copy starts, so it travels to the
     /// device in the same batch as the data.
     pub fn load(
         &self,
-        ctx: &ModelContext,
+        hw: &Arc<Hardware>,
         files: &CacheFiles,
         token: &[u8; BYTE_SIZE_OF_CACHE_TOKEN],
-        lease: ModelLease,
-    ) -> Result<Arc<VnpuPreparedModel>, CacheError> {
-        let hw = &ctx.hw;
+    ) -> Result<Restored, CacheError> {
         let epoch = hw.epoch();
         let key = self.key()?;
         let model_size = model_file_size(files.model.as_fd())?;
@@ -246,16 +259,12 @@ impl Cache {
         let n = operands.len();
         let list = ready.constants;
         let constants = Constants::lazy(move || constant_values(n, &packed, &list, from));
-        Ok(VnpuPreparedModel::restore(
-            ctx,
-            ready.model,
-            constants,
-            ready.block,
-            ready.data,
-            ready.built,
+        Ok(Restored {
+            plan: ModelPlan::restored(ready.model, constants, ready.block),
+            const_mem: ready.data,
+            instance: ready.built,
             epoch,
-            lease,
-        ))
+        })
     }
 
     /// The kept staging buffer if it holds `need` bytes, else a new one.

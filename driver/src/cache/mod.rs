@@ -20,18 +20,19 @@ pub mod dir;
 pub mod format;
 pub mod handles;
 mod helper;
-pub mod io;
 pub mod key;
 mod load;
+pub use load::Restored;
 pub mod mac;
 mod save;
 pub mod wire;
 
-use std::path::PathBuf;
 use std::sync::Mutex;
 
 use thiserror::Error;
 
+pub use crate::config::{CacheConfig, IO_ENV};
+pub use crate::fileio as io;
 pub use handles::CacheFiles;
 pub use io::{CacheIo, IoChoice, IoPath};
 pub use save::{image_of, seal, seal_body};
@@ -49,9 +50,6 @@ pub const DESCRIPTION: &str = "model cache: model structure, scalar constants, c
 and the compiled device program, sealed by a keyed BLAKE3 MAC (token, driver build, device, \
 contents, data digest); data cache: the constant tensors in device layout (float32 \
 CONV_2D/FULLY_CONNECTED filters pre-packed in GEMM panels)";
-
-/// The environment variable that forces the I/O fallback (`fallback`).
-pub const IO_ENV: &str = "VNPU_CACHE_IO";
 
 /// Why a cache operation failed.
 #[derive(Debug, Error)]
@@ -135,31 +133,6 @@ pub fn model_token(model: &crate::hal::Model) -> std::io::Result<[u8; 32]> {
         h.update(&bytes);
     }
     Ok(*h.finalize().as_bytes())
-}
-
-/// Where the key lives and which I/O path to use.
-#[derive(Clone, Debug)]
-pub struct CacheConfig {
-    /// The key file (created with mode 0600 on first use).
-    pub key_path: PathBuf,
-    /// io_uring when available, or the fallback forced.
-    pub io: IoChoice,
-}
-
-impl CacheConfig {
-    /// From the environment: `VNPU_CACHE_KEY` (see [`key::default_key_path`]) and
-    /// `VNPU_CACHE_IO=fallback`.
-    pub fn from_env() -> CacheConfig {
-        let fallback = std::env::var(IO_ENV).is_ok_and(|v| v.eq_ignore_ascii_case("fallback"));
-        CacheConfig {
-            key_path: key::default_key_path(),
-            io: if fallback {
-                IoChoice::Fallback
-            } else {
-                IoChoice::Auto
-            },
-        }
-    }
 }
 
 /// The compilation cache of one device.

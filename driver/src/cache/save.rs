@@ -3,15 +3,25 @@
 
 use std::os::fd::AsFd;
 
-use super::format::{encode_body, ConstValue, Header, Image, InlineBytes};
+use super::format::{encode_body, ConstValue, Header, Image, InlineBytes, Instance, ARENA_TAG};
 use super::mac::{build_id, device_identity, mac, Binding};
 use super::{Cache, CacheError, CacheFiles};
 use crate::execute::{CacheParts, VnpuPreparedModel};
 use crate::hal::{Model, BYTE_SIZE_OF_CACHE_TOKEN};
 use crate::hw::Hardware;
 
-/// The model cache image of a prepared model (its constants' values left out).
+/// The model cache image of a prepared model (its constants' values left out); its
+/// program encoded with constants at base 0 and the arena at [`ARENA_TAG`].
 pub fn image_of(parts: &CacheParts<'_>) -> Image {
+    let instance = parts.instance.as_ref().and_then(|inst| {
+        let program = inst.compiled.program(parts.block, 0, ARENA_TAG).ok()?;
+        Some(Instance {
+            input_shapes: inst.input_shapes.clone(),
+            compiled: inst.compiled.clone(),
+            program: program.encode(),
+            program_ns: inst.program_ns,
+        })
+    });
     let m = parts.model;
     let constants = parts
         .constants
@@ -40,7 +50,7 @@ pub fn image_of(parts: &CacheParts<'_>) -> Image {
             extension_name_to_prefix: m.extension_name_to_prefix.clone(),
         },
         constants,
-        instance: parts.instance.clone(),
+        instance,
     }
 }
 

@@ -13,7 +13,7 @@ use vnpu_emu::kernels::{self, KernelOp};
 use vnpu_emu::tensor::{Staged, TensorType, View, ViewMut};
 
 use super::lower::{lower, Operands};
-use super::{bounded, deferred_inputs, operand_types};
+use super::{bounded, operand_types};
 use crate::hal::{Model, OperandLifeTime, Operation, Subgraph};
 
 /// Outputs larger than this are left to the device (folding them would move a large
@@ -21,10 +21,14 @@ use crate::hal::{Model, OperandLifeTime, Operation, Subgraph};
 const MAX_FOLDED_BYTES: u64 = 16 << 20;
 
 /// Folds every operation of the main subgraph whose inputs are all constants, in order,
-/// adding its outputs to `constants`. Returns how many operations were folded.
-pub fn fold_constants(model: &Model, constants: &mut [Option<Vec<u8>>]) -> usize {
+/// adding its outputs to `constants` (`deferred`: the model inputs the host reads).
+/// Returns how many operations were folded.
+pub fn fold_constants(
+    model: &Model,
+    deferred: &[bool],
+    constants: &mut [Option<Vec<u8>>],
+) -> usize {
     let sg = &model.main;
-    let deferred = deferred_inputs(sg);
     let omitted = vec![false; sg.operands.len()];
     let mut folded = 0;
     // An operand with two writers (an IF's result, a loop's state) is no constant.
@@ -53,7 +57,7 @@ pub fn fold_constants(model: &Model, constants: &mut [Option<Vec<u8>>]) -> usize
             subgraph: sg,
             constants,
             shapes: &shapes,
-            deferred: &deferred,
+            deferred,
             omitted: &omitted,
             dynamic: &[],
         };
@@ -231,10 +235,13 @@ mod tests {
         let m = model();
         crate::hal::validate_model(&m).unwrap();
         let mut constants = super::super::constant_values(&m, &m.main, &[]).unwrap();
-        assert_eq!(fold_constants(&m, &mut constants), 1);
+        let deferred = super::super::deferred_inputs(&m.main);
+        assert_eq!(fold_constants(&m, &deferred, &mut constants), 1);
         assert_eq!(constants[3].as_deref(), Some(&f32s(&[11.0, 22.0])[..]));
         // The compiled program keeps only the operation that reads the input.
-        let c = super::super::compile(&m, &constants, &[vec![2]], &[false; 6]).unwrap();
+        let plan = super::super::ModelPlan::new(m).unwrap();
+        assert_eq!(plan.constants.get()[3], constants[3]);
+        let c = plan.instance(&[vec![2]], &[], &[], None).unwrap();
         assert_eq!(c.ops.len(), 1);
         assert_eq!(c.ops[0].inputs, [4, 3]);
     }
@@ -246,17 +253,18 @@ mod tests {
         m.main.operands[3].lifetime = OperandLifeTime::SUBGRAPH_OUTPUT;
         m.main.output_indexes.push(3);
         let mut constants = super::super::constant_values(&m, &m.main, &[]).unwrap();
-        assert_eq!(fold_constants(&m, &mut constants), 0);
+        let deferred = super::super::deferred_inputs(&m.main);
+        assert_eq!(fold_constants(&m, &deferred, &mut constants), 0);
         assert!(constants[3].is_none() && constants[5].is_none());
     }
 
     /// Through the device: the folded tensor comes from the constant block.
     #[test]
     fn a_folded_model_runs_on_the_device() {
-        use crate::device::{IDevice, PreparedModelSlot, VnpuDevice};
+        use crate::device::{IDevice, PrepareArgs, PreparedModelSlot, VnpuDevice};
         use crate::hal::{
-            ExecutionPreference, MeasureTiming, Memory, OptionalTimePoint, OptionalTimeoutDuration,
-            Priority, Request, RequestArgument, RequestMemoryPool,
+            MeasureTiming, Memory, OptionalTimePoint, OptionalTimeoutDuration, Request,
+            RequestArgument, RequestMemoryPool,
         };
         let dev = VnpuDevice::with_config(vnpu_emu::DeviceConfig {
             dram_size: 1 << 20,
@@ -264,16 +272,7 @@ mod tests {
         })
         .unwrap();
         let slot = PreparedModelSlot::new();
-        dev.prepare_model_1_3(
-            &model(),
-            ExecutionPreference::FAST_SINGLE_ANSWER,
-            Priority::MEDIUM,
-            OptionalTimePoint::NONE,
-            &[],
-            &[],
-            &[0; 32],
-            Some(slot.clone()),
-        );
+        dev.prepare_model_1_3(PrepareArgs::new(&model(), Some(slot.clone())));
         let (status, prepared) = slot.wait();
         assert_eq!(status, crate::hal::ErrorStatus::None);
         let pool = Memory::ashmem_with(&f32s(&[0.5, 0.25, 0.0, 0.0])).unwrap();

@@ -205,7 +205,7 @@ fn still_valid(
 
 #[cfg(test)]
 mod tests {
-    use crate::compile::{compile, constant_values};
+    use crate::compile::ModelPlan;
     use crate::hal::{
         DataLocation, Model, Operand, OperandLifeTime, OperandType, Operation, OperationType,
         Subgraph,
@@ -281,9 +281,8 @@ mod tests {
 
     fn ops_of_shape(m: &Model, input: Vec<usize>) -> Vec<crate::compile::Lowered> {
         crate::hal::validate_model(m).unwrap();
-        let constants = constant_values(m, &m.main, &[]).unwrap();
-        let omitted = vec![false; m.main.operands.len()];
-        compile(m, &constants, &[input], &omitted).unwrap().ops
+        let plan = ModelPlan::new(m.clone()).unwrap();
+        plan.instance(&[input], &[], &[], None).unwrap().ops
     }
 
     #[test]
@@ -418,9 +417,8 @@ mod tests {
         quantise(&mut m, 0.25);
         // The model is invalid or keeps both ops; either way nothing is folded.
         if crate::hal::validate_model(&m).is_ok() {
-            let constants = constant_values(&m, &m.main, &[]).unwrap();
-            let omitted = vec![false; m.main.operands.len()];
-            if let Ok(c) = compile(&m, &constants, &[vec![2]], &omitted) {
+            let plan = ModelPlan::new(m).unwrap();
+            if let Ok(c) = plan.instance(&[vec![2]], &[], &[], None) {
                 assert_eq!(c.ops.len(), 2);
             }
         }

@@ -8,6 +8,7 @@ pub mod control;
 mod fold;
 mod fuse;
 pub mod lower;
+mod model_plan;
 pub mod plan;
 
 use thiserror::Error;
@@ -18,8 +19,9 @@ use vnpu_emu::tensor::{Layout, PerChannel, Quant, TensorType};
 use crate::hal::{
     ErrorStatus, ExtraParams, Model, Operand, OperandLifeTime, OperandType, OperationType, Subgraph,
 };
-pub use fold::fold_constants;
+use fold::fold_constants;
 pub use lower::{lower, Lowered, Operands};
+pub use model_plan::{ModelPlan, PlanError};
 use plan::{Interval, ALIGN};
 
 /// Why a model does not compile for the device.
@@ -104,8 +106,8 @@ pub enum CompileError {
     /// The operand type has no device element type.
     #[error("operand {0}: {1} has no device element type")]
     NoDeviceType(u32, OperandType),
-    /// A loop state changes shape across iterations: [`compile`] compiles again with it
-    /// dynamic (never returned from [`compile`]).
+    /// A loop state changes shape across iterations: [`ModelPlan::instance`] compiles
+    /// again with it dynamic (never returned from it).
     #[error("loop state {} grows", .0.operand)]
     StateGrows(Box<Growth>),
 }
@@ -263,7 +265,7 @@ pub fn gemm_filters(sg: &Subgraph) -> Vec<bool> {
 
 /// Constant bytes of every operand of `sg` (CONSTANT_COPY from operandValues,
 /// CONSTANT_REFERENCE from the model's pools, already read into `pools`).
-pub fn constant_values(
+fn constant_values(
     model: &Model,
     sg: &Subgraph,
     pools: &[Vec<u8>],
@@ -289,7 +291,7 @@ pub fn constant_values(
 
 /// Lays out the constant tensors of `sg` for upload (scalars are folded into kernels and
 /// need no device memory).
-pub fn constant_block(sg: &Subgraph, constants: &[Option<Vec<u8>>]) -> ConstantBlock {
+fn constant_block(sg: &Subgraph, constants: &[Option<Vec<u8>>]) -> ConstantBlock {
     let mut block = ConstantBlock {
         bytes: Vec::new(),
         offsets: vec![None; sg.operands.len()],
@@ -319,7 +321,7 @@ pub fn constant_block(sg: &Subgraph, constants: &[Option<Vec<u8>>]) -> ConstantB
 
 /// Model inputs the host reads at execution instead of the device: those some operation
 /// reads as a parameter (e.g. RESHAPE's shape).
-pub fn deferred_inputs(sg: &Subgraph) -> Vec<bool> {
+fn deferred_inputs(sg: &Subgraph) -> Vec<bool> {
     let mut inputs = vec![false; sg.operands.len()];
     for &i in &sg.input_indexes {
         if let Some(slot) = inputs.get_mut(i as usize) {
@@ -468,40 +470,20 @@ const FIRST_GROWTH: usize = 16;
 /// How many times compilation may discover another growing loop state.
 const MAX_GROWTHS: usize = 64;
 
-/// Compiles the main subgraph for concrete input shapes. `constants` includes the
-/// values of deferred inputs when the caller knows them; `omitted` marks the inputs the
-/// request leaves out.
-pub fn compile(
-    model: &Model,
-    constants: &[Option<Vec<u8>>],
-    input_shapes: &[Vec<usize>],
-    omitted: &[bool],
-) -> Result<Compiled, CompileError> {
-    compile_grown(model, constants, input_shapes, omitted, Vec::new())
-}
-
-/// [`compile`] again after the device found a growing loop state beyond its capacity
-/// (`before` is the instance that overflowed): every capacity doubles.
-pub fn compile_larger(
-    model: &Model,
-    constants: &[Option<Vec<u8>>],
-    input_shapes: &[Vec<usize>],
-    omitted: &[bool],
-    before: &Compiled,
-) -> Result<Compiled, CompileError> {
-    let grown = before.grown.iter().map(Growth::doubled).collect();
-    compile_grown(model, constants, input_shapes, omitted, grown)
-}
-
+/// Compiles the main subgraph for concrete input shapes ([`ModelPlan::instance`]).
+/// `constants` includes the values of deferred inputs when the caller knows them;
+/// `omitted` marks the inputs the request leaves out; `grown` the loop states already
+/// known to grow, with their capacities.
 fn compile_grown(
     model: &Model,
     constants: &[Option<Vec<u8>>],
+    deferred: &[bool],
     input_shapes: &[Vec<usize>],
     omitted: &[bool],
     mut grown: Vec<Growth>,
 ) -> Result<Compiled, CompileError> {
     for _ in 0..MAX_GROWTHS {
-        match compile_inner(model, constants, input_shapes, omitted, &grown) {
+        match compile_inner(model, constants, deferred, input_shapes, omitted, &grown) {
             Err(CompileError::StateGrows(g)) => grown.push(*g),
             r => return r,
         }
@@ -515,6 +497,7 @@ fn compile_grown(
 fn compile_inner(
     model: &Model,
     constants: &[Option<Vec<u8>>],
+    deferred: &[bool],
     input_shapes: &[Vec<usize>],
     omitted: &[bool],
     grown: &[Growth],
@@ -531,7 +514,6 @@ fn compile_inner(
         bounded(sg, idx, s)?;
         shapes[idx as usize] = Some(s.clone());
     }
-    let deferred = deferred_inputs(sg);
     let mut lowered: Vec<Lowered> = Vec::with_capacity(sg.operations.len());
     let mut dynamic = vec![false; n];
     let mut pinned = vec![false; n];
@@ -568,7 +550,7 @@ fn compile_inner(
                 subgraph: sg,
                 constants,
                 shapes: &shapes,
-                deferred: &deferred,
+                deferred,
                 omitted,
                 dynamic: &dynamic,
             };

@@ -24,10 +24,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::device::{IDevice, IPreparedModel, PreparedModelSlot};
-use crate::hal::{
-    DataLocation, ErrorStatus, ExecutionPreference, Memory, Model, OperandType, OperationType,
-    OptionalTimePoint, Priority, Timing,
-};
+use crate::hal::{DataLocation, ErrorStatus, Memory, Model, OperandType, OperationType, Timing};
+use crate::interface::PrepareArgs;
 use corpus::{find_case, CorpusError, TestCase};
 
 /// The outcome of one case.
@@ -130,16 +128,7 @@ pub type Preparation = (ErrorStatus, ErrorStatus, Option<Arc<dyn IPreparedModel>
 /// prepareModel_1_3 without cache handles, waiting for the notification.
 pub fn prepare_plain(device: &dyn IDevice, model: &Model) -> Preparation {
     let slot = PreparedModelSlot::new();
-    let ret = device.prepare_model_1_3(
-        model,
-        ExecutionPreference::FAST_SINGLE_ANSWER,
-        Priority::MEDIUM,
-        OptionalTimePoint::NONE,
-        &[],
-        &[],
-        &[0u8; 32],
-        Some(slot.clone()),
-    );
+    let ret = device.prepare_model_1_3(PrepareArgs::new(model, Some(slot.clone())));
     let (status, prepared) = slot.wait();
     (ret, status, prepared)
 }

@@ -39,9 +39,7 @@ pub struct DriverBuffer {
 impl DriverBuffer {
     /// Device memory for `spec`, uninitialised.
     pub fn new(hw: &Arc<Hardware>, spec: BufferSpec) -> Result<DriverBuffer, ErrorStatus> {
-        let mem = hw
-            .alloc_dram(spec.size)
-            .map_err(|e| crate::execute::hw_status(&e))?;
+        let mem = hw.alloc_dram(spec.size).map_err(|e| e.status())?;
         Ok(DriverBuffer {
             hw: Arc::clone(hw),
             state: Mutex::new(State {

@@ -7,24 +7,15 @@ use std::sync::Arc;
 
 use thiserror::Error;
 
-use crate::device::IPreparedModel;
-use crate::execute::VnpuPreparedModel;
 use crate::hal::{known_byte_size, BufferDesc, BufferRole, ErrorStatus, Operand, OperandType};
 use crate::hw::Hardware;
-
-/// Whether a role reads the buffer (a model input) or writes it (a model output).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Io {
-    /// A model input.
-    Input,
-    /// A model output.
-    Output,
-}
+use crate::interface::IPreparedModel;
+pub use crate::interface::Io;
 
 /// One role of a buffer: an input or output of one prepared model (by its id).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Role {
-    /// [`VnpuPreparedModel::id`].
+    /// The prepared model's process-unique id ([`crate::interface::DomainRole::model`]).
     pub model: u64,
     /// Input or output.
     pub io: Io,
@@ -113,15 +104,6 @@ pub fn combine_dimensions(a: &[u32], b: &[u32]) -> Option<Vec<u32>> {
         .collect()
 }
 
-/// This device's prepared model behind an interface pointer, if it is one.
-pub fn ours<'a>(
-    hw: &Arc<Hardware>,
-    p: &'a Arc<dyn IPreparedModel>,
-) -> Option<&'a VnpuPreparedModel> {
-    let m = p.as_any()?.downcast_ref::<VnpuPreparedModel>()?;
-    Arc::ptr_eq(m.hardware(), hw).then_some(m)
-}
-
 /// Checks `allocate`'s arguments for a device `hw`.
 pub fn check(
     hw: &Arc<Hardware>,
@@ -137,7 +119,7 @@ pub fn check(
         return Err(DescError::NoRoles);
     }
     let mut roles = HashSet::new();
-    let mut operands: Vec<&Operand> = Vec::new();
+    let mut operands: Vec<Operand> = Vec::new();
     let all = input_roles
         .iter()
         .map(|r| (Io::Input, r))
@@ -148,21 +130,16 @@ pub fn check(
             .ok_or(DescError::ModelIndex(role.model_index))?
             .as_ref()
             .ok_or(DescError::NullModel(role.model_index))?;
-        let m = ours(hw, p).ok_or(DescError::ForeignModel(role.model_index))?;
-        let main = &m.model().main;
-        let indexes = match io {
-            Io::Input => &main.input_indexes,
-            Io::Output => &main.output_indexes,
-        };
-        let operand = indexes
-            .get(role.io_index as usize)
-            .and_then(|&i| main.operands.get(i as usize))
-            .ok_or(DescError::IoIndex(io, role.io_index))?;
+        let m = p
+            .domain_role(io, role.io_index)
+            .filter(|m| m.device == Arc::as_ptr(hw) as usize)
+            .ok_or(DescError::ForeignModel(role.model_index))?;
+        let operand = m.operand.ok_or(DescError::IoIndex(io, role.io_index))?;
         if !(role.frequency > 0.0 && role.frequency <= 1.0) {
             return Err(DescError::Frequency(role.frequency.to_string()));
         }
         let key = Role {
-            model: m.id(),
+            model: m.model,
             io,
             index: role.io_index,
         };
@@ -171,7 +148,7 @@ pub fn check(
         }
         operands.push(operand);
     }
-    let first = operands[0];
+    let first = &operands[0];
     let mut dims = desc.dimensions.clone();
     for o in &operands {
         if o.r#type != first.r#type {

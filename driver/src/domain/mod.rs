@@ -21,8 +21,8 @@ use std::sync::{Arc, Mutex};
 pub use buffer::DriverBuffer;
 pub use desc::{combine_dimensions, BufferSpec, DescError, Io, Role};
 
-use crate::device::IBuffer;
 use crate::hal::{ErrorStatus, Memory};
+use crate::interface::IBuffer;
 
 /// The next token to hand out (0 is never valid).
 static NEXT_TOKEN: AtomicU32 = AtomicU32::new(1);

@@ -4,7 +4,6 @@
 
 use std::sync::Arc;
 
-use crate::execute::hw_status;
 use crate::hal::ErrorStatus;
 use crate::hw::{Hardware, Perm};
 use crate::memory::{read_range, write_range, PoolRange};
@@ -28,9 +27,8 @@ pub fn pool_to_dram(
     if pool.mappable() {
         let map = hw
             .map(pool.fd, pool.offset, len, Perm::READ)
-            .map_err(|e| hw_status(&e))?;
-        hw.copy(map.iova, dst, len, epoch)
-            .map_err(|e| hw_status(&e))?;
+            .map_err(|e| e.status())?;
+        hw.copy(map.iova, dst, len, epoch).map_err(|e| e.status())?;
         return Ok(());
     }
     let bytes = read_range(pool, 0, len as usize).map_err(pool_error)?;
@@ -44,7 +42,7 @@ pub fn bytes_to_dram(
     dst: u64,
     epoch: u64,
 ) -> Result<(), ErrorStatus> {
-    hw.write_dram(bytes, dst, epoch).map_err(|e| hw_status(&e))
+    hw.write_dram(bytes, dst, epoch).map_err(|e| e.status())
 }
 
 /// Copies `len` bytes from device address `src` to the start of `pool`, in epoch `epoch`.
@@ -61,9 +59,8 @@ pub fn dram_to_pool(
     if pool.mappable() {
         let map = hw
             .map(pool.fd, pool.offset, len, Perm::WRITE)
-            .map_err(|e| hw_status(&e))?;
-        hw.copy(src, map.iova, len, epoch)
-            .map_err(|e| hw_status(&e))?;
+            .map_err(|e| e.status())?;
+        hw.copy(src, map.iova, len, epoch).map_err(|e| e.status())?;
         return Ok(());
     }
     let bytes = dram_to_bytes(hw, src, len, epoch)?;
@@ -77,5 +74,5 @@ pub fn dram_to_bytes(
     len: u64,
     epoch: u64,
 ) -> Result<Vec<u8>, ErrorStatus> {
-    hw.read_dram(src, len, epoch).map_err(|e| hw_status(&e))
+    hw.read_dram(src, len, epoch).map_err(|e| e.status())
 }

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use super::{hw_status, VnpuPreparedModel};
-use crate::compile::{self, Compiled, ConstantBlock};
+use crate::compile::{Compiled, ConstantBlock};
 use crate::hal::ErrorStatus;
 use crate::hw::{DramBlock, Hardware, HwError, Status};
 
@@ -22,9 +22,6 @@ pub(super) struct Instance {
     /// The timing model's time for the program (the watchdog's yardstick).
     pub(super) program_ns: u64,
 }
-
-/// Constant values for one instance: the model's, with a request's deferred values.
-type KeyConstants<'a> = std::borrow::Cow<'a, Vec<Option<Vec<u8>>>>;
 
 /// Compiled instances by input shapes, least recently used evicted first.
 #[derive(Default)]
@@ -102,19 +99,6 @@ impl BuiltProgram {
 }
 
 impl VnpuPreparedModel {
-    /// The model's input shapes when it fixes them all.
-    pub(super) fn known_input_shapes(&self) -> Option<Vec<Vec<usize>>> {
-        self.model
-            .main
-            .input_indexes
-            .iter()
-            .map(|&i| {
-                let d = &self.model.main.operands.get(i as usize)?.dimensions;
-                (!d.contains(&0)).then(|| d.iter().map(|&x| x as usize).collect())
-            })
-            .collect()
-    }
-
     pub(super) fn const_base(&self) -> u64 {
         self.const_mem.as_ref().map_or(0, |b| b.addr)
     }
@@ -129,7 +113,7 @@ impl VnpuPreparedModel {
             return Ok(now);
         }
         all.map.clear();
-        if self.const_mem.is_some() && self.block.bytes.is_empty() {
+        if self.const_mem.is_some() && self.plan.block.bytes.is_empty() {
             // Restored from the compilation cache, the constants live only in device
             // memory (no second host copy of the weights): after a reset the model is dead;
             // its client prepares it from the cache files again.
@@ -139,25 +123,11 @@ impl VnpuPreparedModel {
         tracing::info!("device was reset: uploading the model's constants again");
         if let Some(mem) = &self.const_mem {
             self.hw
-                .write_dram(&self.block.bytes, mem.addr, now)
+                .write_dram(&self.plan.block.bytes, mem.addr, now)
                 .map_err(|e| hw_status(&e))?;
         }
         all.epoch = now;
         Ok(now)
-    }
-
-    /// What compiling for `key` takes beyond the model: the constants with the request's
-    /// deferred values, and the inputs it omits.
-    fn compile_inputs(&self, key: &InstanceKey) -> (KeyConstants<'_>, Vec<bool>) {
-        let mut constants = std::borrow::Cow::Borrowed(self.constants.get());
-        for (i, v) in &key.1 {
-            constants.to_mut()[*i as usize] = Some(v.clone());
-        }
-        let mut omitted = vec![false; self.model.main.operands.len()];
-        for &i in &key.2 {
-            omitted[i as usize] = true;
-        }
-        (constants, omitted)
     }
 
     /// The instance for these input shapes, compiling and uploading it if new.
@@ -175,12 +145,7 @@ impl VnpuPreparedModel {
                 return Ok(Arc::clone(i));
             }
         }
-        let (constants, omitted) = self.compile_inputs(key);
-        let compiled =
-            compile::compile(&self.model, &constants, &key.0, &omitted).map_err(|e| {
-                tracing::debug!("compile: {e}");
-                e.status()
-            })?;
+        let compiled = self.compile(key, None)?;
         self.install(key.clone(), compiled, epoch)
     }
 
@@ -192,13 +157,23 @@ impl VnpuPreparedModel {
         before: &Compiled,
         epoch: u64,
     ) -> Result<Arc<Mutex<Instance>>, ErrorStatus> {
-        let (constants, omitted) = self.compile_inputs(&key);
-        let compiled = compile::compile_larger(&self.model, &constants, &key.0, &omitted, before)
-            .map_err(|e| {
-            tracing::debug!("compile: {e}");
-            e.status()
-        })?;
+        let compiled = self.compile(&key, Some(before))?;
         self.install(key, compiled, epoch)
+    }
+
+    /// The plan's program for `key` (larger than `before` when that one overflowed).
+    fn compile(
+        &self,
+        key: &InstanceKey,
+        before: Option<&Compiled>,
+    ) -> Result<Compiled, ErrorStatus> {
+        let (shapes, values, omitted) = key;
+        self.plan
+            .instance(shapes, values, omitted, before)
+            .map_err(|e| {
+                tracing::debug!("compile: {e}");
+                e.status()
+            })
     }
 
     /// Uploads the program of `compiled` with a fresh arena and keeps it for `key`.
@@ -208,7 +183,7 @@ impl VnpuPreparedModel {
         compiled: Compiled,
         epoch: u64,
     ) -> Result<Arc<Mutex<Instance>>, ErrorStatus> {
-        let built = BuiltProgram::new(&self.hw, compiled, &self.block, self.const_base())?;
+        let built = BuiltProgram::new(&self.hw, compiled, &self.plan.block, self.const_base())?;
         let program = self
             .hw
             .upload(&built.bytes, epoch)

@@ -7,6 +7,7 @@
 
 mod burst;
 mod commands;
+mod context;
 mod instances;
 mod pools;
 mod run;
@@ -17,20 +18,21 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use crate::compile::constants::Constants;
-use crate::compile::{self, ConstantBlock};
-use crate::device::{ModelContext, ModelLease};
+use crate::compile::{ConstantBlock, ModelPlan};
 use crate::domain::BufferRegistry;
 use crate::fence::{self, SyncFence};
 use crate::hal::{
     validate_request, ErrorStatus, MeasureTiming, Model, NativeHandle, OptionalTimePoint,
     OptionalTimeoutDuration, OutputShape, Request, Timing,
 };
-use crate::hw::{DramBlock, Hardware, HwError, Status};
-use crate::interface::{ExecutionCallback, FencedResult, IFencedExecutionCallback, IPreparedModel};
+use crate::hw::{DramBlock, Hardware, HwError};
+use crate::interface::{
+    DomainRole, ExecutionCallback, FencedResult, IFencedExecutionCallback, IPreparedModel, Io,
+};
 use crate::workers::{Job, WorkerPool};
 
 pub use burst::BurstMemo;
+pub use context::{ModelContext, ModelCount, ModelLease, StartBurst};
 pub use instances::BuiltProgram;
 use instances::Instances;
 pub use pools::PinnedPool;
@@ -45,7 +47,17 @@ pub struct CacheParts<'a> {
     /// The constant tensors as the device holds them.
     pub block: &'a ConstantBlock,
     /// The program for the model's own input shapes, when they are known.
-    pub instance: Option<crate::cache::format::Instance>,
+    pub instance: Option<SavedInstance>,
+}
+
+/// A compiled instance as the compilation cache saves it.
+pub struct SavedInstance {
+    /// The input shapes it was compiled for.
+    pub input_shapes: Vec<Vec<usize>>,
+    /// The compilation.
+    pub compiled: crate::compile::Compiled,
+    /// The timing model's time for its program.
+    pub program_ns: u64,
 }
 
 /// A prepared model: the compiled program(s) and constants resident on the device.
@@ -57,71 +69,48 @@ pub struct VnpuPreparedModel {
     /// The device's driver-managed buffers (request pools given by token).
     buffers: Arc<BufferRegistry>,
     hw: Arc<Hardware>,
-    model: Model,
-    constants: Constants,
-    /// The constant layout (its bytes are empty in a model restored from the cache).
-    block: ConstantBlock,
+    /// The model, its constants and their layout: what every instance compiles from.
+    plan: ModelPlan,
     const_mem: Option<DramBlock>,
     /// Executions of one instance share its arena, so they take turns.
     instances: Mutex<Instances>,
     max_instances: usize,
-    /// Model inputs read by the host at execution (see `compile::deferred_inputs`).
-    deferred: Vec<bool>,
     /// Where asynchronous executions run, and how long a submission may wait for room.
     executions: Arc<WorkerPool>,
     submit_wait: std::time::Duration,
     /// File I/O for staged request pools.
-    io: Arc<crate::cache::CacheIo>,
+    io: Arc<crate::fileio::CacheIo>,
+    /// How bursts are served.
+    burst: (StartBurst, std::time::Duration),
     /// Held for the prepared model's life: the device counts live prepared models.
     _lease: ModelLease,
 }
 
-/// The HAL code for a hardware-layer error.
+/// The HAL code for a hardware-layer error ([`HwError::status`]).
 pub(crate) fn hw_status(e: &HwError) -> ErrorStatus {
-    tracing::debug!("device: {e}");
-    match e {
-        HwError::Lost => ErrorStatus::DeviceUnavailable,
-        HwError::Hung | HwError::Reset => ErrorStatus::GeneralFailure,
-        HwError::Command {
-            status: Some(Status::LoopTimeout),
-            ..
-        } => ErrorStatus::MissedDeadlineTransient,
-        HwError::OutOfDeviceMemory(_) | HwError::OutOfIova(_) => {
-            ErrorStatus::ResourceExhaustedTransient
-        }
-        _ => ErrorStatus::GeneralFailure,
-    }
+    e.status()
 }
 
 impl VnpuPreparedModel {
-    /// Uploads the constants and, when the model's input shapes are known, compiles and
-    /// uploads the program, so that errors surface at preparation.
+    /// Uploads the planned constants and, when the model's input shapes are known,
+    /// compiles and uploads the program, so that errors surface at preparation.
     pub fn prepare(
         ctx: &ModelContext,
-        model: Model,
-        constants: Vec<Option<Vec<u8>>>,
+        plan: ModelPlan,
         lease: ModelLease,
     ) -> Result<Arc<VnpuPreparedModel>, ErrorStatus> {
-        let mut constants = constants;
-        let folded = compile::fold_constants(&model, &mut constants);
-        if folded > 0 {
-            tracing::debug!("folded {folded} constant operations");
-        }
-        let block = compile::constant_block(&model.main, &constants);
-        let has_deferred = compile::deferred_inputs(&model.main).contains(&true);
         let epoch = ctx.hw.epoch();
-        let const_mem = if block.bytes.is_empty() {
-            None
-        } else {
-            Some(
+        let const_mem = match plan.block.bytes.is_empty() {
+            true => None,
+            false => Some(
                 ctx.hw
-                    .upload(&block.bytes, epoch)
+                    .upload(&plan.block.bytes, epoch)
                     .map_err(|e| hw_status(&e))?,
-            )
+            ),
         };
-        let constants = Constants::ready(constants);
-        let prepared = Self::assemble(ctx, model, constants, block, const_mem, epoch, lease);
-        if let (Some(shapes), false) = (prepared.known_input_shapes(), has_deferred) {
+        let shapes = plan.preparation_shapes();
+        let prepared = Self::assemble(ctx, plan, const_mem, epoch, lease);
+        if let Some(shapes) = shapes {
             prepared.instance(&(shapes, Vec::new(), Vec::new()), epoch)?;
         }
         Ok(prepared)
@@ -129,53 +118,45 @@ impl VnpuPreparedModel {
 
     fn assemble(
         ctx: &ModelContext,
-        model: Model,
-        constants: Constants,
-        block: ConstantBlock,
+        plan: ModelPlan,
         const_mem: Option<DramBlock>,
         epoch: u64,
         lease: ModelLease,
     ) -> Arc<VnpuPreparedModel> {
-        let deferred = compile::deferred_inputs(&model.main);
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         Arc::new_cyclic(|me| VnpuPreparedModel {
             me: me.clone(),
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             buffers: Arc::clone(&ctx.buffers),
             hw: Arc::clone(&ctx.hw),
-            model,
-            constants,
-            block,
+            plan,
             const_mem,
             instances: Mutex::new(Instances {
                 epoch,
                 ..Instances::default()
             }),
             max_instances: ctx.max_instances.max(1),
-            deferred,
             executions: Arc::clone(&ctx.executions),
             submit_wait: ctx.submit_wait,
             io: Arc::clone(&ctx.io),
+            burst: ctx.burst,
             _lease: lease,
         })
     }
 
     /// A prepared model rebuilt from a verified compilation cache: its constants already
-    /// in device memory (`const_mem`, laid out by `block`, whose bytes are empty, uploaded
-    /// in device epoch `epoch`), the program built for the model's own input shapes
-    /// already uploaded to its device memory, other constants made on first need.
-    #[allow(clippy::too_many_arguments)]
+    /// in device memory (`const_mem`, laid out by the plan's block, whose bytes are empty,
+    /// uploaded in device epoch `epoch`), the program built for the model's own input
+    /// shapes already uploaded to its device memory, other constants made on first need.
     pub fn restore(
         ctx: &ModelContext,
-        model: Model,
-        constants: Constants,
-        block: ConstantBlock,
+        plan: ModelPlan,
         const_mem: Option<DramBlock>,
         instance: Option<(Vec<Vec<usize>>, BuiltProgram, DramBlock)>,
         epoch: u64,
         lease: ModelLease,
     ) -> Arc<VnpuPreparedModel> {
-        let prepared = Self::assemble(ctx, model, constants, block, const_mem, epoch, lease);
+        let prepared = Self::assemble(ctx, plan, const_mem, epoch, lease);
         if let Some((shapes, built, program)) = instance {
             prepared.keep((shapes, Vec::new(), Vec::new()), built, program, epoch);
         }
@@ -185,7 +166,7 @@ impl VnpuPreparedModel {
     /// What the compilation cache saves: the model, its constants, their device layout
     /// and, when the input shapes are known, the program compiled for them.
     pub fn cache_parts(&self) -> CacheParts<'_> {
-        let instance = self.known_input_shapes().and_then(|shapes| {
+        let instance = self.plan.known_input_shapes().and_then(|shapes| {
             let key = (shapes.clone(), Vec::new(), Vec::new());
             let all = self.instances.lock().unwrap_or_else(|p| p.into_inner());
             let inst = all
@@ -194,20 +175,16 @@ impl VnpuPreparedModel {
                 .1
                 .lock()
                 .unwrap_or_else(|p| p.into_inner());
-            let compiled = inst.compiled.clone();
-            let tag = crate::cache::format::ARENA_TAG;
-            let program = compiled.program(&self.block, 0, tag).ok()?;
-            Some(crate::cache::format::Instance {
+            Some(SavedInstance {
                 input_shapes: shapes,
-                program: program.encode(),
+                compiled: inst.compiled.clone(),
                 program_ns: inst.program_ns,
-                compiled,
             })
         });
         CacheParts {
-            model: &self.model,
-            constants: self.constants.get(),
-            block: &self.block,
+            model: &self.plan.model,
+            constants: self.plan.constants.get(),
+            block: &self.plan.block,
             instance,
         }
     }
@@ -224,7 +201,7 @@ impl VnpuPreparedModel {
 
     /// The model it was prepared from.
     pub fn model(&self) -> &Model {
-        &self.model
+        &self.plan.model
     }
 }
 
@@ -253,7 +230,7 @@ impl IPreparedModel for VnpuPreparedModel {
         let Some(callback) = callback else {
             return ErrorStatus::InvalidArgument;
         };
-        if let Err(e) = validate_request(request, &self.model, true) {
+        if let Err(e) = validate_request(request, &self.plan.model, true) {
             tracing::debug!("request: {e}");
             callback.notify(ErrorStatus::InvalidArgument, Vec::new(), Timing::NONE);
             return ErrorStatus::InvalidArgument;
@@ -317,7 +294,7 @@ impl IPreparedModel for VnpuPreparedModel {
     ) -> FencedResult {
         let launched = Instant::now();
         let fail = |s: ErrorStatus| (s, None, None);
-        if let Err(e) = validate_request(request, &self.model, false) {
+        if let Err(e) = validate_request(request, &self.plan.model, false) {
             tracing::debug!("fenced request: {e}");
             return fail(ErrorStatus::InvalidArgument);
         }
@@ -381,16 +358,27 @@ impl IPreparedModel for VnpuPreparedModel {
         let Some(me) = self.me.upgrade() else {
             return (ErrorStatus::GeneralFailure, None);
         };
-        crate::burst::server::start(
-            me,
-            callback,
-            request_channel,
-            result_channel,
-            crate::burst::server::DEFAULT_SPIN,
-        )
+        let (start, spin) = self.burst;
+        start(me, callback, request_channel, result_channel, spin)
     }
 
     fn as_any(&self) -> Option<&dyn Any> {
         Some(self)
+    }
+
+    fn domain_role(&self, io: Io, index: u32) -> Option<DomainRole> {
+        let main = &self.plan.model.main;
+        let indexes = match io {
+            Io::Input => &main.input_indexes,
+            Io::Output => &main.output_indexes,
+        };
+        Some(DomainRole {
+            model: self.id,
+            device: Arc::as_ptr(&self.hw) as usize,
+            operand: indexes
+                .get(index as usize)
+                .and_then(|&i| main.operands.get(i as usize))
+                .cloned(),
+        })
     }
 }

@@ -213,7 +213,7 @@ impl DevicePool {
     /// Copies the outputs of a staged pool back to its file.
     pub(super) fn write_back(
         &self,
-        io: &crate::cache::CacheIo,
+        io: &crate::fileio::CacheIo,
         pool: &PoolRange<'_>,
     ) -> Result<(), crate::memory::PoolError> {
         match self {
@@ -230,7 +230,7 @@ impl DevicePool {
 /// Stages a pool that could shrink (see [`crate::execute::staging`]) and maps the staged copy.
 pub(super) fn stage(
     hw: &Arc<Hardware>,
-    io: &crate::cache::CacheIo,
+    io: &crate::fileio::CacheIo,
     pool: &PoolRange<'_>,
     spans: &[Span],
     reads: &[Span],

@@ -104,7 +104,7 @@ impl VnpuPreparedModel {
         fenced: bool,
         deadline: OptionalTimePoint,
     ) -> Result<(), Outcome> {
-        if let Err(e) = validate_request(request, &self.model, !fenced) {
+        if let Err(e) = validate_request(request, &self.plan.model, !fenced) {
             tracing::debug!("request: {e}");
             return Err(fail(ErrorStatus::InvalidArgument));
         }
@@ -159,7 +159,7 @@ impl VnpuPreparedModel {
         request: &Request,
         pools: &[ReqPool<'_>],
     ) -> Result<InstanceKey, Outcome> {
-        let sg = &self.model.main;
+        let sg = &self.plan.model.main;
         let buffer_dims = self.check_buffers(request, pools).map_err(fail)?;
         let shapes: Vec<Vec<usize>> = sg
             .input_indexes
@@ -177,7 +177,7 @@ impl VnpuPreparedModel {
             .collect();
         let mut values = Vec::new();
         for (&i, arg) in sg.input_indexes.iter().zip(&request.inputs) {
-            if !self.deferred[i as usize] || arg.has_no_value {
+            if !self.plan.deferred[i as usize] || arg.has_no_value {
                 continue;
             }
             let loc = &arg.location;
@@ -243,7 +243,7 @@ impl VnpuPreparedModel {
         loop_timeout: OptionalTimeoutDuration,
         memo: Option<&mut Option<BurstMemo>>,
     ) -> Result<Attempt, Outcome> {
-        let sg = &self.model.main;
+        let sg = &self.plan.model.main;
         let open = &pools.open;
         let inst = instance.lock().unwrap_or_else(|p| p.into_inner());
         let c = &inst.compiled;
@@ -265,14 +265,14 @@ impl VnpuPreparedModel {
         };
         let devpools = self.device_pools(request, pools, c)?;
         let (cb, ab) = (self.const_base(), inst.arena.addr);
-        let addr = |i: u32| c.address(i, &self.block, cb, ab);
+        let addr = |i: u32| c.address(i, &self.plan.block, cb, ab);
         let iova = |pool: u32, off: u32| devpools.get(pool as usize).and_then(|d| d.iova(off));
         let inputs = sg
             .input_indexes
             .iter()
             .zip(&request.inputs)
             .filter(|(&i, arg)| {
-                !arg.has_no_value && c.byte_len(i) > 0 && !self.deferred[i as usize]
+                !arg.has_no_value && c.byte_len(i) > 0 && !self.plan.deferred[i as usize]
             })
             .map(|(&i, arg)| {
                 (
@@ -377,7 +377,7 @@ impl VnpuPreparedModel {
         if stale {
             return Err(fail(ErrorStatus::GeneralFailure));
         }
-        let sg = &self.model.main;
+        let sg = &self.plan.model.main;
         for (&i, arg) in sg.input_indexes.iter().zip(&request.inputs) {
             if !arg.has_no_value && c.byte_len(i) > room(open, arg) {
                 tracing::debug!("input operand {i}: location shorter than its data");
@@ -410,7 +410,7 @@ impl VnpuPreparedModel {
         pools: &Pools<'_>,
         c: &Compiled,
     ) -> Result<Vec<DevicePool>, Outcome> {
-        let sg = &self.model.main;
+        let sg = &self.plan.model.main;
         let moved = |args: &[RequestArgument], ops: &[u32], pool: usize| -> Vec<Span> {
             args.iter()
                 .zip(ops)
@@ -418,7 +418,7 @@ impl VnpuPreparedModel {
                     !a.has_no_value
                         && a.location.pool_index as usize == pool
                         && c.byte_len(i) > 0
-                        && !self.deferred[i as usize]
+                        && !self.plan.deferred[i as usize]
                 })
                 .map(|(a, &i)| (a.location.offset as u64, c.byte_len(i)))
                 .collect()

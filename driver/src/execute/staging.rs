@@ -5,7 +5,7 @@
 //! through io_uring where the device's probe found it (pread/pwrite otherwise). A file
 //! that shrank gives a short read: an error, never a SIGBUS.
 
-use crate::cache::CacheIo;
+use crate::fileio::CacheIo;
 use crate::memory::{PoolError, PoolRange, SharedRegion};
 
 /// The bytes `[base, base + len)` of one pool, held in a sealed region the device can map.
@@ -140,7 +140,7 @@ mod tests {
             size: 48,
             perm: Perm::READ_WRITE,
         };
-        let io = CacheIo::new(crate::cache::IoChoice::Auto);
+        let io = CacheIo::new(crate::fileio::IoChoice::Auto);
         let staged = StagedPool::stage(&io, &pool, &[(4, 4), (20, 8)], &[(4, 4)])
             .unwrap()
             .unwrap();
@@ -174,8 +174,8 @@ mod tests {
         };
         f.set_len(16).unwrap();
         for choice in [
-            crate::cache::IoChoice::Auto,
-            crate::cache::IoChoice::Fallback,
+            crate::fileio::IoChoice::Auto,
+            crate::fileio::IoChoice::Fallback,
         ] {
             let io = CacheIo::new(choice);
             assert!(StagedPool::stage(&io, &pool, &[(0, 32)], &[(0, 32)]).is_err());

@@ -16,79 +16,29 @@ const LAYOUT_DILATION: &[&[Arg]] = &[
     &[arg("dilation_w", Ty::Int), arg("dilation_h", Ty::Int)],
 ];
 
-const CONV_SIGS: &[Signature] = &[
-    Signature::new(
-        V1_0,
-        FLOAT_QUANT8,
-        &[
-            arg("input", Ty::T),
-            arg("filter", Ty::Filter),
-            arg("bias", Ty::Bias),
-            arg("padding_scheme", Ty::Int),
-            arg("stride_w", Ty::Int),
-            arg("stride_h", Ty::Int),
-            arg("activation", Ty::Int),
-        ],
-        OUT,
-    )
-    .optional(LAYOUT_DILATION),
-    Signature::new(
-        V1_0,
-        FLOAT_QUANT8,
-        &[
-            arg("input", Ty::T),
-            arg("filter", Ty::Filter),
-            arg("bias", Ty::Bias),
-            arg("pad_left", Ty::Int),
-            arg("pad_right", Ty::Int),
-            arg("pad_top", Ty::Int),
-            arg("pad_bottom", Ty::Int),
-            arg("stride_w", Ty::Int),
-            arg("stride_h", Ty::Int),
-            arg("activation", Ty::Int),
-        ],
-        OUT,
-    )
-    .optional(LAYOUT_DILATION),
-];
+/// A convolution's two padding forms ([`padded_signatures`]): input, filter and bias,
+/// the padding and strides, then `[tail]`.
+macro_rules! conv_signatures {
+    ($since:expr, [$($tail:expr),* $(,)?], $optional:expr $(,)?) => {
+        padded_signatures!(
+            $since,
+            FLOAT_QUANT8,
+            [arg("input", Ty::T), arg("filter", Ty::Filter), arg("bias", Ty::Bias)],
+            [$($tail),*],
+            OUT,
+            $optional,
+        )
+    };
+}
 
-const DEPTHWISE_SIGS: &[Signature] = &[
-    Signature::new(
-        V1_0,
-        FLOAT_QUANT8,
-        &[
-            arg("input", Ty::T),
-            arg("filter", Ty::Filter),
-            arg("bias", Ty::Bias),
-            arg("padding_scheme", Ty::Int),
-            arg("stride_w", Ty::Int),
-            arg("stride_h", Ty::Int),
-            arg("depth_multiplier", Ty::Int),
-            arg("activation", Ty::Int),
-        ],
-        OUT,
-    )
-    .optional(LAYOUT_DILATION),
-    Signature::new(
-        V1_0,
-        FLOAT_QUANT8,
-        &[
-            arg("input", Ty::T),
-            arg("filter", Ty::Filter),
-            arg("bias", Ty::Bias),
-            arg("pad_left", Ty::Int),
-            arg("pad_right", Ty::Int),
-            arg("pad_top", Ty::Int),
-            arg("pad_bottom", Ty::Int),
-            arg("stride_w", Ty::Int),
-            arg("stride_h", Ty::Int),
-            arg("depth_multiplier", Ty::Int),
-            arg("activation", Ty::Int),
-        ],
-        OUT,
-    )
-    .optional(LAYOUT_DILATION),
-];
+const CONV_SIGS: &[Signature] =
+    &conv_signatures!(V1_0, [arg("activation", Ty::Int)], LAYOUT_DILATION);
+
+const DEPTHWISE_SIGS: &[Signature] = &conv_signatures!(
+    V1_0,
+    [arg("depth_multiplier", Ty::Int), arg("activation", Ty::Int)],
+    LAYOUT_DILATION,
+);
 
 /// A per-channel filter must be quantised along its output-channel dimension.
 fn filter_axis(ins: &[&Operand], want: u32) -> Result<(), String> {
@@ -294,43 +244,19 @@ pub const FULLY_CONNECTED: OpDef = OpDef {
     }),
 };
 
-const GROUPED_SIGS: &[Signature] = &[
-    Signature::new(
+/// Explicit padding first, as NNAPI lists GROUPED_CONV_2D's forms.
+const GROUPED_SIGS: &[Signature] = &{
+    let [implicit, explicit] = conv_signatures!(
         V1_2,
-        FLOAT_QUANT8,
-        &[
-            arg("input", Ty::T),
-            arg("filter", Ty::Filter),
-            arg("bias", Ty::Bias),
-            arg("pad_left", Ty::Int),
-            arg("pad_right", Ty::Int),
-            arg("pad_top", Ty::Int),
-            arg("pad_bottom", Ty::Int),
-            arg("stride_w", Ty::Int),
-            arg("stride_h", Ty::Int),
+        [
             arg("groups", Ty::Int),
             arg("activation", Ty::Int),
             arg("layout", Ty::Bool),
         ],
-        OUT,
-    ),
-    Signature::new(
-        V1_2,
-        FLOAT_QUANT8,
-        &[
-            arg("input", Ty::T),
-            arg("filter", Ty::Filter),
-            arg("bias", Ty::Bias),
-            arg("padding_scheme", Ty::Int),
-            arg("stride_w", Ty::Int),
-            arg("stride_h", Ty::Int),
-            arg("groups", Ty::Int),
-            arg("activation", Ty::Int),
-            arg("layout", Ty::Bool),
-        ],
-        OUT,
-    ),
-];
+        &[],
+    );
+    [explicit, implicit]
+};
 
 fn lower_grouped(a: &Args<'_>) -> Result<Lowered, CompileError> {
     let nchw = a.flag("layout")?;
@@ -355,26 +281,14 @@ pub const GROUPED_CONV_2D: OpDef = OpDef {
     lower: Some(lower_grouped),
 };
 
-const TRANSPOSE_SIGS: &[Signature] = &[
-    Signature::new(
+/// The explicit form is a convolution's; the implicit one names the output shape first.
+const TRANSPOSE_SIGS: &[Signature] = &{
+    let [_, explicit] = conv_signatures!(
         V1_2,
-        FLOAT_QUANT8,
-        &[
-            arg("input", Ty::T),
-            arg("filter", Ty::Filter),
-            arg("bias", Ty::Bias),
-            arg("pad_left", Ty::Int),
-            arg("pad_right", Ty::Int),
-            arg("pad_top", Ty::Int),
-            arg("pad_bottom", Ty::Int),
-            arg("stride_w", Ty::Int),
-            arg("stride_h", Ty::Int),
-            arg("activation", Ty::Int),
-            arg("layout", Ty::Bool),
-        ],
-        OUT,
-    ),
-    Signature::new(
+        [arg("activation", Ty::Int), arg("layout", Ty::Bool)],
+        &[],
+    );
+    let implicit = Signature::new(
         V1_2,
         FLOAT_QUANT8,
         &[
@@ -389,8 +303,9 @@ const TRANSPOSE_SIGS: &[Signature] = &[
             arg("layout", Ty::Bool),
         ],
         OUT,
-    ),
-];
+    );
+    [explicit, implicit]
+};
 
 /// NNAPI's output size of a transposed convolution: `in * stride + filter - stride - pads`.
 fn transpose_out(input: usize, filter: u32, stride: u32, head: i64, tail: i64) -> Option<u32> {

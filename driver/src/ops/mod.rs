@@ -11,6 +11,41 @@
 //! TENSOR_INT32 for quantised `T`, [`Ty::Scalar`] is FLOAT16 for float16 `T`, and so on, so
 //! one signature covers every operand type the HAL allows for that form.
 
+/// The two forms of an operation with NNAPI's window padding, alike but for it: implicit
+/// (`padding_scheme`) and explicit (`pad_left`, `pad_right`, `pad_top`, `pad_bottom`),
+/// each followed by the strides (`stride_w`, `stride_h`), between the same arguments
+/// before (`[head]`) and after (`[tail]`), each with the optional trailing groups given
+/// last. Gives `[implicit, explicit]`.
+macro_rules! padded_signatures {
+    (@form $since:expr, $types:expr, [$($before:expr),*], [$($tail:expr),*], $out:expr,
+     $optional:expr) => {
+        $crate::ops::Signature::new(
+            $since,
+            $types,
+            &[$($before,)* arg("stride_w", Ty::Int), arg("stride_h", Ty::Int), $($tail,)*],
+            $out,
+        )
+        .optional($optional)
+    };
+    ($since:expr, $types:expr, [$($head:expr),* $(,)?], [$($tail:expr),* $(,)?], $out:expr,
+     $optional:expr $(,)?) => {{
+        use $crate::ops::{arg, Ty};
+        [
+            padded_signatures!(@form $since, $types,
+                [$($head,)* arg("padding_scheme", Ty::Int)], [$($tail),*], $out, $optional),
+            padded_signatures!(@form $since, $types,
+                [
+                    $($head,)*
+                    arg("pad_left", Ty::Int),
+                    arg("pad_right", Ty::Int),
+                    arg("pad_top", Ty::Int),
+                    arg("pad_bottom", Ty::Int)
+                ],
+                [$($tail),*], $out, $optional),
+        ]
+    }};
+}
+
 mod args;
 mod registry;
 

@@ -7,42 +7,31 @@ use super::conv::window;
 use super::types::{FLOATS, FLOAT_QUANT8};
 use super::{arg, Arg, Args, HalVersion::*, OpDef, Signature, Ty};
 use crate::compile::{CompileError, Lowered};
-use crate::hal::{OperandType, OperationType};
+use crate::hal::OperationType;
 
 const OUT: &[Arg] = &[arg("output", Ty::T)];
 const LAYOUT: &[&[Arg]] = &[&[arg("layout", Ty::Bool)]];
 
-const IMPLICIT: &[Arg] = &[
-    arg("input", Ty::T),
-    arg("padding_scheme", Ty::Int),
-    arg("stride_w", Ty::Int),
-    arg("stride_h", Ty::Int),
-    arg("filter_w", Ty::Int),
-    arg("filter_h", Ty::Int),
-    arg("activation", Ty::Int),
-];
-const EXPLICIT: &[Arg] = &[
-    arg("input", Ty::T),
-    arg("pad_left", Ty::Int),
-    arg("pad_right", Ty::Int),
-    arg("pad_top", Ty::Int),
-    arg("pad_bottom", Ty::Int),
-    arg("stride_w", Ty::Int),
-    arg("stride_h", Ty::Int),
-    arg("filter_w", Ty::Int),
-    arg("filter_h", Ty::Int),
-    arg("activation", Ty::Int),
-];
-
-const fn sigs(types: &'static [OperandType]) -> [Signature; 2] {
-    [
-        Signature::new(V1_0, types, IMPLICIT, OUT).optional(LAYOUT),
-        Signature::new(V1_0, types, EXPLICIT, OUT).optional(LAYOUT),
-    ]
+/// A pooling operation's two forms for the main types `$types`.
+macro_rules! pool_signatures {
+    ($types:expr) => {
+        padded_signatures!(
+            V1_0,
+            $types,
+            [arg("input", Ty::T)],
+            [
+                arg("filter_w", Ty::Int),
+                arg("filter_h", Ty::Int),
+                arg("activation", Ty::Int),
+            ],
+            OUT,
+            LAYOUT,
+        )
+    };
 }
 
-const QUANT_SIGS: [Signature; 2] = sigs(FLOAT_QUANT8);
-const FLOAT_SIGS: [Signature; 2] = sigs(FLOATS);
+const QUANT_SIGS: [Signature; 2] = pool_signatures!(FLOAT_QUANT8);
+const FLOAT_SIGS: [Signature; 2] = pool_signatures!(FLOATS);
 
 fn lower(kind: PoolKind, a: &Args<'_>) -> Result<Lowered, CompileError> {
     let nchw = a.flag("layout")?;

@@ -74,31 +74,48 @@ const LSTM_SLOT_NAMES: &[&str] = &[
     "fb", "cb", "ob", "pw", "pb", "h0", "c0", "lni", "lnf", "lnc", "lno",
 ];
 
-const LSTM_INPUTS: &[Arg] = &[
-    t("input"),
-    t("i2i"),
-    t("i2f"),
-    t("i2c"),
-    t("i2o"),
-    t("r2i"),
-    t("r2f"),
-    t("r2c"),
-    t("r2o"),
-    t("c2i"),
-    t("c2f"),
-    t("c2o"),
-    t("ib"),
-    t("fb"),
-    t("cb"),
-    t("ob"),
-    t("pw"),
-    t("pb"),
-    t("h0"),
-    t("c0"),
-    arg("activation", Ty::Int),
-    arg("cell_clip", Ty::Scalar),
-    arg("proj_clip", Ty::Scalar),
-];
+/// An LSTM's input and its eight gate weights, then the inputs `$then` of the form.
+macro_rules! gate_inputs {
+    ($($then:expr),* $(,)?) => {
+        &[
+            t("input"),
+            t("i2i"),
+            t("i2f"),
+            t("i2c"),
+            t("i2o"),
+            t("r2i"),
+            t("r2f"),
+            t("r2c"),
+            t("r2o"),
+            $($then,)*
+        ]
+    };
+}
+
+/// LSTM's inputs, then those a sequence form adds after them.
+macro_rules! lstm_inputs {
+    ($($extra:expr),* $(,)?) => {
+        gate_inputs!(
+            t("c2i"),
+            t("c2f"),
+            t("c2o"),
+            t("ib"),
+            t("fb"),
+            t("cb"),
+            t("ob"),
+            t("pw"),
+            t("pb"),
+            t("h0"),
+            t("c0"),
+            arg("activation", Ty::Int),
+            arg("cell_clip", Ty::Scalar),
+            arg("proj_clip", Ty::Scalar),
+            $($extra,)*
+        )
+    };
+}
+
+const LSTM_INPUTS: &[Arg] = lstm_inputs!();
 
 const LAYER_NORM: &[Arg] = &[t("lni"), t("lnf"), t("lnc"), t("lno")];
 
@@ -129,32 +146,7 @@ pub const LSTM: OpDef = OpDef {
     }),
 };
 
-const SEQ_LSTM_INPUTS: &[Arg] = &[
-    t("input"),
-    t("i2i"),
-    t("i2f"),
-    t("i2c"),
-    t("i2o"),
-    t("r2i"),
-    t("r2f"),
-    t("r2c"),
-    t("r2o"),
-    t("c2i"),
-    t("c2f"),
-    t("c2o"),
-    t("ib"),
-    t("fb"),
-    t("cb"),
-    t("ob"),
-    t("pw"),
-    t("pb"),
-    t("h0"),
-    t("c0"),
-    arg("activation", Ty::Int),
-    arg("cell_clip", Ty::Scalar),
-    arg("proj_clip", Ty::Scalar),
-    arg("time_major", Ty::Bool),
-];
+const SEQ_LSTM_INPUTS: &[Arg] = lstm_inputs!(arg("time_major", Ty::Bool));
 
 fn lower_seq_lstm(a: &Args<'_>) -> Result<Lowered, CompileError> {
     let (mask, ids) = masked(a, LSTM_SLOT_NAMES);
@@ -571,23 +563,14 @@ pub const QUANTIZED_16BIT_LSTM: OpDef = OpDef {
     signatures: &[Signature::new(
         V1_2,
         Q8,
-        &[
-            t("input"),
-            t("i2i"),
-            t("i2f"),
-            t("i2c"),
-            t("i2o"),
-            t("r2i"),
-            t("r2f"),
-            t("r2c"),
-            t("r2o"),
+        gate_inputs!(
             arg("ib", I32),
             arg("fb", I32),
             arg("cb", I32),
             arg("ob", I32),
             arg("prev_cell_state", Q16),
             t("prev_output"),
-        ],
+        ),
         &[arg("cell_state", Q16), t("output")],
     )],
     check: None,

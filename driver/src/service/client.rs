@@ -35,11 +35,11 @@ use super::protocol::{
 };
 use super::transport::{self, TransportError};
 use crate::hal::{
-    BufferDesc, BufferRole, Capabilities, DeviceStatus, DeviceType, ErrorStatus,
-    ExecutionPreference, MeasureTiming, Memory, Model, NativeHandle, OptionalTimePoint,
-    OptionalTimeoutDuration, OutputShape, Priority, Request as HalRequest, Timing,
-    BYTE_SIZE_OF_CACHE_TOKEN,
+    BufferDesc, BufferRole, Capabilities, DeviceStatus, DeviceType, ErrorStatus, MeasureTiming,
+    Memory, Model, NativeHandle, OptionalTimePoint, OptionalTimeoutDuration, OutputShape,
+    Request as HalRequest, Timing, BYTE_SIZE_OF_CACHE_TOKEN,
 };
+use crate::interface::PrepareArgs;
 use crate::interface::{
     AllocateResult, BurstResult, ExecutionCallback, Extension, FencedResult, IBuffer,
     IBurstCallback, IBurstContext, IDevice, IFencedExecutionCallback, IPreparedModel,
@@ -632,29 +632,19 @@ impl IDevice for RemoteDevice {
 
     /// Launched in the service; the callback is notified from this connection's delivery
     /// thread with a [`RemotePreparedModel`].
-    fn prepare_model_1_3(
-        &self,
-        model: &Model,
-        preference: ExecutionPreference,
-        priority: Priority,
-        deadline: OptionalTimePoint,
-        model_cache: &[NativeHandle],
-        data_cache: &[NativeHandle],
-        token: &[u8; BYTE_SIZE_OF_CACHE_TOKEN],
-        callback: Option<Arc<dyn PreparedModelCallback>>,
-    ) -> ErrorStatus {
+    fn prepare_model_1_3(&self, args: PrepareArgs<'_>) -> ErrorStatus {
         let mut out = Outgoing::default();
-        let pools = out.memories(&model.pools);
-        let cache = out.cache(model_cache, data_cache, token);
+        let pools = out.memories(&args.model.pools);
+        let cache = out.cache(args.model_cache, args.data_cache, args.token);
         let call = Call::PrepareModel {
-            model: bare_model(model),
+            model: bare_model(args.model),
             pools,
-            preference,
-            priority,
-            deadline,
+            preference: args.preference,
+            priority: args.priority,
+            deadline: args.deadline,
             cache,
         };
-        let waiter = Waiter::Prepare(callback, self.link.clone());
+        let waiter = Waiter::Prepare(args.callback, self.link.clone());
         self.link.launch(call, &out.fds, waiter)
     }
 

@@ -32,6 +32,7 @@ use crate::device::DeviceUsage;
 use crate::hal::{
     ErrorStatus, Memory, OutputShape, Request as HalRequest, RequestMemoryPool, Timing,
 };
+use crate::interface::PrepareArgs;
 use crate::interface::{
     ExecutionCallback, IBuffer, IBurstCallback, IBurstContext, IDevice, IFencedExecutionCallback,
     IPreparedModel, PreparedModelCallback,
@@ -454,16 +455,15 @@ fn answer(
             let model_cache = fds.handles(cache.model_cache);
             let data_cache = fds.handles(cache.data_cache);
             plain(launch_preparation(conn, id, |cb| {
-                device.prepare_model_1_3(
-                    &model,
+                device.prepare_model_1_3(PrepareArgs {
                     preference,
                     priority,
                     deadline,
-                    &model_cache,
-                    &data_cache,
-                    &cache.token,
-                    Some(cb),
-                )
+                    model_cache: &model_cache,
+                    data_cache: &data_cache,
+                    token: &cache.token,
+                    ..PrepareArgs::new(&model, Some(cb))
+                })
             }))
         }
         Call::PrepareModelFromCache { deadline, cache } => {

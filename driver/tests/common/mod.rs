@@ -8,12 +8,13 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 use vnpu_driver::conformance::corpus::{open_corpus, TestCase};
+use vnpu_driver::device::PrepareArgs;
 use vnpu_driver::device::{
     ExecutionCallback, ExecutionSlot, IDevice, IPreparedModel, PreparedModelSlot, VnpuDevice,
 };
 use vnpu_driver::hal::{
-    ErrorStatus, ExecutionPreference, MeasureTiming, Model, OptionalTimePoint,
-    OptionalTimeoutDuration, OutputShape, Priority, Request, Timing,
+    ErrorStatus, MeasureTiming, Model, OptionalTimePoint, OptionalTimeoutDuration, OutputShape,
+    Priority, Request, Timing,
 };
 
 /// One device shared by a test binary (as a HAL service is shared by its clients).
@@ -58,16 +59,11 @@ pub fn prepare_with(
     deadline: OptionalTimePoint,
 ) -> (ErrorStatus, Option<Arc<dyn IPreparedModel>>) {
     let slot = PreparedModelSlot::new();
-    let ret = device().prepare_model_1_3(
-        model,
-        ExecutionPreference::FAST_SINGLE_ANSWER,
+    let ret = device().prepare_model_1_3(PrepareArgs {
         priority,
         deadline,
-        &[],
-        &[],
-        &[0; 32],
-        Some(slot.clone()),
-    );
+        ..PrepareArgs::new(model, Some(slot.clone()))
+    });
     let (status, prepared) = slot.wait();
     // The HAL's rule: a launch that failed is notified with the same status; a launch that
     // succeeded may still end in an error (a deadline that passes while the work is queued).

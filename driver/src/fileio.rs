@@ -1,4 +1,4 @@
-//! Cache file I/O: io_uring, batched and probed at start, with a pread/pwrite/ftruncate
+//! The driver's file I/O (the compilation cache, staged request pools): io_uring, batched and probed at start, with a pread/pwrite/ftruncate
 //! fallback where io_uring or one of its opcodes is unavailable (seccomp'd containers,
 //! old kernels). Every access uses an explicit offset: the files may arrive with any
 //! file position.
