@@ -16,18 +16,23 @@ use thiserror::Error;
 use vnpu_emu::host::{wait_irq, HostQueue};
 use vnpu_emu::iommu::PAGE_SIZE;
 use vnpu_emu::regs;
-use vnpu_emu::ring::{SubmissionEntry, FLAG_IRQ};
+use vnpu_emu::ring::{JobArgs, SubmissionEntry, FLAG_IRQ, SG_ENTRY_SIZE};
 use vnpu_emu::shm::SharedRegion;
 use vnpu_emu::{Device, DeviceConfig};
 
 pub use vnpu_emu::iommu::Perm;
-pub use vnpu_emu::ring::{Command, CompletionEntry, Status};
+pub use vnpu_emu::ring::{Command, CompletionEntry, CopyDescriptor, Status};
 
 use crate::alloc::RangeAllocator;
 use crate::config::WatchdogConfig;
 
 const QUEUE_ENTRIES: u32 = 256;
 const RING_IOVA: u64 = 0x10_0000;
+/// Where jobs' copy lists live in the device's address space (below the pool space):
+/// `JOB_SLOTS` slots of `JOB_SLOT_BYTES`, each holding one job's list until it completes.
+const JOB_LIST_IOVA: u64 = 0x80_0000;
+const JOB_SLOTS: u64 = 64;
+const JOB_SLOT_BYTES: u64 = 4096;
 /// Host buffers are mapped into the IOVA space from here up.
 const IOVA_POOL_START: u64 = 0x100_0000;
 const IOVA_POOL_END: u64 = vnpu_emu::DRAM_BASE;
@@ -222,6 +227,49 @@ pub struct Hardware {
     health: AtomicU8,
     /// Resets so far: device memory uploaded before the current epoch is gone.
     epoch: AtomicU64,
+    /// The jobs' copy lists (mapped read-only into the device at `JOB_LIST_IOVA`).
+    job_lists: SharedRegion,
+    /// Which of its slots are in use (bit k: slot k).
+    job_slots: AtomicU64,
+}
+
+/// One execution as one device command ([`Hardware::run_job`]): the copies into the
+/// program's arena, the program, the copies out.
+#[derive(Clone, Debug)]
+pub struct Job {
+    /// The program's device address and length.
+    pub program: (u64, u64),
+    /// The arena's device address and length: the device memory the copies may touch.
+    pub arena: (u64, u64),
+    /// Host memory (IOVA) to the arena.
+    pub inputs: Vec<CopyDescriptor>,
+    /// The arena to host memory (IOVA).
+    pub outputs: Vec<CopyDescriptor>,
+    /// The timing model's time for the program (the watchdog's yardstick).
+    pub program_ns: u64,
+}
+
+impl Job {
+    /// The same work as a command list: copies in, a fence, the program, a fence, copies
+    /// out (for a job whose list does not fit a slot, or when every slot is taken).
+    fn commands(&self) -> Vec<Command> {
+        let dma = |c: &CopyDescriptor| Command::DmaCopy {
+            src: c.src,
+            dst: c.dst,
+            len: c.len,
+        };
+        let run = Command::RunProgram {
+            addr: self.program.0,
+            len: self.program.1,
+            loop_timeout_ns: 0,
+            report: 0,
+        };
+        let ins = self.inputs.iter().map(dma);
+        let outs = self.outputs.iter().map(dma);
+        ins.chain([Command::Fence, run, Command::Fence])
+            .chain(outs)
+            .collect()
+    }
 }
 
 impl Hardware {
@@ -238,6 +286,14 @@ impl Hardware {
         let device = Device::new(config)?;
         let queue = HostQueue::create(&device, QUEUE_ENTRIES, RING_IOVA)?;
         let dram = RangeAllocator::new(device.dram_base(), device.dram_size());
+        let job_lists = SharedRegion::new("vnpu-job-lists", (JOB_SLOTS * JOB_SLOT_BYTES) as usize)?;
+        device.iommu().map(
+            JOB_LIST_IOVA,
+            job_lists.fd(),
+            0,
+            JOB_SLOTS * JOB_SLOT_BYTES,
+            Perm::READ,
+        )?;
         let hw = Arc::new(Hardware {
             device,
             queue: Mutex::new(QueueState {
@@ -258,6 +314,8 @@ impl Hardware {
             watchdog,
             health: AtomicU8::new(Health::Ready as u8),
             epoch: AtomicU64::new(0),
+            job_lists,
+            job_slots: AtomicU64::new(0),
         });
         let weak = Arc::downgrade(&hw);
         std::thread::Builder::new()
@@ -382,6 +440,61 @@ impl Hardware {
         Ok(())
     }
 
+    /// Runs `job` as one JOB command in device epoch `epoch` (see [`Hardware::run`]); as
+    /// a command list when its copy list does not fit a slot or every slot is taken.
+    pub fn run_job(&self, job: &Job, epoch: u64) -> Result<Vec<CompletionEntry>, HwError> {
+        let count = job.inputs.len() + job.outputs.len();
+        let slot = match count as u64 * SG_ENTRY_SIZE <= JOB_SLOT_BYTES {
+            true => self.take_job_slot(),
+            false => None,
+        };
+        let Some(k) = slot else {
+            return self.run(job.commands(), job.program_ns, Some(epoch));
+        };
+        let list = k * JOB_SLOT_BYTES;
+        let mut written = Ok(());
+        for (i, c) in job.inputs.iter().chain(&job.outputs).enumerate() {
+            let at = list + i as u64 * SG_ENTRY_SIZE;
+            written = written.and_then(|()| self.job_lists.write(at, &c.encode()));
+        }
+        let cmd = Command::Job(JobArgs {
+            program: job.program.0,
+            program_len: job.program.1,
+            arena: job.arena.0,
+            arena_len: job.arena.1,
+            list: JOB_LIST_IOVA + list,
+            inputs: job.inputs.len() as u32,
+            outputs: job.outputs.len() as u32,
+        });
+        let result = match written {
+            Ok(()) => self.run_batch(&[cmd], job.program_ns, Some(epoch)),
+            Err(e) => Err(e.into()),
+        };
+        // The device read the list when it fetched the command, long before completing it.
+        self.job_slots.fetch_and(!(1 << k), Ordering::Release);
+        result
+    }
+
+    /// A free copy-list slot, marked taken.
+    fn take_job_slot(&self) -> Option<u64> {
+        let mut taken = self.job_slots.load(Ordering::Acquire);
+        loop {
+            let k = (!taken).trailing_zeros() as u64;
+            if k >= JOB_SLOTS {
+                return None;
+            }
+            match self.job_slots.compare_exchange_weak(
+                taken,
+                taken | 1 << k,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Some(k),
+                Err(now) => taken = now,
+            }
+        }
+    }
+
     /// Copies host bytes into fresh device DRAM (a staging region and one DMA), in
     /// device epoch `epoch`.
     pub fn upload(self: &Arc<Self>, bytes: &[u8], epoch: u64) -> Result<DramBlock, HwError> {
@@ -435,11 +548,11 @@ impl Hardware {
         // next starts, which keeps the order (and so every FENCE's meaning).
         let max = (QUEUE_ENTRIES / 2) as usize;
         if cmds.len() <= max {
-            return self.run_batch(cmds, program_ns, epoch);
+            return self.run_batch(&cmds, program_ns, epoch);
         }
         let mut all = Vec::with_capacity(cmds.len());
         for piece in cmds.chunks(max) {
-            all.extend(self.run_batch(piece.to_vec(), program_ns, epoch)?);
+            all.extend(self.run_batch(piece, program_ns, epoch)?);
         }
         Ok(all)
     }
@@ -450,7 +563,7 @@ impl Hardware {
         cmds.iter()
             .map(|c| match c {
                 Command::DmaCopy { len, .. } => timing.dma_ns(*len),
-                Command::RunProgram { .. } => program_ns,
+                Command::RunProgram { .. } | Command::Job(_) => program_ns,
                 _ => 0,
             })
             .fold(0, u64::saturating_add)
@@ -468,13 +581,13 @@ impl Hardware {
         if cmds.len() > (QUEUE_ENTRIES / 2) as usize {
             return Err(HwError::BatchTooLarge(cmds.len()));
         }
-        let pending = self.submit_batch(cmds, program_ns, epoch)?;
+        let pending = self.submit_batch(&cmds, program_ns, epoch)?;
         Ok(Submitted { hw: self, pending })
     }
 
     fn run_batch(
         &self,
-        cmds: Vec<Command>,
+        cmds: &[Command],
         program_ns: u64,
         epoch: Option<u64>,
     ) -> Result<Vec<CompletionEntry>, HwError> {
@@ -487,7 +600,7 @@ impl Hardware {
     /// Queues a batch (`None` for an empty one) and rings the doorbell.
     fn submit_batch(
         &self,
-        cmds: Vec<Command>,
+        cmds: &[Command],
         program_ns: u64,
         epoch: Option<u64>,
     ) -> Result<Option<(Arc<Batch>, u32)>, HwError> {
@@ -499,7 +612,7 @@ impl Hardware {
         }
         let batch = Arc::new(Batch {
             expected: cmds.len(),
-            estimate_ns: self.estimate_ns(&cmds, program_ns),
+            estimate_ns: self.estimate_ns(cmds, program_ns),
             got: Mutex::new(BatchState {
                 entries: Vec::with_capacity(cmds.len()),
                 ..BatchState::default()
@@ -532,15 +645,31 @@ impl Hardware {
             first = q.next_req_id;
             // No interrupts: a batch the device runs inline is reaped by its submitter,
             // and one that is not asks for an interrupt then ([`Self::wait_batch`]).
-            let entries: Vec<SubmissionEntry> = cmds
-                .iter()
-                .map(|c| {
-                    let mut e = c.entry(q.next_req_id);
-                    e.flags &= !FLAG_IRQ;
-                    q.next_req_id = q.next_req_id.wrapping_add(1).max(1);
-                    e
-                })
-                .collect();
+            let mut next = || {
+                let id = q.next_req_id;
+                q.next_req_id = id.wrapping_add(1).max(1);
+                id
+            };
+            let entry = |c: &Command, id| {
+                let mut e = c.entry(id);
+                e.flags &= !FLAG_IRQ;
+                e
+            };
+            // Small batches (a job, an upload) are written from the stack.
+            let mut small = [SubmissionEntry::default(); 8];
+            let mut large = Vec::new();
+            let entries: &[SubmissionEntry] = match cmds.len() <= small.len() {
+                true => {
+                    for (slot, c) in small.iter_mut().zip(cmds) {
+                        *slot = entry(c, next());
+                    }
+                    &small[..cmds.len()]
+                }
+                false => {
+                    large.extend(cmds.iter().map(|c| entry(c, next())));
+                    &large
+                }
+            };
             // Resets happen under this lock, so the epoch cannot move until the batch is
             // queued (and then a reset fails it).
             if epoch.is_some_and(|e| e != self.epoch()) {
@@ -554,7 +683,7 @@ impl Hardware {
             let Some(queue) = q.queue.as_mut() else {
                 return Err(HwError::Lost);
             };
-            queue.submit(dev, &entries).map_err(|_| HwError::Timeout)?;
+            queue.submit(dev, entries).map_err(|_| HwError::Timeout)?;
             q.batches.insert(first, Arc::clone(&batch));
         }
         Ok(Some((batch, first)))

@@ -25,7 +25,7 @@ use thiserror::Error;
 
 use crate::engine::compute::Decoded;
 use crate::engine::programs::ProgramCache;
-use crate::engine::{compute, dma, Outcome};
+use crate::engine::{compute, dma, job, Outcome};
 use crate::error::{IommuError, MemError};
 use crate::fault::{Fault, FaultInjector, FaultPlan};
 use crate::iommu::{Iommu, Iotlb, Perm, Window};
@@ -147,7 +147,7 @@ enum Event {
     Shutdown,
 }
 
-enum Job {
+enum Task {
     Copy {
         src: u64,
         dst: u64,
@@ -165,6 +165,8 @@ enum Job {
         /// Where to report the run-time shapes of dynamic tensors (0: nowhere).
         report: u64,
     },
+    /// A JOB, its copy list fetched and checked.
+    Job(job::Job),
 }
 
 /// A FENCE or TIMESTAMP command waiting for the engines to drain.
@@ -180,7 +182,7 @@ struct Work {
     req_id: u32,
     irq: bool,
     fault: Option<(Fault, u64)>,
-    job: Job,
+    job: Task,
 }
 
 struct Shared {
@@ -225,16 +227,21 @@ pub const INLINE_SG_ENTRIES: u64 = 16;
 pub const INLINE_PROGRAM_BYTES: u64 = 4 << 10;
 
 /// Whether a command is small enough to run on the doorbell's thread.
-fn is_small(job: &Job) -> bool {
-    match *job {
-        Job::Copy { len, .. } => len <= INLINE_DMA_BYTES,
-        Job::Sg { count, .. } => count <= INLINE_SG_ENTRIES,
+fn is_small(job: &Task) -> bool {
+    match job {
+        &Task::Copy { len, .. } => len <= INLINE_DMA_BYTES,
+        &Task::Sg { count, .. } => count <= INLINE_SG_ENTRIES,
         // A program with loops may run long: never on the doorbell's thread.
-        Job::Program {
+        &Task::Program {
             len,
             loop_timeout_ns,
             ..
         } => len <= INLINE_PROGRAM_BYTES && loop_timeout_ns == 0,
+        // A job has no loops.
+        Task::Job(j) => {
+            let (program, bytes) = j.size();
+            program <= INLINE_PROGRAM_BYTES && bytes <= INLINE_DMA_BYTES
+        }
     }
 }
 
@@ -451,9 +458,10 @@ fn run_guarded(bus: &Bus, w: &Work) -> Outcome {
             )));
         }
         match w.job {
-            Job::Copy { src, dst, len } => dma::run_copy(bus, src, dst, len, w.fault),
-            Job::Sg { list, count } => dma::run_sg(bus, list, count, w.fault),
-            Job::Program {
+            Task::Copy { src, dst, len } => dma::run_copy(bus, src, dst, len, w.fault),
+            Task::Sg { list, count } => dma::run_sg(bus, list, count, w.fault),
+            Task::Job(ref j) => j.run(bus, w.fault, w.req_id),
+            Task::Program {
                 addr,
                 len,
                 loop_timeout_ns,
@@ -489,9 +497,10 @@ fn run_job(bus: &Bus, w: &Work) -> Option<Outcome> {
     }
     let start = std::time::Instant::now();
     let (engine, name) = match w.job {
-        Job::Copy { .. } => ("dma", "DMA_COPY"),
-        Job::Sg { .. } => ("dma", "DMA_SG"),
-        Job::Program { .. } => ("compute", "RUN_PROGRAM"),
+        Task::Copy { .. } => ("dma", "DMA_COPY"),
+        Task::Sg { .. } => ("dma", "DMA_SG"),
+        Task::Program { .. } => ("compute", "RUN_PROGRAM"),
+        Task::Job(_) => ("compute", "JOB"),
     };
     let outcome = run_guarded(bus, w);
     bus.busy.fetch_sub(1, Ordering::SeqCst);
@@ -863,7 +872,10 @@ impl CommandProcessor {
                 return;
             }
         };
-        let is_dma = matches!(cmd, Command::DmaCopy { .. } | Command::DmaSg { .. });
+        let is_dma = matches!(
+            cmd,
+            Command::DmaCopy { .. } | Command::DmaSg { .. } | Command::Job(_)
+        );
         let fault = self.faults.draw(is_dma).map(|f| (f, self.faults.random()));
         if let Some((Fault::ProcessorPanic, _)) = fault {
             std::panic::resume_unwind(Box::new(format!(
@@ -890,14 +902,21 @@ impl CommandProcessor {
                 });
                 return;
             }
-            Command::DmaCopy { src, dst, len } => Job::Copy { src, dst, len },
-            Command::DmaSg { list, count } => Job::Sg { list, count },
+            Command::DmaCopy { src, dst, len } => Task::Copy { src, dst, len },
+            Command::DmaSg { list, count } => Task::Sg { list, count },
+            Command::Job(args) => match job::Job::fetch(&self.s.bus, args) {
+                Ok(j) => Task::Job(j),
+                Err(o) => {
+                    self.complete(e.req_id, irq, o);
+                    return;
+                }
+            },
             Command::RunProgram {
                 addr,
                 len,
                 loop_timeout_ns,
                 report,
-            } => Job::Program {
+            } => Task::Program {
                 addr,
                 len,
                 loop_timeout_ns,
@@ -907,7 +926,7 @@ impl CommandProcessor {
         let Some((dma, compute)) = &self.engines else {
             return;
         };
-        let to = if matches!(job, Job::Program { .. }) {
+        let to = if matches!(job, Task::Program { .. } | Task::Job(_)) {
             compute
         } else {
             dma

@@ -12,9 +12,14 @@
 //! program address in DRAM, c = length. FENCE: waits for all earlier commands.
 //! TIMESTAMP: writes the device clock (u64 ns) to `b`. NOP: completes at once.
 //! RUN_PROGRAM also takes d = loop timeout in ns (0: the program has no loops) and
-//! e = where to report dynamic shapes (0: nowhere). Every argument a command does not
-//! use must be zero. [`Command`] is the typed form; its encode and decode are the only
-//! place that knows which argument is which.
+//! e = where to report dynamic shapes (0: nowhere). JOB: a = program address in DRAM,
+//! b = address (IOVA) of its copy list, c = program length, d = arena address in DRAM,
+//! e = arena length, f = inputs (low 32 bits) | outputs (high 32 bits): the list holds
+//! `inputs` then `outputs` descriptors in DMA_SG's format, copies into the arena from host
+//! memory then copies out of it to host memory; the device copies in, runs the program
+//! (without loops or a shape report), copies out and completes once. Every argument a
+//! command does not use must be zero. [`Command`] is the typed form; its encode and decode
+//! are the only place that knows which argument is which.
 //!
 //! Completion entry:
 //! ```text
@@ -30,6 +35,42 @@ pub const CQ_ENTRY_SIZE: u64 = 32;
 pub const SG_ENTRY_SIZE: u64 = 24;
 /// Cap on scatter-gather list length, so one command's work is bounded.
 pub const MAX_SG_ENTRIES: u64 = 4096;
+/// Cap on a JOB's copies (inputs and outputs together).
+pub const MAX_JOB_COPIES: u64 = MAX_SG_ENTRIES;
+
+/// One copy of a scatter-gather or job list: 24 bytes {src u64, dst u64, len u64}.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CopyDescriptor {
+    pub src: u64,
+    pub dst: u64,
+    pub len: u64,
+}
+
+impl CopyDescriptor {
+    pub fn encode(&self) -> [u8; SG_ENTRY_SIZE as usize] {
+        let mut b = [0u8; SG_ENTRY_SIZE as usize];
+        b[0..8].copy_from_slice(&self.src.to_le_bytes());
+        b[8..16].copy_from_slice(&self.dst.to_le_bytes());
+        b[16..24].copy_from_slice(&self.len.to_le_bytes());
+        b
+    }
+
+    /// The descriptor in the first 24 bytes of `b` (missing bytes read as zero).
+    pub fn decode(b: &[u8]) -> Self {
+        let u64_at = |o: usize| {
+            u64::from_le_bytes(
+                b.get(o..o + 8)
+                    .and_then(|s| s.try_into().ok())
+                    .unwrap_or([0; 8]),
+            )
+        };
+        Self {
+            src: u64_at(0),
+            dst: u64_at(8),
+            len: u64_at(16),
+        }
+    }
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u16)]
@@ -40,6 +81,7 @@ pub enum Opcode {
     RunProgram = 3,
     Fence = 4,
     Timestamp = 5,
+    Job = 6,
 }
 
 impl Opcode {
@@ -51,6 +93,7 @@ impl Opcode {
             3 => Opcode::RunProgram,
             4 => Opcode::Fence,
             5 => Opcode::Timestamp,
+            6 => Opcode::Job,
             _ => return None,
         })
     }
@@ -124,6 +167,31 @@ pub enum Command {
     Fence,
     /// Waits for every earlier command, then writes the device clock (u64 ns) to `dst`.
     Timestamp { dst: u64 },
+    /// One execution as one command ([`JobArgs`]).
+    Job(JobArgs),
+}
+
+/// A JOB: copies `inputs` ranges of host memory into the arena, runs the program (no
+/// loops, no shape report), copies `outputs` ranges of the arena out to host memory, and
+/// completes once. The copies are the `inputs + outputs` descriptors at `list` (host
+/// memory, read when the command is fetched; the host keeps it unchanged until the
+/// command completes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JobArgs {
+    /// The program's device address.
+    pub program: u64,
+    /// Its length in bytes.
+    pub program_len: u64,
+    /// The device memory the copies may touch on the device's side.
+    pub arena: u64,
+    /// Its length in bytes.
+    pub arena_len: u64,
+    /// The copy list's address in host memory (IOVA).
+    pub list: u64,
+    /// Copies in (host → arena), first in the list.
+    pub inputs: u32,
+    /// Copies out (arena → host), after the inputs.
+    pub outputs: u32,
 }
 
 /// Why a submission entry is not a valid command.
@@ -149,6 +217,7 @@ impl Command {
             Command::RunProgram { .. } => Opcode::RunProgram,
             Command::Fence => Opcode::Fence,
             Command::Timestamp { .. } => Opcode::Timestamp,
+            Command::Job(_) => Opcode::Job,
         }
     }
 
@@ -165,6 +234,22 @@ impl Command {
                 report,
             } => [addr, 0, len, loop_timeout_ns, report, 0],
             Command::Timestamp { dst } => [0, dst, 0, 0, 0, 0],
+            Command::Job(JobArgs {
+                program,
+                program_len,
+                arena,
+                arena_len,
+                list,
+                inputs,
+                outputs,
+            }) => [
+                program,
+                list,
+                program_len,
+                arena,
+                arena_len,
+                inputs as u64 | (outputs as u64) << 32,
+            ],
         }
     }
 
@@ -189,7 +274,7 @@ impl Command {
         if e.reserved != 0 {
             return Err(CommandError::Reserved);
         }
-        let [a, b, c, d, r, _] = e.args;
+        let [a, b, c, d, r, f] = e.args;
         let cmd = match opcode {
             Opcode::Nop => Command::Nop,
             Opcode::Fence => Command::Fence,
@@ -206,6 +291,15 @@ impl Command {
                 report: r,
             },
             Opcode::Timestamp => Command::Timestamp { dst: b },
+            Opcode::Job => Command::Job(JobArgs {
+                program: a,
+                list: b,
+                program_len: c,
+                arena: d,
+                arena_len: r,
+                inputs: f as u32,
+                outputs: (f >> 32) as u32,
+            }),
         };
         // What the command does not use must be zero: the re-encoded arguments match.
         let used = cmd.args();
@@ -331,7 +425,12 @@ mod tests {
         /// Any 64 bytes decode to a command or a typed error, never a panic; a command
         /// decoded re-encodes to the very same bytes (nothing it ignored was set).
         #[test]
-        fn hostile_entries_decode_or_are_refused(bytes in any::<[u8; 64]>()) {
+        fn hostile_entries_decode_or_are_refused(
+            mut bytes in any::<[u8; 64]>(),
+            opcode in prop_oneof![0u16..=7, any::<u16>()],
+        ) {
+            // Every opcode's decode is reached (a random u16 is almost never one).
+            bytes[0..2].copy_from_slice(&opcode.to_le_bytes());
             let e = SubmissionEntry::decode(&bytes);
             if let Ok(cmd) = Command::decode(&e) {
                 let mut again = cmd.entry(e.req_id);
@@ -374,6 +473,19 @@ mod tests {
                 }
             }),
             w().prop_map(|dst| Command::Timestamp { dst }),
+            (w(), w(), w(), w(), w(), any::<u32>(), any::<u32>()).prop_map(
+                |(program, program_len, arena, arena_len, list, inputs, outputs)| {
+                    Command::Job(JobArgs {
+                        program,
+                        program_len,
+                        arena,
+                        arena_len,
+                        list,
+                        inputs,
+                        outputs,
+                    })
+                }
+            ),
         ]
     }
 

@@ -195,6 +195,100 @@ fn runs_a_program() {
     assert_eq!(out, [11.0, 0.0, 0.0, 4.5]);
 }
 
+/// One JOB does what `runs_a_program`'s eight commands do: copy in, run, copy out,
+/// complete once. A list that reaches outside the arena, or cannot be read, is refused
+/// and moves nothing.
+#[test]
+fn a_job_copies_in_runs_and_copies_out() {
+    use vnpu_emu::ring::{Command, CopyDescriptor, JobArgs};
+    let dev = device();
+    let mut q = HostQueue::create(&dev, 32, RING_IOVA).unwrap();
+    let t = |addr: u64| TensorDesc::new(TensorType::new(DType::F32, &[4]), DRAM_BASE + addr);
+    let program = Program {
+        tensors: vec![t(0x100), t(0x200), t(0x300)],
+        ops: vec![OpDesc {
+            op: KernelOp::from(Binary {
+                kind: BinaryKind::Add,
+                act: Activation::Relu,
+            }),
+            inputs: vec![0, 1],
+            outputs: vec![2],
+        }],
+    }
+    .encode();
+    let buf = SharedRegion::new("buf", 8192).unwrap();
+    buf.write(0, &f32_bytes(&[1.0, -2.0, 3.0, 4.0])).unwrap();
+    buf.write(16, &f32_bytes(&[10.0, 1.0, -30.0, 0.5])).unwrap();
+    buf.write(1024, &program).unwrap();
+    dev.iommu()
+        .map(BUF_IOVA, buf.fd(), 0, 8192, Perm::READ_WRITE)
+        .unwrap();
+    let plen = program.len() as u64;
+    q.submit(
+        &dev,
+        &[cmd(
+            Opcode::DmaCopy,
+            1,
+            BUF_IOVA + 1024,
+            DRAM_BASE + 0x1000,
+            plen,
+        )],
+    )
+    .unwrap();
+    assert_eq!(wait_for(&mut q, &dev, 1)[0].status, Status::Ok as u16);
+    let list = |at: u64, copies: &[CopyDescriptor]| {
+        for (k, c) in copies.iter().enumerate() {
+            buf.write(at + 24 * k as u64, &c.encode()).unwrap();
+        }
+    };
+    let d = |src, dst| CopyDescriptor { src, dst, len: 16 };
+    list(
+        2048,
+        &[
+            d(BUF_IOVA, DRAM_BASE + 0x100),
+            d(BUF_IOVA + 16, DRAM_BASE + 0x200),
+            d(DRAM_BASE + 0x300, BUF_IOVA + 4096),
+        ],
+    );
+    // The same, with its output read from outside the arena (the program's bytes).
+    list(
+        3072,
+        &[
+            d(BUF_IOVA, DRAM_BASE + 0x100),
+            d(BUF_IOVA + 16, DRAM_BASE + 0x200),
+            d(DRAM_BASE + 0x1000, BUF_IOVA + 4096),
+        ],
+    );
+    let job = |list| {
+        Command::Job(JobArgs {
+            program: DRAM_BASE + 0x1000,
+            program_len: plen,
+            arena: DRAM_BASE,
+            arena_len: 0x400,
+            list,
+            inputs: 2,
+            outputs: 1,
+        })
+    };
+    q.submit(
+        &dev,
+        &[
+            job(BUF_IOVA + 3072).entry(2),
+            job(0x7000_0000).entry(3),
+            job(BUF_IOVA + 2048).entry(4),
+        ],
+    )
+    .unwrap();
+    let done = wait_for(&mut q, &dev, 3);
+    let status = |id: u32| done.iter().find(|c| c.req_id == id).unwrap().status;
+    assert_eq!(status(2), Status::InvalidCommand as u16);
+    assert_eq!(status(3), Status::DmaFault as u16);
+    assert_eq!(status(4), Status::Ok as u16, "{done:?}");
+    let mut out = [0f32; 4];
+    buf.read_f32(4096, &mut out).unwrap();
+    assert_eq!(out, [11.0, 0.0, 0.0, 4.5]);
+}
+
 /// The engine keeps decoded programs across runs; a program rewritten in place (same
 /// address, same length, other op) runs as rewritten, not as kept.
 #[test]

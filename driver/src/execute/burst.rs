@@ -4,6 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use super::commands::Work;
 use super::instances::Instance;
 use super::pools::PinnedPool;
 use super::run::{measured, Via};
@@ -12,7 +13,6 @@ use crate::hal::{
     ErrorStatus, MeasureTiming, OptionalTimePoint, OptionalTimeoutDuration, OutputShape, Request,
     RequestArgument, RequestMemoryPool, Timing,
 };
-use crate::hw::Command;
 
 impl VnpuPreparedModel {
     /// executeSynchronously_1_3 with the request's pools already mapped where `pins` has
@@ -31,7 +31,11 @@ impl VnpuPreparedModel {
             .filter(|m| m.serves(request, pins, self.hw.epoch()))
         {
             let _arena = m.instance.lock().unwrap_or_else(|p| p.into_inner());
-            return match self.hw.run(m.cmds.clone(), m.program_ns, Some(m.epoch)) {
+            let ran = match &m.work {
+                Work::Job(job) => self.hw.run_job(job, m.epoch),
+                Work::Commands(cmds) => self.hw.run(cmds.clone(), m.program_ns, Some(m.epoch)),
+            };
+            return match ran {
                 Ok(done) => {
                     let timing = match measure == MeasureTiming::YES {
                         true => {
@@ -64,7 +68,7 @@ impl VnpuPreparedModel {
 /// the instance and building the commands gave. It serves a next request with the very
 /// same arguments over the very same pinned memories in the same device epoch (all of
 /// which that work depends on), so a burst repeating its request only submits the
-/// commands. Made only for requests whose pools are all pinned, whose outputs are
+/// device work. Made only for requests whose pools are all pinned, whose outputs are
 /// statically shaped and which give no deferred input values.
 pub struct BurstMemo {
     pub(super) inputs: Vec<RequestArgument>,
@@ -72,7 +76,7 @@ pub struct BurstMemo {
     /// The pins the commands' addresses are in (held: the mappings stay).
     pub(super) pins: Vec<Arc<PinnedPool>>,
     pub(super) instance: Arc<Mutex<Instance>>,
-    pub(super) cmds: Vec<Command>,
+    pub(super) work: Work,
     pub(super) program_ns: u64,
     pub(super) epoch: u64,
     pub(super) shapes: Vec<OutputShape>,

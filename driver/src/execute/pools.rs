@@ -210,6 +210,12 @@ impl DevicePool {
         }
     }
 
+    /// Whether the device reaches it as host memory (through the IOMMU), as a job's copies
+    /// must; a driver-managed buffer is device memory.
+    pub(super) fn is_host(&self) -> bool {
+        !matches!(self, DevicePool::Driver(_))
+    }
+
     /// Copies the outputs of a staged pool back to its file.
     pub(super) fn write_back(
         &self,

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use super::burst::BurstMemo;
-use super::commands;
+use super::commands::{self, Work};
 use super::instances::{grows, Instance, InstanceKey, MAX_REGROWS};
 use super::pools::{access, stage, DevicePool, PinKey, PinnedPool, ReqPool};
 use super::{hw_status, VnpuPreparedModel};
@@ -281,7 +281,8 @@ impl VnpuPreparedModel {
                     c.byte_len(i),
                 )
             });
-        let mut cmds = commands::copies(inputs).ok_or_else(|| fail(ErrorStatus::GeneralFailure))?;
+        let unknown = || fail(ErrorStatus::GeneralFailure);
+        let ins = commands::copies(inputs).ok_or_else(unknown)?;
         let (loop_ns, program_ns) = match c.loops {
             true => {
                 let t = loop_timeout_ns(loop_timeout);
@@ -300,16 +301,15 @@ impl VnpuPreparedModel {
             },
             false => None,
         };
-        commands::run_program(
-            &mut cmds,
-            &inst,
-            loop_ns,
-            report.as_ref().map_or(0, |b| b.addr),
-        );
+        // One JOB when all the request's memory is host memory and the program needs no
+        // loop timeout and no shape report.
+        let as_job = !c.loops && report.is_none() && devpools.iter().all(DevicePool::is_host);
         let mut done = Vec::new();
         if let Some(report) = &report {
             // Run first, read the shapes the run produced, then size the outputs.
-            match self.submit(std::mem::take(&mut cmds), program_ns, epoch)? {
+            let mut cmds: Vec<Command> = commands::dmas(&ins).collect();
+            commands::run_program(&mut cmds, &inst, loop_ns, report.addr);
+            match self.submit(cmds, program_ns, epoch)? {
                 Some(d) => done.extend(d),
                 None => return Ok(Attempt::Grow),
             }
@@ -333,24 +333,36 @@ impl VnpuPreparedModel {
                     len,
                 )
             });
-        cmds.extend(commands::copies(outputs).ok_or_else(|| fail(ErrorStatus::GeneralFailure))?);
+        let outs = commands::copies(outputs).ok_or_else(unknown)?;
+        let work = match as_job && commands::in_arena(&inst, &ins, &outs) {
+            true => Work::Job(commands::job(&inst, ins, outs, program_ns)),
+            false => {
+                let mut cmds = Vec::new();
+                if report.is_none() {
+                    cmds.extend(commands::dmas(&ins));
+                    commands::run_program(&mut cmds, &inst, loop_ns, 0);
+                }
+                cmds.extend(commands::dmas(&outs));
+                Work::Commands(cmds)
+            }
+        };
         // A burst keeps what it can run again as is: all pools pinned, static outputs, no
         // deferred values.
         let again = match memo.is_some() && report.is_none() && key.1.is_empty() {
-            true => all_pinned(&devpools).map(|pins| (pins, cmds.clone())),
+            true => all_pinned(&devpools).map(|pins| (pins, work.clone())),
             false => None,
         };
-        match self.submit(cmds, program_ns, epoch)? {
+        match self.run_work(work, program_ns, epoch)? {
             Some(d) => done.extend(d),
             None => return Ok(Attempt::Grow),
         }
-        if let (Some(slot), Some((pins, cmds))) = (memo, again) {
+        if let (Some(slot), Some((pins, work))) = (memo, again) {
             *slot = Some(BurstMemo {
                 inputs: request.inputs.clone(),
                 outputs: request.outputs.clone(),
                 pins,
                 instance: Arc::clone(instance),
-                cmds,
+                work,
                 program_ns,
                 epoch,
                 shapes: shapes_out.clone(),
@@ -399,6 +411,23 @@ impl VnpuPreparedModel {
             Ok(done) => Ok(Some(done)),
             Err(e) if grows(&e) => Ok(None),
             Err(e) => Err(fail(hw_status(&e))),
+        }
+    }
+
+    /// Runs an execution's device work (see [`Self::submit`]).
+    fn run_work(
+        &self,
+        work: Work,
+        program_ns: u64,
+        epoch: u64,
+    ) -> Result<Option<Vec<CompletionEntry>>, Outcome> {
+        match work {
+            Work::Commands(cmds) => self.submit(cmds, program_ns, epoch),
+            Work::Job(job) => match self.hw.run_job(&job, epoch) {
+                Ok(done) => Ok(Some(done)),
+                Err(e) if grows(&e) => Ok(None),
+                Err(e) => Err(fail(hw_status(&e))),
+            },
         }
     }
 

@@ -12,7 +12,7 @@ use super::Outcome;
 use crate::iommu::Perm;
 use crate::kernels::{self, KernelOp, MAX_RANK};
 use crate::program::{Program, TensorDesc, MAX_PROGRAM_LEN};
-use crate::ring::Status;
+use crate::ring::{CopyDescriptor, Status};
 use crate::tensor::{Staged, TensorType, View, ViewMut};
 use crate::weights::Probe;
 use crate::Bus;
@@ -206,6 +206,14 @@ impl Sram {
         out
     }
 
+    /// The bytes at `[addr, addr + len)`, if an entry that DRAM holds too is exactly them.
+    fn at(&self, addr: u64, len: u64) -> Option<&[u8]> {
+        self.entries
+            .iter()
+            .find(|e| e.addr == addr && !e.held && e.data.bytes().len() as u64 == len)
+            .map(|e| e.data.bytes())
+    }
+
     /// Forgets tensor `id` (a transient tensor its last reader is done with).
     fn forget(&mut self, id: u32, spare: &mut Spare) {
         while let Some(k) = self.entries.iter().position(|e| e.id == id) {
@@ -308,15 +316,17 @@ impl<'p> Tensors<'p> {
 
     /// Sets the shape an op wrote to tensor `i`: a static tensor keeps its table shape, a
     /// dynamic one takes any shape within its capacity.
-    fn set_shape(&mut self, i: u32, shape: Vec<usize>) -> Result<(), ()> {
+    fn set_shape(&mut self, i: u32, shape: &[usize]) -> Result<(), ()> {
         let t = &self.table[i as usize];
         if !t.dynamic {
             return if t.ty.shape == shape { Ok(()) } else { Err(()) };
         }
-        if !fits(t, &shape) {
+        if !fits(t, shape) {
             return Err(());
         }
-        self.types[i as usize].to_mut().shape = shape;
+        if self.types[i as usize].shape != shape {
+            self.types[i as usize].to_mut().shape = shape.to_vec();
+        }
         Ok(())
     }
 
@@ -340,16 +350,9 @@ impl<'p> Tensors<'p> {
 /// Fetches, validates and runs the program of `run`. `req_id` labels the trace events of
 /// its kernels.
 pub fn run_program(bus: &Bus, run: Run, req_id: u32) -> Outcome {
-    let Run { addr, len, .. } = run;
-    if len == 0 || len > MAX_PROGRAM_LEN || addr < bus.dram_base {
-        return Outcome::fail(Status::InvalidProgram, 0, addr);
-    }
-    let decoded = match bus.programs.get(addr, len) {
-        Some(d) => d,
-        None => match decode_program(bus, addr, len) {
-            Ok(d) => d,
-            Err(o) => return o,
-        },
+    let decoded = match decoded(bus, run) {
+        Ok(d) => d,
+        Err(o) => return o,
     };
     let Decoded { program, plan } = &*decoded;
     let mut tensors = Tensors::new(&program.tensors);
@@ -360,6 +363,111 @@ pub fn run_program(bus: &Bus, run: Run, req_id: u32) -> Outcome {
     match store(bus, run.report, &tensors.report()) {
         Ok(()) => outcome,
         Err(a) => Outcome::fail(Status::DmaFault, program.ops.len() as u32, a),
+    }
+}
+
+/// A JOB's copies (checked: inputs from host memory into its arena, outputs from the
+/// arena to host memory).
+#[derive(Clone, Copy, Debug)]
+pub struct Copies<'a> {
+    pub inputs: &'a [CopyDescriptor],
+    pub outputs: &'a [CopyDescriptor],
+}
+
+/// A JOB's run: its copies in, the program of `run`, its copies out. An input that fills
+/// a tensor of the program lands in DRAM and in the engine's local memory, so the op
+/// that reads it skips the load; an output the local memory holds leaves from there. A
+/// failed copy reports its index in the list, a failed op its index.
+pub fn run_job(bus: &Bus, run: Run, copies: Copies<'_>, req_id: u32) -> Outcome {
+    let decoded = match decoded(bus, run) {
+        Ok(d) => d,
+        Err(o) => return o,
+    };
+    let Decoded { program, plan } = &*decoded;
+    let mut spare = Spare::reclaim(bus);
+    let mut sram = Sram::default();
+    let mut ns = 0u64;
+    let mut outcome = Outcome::ok(0);
+    for (i, c) in copies.inputs.iter().enumerate() {
+        match copy_in(bus, program, c, (&mut sram, &mut spare)) {
+            Ok(()) => ns += bus.timing.dma_ns(c.len),
+            Err(a) => {
+                outcome = Outcome::fail(Status::DmaFault, i as u32, a);
+                break;
+            }
+        }
+    }
+    if outcome.status == Status::Ok {
+        let mut tensors = Tensors::new(&program.tensors);
+        let state = (&mut sram, &mut spare);
+        outcome = sequence_with(bus, program, plan, &mut tensors, state, run, req_id);
+        ns += outcome.device_ns;
+    }
+    let base = copies.inputs.len();
+    for (k, c) in copies.outputs.iter().enumerate() {
+        if outcome.status != Status::Ok {
+            break;
+        }
+        match copy_out(bus, c, &sram) {
+            Ok(()) => ns += bus.timing.dma_ns(c.len),
+            Err(a) => outcome = Outcome::fail(Status::DmaFault, (base + k) as u32, a),
+        }
+    }
+    for e in sram.entries {
+        spare.give(e.data);
+    }
+    spare.keep(bus);
+    match outcome.status {
+        Status::Ok => Outcome::ok(ns),
+        _ => outcome,
+    }
+}
+
+/// One copy into the arena: into DRAM, and into local memory as the tensor it fills.
+fn copy_in(
+    bus: &Bus,
+    program: &Program,
+    c: &CopyDescriptor,
+    (sram, spare): (&mut Sram, &mut Spare),
+) -> Result<(), u64> {
+    let filled = program
+        .tensors
+        .iter()
+        .position(|t| t.addr == c.dst && t.byte_len == c.len && !t.dynamic);
+    let Some(id) = filled.filter(|_| c.len > 0 && c.len as usize <= SRAM_BYTES) else {
+        return super::dma::copy(bus, c.src, c.dst, c.len);
+    };
+    let w = bus.resolve(c.src, c.len, Perm::READ).map_err(|_| c.src)?;
+    let mut s = spare.take(c.len as usize, false);
+    w.region.read(w.offset, s.bytes_mut()).map_err(|_| c.src)?;
+    store(bus, c.dst, s.bytes())?;
+    for (addr, d) in sram.wrote(id as u32, c.dst, c.len, Some(s), false, spare) {
+        store(bus, addr, d.bytes())?;
+        spare.give(d);
+    }
+    Ok(())
+}
+
+/// One copy out of the arena: from local memory when it holds exactly those bytes.
+fn copy_out(bus: &Bus, c: &CopyDescriptor, sram: &Sram) -> Result<(), u64> {
+    let Some(bytes) = sram.at(c.src, c.len) else {
+        return super::dma::copy(bus, c.src, c.dst, c.len);
+    };
+    let w = bus.resolve(c.dst, c.len, Perm::WRITE).map_err(|_| c.dst)?;
+    let written = w.region.write(w.offset, bytes).map_err(|_| c.dst);
+    bus.wrote(c.dst, c.len);
+    written
+}
+
+/// The decoded program of `run`: from the program cache, or fetched and validated now.
+fn decoded(bus: &Bus, run: Run) -> Result<Arc<Decoded>, Outcome> {
+    let Run { addr, len, .. } = run;
+    if len == 0 || len > MAX_PROGRAM_LEN || addr < bus.dram_base {
+        return Err(Outcome::fail(Status::InvalidProgram, 0, addr));
+    }
+    match bus.programs.get(addr, len) {
+        Some(d) => Ok(d),
+        None => decode_program(bus, addr, len),
     }
 }
 
@@ -515,17 +623,21 @@ fn run_kernel(
             Input::Loaded(load(bus, addr, len, spare).map_err(|a| (Status::DmaFault, a))?)
         });
     }
-    let in_tys: Vec<&TensorType> = op
-        .inputs
-        .iter()
-        .map(|&i| &*tensors.types[i as usize])
-        .collect();
     // A dynamic output's shape follows from the inputs' current shapes (its capacity
     // is checked); kernels whose shapes depend on values report theirs after running.
     let wants_runtime_shapes = op
         .outputs
         .iter()
         .any(|&o| program.tensors[o as usize].dynamic);
+    // The inputs' current types, listed only when shapes or timing depend on them.
+    let in_tys: Vec<&TensorType> = match wants_runtime_shapes || plan.fixed_ns[pc].is_none() {
+        true => op
+            .inputs
+            .iter()
+            .map(|&i| &*tensors.types[i as usize])
+            .collect(),
+        false => Vec::new(),
+    };
     let out_tys: Vec<Cow<'_, TensorType>> = if wants_runtime_shapes {
         let shapes = op.op.output_shapes(&in_tys).map_err(kernel_error)?;
         let mut tys = Vec::with_capacity(shapes.len());
@@ -560,10 +672,12 @@ fn run_kernel(
         })
         .collect();
     let real = {
-        let inputs: Vec<View<'_>> = in_tys
+        let inputs: Vec<View<'_>> = op
+            .inputs
             .iter()
-            .zip(op.inputs.iter().zip(&loaded))
-            .map(|(ty, (&i, l))| {
+            .zip(&loaded)
+            .map(|(&i, l)| {
+                let ty = &*tensors.types[i as usize];
                 let held = match l {
                     Input::Local => sram.get(i, tensors.len(i)),
                     Input::Cached(s) => Some(&**s),
@@ -593,11 +707,12 @@ fn run_kernel(
         Some(ns) => ns,
         None => bus.timing.op_ns(&op.op, &in_tys),
     };
-    let shapes: Vec<Vec<usize>> = match real {
-        Some(r) => r,
-        None => out_tys.iter().map(|t| t.shape.clone()).collect(),
-    };
-    for ((&o, v), shape) in op.outputs.iter().zip(out_data).zip(shapes) {
+    for (k, (&o, v)) in op.outputs.iter().zip(out_data).enumerate() {
+        // The shapes the kernel reported, else the ones it was given.
+        let shape = match &real {
+            Some(r) => r.get(k).map_or(&[][..], |s| &s[..]),
+            None => &out_tys[k].shape[..],
+        };
         if tensors.set_shape(o, shape).is_err() {
             tracing::debug!("kernel {pc}: output {o} has a shape its tensor cannot take");
             return Err((Status::KernelError, 0));

@@ -3,12 +3,12 @@
 use super::Outcome;
 use crate::fault::Fault;
 use crate::iommu::Perm;
-use crate::ring::{Status, MAX_SG_ENTRIES, SG_ENTRY_SIZE};
+use crate::ring::{CopyDescriptor, Status, MAX_SG_ENTRIES, SG_ENTRY_SIZE};
 use crate::shm::copy_between;
 use crate::Bus;
 
 /// One copy. A fault anywhere moves nothing for that segment and reports its address.
-fn copy(bus: &Bus, src: u64, dst: u64, len: u64) -> Result<(), u64> {
+pub(crate) fn copy(bus: &Bus, src: u64, dst: u64, len: u64) -> Result<(), u64> {
     if len == 0 {
         return Ok(());
     }
@@ -23,7 +23,7 @@ fn copy(bus: &Bus, src: u64, dst: u64, len: u64) -> Result<(), u64> {
 }
 
 /// Flips one bit of `[dst, dst + len)`; returns the corrupted address.
-fn flip_bit(bus: &Bus, dst: u64, len: u64, random: u64) -> u64 {
+pub(crate) fn flip_bit(bus: &Bus, dst: u64, len: u64, random: u64) -> u64 {
     if len == 0 {
         return dst;
     }
@@ -77,8 +77,7 @@ pub fn run_sg(bus: &Bus, list: u64, count: u64, fault: Option<(Fault, u64)>) -> 
     }
     let mut ns = 0;
     for (i, d) in raw.chunks_exact(SG_ENTRY_SIZE as usize).enumerate() {
-        let f = |o: usize| u64::from_le_bytes(d[o..o + 8].try_into().unwrap_or([0; 8]));
-        let (src, dst, len) = (f(0), f(8), f(16));
+        let CopyDescriptor { src, dst, len } = CopyDescriptor::decode(d);
         if let Err(addr) = copy(bus, src, dst, len) {
             return Outcome::fail(Status::DmaFault, i as u32, addr);
         }

@@ -3,6 +3,7 @@
 
 pub mod compute;
 pub mod dma;
+pub mod job;
 pub mod programs;
 
 use crate::ring::Status;

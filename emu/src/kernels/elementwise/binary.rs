@@ -284,17 +284,19 @@ impl Kernel for Binary {
 
     fn run(&self, inputs: &[View<'_>], outputs: &mut [ViewMut<'_>]) -> Result<()> {
         let (a, b) = (inputs[0], inputs[1]);
-        let out_shape = outputs[0].ty.shape.clone();
+        // The type outlives the borrow of `outputs` (no copy of the shape per run).
+        let out_ty: &TensorType = outputs[0].ty;
+        let out_shape = &out_ty.shape;
         if matches!(a.ty.dtype, DType::U8 | DType::I8) {
             let p = self.quant_params(&[a.ty, b.ty, outputs[0].ty])?;
             if a.ty.dtype == DType::U8 {
                 let (x, y) = (a.u8s()?, b.u8s()?);
                 let o = outputs[0].u8s_mut()?;
-                run_quant(&p, x, y, o, a.shape(), b.shape(), &out_shape);
+                run_quant(&p, x, y, o, a.shape(), b.shape(), out_shape);
             } else {
                 let (x, y) = (a.i8s()?, b.i8s()?);
                 let o = outputs[0].i8s_mut()?;
-                run_quant(&p, x, y, o, a.shape(), b.shape(), &out_shape);
+                run_quant(&p, x, y, o, a.shape(), b.shape(), out_shape);
             }
             return Ok(());
         }
@@ -307,7 +309,7 @@ impl Kernel for Binary {
                 BinaryKind::Mul => i32::wrapping_mul,
                 BinaryKind::Div => floor_div,
             };
-            for_each_broadcast(a.shape(), b.shape(), &out_shape, |i, ia, ib| {
+            for_each_broadcast(a.shape(), b.shape(), out_shape, |i, ia, ib| {
                 o[i] = f(x[ia], y[ib]);
             });
             return Ok(());
