@@ -8,9 +8,8 @@
 //! pairs, `2*rank` words after the count `rank`).
 
 use crate::kernels::kernel::{Kernel, Words};
-use crate::kernels::layout::strides;
+use crate::kernels::movement::copy_by_axis;
 use crate::kernels::movement::reshape::same_storage;
-use crate::kernels::movement::{copy_elems, unflatten};
 use crate::kernels::{bad_shape, KernelError, Result, MAX_RANK};
 use crate::tensor::{TensorType, View, ViewMut};
 
@@ -109,22 +108,8 @@ impl Kernel for MirrorPad {
     }
 
     fn run(&self, inputs: &[View<'_>], outputs: &mut [ViewMut<'_>]) -> Result<()> {
-        let x = inputs[0];
-        let es = x.ty.dtype.size() as usize;
-        let shape = x.shape();
-        let istr = strides(shape);
-        let oshape = outputs[0].ty.shape.clone();
-        let mut idx = vec![0usize; shape.len()];
-        copy_elems(es, x.bytes, outputs[0].bytes, &[], |i| {
-            unflatten(i, &oshape, &mut idx);
-            Some(
-                idx.iter()
-                    .zip(shape)
-                    .zip(&self.pads)
-                    .zip(&istr)
-                    .map(|(((&k, &d), &(b, _)), &s)| self.source(k, b as usize, d) * s)
-                    .sum(),
-            )
+        copy_by_axis(inputs[0], &mut outputs[0], |a, k, d| {
+            self.source(k, self.pads[a].0 as usize, d)
         })
     }
 }

@@ -65,3 +65,27 @@ pub(crate) fn unflatten(mut i: usize, shape: &[usize], idx: &mut [usize]) {
         i /= n;
     }
 }
+
+/// Writes every output element from the input element whose coordinate along each axis
+/// `a` is `source(a, k, dim)` for output coordinate `k` (the input's size `dim` there):
+/// TILE and MIRROR_PAD, which map each axis on its own.
+pub(crate) fn copy_by_axis(
+    x: crate::tensor::View<'_>,
+    out: &mut crate::tensor::ViewMut<'_>,
+    source: impl Fn(usize, usize, usize) -> usize,
+) -> Result<()> {
+    let es = x.ty.dtype.size() as usize;
+    let shape = x.shape();
+    let istr = crate::kernels::layout::strides(shape);
+    let oshape = out.ty.shape.clone();
+    let mut idx = vec![0usize; shape.len()];
+    copy_elems(es, x.bytes, out.bytes, &[], |i| {
+        unflatten(i, &oshape, &mut idx);
+        Some(
+            idx.iter()
+                .enumerate()
+                .map(|(a, &k)| source(a, k, shape[a]) * istr[a])
+                .sum(),
+        )
+    })
+}

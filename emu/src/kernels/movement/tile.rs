@@ -4,9 +4,8 @@
 //! Parameter words: multiples (a list, one per input dimension, each >= 1).
 
 use crate::kernels::kernel::{enc, Kernel, Words};
-use crate::kernels::layout::strides;
+use crate::kernels::movement::copy_by_axis;
 use crate::kernels::movement::reshape::same_storage;
-use crate::kernels::movement::{copy_elems, unflatten};
 use crate::kernels::{bad_shape, KernelError, Result, MAX_RANK};
 use crate::tensor::{TensorType, View, ViewMut};
 
@@ -55,22 +54,7 @@ impl Kernel for Tile {
     }
 
     fn run(&self, inputs: &[View<'_>], outputs: &mut [ViewMut<'_>]) -> Result<()> {
-        let x = inputs[0];
-        let es = x.ty.dtype.size() as usize;
-        let shape = x.shape();
-        let istr = strides(shape);
-        let oshape = outputs[0].ty.shape.clone();
-        let mut idx = vec![0usize; shape.len()];
-        copy_elems(es, x.bytes, outputs[0].bytes, &[], |i| {
-            unflatten(i, &oshape, &mut idx);
-            Some(
-                idx.iter()
-                    .zip(shape)
-                    .zip(&istr)
-                    .map(|((&k, &d), &s)| (k % d.max(1)) * s)
-                    .sum(),
-            )
-        })
+        copy_by_axis(inputs[0], &mut outputs[0], |_, k, d| k % d.max(1))
     }
 }
 
