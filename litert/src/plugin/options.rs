@@ -125,9 +125,9 @@ pub unsafe fn read(
         if raw.is_null() {
             return Err(format!("the runtime has no option getter {index}"));
         }
-        // SAFETY: getter `index` of the pinned table has the signature `kind` describes
-        // (litert_compiler_context.h); `op` is the runtime's operator; every out-pointer
-        // is a local of the right type.
+        // The pinned table (litert_compiler_context.h) gives getter `index` the signature
+        // `kind` describes; `op` is the runtime's operator.
+        // SAFETY: that signature is the one transmuted to; every out-pointer is a local of its type.
         let v = unsafe {
             match kind {
                 Enum => {
