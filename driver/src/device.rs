@@ -15,9 +15,10 @@ use crate::domain::{self, BufferRegistry, DriverBuffer};
 use crate::execute::VnpuPreparedModel;
 pub use crate::execute::{ModelContext, ModelCount, ModelLease};
 use crate::hal::{
-    validate_execution_preference, validate_model, validate_priority, BufferDesc, BufferRole,
-    Capabilities, DeviceStatus, DeviceType, ErrorStatus, Model, NativeHandle, OperandPerformance,
-    OperandType, OptionalTimePoint, PerformanceInfo, BYTE_SIZE_OF_CACHE_TOKEN,
+    validate_execution_preference, validate_model, validate_model_at, validate_priority,
+    BufferDesc, BufferRole, Capabilities, DeviceStatus, DeviceType, ErrorStatus, HalVersion, Model,
+    NativeHandle, OperandPerformance, OperandType, OptionalTimePoint, PerformanceInfo,
+    BYTE_SIZE_OF_CACHE_TOKEN,
 };
 use crate::hw::{Hardware, Health, HwError};
 use crate::workers::{Job, WorkerPool};
@@ -131,6 +132,116 @@ impl VnpuDevice {
     }
 
     /// What a prepared model made on this device shares with it.
+    /// The one preparation core under both faces: validate `args.model` at `level` (what
+    /// is newer than the face's level is INVALID_ARGUMENT), plan it, and prepare it on a
+    /// worker; `args.callback` is notified exactly once.
+    pub fn prepare_at(&self, level: HalVersion, args: PrepareArgs<'_>) -> ErrorStatus {
+        let PrepareArgs {
+            model,
+            preference,
+            priority,
+            deadline,
+            model_cache,
+            data_cache,
+            token,
+            callback,
+        } = args;
+        let Some(callback) = callback else {
+            return ErrorStatus::InvalidArgument;
+        };
+        // Cache handles that cannot be used only mean nothing is saved.
+        let save_to = cache::handles::take(model_cache, data_cache)
+            .inspect_err(|e| tracing::debug!("prepareModel: not saving to the cache: {e}"))
+            .ok();
+        let fail = |status: ErrorStatus| {
+            callback.notify(status, None);
+            status
+        };
+        let valid = validate_model_at(model, level)
+            .and_then(|_| validate_execution_preference(preference))
+            .and_then(|_| validate_priority(priority));
+        if let Err(e) = valid {
+            tracing::debug!("prepareModel: {e}");
+            return fail(ErrorStatus::InvalidArgument);
+        }
+        // Extension types under the driver's own prefixes from here on.
+        let model = match crate::extensions::canonical_model(model) {
+            Ok(m) => m,
+            Err(e) => return fail(e.status()),
+        };
+        // The compiler's one entry: support, IF/WHILE expanded, constants read, folded
+        // and laid out (model pools are hostile input, so under an unwind guard).
+        let plan = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            ModelPlan::new(model.into_owned())
+        }));
+        let plan = match plan {
+            Ok(Ok(plan)) => plan,
+            Ok(Err(e)) => {
+                tracing::debug!("prepareModel: {e}");
+                return fail(e.status());
+            }
+            Err(_) => {
+                self.plan_panics.fetch_add(1, Ordering::Relaxed);
+                tracing::error!("prepareModel: planning panicked");
+                return fail(ErrorStatus::GeneralFailure);
+            }
+        };
+        if deadline.has_passed() {
+            return fail(ErrorStatus::MissedDeadlinePersistent);
+        }
+        let Some(lease) = self.models.lease() else {
+            tracing::debug!(
+                "prepareModel: {} prepared models alive, the limit",
+                self.models.max()
+            );
+            return fail(ErrorStatus::ResourceExhaustedTransient);
+        };
+        let ctx = self.model_context();
+        let panics = Arc::clone(&self.prepare_panics);
+        let cache = Arc::clone(&self.cache);
+        let token = *token;
+        let on_panic = {
+            let callback = Arc::clone(&callback);
+            Box::new(move || callback.notify(ErrorStatus::GeneralFailure, None))
+        };
+        let run = {
+            let callback = Arc::clone(&callback);
+            Box::new(move || {
+                if deadline.has_passed() {
+                    callback.notify(ErrorStatus::MissedDeadlinePersistent, None);
+                    return;
+                }
+                let injected = panics
+                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+                    .is_ok();
+                if injected {
+                    // Unwinds like a panic, without the panic hook's (slow) report.
+                    std::panic::resume_unwind(Box::new("injected preparation panic"));
+                }
+                match VnpuPreparedModel::prepare(&ctx, plan, lease) {
+                    Ok(p) => {
+                        // Saved before the notification, so a load that follows it finds
+                        // the files complete; a failed save does not fail preparation.
+                        if let Some(files) = &save_to {
+                            if let Err(e) = cache.save(&ctx.hw, &p, files, &token) {
+                                tracing::warn!("saving to the compilation cache: {e}");
+                            }
+                        }
+                        callback.notify(ErrorStatus::None, Some(p as Arc<dyn IPreparedModel>))
+                    }
+                    Err(status) => callback.notify(status, None),
+                }
+            })
+        };
+        let queued = self
+            .prepare
+            .submit(priority.0, Job { run, on_panic }, Duration::ZERO);
+        if queued.is_err() {
+            return fail(ErrorStatus::ResourceExhaustedTransient);
+        }
+        ErrorStatus::None
+    }
+
     fn model_context(&self) -> ModelContext {
         ModelContext {
             hw: Arc::clone(&self.hw),
@@ -250,110 +361,7 @@ impl IDevice for VnpuDevice {
     }
 
     fn prepare_model_1_3(&self, args: PrepareArgs<'_>) -> ErrorStatus {
-        let PrepareArgs {
-            model,
-            preference,
-            priority,
-            deadline,
-            model_cache,
-            data_cache,
-            token,
-            callback,
-        } = args;
-        let Some(callback) = callback else {
-            return ErrorStatus::InvalidArgument;
-        };
-        // Cache handles that cannot be used only mean nothing is saved.
-        let save_to = cache::handles::take(model_cache, data_cache)
-            .inspect_err(|e| tracing::debug!("prepareModel: not saving to the cache: {e}"))
-            .ok();
-        let fail = |status: ErrorStatus| {
-            callback.notify(status, None);
-            status
-        };
-        let valid = validate_model(model)
-            .and_then(|_| validate_execution_preference(preference))
-            .and_then(|_| validate_priority(priority));
-        if let Err(e) = valid {
-            tracing::debug!("prepareModel: {e}");
-            return fail(ErrorStatus::InvalidArgument);
-        }
-        // Extension types under the driver's own prefixes from here on.
-        let model = match crate::extensions::canonical_model(model) {
-            Ok(m) => m,
-            Err(e) => return fail(e.status()),
-        };
-        // The compiler's one entry: support, IF/WHILE expanded, constants read, folded
-        // and laid out (model pools are hostile input, so under an unwind guard).
-        let plan = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            ModelPlan::new(model.into_owned())
-        }));
-        let plan = match plan {
-            Ok(Ok(plan)) => plan,
-            Ok(Err(e)) => {
-                tracing::debug!("prepareModel: {e}");
-                return fail(e.status());
-            }
-            Err(_) => {
-                self.plan_panics.fetch_add(1, Ordering::Relaxed);
-                tracing::error!("prepareModel: planning panicked");
-                return fail(ErrorStatus::GeneralFailure);
-            }
-        };
-        if deadline.has_passed() {
-            return fail(ErrorStatus::MissedDeadlinePersistent);
-        }
-        let Some(lease) = self.models.lease() else {
-            tracing::debug!(
-                "prepareModel: {} prepared models alive, the limit",
-                self.models.max()
-            );
-            return fail(ErrorStatus::ResourceExhaustedTransient);
-        };
-        let ctx = self.model_context();
-        let panics = Arc::clone(&self.prepare_panics);
-        let cache = Arc::clone(&self.cache);
-        let token = *token;
-        let on_panic = {
-            let callback = Arc::clone(&callback);
-            Box::new(move || callback.notify(ErrorStatus::GeneralFailure, None))
-        };
-        let run = {
-            let callback = Arc::clone(&callback);
-            Box::new(move || {
-                if deadline.has_passed() {
-                    callback.notify(ErrorStatus::MissedDeadlinePersistent, None);
-                    return;
-                }
-                let injected = panics
-                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
-                    .is_ok();
-                if injected {
-                    // Unwinds like a panic, without the panic hook's (slow) report.
-                    std::panic::resume_unwind(Box::new("injected preparation panic"));
-                }
-                match VnpuPreparedModel::prepare(&ctx, plan, lease) {
-                    Ok(p) => {
-                        // Saved before the notification, so a load that follows it finds
-                        // the files complete; a failed save does not fail preparation.
-                        if let Some(files) = &save_to {
-                            if let Err(e) = cache.save(&ctx.hw, &p, files, &token) {
-                                tracing::warn!("saving to the compilation cache: {e}");
-                            }
-                        }
-                        callback.notify(ErrorStatus::None, Some(p as Arc<dyn IPreparedModel>))
-                    }
-                    Err(status) => callback.notify(status, None),
-                }
-            })
-        };
-        let queued = self
-            .prepare
-            .submit(priority.0, Job { run, on_panic }, Duration::ZERO);
-        if queued.is_err() {
-            return fail(ErrorStatus::ResourceExhaustedTransient);
-        }
-        ErrorStatus::None
+        self.prepare_at(HalVersion::V1_3, args)
     }
 
     fn prepare_model_from_cache_1_3(

@@ -946,3 +946,29 @@ mod tests {
         assert!(now_ns() > 0);
     }
 }
+
+/// The HAL version (NNAPI feature level) that introduced a signature, and the level an
+/// interface validates models at: the HIDL 1.3 face at `V1_3`, the AIDL face at `AidlV4`
+/// (or `Experimental` when the client enables experimental features). Ordered: a model is
+/// valid at a level when every operand type and signature it uses is at or below it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum HalVersion {
+    /// NN HAL 1.0 (feature level 1).
+    V1_0,
+    /// NN HAL 1.1 (feature level 2).
+    V1_1,
+    /// NN HAL 1.2 (feature level 3).
+    V1_2,
+    /// NN HAL 1.3 (feature level 4).
+    V1_3,
+    /// AIDL NN HAL V1 (feature level 5).
+    AidlV1,
+    /// AIDL NN HAL V2 (feature level 6).
+    AidlV2,
+    /// AIDL NN HAL V3 (feature level 7).
+    AidlV3,
+    /// AIDL NN HAL V4 (feature level 8).
+    AidlV4,
+    /// NNAPI's experimental features (above every released level).
+    Experimental,
+}

@@ -211,6 +211,9 @@ fn is_oem_operand(t: OperandType) -> bool {
 
 struct ModelCtx<'a> {
     model: &'a Model,
+    /// The interface's level: what is newer is invalid.
+    #[allow(dead_code)] // read by the per-level checks
+    level: HalVersion,
 }
 
 impl ModelCtx<'_> {
@@ -609,6 +612,12 @@ fn check_no_reference_cycles(model: &Model) -> Result<(), ValidationError> {
 
 /// Validate a HAL 1.3 model (see the module documentation for what is checked).
 pub fn validate_model(model: &Model) -> Result<(), ValidationError> {
+    validate_model_at(model, HalVersion::V1_3)
+}
+
+/// Validate a model as an interface at `level` does (the HIDL 1.3 face at `V1_3`, the AIDL
+/// face at `AidlV4`): operand types and operations newer than `level` are invalid.
+pub fn validate_model_at(model: &Model, level: HalVersion) -> Result<(), ValidationError> {
     let canonical = crate::extensions::canonical_model(model)?;
     let model: &Model = &canonical;
     for (i, pool) in model.pools.iter().enumerate() {
@@ -616,7 +625,7 @@ pub fn validate_model(model: &Model) -> Result<(), ValidationError> {
             ValidationError::new(ValidationKind::Memory, format!("model pool {i}: {e}"))
         })?;
     }
-    let ctx = ModelCtx { model };
+    let ctx = ModelCtx { model, level };
     ctx.subgraph(&model.main, "main")?;
     for (i, s) in model.referenced.iter().enumerate() {
         ctx.subgraph(s, &format!("referenced[{i}]"))?;

@@ -82,18 +82,7 @@ use crate::hal::{ExtraParams, Operand, OperandType, OperationType};
 
 use OperandType as T;
 
-/// The HAL version that introduced a signature.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum HalVersion {
-    /// NN HAL 1.0.
-    V1_0,
-    /// NN HAL 1.1.
-    V1_1,
-    /// NN HAL 1.2.
-    V1_2,
-    /// NN HAL 1.3.
-    V1_3,
-}
+pub use crate::hal::HalVersion;
 
 /// The type an argument may have, relative to the signature's main type `T`.
 #[derive(Clone, Copy, Debug)]
