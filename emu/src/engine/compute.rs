@@ -17,6 +17,10 @@ use crate::tensor::{Staged, TensorType, View, ViewMut};
 use crate::weights::Probe;
 use crate::Bus;
 
+/// An op's per-operand lists: on the stack for ops of up to 4 operands (nearly all), so
+/// a small op's run allocates nothing.
+type PerOperand<T> = smallvec::SmallVec<[T; 4]>;
+
 /// One RUN_PROGRAM command's arguments.
 #[derive(Clone, Copy, Debug)]
 pub struct Run {
@@ -291,7 +295,8 @@ impl Spare {
 /// tensor's shape changes as ops write it).
 struct Tensors<'p> {
     table: &'p [TensorDesc],
-    /// Borrowed from the table until a dynamic tensor's shape changes.
+    /// Borrowed from the table until a dynamic tensor's shape changes (on the stack for
+    /// small programs).
     types: Vec<Cow<'p, TensorType>>,
 }
 
@@ -595,7 +600,7 @@ fn run_kernel(
     };
     // Inputs the last ops wrote come from local memory, weights from the weight cache;
     // the rest from DRAM.
-    let mut loaded: Vec<Input> = Vec::with_capacity(op.inputs.len());
+    let mut loaded: PerOperand<Input> = PerOperand::with_capacity(op.inputs.len());
     for &i in &op.inputs {
         let len = tensors.len(i);
         if sram.get(i, len).is_some() {
@@ -630,17 +635,18 @@ fn run_kernel(
         .iter()
         .any(|&o| program.tensors[o as usize].dynamic);
     // The inputs' current types, listed only when shapes or timing depend on them.
-    let in_tys: Vec<&TensorType> = match wants_runtime_shapes || plan.fixed_ns[pc].is_none() {
+    let in_tys: PerOperand<&TensorType> = match wants_runtime_shapes || plan.fixed_ns[pc].is_none()
+    {
         true => op
             .inputs
             .iter()
             .map(|&i| &*tensors.types[i as usize])
             .collect(),
-        false => Vec::new(),
+        false => PerOperand::new(),
     };
-    let out_tys: Vec<Cow<'_, TensorType>> = if wants_runtime_shapes {
+    let out_tys: PerOperand<Cow<'_, TensorType>> = if wants_runtime_shapes {
         let shapes = op.op.output_shapes(&in_tys).map_err(kernel_error)?;
-        let mut tys = Vec::with_capacity(shapes.len());
+        let mut tys = PerOperand::with_capacity(shapes.len());
         for (&o, s) in op.outputs.iter().zip(shapes) {
             let t = &program.tensors[o as usize];
             if t.dynamic && !fits(t, &s) {
@@ -664,7 +670,7 @@ fn run_kernel(
     };
     // Kernels that write every element of their float32 outputs get them uncleared.
     let overwrites = op.op.overwrites_f32_outputs();
-    let mut out_data: Vec<Staged> = out_tys
+    let mut out_data: PerOperand<Staged> = out_tys
         .iter()
         .map(|t| {
             let zero = !(overwrites && t.dtype == crate::tensor::DType::F32);
@@ -672,7 +678,7 @@ fn run_kernel(
         })
         .collect();
     let real = {
-        let inputs: Vec<View<'_>> = op
+        let inputs: PerOperand<View<'_>> = op
             .inputs
             .iter()
             .zip(&loaded)
@@ -689,7 +695,7 @@ fn run_kernel(
                 }
             })
             .collect();
-        let mut outputs: Vec<ViewMut<'_>> = out_tys
+        let mut outputs: PerOperand<ViewMut<'_>> = out_tys
             .iter()
             .zip(out_data.iter_mut())
             .map(|(ty, v)| ViewMut {
@@ -707,6 +713,8 @@ fn run_kernel(
         Some(ns) => ns,
         None => bus.timing.op_ns(&op.op, &in_tys),
     };
+    // (A SmallVec's borrow lasts until it is dropped: the shapes are set below.)
+    drop(in_tys);
     for (k, (&o, v)) in op.outputs.iter().zip(out_data).enumerate() {
         // The shapes the kernel reported, else the ones it was given.
         let shape = match &real {
