@@ -1,12 +1,13 @@
 //! gemmlowp-style fixed-point transcendental functions, bit-exact with the NNAPI CPU
-//! reference's quantised SOFTMAX, LOGISTIC, TANH and L2_NORMALIZATION.
+//! reference's quantised SOFTMAX, LOGISTIC, TANH and L2_NORMALIZATION (32-bit) and its
+//! quantised LSTMs' gates (16-bit): one implementation over the raw width ([`Raw`]).
 //!
-//! A fixed-point number here is a raw `i32` with a number of integer bits `I` (gemmlowp's
-//! `FixedPoint<int32_t, I>`): its value is `raw / 2^(31 - I)`. The functions take and return
+//! A fixed-point number here is a raw `i32` (or `i16`) with a number of integer bits `I`
+//! (gemmlowp's `FixedPoint<int32_t, I>`): its value is `raw / 2^(31 - I)` (`2^(15 - I)`). The functions take and return
 //! raw values and say which formats they use (`Q0` = 0 integer bits, i.e. `[-1, 1)`).
 //! gemmlowp's additions and subtractions wrap here (they are undefined on overflow in the
 //! C++, which never overflows on the inputs the kernels produce); multiplications are
-//! [`saturating_rounding_doubling_high_mul`].
+//! [`Raw::mul`], the saturating rounding doubling high multiply.
 //!
 //! Sources of the algorithms (read for their semantics): gemmlowp `fixedpoint/fixedpoint.h`
 //! (`exp_on_negative_values`, `one_over_one_plus_x_for_x_in_0_1`, `logistic`, `tanh`,
@@ -19,63 +20,196 @@ use super::{
     rounding_divide_by_pot, saturating_rounding_doubling_high_mul as mul, QuantError,
 };
 
-/// `1.0` in Q2.29.
-const ONE_Q2: i32 = 1 << 29;
+/// The raw integer of a gemmlowp fixed-point number (`FixedPoint<tRawType, I>`): `i32`
+/// for the quantised SOFTMAX, LOGISTIC, TANH and L2_NORMALIZATION, `i16` for the
+/// quantised LSTMs. A raw `r` with `I` integer bits has the value `r / 2^(BITS - 1 - I)`.
+/// The algorithms below are written once over this trait; what differs between the
+/// widths (rounding edges, gemmlowp's `AddSaturatingIf16Bit`, constants given in 32 bits)
+/// is here.
+pub trait Raw: Copy + Eq + Ord + std::fmt::Debug {
+    /// Bits of the raw integer.
+    const BITS: i32;
+    /// The largest raw value (just below 1.0 in Q0).
+    const MAX: Self;
+    /// Zero.
+    const ZERO: Self;
+    /// A gemmlowp constant given as its 32-bit raw value, in this width (gemmlowp rounds it
+    /// with `RoundingDivideByPOT(v, 32 - BITS)`).
+    fn constant(v: i32) -> Self;
+    /// `2^shift` as a raw value (`0 <= shift < BITS - 1`).
+    fn pow2(shift: i32) -> Self;
+    /// gemmlowp's `+` (wrapping here: it never overflows on the kernels' inputs).
+    fn add(self, o: Self) -> Self;
+    /// gemmlowp's `-` (wrapping).
+    fn sub(self, o: Self) -> Self;
+    /// Whether bit `bit` of the raw value is set.
+    fn bit(self, bit: i32) -> bool;
+    /// The raw value with only the bits of `mask` kept.
+    fn and(self, mask: Self) -> Self;
+    /// `SaturatingRoundingDoublingHighMul`.
+    fn mul(self, o: Self) -> Self;
+    /// `RoundingDivideByPOT`: `self / 2^exponent` rounded to nearest, halves away from zero.
+    fn rounding_divide_by_pot(self, exponent: i32) -> Self;
+    /// `SaturatingRoundingMultiplyByPOT`: `self * 2^exponent`, saturating for a positive
+    /// exponent, rounding for a negative one.
+    fn saturating_rounding_multiply_by_pot(self, exponent: i32) -> Self;
+    /// `AddSaturatingIf16Bit`: saturating in 16 bits, gemmlowp's `+` in 32.
+    fn add_saturating_if_16bit(self, o: Self) -> Self;
+    /// `RoundingHalfSum`: `(self + o) / 2` rounded to nearest, halves away from zero.
+    fn rounding_half_sum(self, o: Self) -> Self;
+}
 
-/// gemmlowp's `SaturatingRoundingMultiplyByPOT`: `x * 2^exponent`, saturating for a
-/// positive exponent and rounding to nearest (halves away from zero) for a negative one.
-#[inline]
-pub fn saturating_rounding_multiply_by_pot(x: i32, exponent: i32) -> i32 {
-    match exponent {
-        0 => x,
-        e if e > 0 => {
-            let shifted = i64::from(x) << e.min(32);
-            // In range after the clamp, so the cast is exact.
-            shifted.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32
-        }
-        e => rounding_divide_by_pot(x, e.saturating_neg()),
+impl Raw for i32 {
+    const BITS: i32 = 32;
+    const MAX: i32 = i32::MAX;
+    const ZERO: i32 = 0;
+    fn constant(v: i32) -> i32 {
+        v
     }
+    fn pow2(shift: i32) -> i32 {
+        1 << shift
+    }
+    fn add(self, o: i32) -> i32 {
+        self.wrapping_add(o)
+    }
+    fn sub(self, o: i32) -> i32 {
+        self.wrapping_sub(o)
+    }
+    fn bit(self, bit: i32) -> bool {
+        self & (1i32 << bit) != 0
+    }
+    fn and(self, mask: i32) -> i32 {
+        self & mask
+    }
+    #[inline]
+    fn mul(self, o: i32) -> i32 {
+        mul(self, o)
+    }
+    #[inline]
+    fn rounding_divide_by_pot(self, exponent: i32) -> i32 {
+        rounding_divide_by_pot(self, exponent)
+    }
+    #[inline]
+    fn saturating_rounding_multiply_by_pot(self, exponent: i32) -> i32 {
+        match exponent {
+            0 => self,
+            e if e > 0 => {
+                let shifted = i64::from(self) << e.min(32);
+                // In range after the clamp, so the cast is exact.
+                shifted.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32
+            }
+            e => rounding_divide_by_pot(self, e.saturating_neg()),
+        }
+    }
+    fn add_saturating_if_16bit(self, o: i32) -> i32 {
+        self.wrapping_add(o)
+    }
+    fn rounding_half_sum(self, o: i32) -> i32 {
+        let sum = i64::from(self) + i64::from(o);
+        let sign = if sum >= 0 { 1 } else { -1 };
+        // |sum + sign| / 2 <= 2^31, and only 2 * i32::MAX + 1 reaches it: halved it fits.
+        ((sum + sign) / 2) as i32
+    }
+}
+
+impl Raw for i16 {
+    const BITS: i32 = 16;
+    const MAX: i16 = i16::MAX;
+    const ZERO: i16 = 0;
+    fn constant(v: i32) -> i16 {
+        // |v / 2^16| rounded fits in i16.
+        rounding_divide_by_pot(v, 16) as i16
+    }
+    fn pow2(shift: i32) -> i16 {
+        1 << shift
+    }
+    fn add(self, o: i16) -> i16 {
+        self.wrapping_add(o)
+    }
+    fn sub(self, o: i16) -> i16 {
+        self.wrapping_sub(o)
+    }
+    fn bit(self, bit: i32) -> bool {
+        i32::from(self) & (1i32 << bit) != 0
+    }
+    fn and(self, mask: i16) -> i16 {
+        self & mask
+    }
+    #[inline]
+    fn mul(self, o: i16) -> i16 {
+        if self == i16::MIN && o == i16::MIN {
+            return i16::MAX;
+        }
+        let ab = i32::from(self) * i32::from(o);
+        let nudge = if ab >= 0 { 1 << 14 } else { 1 - (1 << 14) };
+        ((ab + nudge) / (1 << 15)) as i16
+    }
+    #[inline]
+    fn rounding_divide_by_pot(self, exponent: i32) -> i16 {
+        // Within 16 bits: an exponent over 15 divides by 2^15.
+        rounding_divide_by_pot(i32::from(self), exponent.min(15)) as i16
+    }
+    #[inline]
+    fn saturating_rounding_multiply_by_pot(self, exponent: i32) -> i16 {
+        if exponent > 0 {
+            let v = i32::from(self) << exponent.min(16);
+            v.clamp(i32::from(i16::MIN), i32::from(i16::MAX)) as i16
+        } else {
+            self.rounding_divide_by_pot(-exponent)
+        }
+    }
+    fn add_saturating_if_16bit(self, o: i16) -> i16 {
+        self.saturating_add(o)
+    }
+    fn rounding_half_sum(self, o: i16) -> i16 {
+        let sum = i32::from(self) + i32::from(o);
+        let sign = if sum >= 0 { 1 } else { -1 };
+        ((sum + sign) / 2) as i16
+    }
+}
+
+/// gemmlowp's `SaturatingRoundingMultiplyByPOT` ([`Raw::saturating_rounding_multiply_by_pot`]).
+#[inline]
+pub fn saturating_rounding_multiply_by_pot<R: Raw>(x: R, exponent: i32) -> R {
+    x.saturating_rounding_multiply_by_pot(exponent)
 }
 
 /// gemmlowp's `Rescale`: the raw value of `x` (with `src_bits` integer bits) re-expressed
 /// with `dst_bits` integer bits, rounding and saturating.
 #[inline]
-pub fn rescale(x: i32, src_bits: i32, dst_bits: i32) -> i32 {
-    saturating_rounding_multiply_by_pot(x, src_bits - dst_bits)
+pub fn rescale<R: Raw>(x: R, src_bits: i32, dst_bits: i32) -> R {
+    x.saturating_rounding_multiply_by_pot(src_bits - dst_bits)
 }
 
-/// gemmlowp's `RoundingHalfSum`: `(a + b) / 2` rounded to nearest, halves away from zero.
+/// gemmlowp's `RoundingHalfSum` ([`Raw::rounding_half_sum`]).
 #[inline]
-pub fn rounding_half_sum(a: i32, b: i32) -> i32 {
-    let sum = i64::from(a) + i64::from(b);
-    let sign = if sum >= 0 { 1 } else { -1 };
-    // |sum + sign| / 2 <= 2^31, and only 2 * i32::MAX + 1 reaches it: halved it fits.
-    ((sum + sign) / 2) as i32
+pub fn rounding_half_sum<R: Raw>(a: R, b: R) -> R {
+    a.rounding_half_sum(b)
 }
 
 /// `exp(a)` for `a` in `[-1/4, 0)`, both Q0: a Taylor expansion around `-1/8` to the fourth
 /// power.
-fn exp_on_interval_between_negative_one_quarter_and_0_excl(a: i32) -> i32 {
-    /// `exp(-1/8)` in Q0.
-    const EXP_MINUS_ONE_EIGHTH: i32 = 1_895_147_668;
-    /// `1/3` in Q0.
-    const ONE_THIRD: i32 = 715_827_883;
+fn exp_on_interval_between_negative_one_quarter_and_0_excl<R: Raw>(a: R) -> R {
+    // `exp(-1/8)` and `1/3` in Q0.
+    let exp_minus_one_eighth = R::constant(1_895_147_668);
+    let one_third = R::constant(715_827_883);
     // x = a + 1/8, so that the expansion is around 0.
-    let x = a.wrapping_add(1 << 28);
-    let x2 = mul(x, x);
-    let x3 = mul(x2, x);
-    let x4 = mul(x2, x2);
-    let x4_over_4 = saturating_rounding_multiply_by_pot(x4, -2);
+    let x = a.add(R::pow2(R::BITS - 4));
+    let x2 = x.mul(x);
+    let x3 = x2.mul(x);
+    let x4 = x2.mul(x2);
+    let x4_over_4 = x4.saturating_rounding_multiply_by_pot(-2);
     // x^4/24 + x^3/6 + x^2/2 = ((x^4/4 + x^3) / 3 + x^2) / 2.
-    let higher = saturating_rounding_multiply_by_pot(
-        mul(x4_over_4.wrapping_add(x3), ONE_THIRD).wrapping_add(x2),
-        -1,
-    );
-    EXP_MINUS_ONE_EIGHTH.wrapping_add(mul(EXP_MINUS_ONE_EIGHTH, x.wrapping_add(higher)))
+    let higher = x4_over_4
+        .add(x3)
+        .mul(one_third)
+        .add(x2)
+        .saturating_rounding_multiply_by_pot(-1);
+    exp_minus_one_eighth.add_saturating_if_16bit(exp_minus_one_eighth.mul(x.add(higher)))
 }
 
-/// `exp(-2^k)` in Q0 for `k = -2..=4`, the factors of the barrel shifter over the integer
-/// part of the argument.
+/// `exp(-2^k)` in Q0 (32-bit raw values) for `k = -2..=4`, the factors of the barrel
+/// shifter over the integer part of the argument.
 const EXP_OF_MINUS_POWERS_OF_TWO: [(i32, i32); 7] = [
     (-2, 1_672_461_947),
     (-1, 1_302_514_674),
@@ -87,102 +221,98 @@ const EXP_OF_MINUS_POWERS_OF_TWO: [(i32, i32); 7] = [
 ];
 
 /// gemmlowp's `exp_on_negative_values`: `exp(a)` in Q0 for `a <= 0` with `integer_bits`
-/// integer bits (`0..=29`; other values are clamped into that range).
+/// integer bits (`0..=BITS - 3`; other values are clamped into that range).
 ///
 /// `a` is split into a multiple of 1/4 and a remainder in `[-1/4, 0)`; the remainder goes
 /// through the Taylor expansion and the multiple through a product of `exp(-2^k)` factors,
 /// one per set bit. Below -32 (only representable with more than 5 integer bits) the result
 /// is 0; `exp(0)` is the largest Q0 value.
-pub fn exp_on_negative_values(a: i32, integer_bits: i32) -> i32 {
-    let integer_bits = integer_bits.clamp(0, 29);
-    let fractional_bits = 31 - integer_bits;
-    let one_quarter = 1i32 << (fractional_bits - 2);
-    let a_mod_quarter_minus_one_quarter = (a & (one_quarter - 1)).wrapping_sub(one_quarter);
+pub fn exp_on_negative_values<R: Raw>(a: R, integer_bits: i32) -> R {
+    let integer_bits = integer_bits.clamp(0, R::BITS - 3);
+    let fractional_bits = R::BITS - 1 - integer_bits;
+    let one_quarter = R::pow2(fractional_bits - 2);
+    let a_mod_quarter_minus_one_quarter = a.and(one_quarter.sub(R::pow2(0))).sub(one_quarter);
     let mut result = exp_on_interval_between_negative_one_quarter_and_0_excl(rescale(
         a_mod_quarter_minus_one_quarter,
         integer_bits,
         0,
     ));
-    let remainder = a_mod_quarter_minus_one_quarter.wrapping_sub(a);
+    let remainder = a_mod_quarter_minus_one_quarter.sub(a);
     for (k, factor) in EXP_OF_MINUS_POWERS_OF_TWO {
-        if integer_bits > k {
-            let bit = fractional_bits + k;
-            if remainder & (1i32 << bit) != 0 {
-                result = mul(result, factor);
-            }
+        if integer_bits > k && remainder.bit(fractional_bits + k) {
+            result = result.mul(R::constant(factor));
         }
     }
-    if integer_bits > 5 && a < -(1i32 << (36 - integer_bits)) {
-        result = 0;
+    if integer_bits > 5 && a < R::constant(-(1i32 << (36 - integer_bits))) {
+        result = R::ZERO;
     }
-    if a == 0 {
-        result = i32::MAX;
+    if a == R::ZERO {
+        result = R::MAX;
     }
     result
 }
 
 /// Three Newton-Raphson steps towards `1 / (2 * half_denominator)`, starting from gemmlowp's
 /// `48/17 - 32/17 * d`; `half_denominator` is Q0 in `[1/2, 1)`, the result Q2.
-fn newton_reciprocal_of_double(half_denominator: i32) -> i32 {
-    /// `48/17` in Q2.
-    const FORTY_EIGHT_SEVENTEENTHS: i32 = 1_515_870_810;
-    /// `-32/17` in Q2.
-    const MINUS_THIRTY_TWO_SEVENTEENTHS: i32 = -1_010_580_540;
-    let mut x =
-        FORTY_EIGHT_SEVENTEENTHS.wrapping_add(mul(half_denominator, MINUS_THIRTY_TWO_SEVENTEENTHS));
+fn newton_reciprocal_of_double<R: Raw>(half_denominator: R) -> R {
+    // `48/17` and `-32/17` in Q2; 1.0 in Q2.
+    let forty_eight_seventeenths = R::constant(1_515_870_810);
+    let minus_thirty_two_seventeenths = R::constant(-1_010_580_540);
+    let one_q2 = R::pow2(R::BITS - 3);
+    let mut x = forty_eight_seventeenths.add(half_denominator.mul(minus_thirty_two_seventeenths));
     for _ in 0..3 {
-        let one_minus_dx = ONE_Q2.wrapping_sub(mul(half_denominator, x));
+        let one_minus_dx = one_q2.sub(half_denominator.mul(x));
         // x * (1 - d x) is Q4; back to Q2.
-        x = x.wrapping_add(rescale(mul(x, one_minus_dx), 4, 2));
+        x = x.add(rescale(x.mul(one_minus_dx), 4, 2));
     }
     x
 }
 
 /// gemmlowp's `one_over_one_plus_x_for_x_in_0_1`: `1 / (1 + a)` for `a` in `[0, 1)`, both
 /// Q0.
-pub fn one_over_one_plus_x_for_x_in_0_1(a: i32) -> i32 {
-    let x = newton_reciprocal_of_double(rounding_half_sum(a, i32::MAX));
+pub fn one_over_one_plus_x_for_x_in_0_1<R: Raw>(a: R) -> R {
+    let x = newton_reciprocal_of_double(a.rounding_half_sum(R::MAX));
     // x approximates 1 / (1 + a) * 2 in Q2, i.e. 1 / (1 + a) in Q1.
     rescale(x, 1, 0)
 }
 
 /// gemmlowp's `one_minus_x_over_one_plus_x_for_x_in_0_1`: `(1 - a) / (1 + a)` for `a` in
 /// `[0, 1)`, both Q0.
-pub fn one_minus_x_over_one_plus_x_for_x_in_0_1(a: i32) -> i32 {
-    let x = newton_reciprocal_of_double(rounding_half_sum(a, i32::MAX));
+pub fn one_minus_x_over_one_plus_x_for_x_in_0_1<R: Raw>(a: R) -> R {
+    let x = newton_reciprocal_of_double(a.rounding_half_sum(R::MAX));
     // 2 / (1 + a) - 1 = (1 - a) / (1 + a).
-    rescale(x.wrapping_sub(ONE_Q2), 2, 0)
+    rescale(x.sub(R::pow2(R::BITS - 3)), 2, 0)
 }
 
 /// gemmlowp's `logistic`: `1 / (1 + exp(-a))` in Q0 for `a` with `integer_bits` integer
 /// bits.
-pub fn logistic(a: i32, integer_bits: i32) -> i32 {
-    if a == 0 {
-        return 1 << 30;
+pub fn logistic<R: Raw>(a: R, integer_bits: i32) -> R {
+    if a == R::ZERO {
+        return R::pow2(R::BITS - 2);
     }
-    let minus_abs = if a > 0 { a.wrapping_neg() } else { a };
+    let minus_abs = if a > R::ZERO { R::ZERO.sub(a) } else { a };
     let of_abs = one_over_one_plus_x_for_x_in_0_1(exp_on_negative_values(minus_abs, integer_bits));
-    if a > 0 {
+    if a > R::ZERO {
         of_abs
     } else {
-        i32::MAX.wrapping_sub(of_abs)
+        R::MAX.sub(of_abs)
     }
 }
 
 /// gemmlowp's `tanh`: `tanh(a)` in Q0 for `a` with `integer_bits` integer bits, as
 /// `(1 - exp(-2|a|)) / (1 + exp(-2|a|))` with the sign of `a`.
-pub fn tanh(a: i32, integer_bits: i32) -> i32 {
-    if a == 0 {
-        return 0;
+pub fn tanh<R: Raw>(a: R, integer_bits: i32) -> R {
+    if a == R::ZERO {
+        return R::ZERO;
     }
-    let minus_abs = if a < 0 { a } else { a.wrapping_neg() };
+    let minus_abs = if a < R::ZERO { a } else { R::ZERO.sub(a) };
     // Doubling is exact: the same raw value read with one more integer bit.
     let t = one_minus_x_over_one_plus_x_for_x_in_0_1(exp_on_negative_values(
         minus_abs,
         integer_bits + 1,
     ));
-    if a < 0 {
-        t.wrapping_neg()
+    if a < R::ZERO {
+        R::ZERO.sub(t)
     } else {
         t
     }
@@ -447,5 +577,25 @@ mod tests {
             let want = 1.0 / to_f64(x, bits);
             prop_assert!((got - want).abs() <= want * 1e-7, "{} vs {}", got, want);
         }
+    }
+
+    /// The 16-bit width (the quantised LSTMs' gates) tracks the real functions too. (When
+    /// it replaced the LSTMs' own 16-bit copy, it was checked equal to it on every i16
+    /// input, every rescale exponent and integer bits 0..=13.)
+    #[test]
+    fn sixteen_bit_functions_track_their_real_values() {
+        for raw in (-32768i32..32768).step_by(97) {
+            let a = raw as i16;
+            let x = f64::from(a) / 4096.0; // Q3
+            let l = f64::from(logistic(a, 3)) / 32768.0;
+            let t = f64::from(tanh(a, 3)) / 32768.0;
+            assert!(
+                (l - 1.0 / (1.0 + (-x).exp())).abs() < 2e-3,
+                "logistic({x}) = {l}"
+            );
+            assert!((t - x.tanh()).abs() < 2e-3, "tanh({x}) = {t}");
+        }
+        assert_eq!(<i16 as Raw>::constant(1 << 30), 1 << 14);
+        assert_eq!(exp_on_negative_values(0i16, 3), i16::MAX);
     }
 }

@@ -16,7 +16,6 @@
 pub mod bidi_lstm;
 pub mod bidi_rnn;
 pub mod cell;
-pub mod fixed16;
 pub mod lstm;
 pub mod qlstm;
 pub mod quantized_lstm;

@@ -4,7 +4,7 @@
 //! weights` (the inputs' zero points folded into per-row biases), rescales each product to
 //! the gate's intermediate scale in Q3.12, adds the peephole term, optionally layer-normalises
 //! (the gate bias enters only there, as in the reference), and applies the 16-bit
-//! fixed-point sigmoid or tanh ([`super::fixed16`]). Optional: CIFG, peephole, projection
+//! fixed-point sigmoid or tanh ([`crate::kernels::quant::fixed`], 16-bit). Optional: CIFG, peephole, projection
 //! (with bias), layer normalisation, cell and projection clipping.
 //!
 //! The input and forget peepholes read the previous cell state and the output peephole the
@@ -25,10 +25,9 @@
 
 use std::ops::RangeInclusive;
 
-use super::fixed16;
 use super::spread;
 use crate::kernels::kernel::{enc, Kernel, Words};
-use crate::kernels::quant::fixed::inv_sqrt_quantized_multiplier_exp;
+use crate::kernels::quant::fixed::{self, inv_sqrt_quantized_multiplier_exp};
 use crate::kernels::quant::{
     multiply_by_quantized_multiplier as mbqm, quantize_multiplier, rounding_divide_by_pot,
 };
@@ -400,9 +399,9 @@ impl Kernel for QLstm {
             }
             for v in gate.iter_mut() {
                 *v = if g == 2 {
-                    fixed16::tanh(*v, 3)
+                    fixed::tanh(*v, 3)
                 } else {
-                    fixed16::logistic(*v, 3)
+                    fixed::logistic(*v, 3)
                 };
             }
             Ok(())
@@ -442,7 +441,7 @@ impl Kernel for QLstm {
         ));
         let mut buf8 = vec![0i8; batch * units];
         for k in 0..batch * units {
-            let t = fixed16::tanh(cell[k], cell_shift + 15);
+            let t = fixed::tanh(cell[k], cell_shift + 15);
             let v =
                 mbqm(i32::from(og[k]) * i32::from(t), hidden.0, hidden.1) - self.hidden_zero_point;
             buf8[k] = v.clamp(-128, 127) as i8;

@@ -7,7 +7,7 @@
 //! `output` on; it multiplies the concatenation `[input, previous output]` (both as
 //! `value - 128`), accumulates in int32 from the int32 bias, rescales by
 //! `4096 * bias_scale` to Q3.12, and runs the gates in gemmlowp 16-bit fixed point
-//! ([`super::fixed16`]).
+//! ([`crate::kernels::quant::fixed`], 16-bit).
 //!
 //! Inputs: input (u8 `[batch, input]`), input-to-{input, forget, cell, output} weights
 //! (u8 `[output, input]`), recurrent-to-{input, forget, cell, output} weights (u8
@@ -19,8 +19,8 @@
 use std::ops::RangeInclusive;
 
 use super::expect_shape;
-use super::fixed16::{self, mul, rescale, saturating_add};
 use crate::kernels::kernel::{Kernel, Words};
+use crate::kernels::quant::fixed::{self, rescale, Raw};
 use crate::kernels::quant::{multiply_by_quantized_multiplier, quantize_multiplier};
 use crate::kernels::{bad_shape, KernelError, Result};
 use crate::tensor::{DType, TensorType, View, ViewMut};
@@ -166,19 +166,19 @@ impl Kernel for QuantizedLstm {
                 *a = acc.clamp(-32768, 32767) as i16;
             }
             for c in 0..n_out {
-                let ig = fixed16::logistic(act[c], 3);
-                let mg = fixed16::tanh(act[n_out + c], 3);
-                let fg = fixed16::logistic(act[2 * n_out + c], 3);
-                let og = fixed16::logistic(act[3 * n_out + c], 3);
-                let i_times_m = mul(ig, mg);
+                let ig = fixed::logistic(act[c], 3);
+                let mg = fixed::tanh(act[n_out + c], 3);
+                let fg = fixed::logistic(act[2 * n_out + c], 3);
+                let og = fixed::logistic(act[3 * n_out + c], 3);
+                let i_times_m = Raw::mul(ig, mg);
                 let prev_c = prev_cell[b * n_out + c];
                 // Q0 * Q4 -> Q4.
-                let prev_times_f = mul(fg, prev_c);
-                let new_state = saturating_add(rescale(i_times_m, 0, 4), prev_times_f);
+                let prev_times_f = Raw::mul(fg, prev_c);
+                let new_state = rescale(i_times_m, 0, 4).saturating_add(prev_times_f);
                 let new_f3 = rescale(new_state, 4, 3);
-                let o = mul(og, fixed16::tanh(new_f3, 3));
+                let o = Raw::mul(og, fixed::tanh(new_f3, 3));
                 cell_out[b * n_out + c] = new_state;
-                let r = fixed16::rounding_divide_by_pot(o, 8).clamp(-128, 127);
+                let r = Raw::rounding_divide_by_pot(o, 8).clamp(-128, 127);
                 out[b * n_out + c] = (128 + i32::from(r)) as u8;
             }
         }
