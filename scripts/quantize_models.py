@@ -3,11 +3,11 @@
 
     scripts/quantize_models.py [MODEL ...] [--write-calibration]
 
-For each model (default: face_detection_short_range and iris_landmark) it writes
+For each model (default: face_detection_short_range, iris_landmark and face_landmark) it writes
 models/<model>_int8.tflite: full-integer static-range quantisation, int8 activations
 (asymmetric, per tensor) and int8 weights (symmetric, per output channel for the CONV_2D
 and DEPTHWISE_CONV_2D filters), int32 biases with scale input_scale * weight_scale, int8
-model inputs and outputs. The quantizer has no int8 PRELU: iris_landmark's PRELUs stay
+model inputs and outputs. The quantizer has no int8 PRELU: iris_landmark's and face_landmark's PRELUs stay
 float32 between a DEQUANTIZE and a QUANTIZE; every other operator is int8. The recipe is models/quantize/recipe.json; the calibration inputs
 are models/quantize/calibration/<model>/sample_K.npy (uint8 HWC images, fed to the model as
 pixel / 127.5 - 1, the range the face models take).
@@ -48,7 +48,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 VENV = Path(os.environ.get("VNPU_QUANTIZER_VENV", ROOT / "scripts" / ".venv-quantizer"))
 PACKAGES = ["ai-edge-quantizer==0.10.0", "ai-edge-litert==2.3.0", "numpy==2.4.6"]
-MODELS = ["face_detection_short_range", "iris_landmark"]
+MODELS = ["face_detection_short_range", "iris_landmark", "face_landmark"]
 # Operators ai-edge-quantizer 0.10 has no int8 form for: they stay float32 between a
 # DEQUANTIZE and a QUANTIZE.
 FLOAT_OPS = {"PRELU", "DEQUANTIZE", "QUANTIZE"}

@@ -20,6 +20,7 @@ const MODELS: &[&str] = &[
     // int8, made by scripts/quantize_models.py.
     "face_detection_short_range_int8",
     "iris_landmark_int8",
+    "face_landmark_int8",
 ];
 
 fn root() -> PathBuf {
