@@ -104,9 +104,9 @@ pub use lookup::{
 pub use movement::{
     channel_shuffle::ChannelShuffle, concat::Concatenation, depth_space::DepthToSpace,
     depth_space::SpaceToDepth, fill::Fill, fill::Rank, gather::Gather, mirror_pad::MirrorPad,
-    pad::Pad, reshape::Reshape, reverse::Reverse, scatter::Scatter, slice::RuntimeSlice,
-    space_batch::BatchToSpace, space_batch::SpaceToBatch, split::Split, strided_slice::SliceDim,
-    strided_slice::StridedSlice, tile::Tile, transpose::Transpose,
+    pack::Pack, pad::Pad, reshape::Reshape, reverse::Reverse, scatter::Scatter,
+    slice::RuntimeSlice, space_batch::BatchToSpace, space_batch::SpaceToBatch, split::Split,
+    strided_slice::SliceDim, strided_slice::StridedSlice, tile::Tile, transpose::Transpose,
 };
 pub use normalization::{instance::InstanceNorm, l2::L2Normalization, lrn::LocalResponseNorm};
 pub use pool::pool2d::{Pool, PoolKind};
@@ -229,6 +229,7 @@ registry! {
     93 => MirrorPad(movement::mirror_pad::MirrorPad),
     94 => Reverse(movement::reverse::Reverse),
     95 => Scatter(movement::scatter::Scatter),
+    96 => Pack(movement::pack::Pack),
     100 => Fibonacci(extension::fibonacci::Fibonacci),
     101 => Gelu(extension::gelu::Gelu),
     110 => BboxTransform(detection::bbox_transform::BboxTransform),
