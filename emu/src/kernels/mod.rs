@@ -588,8 +588,9 @@ pub fn run_f32(
         .collect())
 }
 
-/// The largest tensor rank the kernels accept.
-pub const MAX_RANK: usize = 6;
+/// The largest tensor rank the kernels accept (and the program's tensor table holds):
+/// NNAPI bounds no rank, and its AIDL V3 MIRROR_PAD cases go to rank 10.
+pub const MAX_RANK: usize = 12;
 
 /// The largest number of elements in any tensor (and in any scratch buffer derived from the
 /// shapes): 2^28 floats, 1 GiB.

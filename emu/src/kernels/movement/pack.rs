@@ -153,7 +153,8 @@ mod tests {
         assert!(k.output_shapes(&[&x, &y]).is_err());
         let z = TensorType::new(DType::I8, &[2]);
         assert!(k.output_shapes(&[&x, &z]).is_err());
-        assert!(KernelOp::decode(KernelOp::from(Pack { axis: 0 }).opcode(), &[9]).is_err());
+        let past = MAX_RANK as u32;
+        assert!(KernelOp::decode(KernelOp::from(Pack { axis: 0 }).opcode(), &[past]).is_err());
         let op = KernelOp::from(Pack { axis: 2 });
         let mut w = Vec::new();
         op.kernel().encode(&mut w);
