@@ -102,3 +102,57 @@ fn hidl_runner_skips_aidl_cases_as_needing_aidl() {
         }
     }
 }
+
+#[test]
+fn hostile_densify_metadata_is_refused_never_a_panic() {
+    use vnpu_driver::conformance::exec::execute;
+    use vnpu_driver::hal::{OperandLifeTime, OperationType};
+    let dev = device();
+    let all = cases("experimental.jsonl.gz");
+    let mut refused = 0;
+    for name in ["densify_5/densify_5", "densify_8/densify_8"] {
+        let case = all.iter().find(|c| c.name == name).expect("case");
+        let main = &case.model.main;
+        let op = main
+            .operations
+            .iter()
+            .find(|o| o.r#type == OperationType::DENSIFY)
+            .expect("DENSIFY");
+        for &i in &op.inputs[1..] {
+            let o = &main.operands[i as usize];
+            assert_eq!(
+                o.lifetime,
+                OperandLifeTime::CONSTANT_COPY,
+                "{name} operand {i}"
+            );
+            for k in 0..o.location.length as usize / 4 {
+                for bad in [-1, 0, 1, 3, 7, 1 << 30, i32::MIN] {
+                    let mut model = case.model.clone();
+                    let at = o.location.offset as usize + 4 * k;
+                    model.operand_values[at..at + 4].copy_from_slice(&bad.to_le_bytes());
+                    let slot = PreparedModelSlot::new();
+                    dev.prepare_at(
+                        HalVersion::Experimental,
+                        PrepareArgs::new(&model, Some(slot.clone())),
+                    );
+                    let (status, prepared) = slot.wait();
+                    let Some(prepared) = prepared else {
+                        assert_eq!(
+                            status,
+                            ErrorStatus::InvalidArgument,
+                            "{name} {i}[{k}] = {bad}"
+                        );
+                        refused += 1;
+                        continue;
+                    };
+                    // Metadata that still describes a tensor runs; whatever it gives, the
+                    // device never writes outside the output.
+                    let (request, _, _) = case.make_request().expect("request");
+                    execute(&prepared, &request, ExecPath::Sync).expect("execution");
+                }
+            }
+        }
+    }
+    assert!(refused > 0);
+    assert_eq!(dev.worker_panics(), 0);
+}
