@@ -15,10 +15,9 @@ use crate::domain::{self, BufferRegistry, DriverBuffer};
 use crate::execute::VnpuPreparedModel;
 pub use crate::execute::{ModelContext, ModelCount, ModelLease};
 use crate::hal::{
-    validate_execution_preference, validate_model, validate_model_at, validate_priority,
-    BufferDesc, BufferRole, Capabilities, DeviceStatus, DeviceType, ErrorStatus, HalVersion, Model,
-    NativeHandle, OperandPerformance, OperandType, OptionalTimePoint, PerformanceInfo,
-    BYTE_SIZE_OF_CACHE_TOKEN,
+    validate_execution_preference, validate_model_at, validate_priority, BufferDesc, BufferRole,
+    Capabilities, DeviceStatus, DeviceType, ErrorStatus, HalVersion, Model, NativeHandle,
+    OperandPerformance, OperandType, OptionalTimePoint, PerformanceInfo, BYTE_SIZE_OF_CACHE_TOKEN,
 };
 use crate::hw::{Hardware, Health, HwError};
 use crate::workers::{Job, WorkerPool};
@@ -129,6 +128,27 @@ impl VnpuDevice {
     /// each is a bug to fix.
     pub fn worker_panics(&self) -> usize {
         self.prepare.panics() + self.executions.panics() + self.plan_panics.load(Ordering::Relaxed)
+    }
+
+    /// getSupportedOperations under both faces: `model` validated at `level` (what is
+    /// newer is INVALID_ARGUMENT), then which of its operations the device runs.
+    pub fn supported_operations_at(
+        &self,
+        level: HalVersion,
+        model: &Model,
+    ) -> (ErrorStatus, Vec<bool>) {
+        if let Err(e) = validate_model_at(model, level) {
+            tracing::debug!("getSupportedOperations: {e}");
+            return (ErrorStatus::InvalidArgument, Vec::new());
+        }
+        // The model's pools must be readable, as at preparation.
+        let supported = crate::extensions::canonical_model(model)
+            .map_err(|e| e.status())
+            .and_then(|model| ModelPlan::supported(&model).map_err(|e| e.status()));
+        match supported {
+            Ok(ops) => (ErrorStatus::None, ops),
+            Err(s) => (s, Vec::new()),
+        }
     }
 
     /// What a prepared model made on this device shares with it.
@@ -342,18 +362,7 @@ impl IDevice for VnpuDevice {
     }
 
     fn get_supported_operations_1_3(&self, model: &Model) -> (ErrorStatus, Vec<bool>) {
-        if let Err(e) = validate_model(model) {
-            tracing::debug!("getSupportedOperations: {e}");
-            return (ErrorStatus::InvalidArgument, Vec::new());
-        }
-        // The model's pools must be readable, as at preparation.
-        let supported = crate::extensions::canonical_model(model)
-            .map_err(|e| e.status())
-            .and_then(|model| ModelPlan::supported(&model).map_err(|e| e.status()));
-        match supported {
-            Ok(ops) => (ErrorStatus::None, ops),
-            Err(s) => (s, Vec::new()),
-        }
+        self.supported_operations_at(HalVersion::V1_3, model)
     }
 
     fn get_number_of_cache_files_needed(&self) -> (ErrorStatus, u32, u32) {

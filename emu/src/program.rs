@@ -39,12 +39,13 @@ use crate::tensor::{Layout, PerChannel, Quant, TensorType};
 
 /// "VNPG".
 pub const MAGIC: u32 = u32::from_le_bytes(*b"VNPG");
-/// The format version this device runs.
-pub const VERSION: u32 = 2;
+/// The format version this device runs (3: tensor entries hold 12 dimensions, were 6).
+pub const VERSION: u32 = 3;
 /// Bytes of the header.
 pub const HEADER_SIZE: usize = 32;
-/// Bytes of one tensor-table entry.
-pub const TENSOR_SIZE: usize = 64;
+/// Bytes of one tensor-table entry: dtype word, rank, [`MAX_RANK`] dimensions, address,
+/// length, scale, zero point, per-channel axis and count.
+pub const TENSOR_SIZE: usize = 8 + 4 * MAX_RANK + 32;
 /// The most tensors a program may declare.
 pub const MAX_TENSORS: u32 = 1 << 16;
 /// The most ops a program may hold.

@@ -133,7 +133,7 @@ impl Operands<'_> {
 
 /// Lowers one operation through its definition.
 pub fn lower(ops: &Operands<'_>, op: &Operation) -> Result<Lowered, CompileError> {
-    let name = op.r#type.name().unwrap_or("(unknown)");
+    let name = op.r#type.name_any().unwrap_or("(unknown)");
     let def = ops::definition(op.r#type).ok_or(CompileError::Unsupported(name))?;
     let lower = def.lower.ok_or(CompileError::Unsupported(name))?;
     let ins: Vec<&Operand> = op

@@ -23,8 +23,10 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::device::{IDevice, IPreparedModel, PreparedModelSlot};
-use crate::hal::{DataLocation, ErrorStatus, Memory, Model, OperandType, OperationType, Timing};
+use crate::device::{IDevice, IPreparedModel, PreparedModelSlot, VnpuDevice};
+use crate::hal::{
+    DataLocation, ErrorStatus, HalVersion, Memory, Model, OperandType, OperationType, Timing,
+};
 use crate::interface::PrepareArgs;
 use corpus::{find_case, CorpusError, TestCase};
 
@@ -148,26 +150,77 @@ pub fn run_case_with(
     run_case_opts(device, case, prepare, ExecOptions::default())
 }
 
-/// Runs one case as [`run_case_with`] does, executing it as `exec` says.
+/// Runs one case as [`run_case_with`] does, executing it as `exec` says. A model that is
+/// no valid HAL 1.3 model but one of a later interface is skipped: it "needs AIDL".
 pub fn run_case_opts(
     device: &dyn IDevice,
     case: &TestCase,
     prepare: &dyn Fn(&dyn IDevice, &Model) -> Preparation,
     exec: ExecOptions,
 ) -> CaseReport {
-    let operations = operation_names(case);
+    if needs_aidl(&case.model) {
+        return report(
+            case,
+            (Verdict::Skip(NEEDS_AIDL.into()), Vec::new(), Timing::NONE),
+        );
+    }
+    let supported = |m: &Model| device.get_supported_operations_1_3(m);
+    run_guarded(device, case, &supported, prepare, exec)
+}
+
+/// The reason a HAL 1.3 run skips a case of a later interface.
+pub const NEEDS_AIDL: &str = "needs AIDL";
+
+/// Whether `model` is no valid HAL 1.3 model but valid at a later level.
+fn needs_aidl(model: &Model) -> bool {
+    use crate::hal::{validate_model, validate_model_at};
+    validate_model(model).is_err() && validate_model_at(model, HalVersion::Experimental).is_ok()
+}
+
+/// Runs one case through the driver's preparation core at `level` (getSupportedOperations
+/// and preparation validate the model at it; the AIDL levels' operations are valid from
+/// theirs on), executing it as `exec` says.
+pub fn run_case_at(
+    device: &VnpuDevice,
+    case: &TestCase,
+    level: HalVersion,
+    exec: ExecOptions,
+) -> CaseReport {
+    let supported = |m: &Model| device.supported_operations_at(level, m);
+    let prepare = |_: &dyn IDevice, m: &Model| {
+        let slot = PreparedModelSlot::new();
+        let ret = device.prepare_at(level, PrepareArgs::new(m, Some(slot.clone())));
+        let (status, prepared) = slot.wait();
+        (ret, status, prepared)
+    };
+    run_guarded(device, case, &supported, &prepare, exec)
+}
+
+/// What getSupportedOperations gives for a model.
+type Supported<'a> = &'a dyn Fn(&Model) -> (ErrorStatus, Vec<bool>);
+
+/// Runs one case (its dynamic-output variant when `exec` asks and it applies); a panic
+/// anywhere inside is caught and reported as a failure.
+fn run_guarded(
+    device: &dyn IDevice,
+    case: &TestCase,
+    supported: Supported<'_>,
+    prepare: &dyn Fn(&dyn IDevice, &Model) -> Preparation,
+    exec: ExecOptions,
+) -> CaseReport {
     let result = catch_unwind(AssertUnwindSafe(|| {
         if exec.dynamic_shapes && dynamic::applies(case) {
-            run_case_inner(device, &dynamic::with_unknown_outputs(case), prepare, exec)
+            let case = dynamic::with_unknown_outputs(case);
+            run_case_inner(device, &case, supported, prepare, exec)
         } else {
             let exec = ExecOptions {
                 dynamic_shapes: false,
                 ..exec
             };
-            run_case_inner(device, case, prepare, exec)
+            run_case_inner(device, case, supported, prepare, exec)
         }
     }));
-    let (verdict, outputs, timing) = match result {
+    let outcome = match result {
         Ok(r) => r,
         Err(p) => {
             let msg = p
@@ -182,9 +235,15 @@ pub fn run_case_opts(
             )
         }
     };
+    report(case, outcome)
+}
+
+/// The report of `case` with its outcome.
+fn report(case: &TestCase, outcome: (Verdict, Vec<OutputReport>, Timing)) -> CaseReport {
+    let (verdict, outputs, timing) = outcome;
     CaseReport {
         name: case.name.clone(),
-        operations,
+        operations: operation_names(case),
         uses: operation_uses(case),
         verdict,
         outputs,
@@ -195,6 +254,7 @@ pub fn run_case_opts(
 fn run_case_inner(
     device: &dyn IDevice,
     case: &TestCase,
+    supported: Supported<'_>,
     prepare: &dyn Fn(&dyn IDevice, &Model) -> Preparation,
     exec: ExecOptions,
 ) -> (Verdict, Vec<OutputReport>, Timing) {
@@ -206,7 +266,7 @@ fn run_case_inner(
         }
     };
     let model = &case.model;
-    let (status, supported) = device.get_supported_operations_1_3(model);
+    let (status, supported) = supported(model);
     if status != ErrorStatus::None {
         return expected_failure(format!("getSupportedOperations_1_3: {status}"));
     }

@@ -339,6 +339,25 @@ impl OperationType {
         (0..=OPERATION_TYPE_FUNDAMENTAL_MAX).contains(&self.0) || self == Self::OEM_OPERATION
     }
 
+    /// The level that introduced a non-extension operation (`None`: not an operation
+    /// at any level): 0..=101 and OEM_OPERATION by HAL 1.3, BATCH_MATMUL and PACK by AIDL
+    /// V2 (feature level 6), MIRROR_PAD and REVERSE by AIDL V3 (feature level 7), DENSIFY
+    /// only with NNAPI's experimental features.
+    pub fn introduced(self) -> Option<HalVersion> {
+        match self {
+            t if t.is_known() => Some(HalVersion::V1_3),
+            Self::BATCH_MATMUL | Self::PACK => Some(HalVersion::AidlV2),
+            Self::MIRROR_PAD | Self::REVERSE => Some(HalVersion::AidlV3),
+            Self::DENSIFY => Some(HalVersion::Experimental),
+            _ => None,
+        }
+    }
+
+    /// An operation an interface at `level` knows (extension operations aside).
+    pub fn is_known_at(self, level: HalVersion) -> bool {
+        self.introduced().is_some_and(|v| v <= level)
+    }
+
     /// An extension operation (non-zero prefix in the high 16 bits).
     pub fn is_extension(self) -> bool {
         extension_parts(self.0).is_some()
@@ -901,6 +920,27 @@ pub struct BufferDesc {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn operations_are_known_from_their_level_on() {
+        use HalVersion::*;
+        assert!(OperationType::RANK.is_known_at(V1_3));
+        for (op, level) in [
+            (OperationType::BATCH_MATMUL, AidlV2),
+            (OperationType::PACK, AidlV2),
+            (OperationType::MIRROR_PAD, AidlV3),
+            (OperationType::REVERSE, AidlV3),
+            (OperationType::DENSIFY, Experimental),
+        ] {
+            assert_eq!(op.introduced(), Some(level), "{op}");
+            assert!(!op.is_known(), "{op} is no HAL 1.3 operation");
+            assert!(op.is_known_at(level) && op.is_known_at(Experimental));
+            assert!(!op.is_known_at(V1_3) && !op.is_known_at(AidlV1));
+        }
+        assert!(!OperationType::DENSIFY.is_known_at(AidlV4));
+        assert_eq!(OperationType(106).introduced(), None);
+        assert!(!OperationType(20001).is_known_at(Experimental));
+    }
 
     #[test]
     fn names_round_trip() {

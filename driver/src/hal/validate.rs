@@ -14,13 +14,14 @@
 //!   lifetime; constant lengths equal the operand's size; extension operands have scale
 //!   and zero point 0, extra parameters none or extension, and pass their extension's own
 //!   validator (`crate::extensions::check_operand`);
-//! - operations: type known (OEM_OPERATION is deprecated and refused; an extension
-//!   operation is checked against its definition like any other), operand indexes in
-//!   range, signature (see
-//!   [`super::operations`]), each input written before it is read, each output a temporary
-//!   or subgraph output written exactly once, every temporary and output written, and
-//!   `number_of_consumers` equal to the real count (which, with write-before-read, also
-//!   rules out cycles);
+//! - operations: type known at the interface's level (`validate_model_at`: an operation
+//!   newer than the level is as invalid as an unknown value; OEM_OPERATION is deprecated
+//!   and refused; an extension operation is checked against its definition like any
+//!   other), operand indexes in range, signature (see [`super::operations`]; only the
+//!   forms whose `since` is at or below the level), each input written before it is read,
+//!   each output a temporary or subgraph output written exactly once, every temporary and
+//!   output written, and `number_of_consumers` equal to the real count (which, with
+//!   write-before-read, also rules out cycles);
 //! - input/output indexes: in range, no duplicates, lifetimes SUBGRAPH_INPUT/OUTPUT, and
 //!   every operand with such a lifetime listed;
 //! - no subgraph references itself directly or indirectly; pools are valid memories.
@@ -212,7 +213,6 @@ fn is_oem_operand(t: OperandType) -> bool {
 struct ModelCtx<'a> {
     model: &'a Model,
     /// The interface's level: what is newer is invalid.
-    #[allow(dead_code)] // read by the per-level checks
     level: HalVersion,
 }
 
@@ -430,8 +430,16 @@ impl ModelCtx<'_> {
                     "{w}: OEM_OPERATION is deprecated (replaced by vendor extensions)"
                 );
             }
-            if !op.r#type.is_known() && !op.r#type.is_extension() {
-                bail!(Operation, "{w}: invalid operation type {}", op.r#type.0);
+            if !op.r#type.is_known_at(self.level) && !op.r#type.is_extension() {
+                match op.r#type.introduced() {
+                    Some(v) => bail!(
+                        Operation,
+                        "{w}: {} is an operation of {v:?}, newer than this interface ({:?})",
+                        op.r#type.name_any().unwrap_or("?"),
+                        self.level
+                    ),
+                    None => bail!(Operation, "{w}: invalid operation type {}", op.r#type.0),
+                }
             }
             for &i in op.inputs.iter().chain(&op.outputs) {
                 if i as usize >= n {
@@ -447,7 +455,7 @@ impl ModelCtx<'_> {
                 .iter()
                 .map(|&i| &s.operands[i as usize])
                 .collect();
-            check_operation_signature(op.r#type, &ins, &outs).map_err(|e| {
+            check_operation_signature(op.r#type, self.level, &ins, &outs).map_err(|e| {
                 ValidationError::new(ValidationKind::Signature, format!("{w}: {e}"))
             })?;
             for &i in &op.inputs {

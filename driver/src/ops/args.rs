@@ -40,7 +40,7 @@ impl<'a> Args<'a> {
 
     fn bad(&self, why: impl Into<String>) -> CompileError {
         CompileError::InvalidParam {
-            op: self.op.name().unwrap_or("?"),
+            op: self.op.name_any().unwrap_or("?"),
             reason: why.into(),
         }
     }

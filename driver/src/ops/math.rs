@@ -104,8 +104,6 @@ math_def! {
     LOG, Log, FLOATS, FLOATS;
     /// NEG.
     NEG, Neg, FLOAT_INT32, FLOAT_INT32;
-    /// RSQRT (quant8 from 1.3).
-    RSQRT, Rsqrt, FLOAT_QUANT8, FLOAT_QUANT8;
     /// SIN.
     SIN, Sin, FLOATS, FLOATS;
     /// SQRT.
@@ -113,6 +111,18 @@ math_def! {
     /// HARD_SWISH (1.3).
     HARD_SWISH, HardSwish, FLOAT_QUANT8, FLOAT_QUANT8;
 }
+
+/// RSQRT: float from 1.2, both 8-bit asymmetric types from AIDL V3 (feature level 7).
+pub const RSQRT: OpDef = OpDef {
+    op: OperationType::RSQRT,
+    signatures: &[
+        Signature::new(V1_2, FLOATS, UNARY_IN, OUT),
+        Signature::new(AidlV3, super::types::QUANT8, UNARY_IN, OUT),
+    ],
+    check: None,
+    runs: FLOAT_QUANT8,
+    lower: Some(|a| math(MathKind::Rsqrt, a)),
+};
 
 /// ELU (1.3): input and a float alpha scalar of the input's precision.
 pub const ELU: OpDef = OpDef {

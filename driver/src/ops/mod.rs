@@ -48,13 +48,17 @@ macro_rules! padded_signatures {
 
 mod args;
 mod registry;
+#[cfg(test)]
+mod testing;
 
 pub mod activation;
 pub mod argminmax;
 pub mod arith;
+pub mod batch_matmul;
 pub mod cast;
 pub mod comparison;
 pub mod conv;
+pub mod densify;
 pub mod detection;
 pub mod fibonacci;
 pub mod gelu;
@@ -64,13 +68,16 @@ pub mod log_softmax;
 pub mod logical;
 pub mod lookup;
 pub mod math;
+pub mod mirror_pad;
 pub mod movement;
 pub mod normalization;
+pub mod pack;
 pub mod pool;
 pub mod recurrent;
 pub mod reduce;
 pub mod reduction;
 pub mod resize_nearest;
+pub mod reverse;
 pub mod topk;
 pub mod unsupported;
 
@@ -306,14 +313,26 @@ impl OpDef {
     /// The operation's name (an extension operation's as its extension declares it).
     pub fn name(&self) -> &'static str {
         self.op
-            .name()
+            .name_any()
             .or_else(|| crate::extensions::operation_name(self.op))
             .unwrap_or("?")
     }
 
-    /// The first signature the operands fit, with the argument each input stands for.
+    /// The first signature the operands fit, with the argument each input stands for (at
+    /// any level: the compiler binds models already validated at their interface's level).
     pub fn bind(
         &self,
+        ins: &[&Operand],
+        outs: &[&Operand],
+    ) -> Option<(&'static Signature, Vec<Arg>)> {
+        self.bind_at(HalVersion::Experimental, ins, outs)
+    }
+
+    /// [`OpDef::bind`] among the signatures an interface at `level` knows (`since` at or
+    /// below it).
+    pub fn bind_at(
+        &self,
+        level: HalVersion,
         ins: &[&Operand],
         outs: &[&Operand],
     ) -> Option<(&'static Signature, Vec<Arg>)> {
@@ -321,16 +340,28 @@ impl OpDef {
         let ot: Vec<OperandType> = outs.iter().map(|o| o.r#type).collect();
         self.signatures
             .iter()
+            .filter(|s| s.since <= level)
             .find_map(|s| s.bind(&it, &ot).map(|a| (s, a)))
     }
 
-    /// Validates the operands against the signatures and the extra check.
-    pub fn validate(&self, ins: &[&Operand], outs: &[&Operand]) -> Result<(), String> {
-        if self.bind(ins, outs).is_none() {
+    /// Validates the operands against the signatures an interface at `level` knows, and
+    /// the extra check. Operands that fit only a newer signature are refused like any
+    /// other misfit (the message names the level they need).
+    pub fn validate(
+        &self,
+        level: HalVersion,
+        ins: &[&Operand],
+        outs: &[&Operand],
+    ) -> Result<(), String> {
+        if self.bind_at(level, ins, outs).is_none() {
             let types: Vec<String> = ins.iter().map(|o| o.r#type.to_string()).collect();
             let out_types: Vec<String> = outs.iter().map(|o| o.r#type.to_string()).collect();
+            let newer = match self.bind(ins, outs) {
+                Some((s, _)) => format!(" (they fit a {:?} form, newer than {level:?})", s.since),
+                None => String::new(),
+            };
             return Err(format!(
-                "{}: inputs ({}) -> outputs ({}) fit none of its {} signatures",
+                "{}: inputs ({}) -> outputs ({}) fit none of its {} signatures{newer}",
                 self.name(),
                 types.join(", "),
                 out_types.join(", "),
@@ -358,17 +389,31 @@ impl OpDef {
     }
 }
 
-/// Validates an operation's operands against its definition. `Ok(false)` when the
-/// operation has no definition (only the generic model checks apply).
+/// Validates an operation's operands against its definition, as an interface at `level`
+/// does. `Ok(false)` when the operation has no definition (only the generic model checks
+/// apply).
 pub fn check_operation_signature(
     op: OperationType,
+    level: HalVersion,
     ins: &[&Operand],
     outs: &[&Operand],
 ) -> Result<bool, String> {
     match definition(op) {
-        Some(def) => def.validate(ins, outs).map(|()| true),
+        Some(def) => def.validate(level, ins, outs).map(|()| true),
         None => Ok(false),
     }
+}
+
+/// An 8-bit asymmetric `x` must share `out`'s scale and zero point (operations that only
+/// move elements: MIRROR_PAD, REVERSE, PACK).
+pub fn same_quantisation(x: &Operand, out: &Operand, what: &str) -> Result<(), String> {
+    if is_quant8(out.r#type) && (x.scale != out.scale || x.zero_point != out.zero_point) {
+        return Err(format!(
+            "{what} (scale {}, zero point {}) differs from the output (scale {}, zero point {})",
+            x.scale, x.zero_point, out.scale, out.zero_point
+        ));
+    }
+    Ok(())
 }
 
 /// The channel dimension of a per-channel operand, if it is one.
@@ -393,6 +438,8 @@ pub mod types {
         T::TENSOR_QUANT8_ASYMM,
         T::TENSOR_QUANT8_ASYMM_SIGNED,
     ];
+    /// Both 8-bit asymmetric quantised types.
+    pub const QUANT8: &[OperandType] = &[T::TENSOR_QUANT8_ASYMM, T::TENSOR_QUANT8_ASYMM_SIGNED];
     /// FLOAT_QUANT8 plus int32.
     pub const FLOAT_QUANT8_INT32: &[OperandType] = &[
         T::TENSOR_FLOAT32,

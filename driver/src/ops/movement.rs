@@ -12,18 +12,12 @@ use vnpu_emu::kernels::{
 };
 
 use super::is_quant8;
-use super::types::{FLOATS, FLOAT_QUANT8, FLOAT_QUANT8_INT32};
+use super::types::{FLOATS, FLOAT_QUANT8, FLOAT_QUANT8_INT32, QUANT8};
 use super::{arg, Arg, Args, HalVersion::*, OpDef, Signature, Ty};
 use crate::compile::{CompileError, Lowered};
 use crate::hal::{Operand, OperandType, OperationType};
 
 const OUT: &[Arg] = &[arg("output", Ty::T)];
-
-/// Both 8-bit asymmetric quantised types.
-const QUANT8: &[OperandType] = &[
-    OperandType::TENSOR_QUANT8_ASYMM,
-    OperandType::TENSOR_QUANT8_ASYMM_SIGNED,
-];
 
 /// RESHAPE's target: at most one -1, resolved from the element count.
 pub fn resolve_reshape(want: &[i32], numel: usize) -> Option<Vec<usize>> {
@@ -177,17 +171,18 @@ const BLOCK_SIGS: &[Signature] = &[Signature::new(
 )
 .optional(&[&[arg("layout", Ty::Bool)]])];
 
+const RESHAPE_IN: &[Arg] = &[arg("input", Ty::T), arg("shape", Ty::Ints)];
+
 /// RESHAPE.
 pub const RESHAPE: OpDef = OpDef {
     op: OperationType::RESHAPE,
-    signatures: &[Signature::new(
-        V1_0,
-        FLOAT_QUANT8,
-        &[arg("input", Ty::T), arg("shape", Ty::Ints)],
-        OUT,
-    )],
+    signatures: &[
+        Signature::new(V1_0, FLOAT_QUANT8, RESHAPE_IN, OUT),
+        // int32 tensors from AIDL V2 (feature level 6).
+        Signature::new(AidlV2, &[OperandType::TENSOR_INT32], RESHAPE_IN, OUT),
+    ],
     check: None,
-    runs: FLOAT_QUANT8,
+    runs: FLOAT_QUANT8_INT32,
     lower: Some(lower_reshape),
 };
 

@@ -1,9 +1,10 @@
 //! The one list of operation definitions.
 
 use super::{
-    activation, argminmax, arith, cast, comparison, conv, detection, fibonacci, gelu, image,
-    instance_norm, log_softmax, logical, lookup, math, movement, normalization, pool, recurrent,
-    reduce, reduction, resize_nearest, topk, OpDef,
+    activation, argminmax, arith, batch_matmul, cast, comparison, conv, densify, detection,
+    fibonacci, gelu, image, instance_norm, log_softmax, logical, lookup, math, mirror_pad,
+    movement, normalization, pack, pool, recurrent, reduce, reduction, resize_nearest, reverse,
+    topk, OpDef,
 };
 use crate::hal::OperationType;
 
@@ -109,6 +110,12 @@ pub static REGISTRY: &[&OpDef] = &[
     &recurrent::SVDF,
     &recurrent::QUANTIZED_16BIT_LSTM,
     &recurrent::QUANTIZED_LSTM,
+    // AIDL V2 and V3 (feature levels 6 and 7), and NNAPI's experimental DENSIFY.
+    &batch_matmul::BATCH_MATMUL,
+    &pack::PACK,
+    &mirror_pad::MIRROR_PAD,
+    &reverse::REVERSE,
+    &densify::DENSIFY,
     // Vendor extensions (`crate::extensions`), under the driver's internal prefixes.
     &fibonacci::EXAMPLE_FIBONACCI,
     &gelu::VNPU_GELU,

@@ -104,9 +104,9 @@ pub use lookup::{
 pub use movement::{
     channel_shuffle::ChannelShuffle, concat::Concatenation, depth_space::DepthToSpace,
     depth_space::SpaceToDepth, fill::Fill, fill::Rank, gather::Gather, mirror_pad::MirrorPad,
-    pad::Pad, reshape::Reshape, reverse::Reverse, scatter::Scatter, slice::RuntimeSlice,
-    space_batch::BatchToSpace, space_batch::SpaceToBatch, split::Split, strided_slice::SliceDim,
-    strided_slice::StridedSlice, tile::Tile, transpose::Transpose,
+    pack::Pack, pad::Pad, reshape::Reshape, reverse::Reverse, scatter::Scatter,
+    slice::RuntimeSlice, space_batch::BatchToSpace, space_batch::SpaceToBatch, split::Split,
+    strided_slice::SliceDim, strided_slice::StridedSlice, tile::Tile, transpose::Transpose,
 };
 pub use normalization::{instance::InstanceNorm, l2::L2Normalization, lrn::LocalResponseNorm};
 pub use pool::pool2d::{Pool, PoolKind};
@@ -229,6 +229,7 @@ registry! {
     93 => MirrorPad(movement::mirror_pad::MirrorPad),
     94 => Reverse(movement::reverse::Reverse),
     95 => Scatter(movement::scatter::Scatter),
+    96 => Pack(movement::pack::Pack),
     100 => Fibonacci(extension::fibonacci::Fibonacci),
     101 => Gelu(extension::gelu::Gelu),
     110 => BboxTransform(detection::bbox_transform::BboxTransform),
@@ -587,8 +588,9 @@ pub fn run_f32(
         .collect())
 }
 
-/// The largest tensor rank the kernels accept.
-pub const MAX_RANK: usize = 6;
+/// The largest tensor rank the kernels accept (and the program's tensor table holds):
+/// NNAPI bounds no rank, and its AIDL V3 MIRROR_PAD cases go to rank 10.
+pub const MAX_RANK: usize = 12;
 
 /// The largest number of elements in any tensor (and in any scratch buffer derived from the
 /// shapes): 2^28 floats, 1 GiB.

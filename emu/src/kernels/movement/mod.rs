@@ -1,7 +1,7 @@
 //! Kernels that only move elements (any element type): RESHAPE, CONCATENATION,
 //! DEPTH_TO_SPACE, SPACE_TO_DEPTH, PAD, TRANSPOSE, SPACE_TO_BATCH_ND, BATCH_TO_SPACE_ND,
 //! STRIDED_SLICE (and SLICE), GATHER, CHANNEL_SHUFFLE, TILE, SPLIT, FILL,
-//! RANK, MIRROR_PAD, REVERSE, and SCATTER (DENSIFY's device half).
+//! RANK, MIRROR_PAD, REVERSE, PACK, and SCATTER (DENSIFY's device half).
 
 pub mod channel_shuffle;
 pub mod concat;
@@ -9,6 +9,7 @@ pub mod depth_space;
 pub mod fill;
 pub mod gather;
 pub mod mirror_pad;
+pub mod pack;
 pub mod pad;
 pub mod reshape;
 pub mod reverse;
