@@ -151,7 +151,6 @@ impl VnpuDevice {
         }
     }
 
-    /// What a prepared model made on this device shares with it.
     /// The one preparation core under both faces: validate `args.model` at `level` (what
     /// is newer than the face's level is INVALID_ARGUMENT), plan it, and prepare it on a
     /// worker; `args.callback` is notified exactly once.
@@ -262,6 +261,7 @@ impl VnpuDevice {
         ErrorStatus::None
     }
 
+    /// What a prepared model made on this device shares with it.
     fn model_context(&self) -> ModelContext {
         ModelContext {
             hw: Arc::clone(&self.hw),
