@@ -15,10 +15,9 @@ use crate::domain::{self, BufferRegistry, DriverBuffer};
 use crate::execute::VnpuPreparedModel;
 pub use crate::execute::{ModelContext, ModelCount, ModelLease};
 use crate::hal::{
-    validate_execution_preference, validate_model, validate_model_at, validate_priority,
-    BufferDesc, BufferRole, Capabilities, DeviceStatus, DeviceType, ErrorStatus, HalVersion, Model,
-    NativeHandle, OperandPerformance, OperandType, OptionalTimePoint, PerformanceInfo,
-    BYTE_SIZE_OF_CACHE_TOKEN,
+    validate_execution_preference, validate_model_at, validate_priority, BufferDesc, BufferRole,
+    Capabilities, DeviceStatus, DeviceType, ErrorStatus, HalVersion, Model, NativeHandle,
+    OperandPerformance, OperandType, OptionalTimePoint, PerformanceInfo, BYTE_SIZE_OF_CACHE_TOKEN,
 };
 use crate::hw::{Hardware, Health, HwError};
 use crate::workers::{Job, WorkerPool};
@@ -342,7 +341,15 @@ impl IDevice for VnpuDevice {
     }
 
     fn get_supported_operations_1_3(&self, model: &Model) -> (ErrorStatus, Vec<bool>) {
-        if let Err(e) = validate_model(model) {
+        self.get_supported_operations_at(HalVersion::V1_3, model)
+    }
+
+    fn get_supported_operations_at(
+        &self,
+        level: HalVersion,
+        model: &Model,
+    ) -> (ErrorStatus, Vec<bool>) {
+        if let Err(e) = validate_model_at(model, level) {
             tracing::debug!("getSupportedOperations: {e}");
             return (ErrorStatus::InvalidArgument, Vec::new());
         }
@@ -362,6 +369,10 @@ impl IDevice for VnpuDevice {
 
     fn prepare_model_1_3(&self, args: PrepareArgs<'_>) -> ErrorStatus {
         self.prepare_at(HalVersion::V1_3, args)
+    }
+
+    fn prepare_model_at(&self, level: HalVersion, args: PrepareArgs<'_>) -> ErrorStatus {
+        self.prepare_at(level, args)
     }
 
     fn prepare_model_from_cache_1_3(
