@@ -350,7 +350,7 @@ impl<T: Clone> Notified<T> {
         self.state.lock().unwrap_or_else(|p| p.into_inner()).count
     }
 
-    fn deliver(&self, v: T) {
+    pub(crate) fn deliver(&self, v: T) {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         s.count += 1;
         if s.value.is_none() {

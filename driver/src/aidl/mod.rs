@@ -14,6 +14,7 @@
 //! [`HalVersion::AidlV4`]: crate::hal::HalVersion::AidlV4
 
 pub mod burst;
+pub mod callback;
 pub mod convert;
 pub mod device;
 pub mod error;
@@ -24,6 +25,7 @@ pub mod traits;
 pub mod types;
 
 pub use burst::Burst;
+pub use callback::{PrepareResult, PreparedModelSlot};
 pub use device::AidlDevice;
 pub use error::{AidlResult, ServiceSpecific};
 pub use execution::Execution;
