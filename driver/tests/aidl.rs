@@ -840,3 +840,44 @@ fn vts_validate_model_prepare_model_with_config() {
     assert_eq!(ret.err(), Some(INVALID));
     assert_eq!(slot.wait().0, ErrorStatus::InvalidArgument);
 }
+
+#[test]
+fn runner_runs_cases_through_v4_on_every_path() {
+    use vnpu_driver::conformance::{
+        prepare_plain, run_case_opts, ExecOptions, ExecPath, Interface, MemoryMode, Verdict,
+    };
+    let dev = device();
+    let cases: Vec<TestCase> = corpus_cases().into_iter().take(12).collect();
+    for path in [
+        ExecPath::Async,
+        ExecPath::Sync,
+        ExecPath::Fenced,
+        ExecPath::Burst,
+        ExecPath::Reusable,
+    ] {
+        for memory in [MemoryMode::Shared, MemoryMode::Blob] {
+            let exec = ExecOptions {
+                path,
+                memory,
+                interface: Interface::Aidl,
+                ..Default::default()
+            };
+            for case in &cases {
+                let report = run_case_opts(dev.as_ref(), case, &prepare_plain, exec);
+                assert_eq!(
+                    report.verdict,
+                    Verdict::Pass,
+                    "{} {path:?} {memory:?}",
+                    case.name
+                );
+            }
+        }
+    }
+    // Reusable executions are AIDL's: under HIDL the case fails with the reason.
+    let exec = ExecOptions {
+        path: ExecPath::Reusable,
+        ..Default::default()
+    };
+    let report = run_case_opts(dev.as_ref(), &cases[0], &prepare_plain, exec);
+    assert!(matches!(report.verdict, Verdict::Fail(ref why) if why.contains("--interface aidl")));
+}

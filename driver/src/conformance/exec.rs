@@ -24,8 +24,12 @@ pub enum ExecPath {
     Fenced,
     /// A burst (`configureExecutionBurst`, requests and results over fast message
     /// queues). A request naming driver-managed buffers has no slots: it runs
-    /// synchronously instead, as the runtime falls back.
+    /// synchronously instead, as the runtime falls back. Under AIDL: an IBurst with
+    /// memory identifier tokens.
     Burst,
+    /// AIDL only: a reusable execution (`createReusableExecution`) created once and run
+    /// twice, both results checked.
+    Reusable,
 }
 
 /// Where the request's inputs and outputs live.
@@ -65,6 +69,8 @@ pub struct ExecOptions {
     pub memory: MemoryMode,
     /// Run each case as the suite's dynamic-output-shape variant ([`super::dynamic`]).
     pub dynamic_shapes: bool,
+    /// The interface the cases go through.
+    pub interface: super::face::Interface,
 }
 
 /// Executes `request` on `path` with timing measured. A launch status that disagrees with
@@ -127,6 +133,7 @@ pub fn execute(
             };
             Ok(burst.execute(request, measure))
         }
+        ExecPath::Reusable => Err("--path reusable needs --interface aidl".into()),
     }
 }
 
