@@ -881,3 +881,133 @@ fn runner_runs_cases_through_v4_on_every_path() {
     let report = run_case_opts(dev.as_ref(), &cases[0], &prepare_plain, exec);
     assert!(matches!(report.verdict, Verdict::Fail(ref why) if why.contains("--interface aidl")));
 }
+
+/// Every V4 call through `vnpu serve` answers as the local device does: queries,
+/// prepareModelWithConfig, executions on every path (the reusable execution and the
+/// burst living in the service), and corpus cases through the runner.
+#[test]
+fn remote_aidl_matches_local() {
+    use vnpu_driver::conformance::{
+        prepare_plain, run_case_opts, ExecOptions, ExecPath, Interface, Verdict,
+    };
+    let service = common::service::Service::start("aidl");
+    let remote_core: Arc<dyn vnpu_driver::interface::IDevice> = Arc::new(service.connect());
+    let remote = AidlDevice::new(Arc::clone(&remote_core));
+    let local = face();
+    assert_eq!(
+        remote.get_capabilities().unwrap(),
+        local.get_capabilities().unwrap()
+    );
+    assert_eq!(
+        remote.get_version_string().unwrap(),
+        local.get_version_string().unwrap()
+    );
+    assert_eq!(
+        remote.get_number_of_cache_files_needed().unwrap(),
+        local.get_number_of_cache_files_needed().unwrap()
+    );
+    let model = model_to_aidl(&add_model()).unwrap();
+    assert_eq!(
+        remote.get_supported_operations(&model).unwrap(),
+        local.get_supported_operations(&model).unwrap()
+    );
+    let config = PrepareModelConfig {
+        compilation_hints: vec![TokenValuePair {
+            token: 0x0001_0002,
+            value: vec![7],
+        }],
+        ..PrepareModelConfig::default()
+    };
+    let prepare_on = |dev: &dyn IDevice| {
+        let slot = PreparedModelSlot::new();
+        dev.prepare_model_with_config(&model, &config, Some(slot.clone()))
+            .expect("prepareModelWithConfig");
+        let (status, p) = slot.wait();
+        assert_eq!(status, ErrorStatus::None);
+        p.expect("prepared")
+    };
+    // What each face gives for the same work: every path's outputs and statuses.
+    let run = |p: &Arc<dyn IPreparedModel>| -> Vec<(String, Vec<f32>)> {
+        let mut seen = Vec::new();
+        let (request, pool) = add_request(&[1.0, 2.0, 3.0, 4.0], &[0.5; 4]);
+        let mut note = |what: &str, ok: bool| {
+            seen.push((format!("{what}: {ok}"), f32s(&read(&pool, 128, 16))));
+            write(&pool, 128, &[0; 16]);
+        };
+        let r = p.execute_synchronously(&request, true, NO_DEADLINE, OMITTED);
+        note("sync", r.is_ok_and(|r| r.output_sufficient_size));
+        let r = p.execute_synchronously_with_config(&request, &ExecutionConfig::default(), -1);
+        note("sync with config", r.is_ok());
+        let f = p.execute_fenced(&request, &[], true, NO_DEADLINE, OMITTED, OMITTED);
+        note(
+            "fenced",
+            f.is_ok_and(|f| fenced_info(f).status == ErrorStatus::None),
+        );
+        let exec = p
+            .create_reusable_execution(&request, &ExecutionConfig::default())
+            .expect("reusable");
+        for k in 0..2 {
+            let r = exec.execute_synchronously(NO_DEADLINE);
+            note(&format!("reusable run {k}"), r.is_ok());
+        }
+        let f = exec.execute_fenced(&[], NO_DEADLINE, OMITTED);
+        note(
+            "reusable fenced",
+            f.is_ok_and(|f| fenced_info(f).status == ErrorStatus::None),
+        );
+        let burst = p.configure_execution_burst().expect("burst");
+        for k in 0..2 {
+            let r = burst.execute_synchronously(&request, &[3], false, NO_DEADLINE, OMITTED);
+            note(&format!("burst run {k}"), r.is_ok());
+        }
+        note("release", burst.release_memory_resource(3).is_ok());
+        note(
+            "release -2",
+            burst.release_memory_resource(-2) == Err(INVALID),
+        );
+        let mut short = request.clone();
+        short.outputs[0].location.length -= 1;
+        short.outputs[0].location.padding += 1;
+        let r = p.execute_synchronously(&short, false, NO_DEADLINE, OMITTED);
+        note("insufficient", r.is_ok_and(|r| !r.output_sufficient_size));
+        let mut bad = request.clone();
+        bad.inputs.pop();
+        let r = p.create_reusable_execution(&bad, &ExecutionConfig::default());
+        note("invalid reusable", r.err() == Some(INVALID));
+        seen
+    };
+    let here = run(&prepare_on(&local));
+    let there = run(&prepare_on(&remote));
+    assert_eq!(here, there);
+    assert!(
+        here.iter().all(|(what, _)| what.ends_with("true")),
+        "{here:?}"
+    );
+    // A reusable execution in the service outlives the client's request memory.
+    let p = prepare_on(&remote);
+    let (request, pool) = add_request(&[2.0; 4], &[2.0; 4]);
+    let exec = p
+        .create_reusable_execution(&request, &ExecutionConfig::default())
+        .unwrap();
+    drop(request);
+    sufficient(&exec.execute_synchronously(NO_DEADLINE).unwrap());
+    assert_eq!(f32s(&read(&pool, 128, 16)), [4.0; 4]);
+    // Corpus cases through the runner over the service, every V4 path.
+    let cases: Vec<TestCase> = corpus_cases().into_iter().take(8).collect();
+    for path in [
+        ExecPath::Async,
+        ExecPath::Sync,
+        ExecPath::Burst,
+        ExecPath::Reusable,
+    ] {
+        let exec = ExecOptions {
+            path,
+            interface: Interface::Aidl,
+            ..Default::default()
+        };
+        for case in &cases {
+            let report = run_case_opts(remote_core.as_ref(), case, &prepare_plain, exec);
+            assert_eq!(report.verdict, Verdict::Pass, "{} {path:?}", case.name);
+        }
+    }
+}

@@ -57,7 +57,9 @@ pub fn memory(m: &Memory) -> AidlResult<hal::Memory> {
             let size = match blob {
                 true => d.width as i64,
                 // Not read by the core: a non-BLOB buffer is always used whole.
-                false => (d.stride as i64) * (d.height as i64) * (d.layers as i64),
+                false => (d.stride as i64)
+                    .saturating_mul(d.height as i64)
+                    .saturating_mul(d.layers as i64),
             };
             hal::Memory {
                 name: match blob {
