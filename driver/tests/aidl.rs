@@ -855,7 +855,7 @@ fn runner_runs_cases_through_v4_on_every_path() {
         ExecPath::Burst,
         ExecPath::Reusable,
     ] {
-        for memory in [MemoryMode::Shared, MemoryMode::Blob] {
+        for memory in [MemoryMode::Shared, MemoryMode::Blob, MemoryMode::Device] {
             let exec = ExecOptions {
                 path,
                 memory,

@@ -33,16 +33,6 @@ pub enum Prepared {
     Aidl(Arc<dyn aidl::IPreparedModel>),
 }
 
-impl Prepared {
-    /// The 1.3 prepared model, when the run speaks HIDL.
-    pub fn hidl(&self) -> Option<&Arc<dyn IPreparedModel>> {
-        match self {
-            Prepared::Hidl(p) => Some(p),
-            Prepared::Aidl(_) => None,
-        }
-    }
-}
-
 /// What one execution gave, and the reusable execution to run again (`--path reusable`).
 pub struct Executed {
     /// Status, output shapes, timing (µs).
@@ -100,6 +90,20 @@ pub fn prepare(
             let ret = ret.err().map_or(ErrorStatus::None, |e| e.0);
             (ret, status, p.map(Prepared::Aidl))
         }
+    }
+}
+
+/// The case's inputs and outputs in driver-managed buffers, allocated through the
+/// interface the model was prepared through.
+pub fn device_memories(
+    device: &dyn IDevice,
+    prepared: &Prepared,
+    case: &super::corpus::TestCase,
+    request: &mut Request,
+) -> Result<exec::DeviceMemories, String> {
+    match prepared {
+        Prepared::Hidl(p) => exec::DeviceMemories::set_up(device, p, case, request),
+        Prepared::Aidl(p) => exec::DeviceMemories::set_up_aidl(&face(device), p, case, request),
     }
 }
 

@@ -261,16 +261,10 @@ fn run_case_inner(
     };
     let memories = match exec.memory {
         MemoryMode::Shared | MemoryMode::Blob => exec::DeviceMemories::default(),
-        MemoryMode::Device => {
-            let Some(prepared) = prepared.hidl() else {
-                let why = "--memory device runs through HIDL 1.3 only (use --interface hidl)";
-                return (Verdict::Fail(why.into()), Vec::new(), Timing::NONE);
-            };
-            match exec::DeviceMemories::set_up(device, prepared, case, &mut request) {
-                Ok(m) => m,
-                Err(e) => return (Verdict::Fail(e), Vec::new(), Timing::NONE),
-            }
-        }
+        MemoryMode::Device => match face::device_memories(device, &prepared, case, &mut request) {
+            Ok(m) => m,
+            Err(e) => return (Verdict::Fail(e), Vec::new(), Timing::NONE),
+        },
     };
     if exec.dynamic_shapes {
         dynamic::unspecified(&mut request);
