@@ -1011,3 +1011,72 @@ fn remote_aidl_matches_local() {
         }
     }
 }
+
+/// prepareModelWithConfig saves to the cache files it is given; prepareModelFromCache
+/// (V4) loads them back into a model that runs, and a wrong token is refused.
+#[test]
+fn prepare_model_from_cache_through_v4() {
+    let dir = std::env::temp_dir().join(format!("vnpu-aidl-cache-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let counts = face().get_number_of_cache_files_needed().unwrap();
+    let path = |kind: &str, k: i32| dir.join(format!("{kind}{k}"));
+    let open = |p: &std::path::Path| -> aidl::ParcelFileDescriptor {
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(p)
+            .unwrap();
+        Arc::new(OwnedFd::from(f))
+    };
+    let files = || {
+        let m: Vec<_> = (0..counts.num_model_cache)
+            .map(|k| open(&path("model", k)))
+            .collect();
+        let d: Vec<_> = (0..counts.num_data_cache)
+            .map(|k| open(&path("data", k)))
+            .collect();
+        (m, d)
+    };
+    let (model_cache, data_cache) = files();
+    let config = PrepareModelConfig {
+        model_cache,
+        data_cache,
+        cache_token: [7; 32],
+        ..PrepareModelConfig::default()
+    };
+    let (status, _) = prepare_with(&add_model(), &config);
+    assert_eq!(status, ErrorStatus::None);
+    let from_cache = |token: [u8; 32]| {
+        let (model_cache, data_cache) = files();
+        let slot = PreparedModelSlot::new();
+        let ret = face().prepare_model_from_cache(
+            NO_DEADLINE,
+            &model_cache,
+            &data_cache,
+            &token,
+            Some(slot.clone()),
+        );
+        let (status, p) = slot.wait();
+        assert_eq!(ret.err().map_or(ErrorStatus::None, |e| e.0), status);
+        (status, p)
+    };
+    let (status, p) = from_cache([7; 32]);
+    assert_eq!(status, ErrorStatus::None);
+    let p = p.expect("loaded");
+    let (request, pool) = add_request(&[1.0; 4], &[6.0; 4]);
+    sufficient(
+        &p.execute_synchronously(&request, false, NO_DEADLINE, OMITTED)
+            .unwrap(),
+    );
+    assert_eq!(f32s(&read(&pool, 128, 16)), [7.0; 4]);
+    let (status, p) = from_cache([8; 32]);
+    assert_ne!(
+        status,
+        ErrorStatus::None,
+        "another token's files must not load"
+    );
+    assert!(p.is_none());
+    let _ = std::fs::remove_dir_all(&dir);
+}
