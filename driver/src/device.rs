@@ -365,12 +365,24 @@ impl IDevice for VnpuDevice {
         self.supported_operations_at(HalVersion::V1_3, model)
     }
 
+    fn get_supported_operations_at(
+        &self,
+        level: HalVersion,
+        model: &Model,
+    ) -> (ErrorStatus, Vec<bool>) {
+        self.supported_operations_at(level, model)
+    }
+
     fn get_number_of_cache_files_needed(&self) -> (ErrorStatus, u32, u32) {
         (ErrorStatus::None, cache::MODEL_FILES, cache::DATA_FILES)
     }
 
     fn prepare_model_1_3(&self, args: PrepareArgs<'_>) -> ErrorStatus {
         self.prepare_at(HalVersion::V1_3, args)
+    }
+
+    fn prepare_model_at(&self, level: HalVersion, args: PrepareArgs<'_>) -> ErrorStatus {
+        self.prepare_at(level, args)
     }
 
     fn prepare_model_from_cache_1_3(

@@ -10,8 +10,9 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use crate::hal::{
     BufferDesc, BufferRole, Capabilities, DeviceStatus, DeviceType, ErrorStatus,
-    ExecutionPreference, MeasureTiming, Memory, Model, NativeHandle, Operand, OptionalTimePoint,
-    OptionalTimeoutDuration, OutputShape, Priority, Request, Timing, BYTE_SIZE_OF_CACHE_TOKEN,
+    ExecutionPreference, HalVersion, MeasureTiming, Memory, Model, NativeHandle, Operand,
+    OptionalTimePoint, OptionalTimeoutDuration, OutputShape, Priority, Request, Timing,
+    BYTE_SIZE_OF_CACHE_TOKEN,
 };
 /// Whether a memory-domain role reads a buffer (a model input) or writes it (a model output).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -82,6 +83,40 @@ pub trait IBurstCallback: Send + Sync {
 pub trait IBurstContext: Send + Sync {
     /// Forgets the memory cached under `slot` (an unknown slot is ignored).
     fn free_memory(&self, slot: i32);
+}
+
+/// A request fixed once and run many times: the core under AIDL V4's `IExecution`
+/// ([`crate::aidl`]). The request was validated and its memory resolved when it was made;
+/// at most one execution runs on it at a time.
+pub trait IReusableExecution: Send + Sync {
+    /// Runs it once, synchronously, before `deadline`.
+    fn execute_synchronously(&self, deadline: OptionalTimePoint) -> ExecutionResult;
+    /// Runs it once every fence of `wait_for` is signalled, before the earlier of
+    /// `deadline` and now + `duration`.
+    fn execute_fenced(
+        &self,
+        wait_for: &[NativeHandle],
+        deadline: OptionalTimePoint,
+        duration: OptionalTimeoutDuration,
+    ) -> FencedResult;
+}
+
+/// A burst whose request memories the client names by its own tokens (the core under
+/// AIDL's `IBurst`): a memory is resolved the first time its token is seen and kept until
+/// the token is released or the burst dropped.
+pub trait IMemoryTokenBurst: Send + Sync {
+    /// Executes `request`; `tokens` has one entry per request pool (-1: not cached).
+    fn execute_synchronously(
+        &self,
+        request: &Request,
+        tokens: &[i64],
+        measure: MeasureTiming,
+        deadline: OptionalTimePoint,
+        loop_timeout: OptionalTimeoutDuration,
+    ) -> ExecutionResult;
+    /// Forgets the memory kept under `token` (INVALID_ARGUMENT for a negative token; an
+    /// unknown one is ignored).
+    fn release_memory_resource(&self, token: i64) -> ErrorStatus;
 }
 
 /// The outcome of `configureExecutionBurst`: status and, on success, the burst.
@@ -176,6 +211,29 @@ pub trait IDevice: Send + Sync {
         input_roles: &[BufferRole],
         output_roles: &[BufferRole],
     ) -> AllocateResult;
+    /// The preparation core at a HAL level: what a face newer than 1.3 (the AIDL face)
+    /// calls. A device that only speaks 1.3 refuses newer levels with INVALID_ARGUMENT.
+    fn prepare_model_at(&self, level: HalVersion, args: PrepareArgs<'_>) -> ErrorStatus {
+        if level <= HalVersion::V1_3 {
+            return self.prepare_model_1_3(args);
+        }
+        if let Some(cb) = args.callback {
+            cb.notify(ErrorStatus::InvalidArgument, None);
+        }
+        ErrorStatus::InvalidArgument
+    }
+    /// getSupportedOperations with `model` validated at `level` (see
+    /// [`IDevice::prepare_model_at`]).
+    fn get_supported_operations_at(
+        &self,
+        level: HalVersion,
+        model: &Model,
+    ) -> (ErrorStatus, Vec<bool>) {
+        match level <= HalVersion::V1_3 {
+            true => self.get_supported_operations_1_3(model),
+            false => (ErrorStatus::InvalidArgument, Vec::new()),
+        }
+    }
 }
 
 /// The NN HAL 1.3 `IPreparedModel`.
@@ -216,6 +274,22 @@ pub trait IPreparedModel: Send + Sync {
         request_channel: BorrowedFd<'_>,
         result_channel: BorrowedFd<'_>,
     ) -> BurstResult;
+    /// A reusable execution of `request` (AIDL V4 `createReusableExecution`'s core):
+    /// INVALID_ARGUMENT for a request that is not valid for this model. A model that
+    /// cannot make one says GENERAL_FAILURE.
+    fn create_reusable_execution(
+        &self,
+        request: &Request,
+        measure: MeasureTiming,
+        loop_timeout: OptionalTimeoutDuration,
+    ) -> Result<Arc<dyn IReusableExecution>, ErrorStatus> {
+        let _ = (request, measure, loop_timeout);
+        Err(ErrorStatus::GeneralFailure)
+    }
+    /// A burst with client memory tokens (AIDL `configureExecutionBurst`'s core).
+    fn configure_memory_token_burst(&self) -> Result<Arc<dyn IMemoryTokenBurst>, ErrorStatus> {
+        Err(ErrorStatus::GeneralFailure)
+    }
     /// The implementation behind the interface; `None` for a model that does not say.
     fn as_any(&self) -> Option<&dyn Any> {
         None
@@ -276,7 +350,7 @@ impl<T: Clone> Notified<T> {
         self.state.lock().unwrap_or_else(|p| p.into_inner()).count
     }
 
-    fn deliver(&self, v: T) {
+    pub(crate) fn deliver(&self, v: T) {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         s.count += 1;
         if s.value.is_none() {

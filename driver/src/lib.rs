@@ -6,6 +6,8 @@
 //! [`conformance`] runner behind the `vnpu` CLI (feature `cli`, on by default).
 pub mod hal;
 
+pub mod aidl;
+
 pub mod alloc;
 pub mod burst;
 pub mod cache;

@@ -58,6 +58,12 @@ fuzz_target!(
                         drop(incoming.handle(result_channel));
                     }
                     Call::BurstMemories { memories, .. } => drop(incoming.memories(memories)),
+                    Call::CreateReusableExecution(e) | Call::ExecuteTokenBurst { exec: e, .. } => {
+                        drop(incoming.pools(e.pools))
+                    }
+                    Call::ExecuteReusableFenced { wait_for, .. } => {
+                        drop(incoming.handles(wait_for))
+                    }
                     _ => {}
                 }
             }

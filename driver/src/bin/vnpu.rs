@@ -15,7 +15,7 @@ use vnpu_driver::conformance::suite::{run_suite_until, SuiteOptions};
 use vnpu_driver::conformance::table;
 use vnpu_driver::conformance::{
     default_corpus, lookup, prepare_plain, run_case, run_case_with, ExecOptions, ExecPath,
-    MemoryMode, Preparation, Verdict,
+    Interface, MemoryMode, Preparation, Verdict,
 };
 use vnpu_driver::device::{IDevice, VnpuDevice};
 use vnpu_driver::hal::{ErrorStatus, Model, OperationType};
@@ -146,10 +146,15 @@ enum Command {
         /// Write a per-case JSON report here.
         #[arg(long)]
         json: Option<PathBuf>,
-        /// The execution path: execute_1_3 with a callback, executeSynchronously_1_3, or
-        /// executeFenced.
+        /// The execution path: execute_1_3 with a callback, executeSynchronously_1_3,
+        /// executeFenced, a burst, or (AIDL only) a reusable execution run twice. Under
+        /// `--interface aidl` the default path is executeSynchronouslyWithConfig.
         #[arg(long, value_enum, default_value_t = ExecPath::Async)]
         path: ExecPath,
+        /// The interface every case goes through: HIDL NN HAL 1.3, or AIDL NN HAL V4 (as a
+        /// client with NNAPI's experimental features enabled).
+        #[arg(long, value_enum, default_value_t = Interface::Hidl)]
+        interface: Interface,
         /// Where inputs and outputs live: one shared (ashmem) pool, or driver-managed
         /// buffers (IDevice::allocate; an operand without one stays shared).
         #[arg(long, value_enum, default_value_t = MemoryMode::Shared)]
@@ -275,6 +280,7 @@ fn command() -> ExitCode {
             path,
             memory,
             dynamic_shapes,
+            interface,
             ..
         } => conformance(
             &target,
@@ -285,6 +291,7 @@ fn command() -> ExitCode {
                     path,
                     memory,
                     dynamic_shapes,
+                    interface,
                 },
                 jobs: jobs.unwrap_or(SuiteOptions::default().jobs),
             },
@@ -635,6 +642,10 @@ fn conformance(
     options: SuiteOptions,
     json: Option<PathBuf>,
 ) -> ExitCode {
+    if options.exec.path == ExecPath::Reusable && options.exec.interface != Interface::Aidl {
+        eprintln!("vnpu: --path reusable is an AIDL V4 execution: add --interface aidl");
+        return ExitCode::from(2);
+    }
     if options.exec.dynamic_shapes && options.exec.path == ExecPath::Fenced {
         eprintln!("vnpu: --dynamic-shapes needs output shapes, which executeFenced does not report: use --path async, sync or burst");
         return ExitCode::from(2);

@@ -24,8 +24,12 @@ pub enum ExecPath {
     Fenced,
     /// A burst (`configureExecutionBurst`, requests and results over fast message
     /// queues). A request naming driver-managed buffers has no slots: it runs
-    /// synchronously instead, as the runtime falls back.
+    /// synchronously instead, as the runtime falls back. Under AIDL: an IBurst with
+    /// memory identifier tokens.
     Burst,
+    /// AIDL only: a reusable execution (`createReusableExecution`) created once and run
+    /// twice, both results checked.
+    Reusable,
 }
 
 /// Where the request's inputs and outputs live.
@@ -65,6 +69,8 @@ pub struct ExecOptions {
     pub memory: MemoryMode,
     /// Run each case as the suite's dynamic-output-shape variant ([`super::dynamic`]).
     pub dynamic_shapes: bool,
+    /// The interface the cases go through.
+    pub interface: super::face::Interface,
 }
 
 /// Executes `request` on `path` with timing measured. A launch status that disagrees with
@@ -127,6 +133,40 @@ pub fn execute(
             };
             Ok(burst.execute(request, measure))
         }
+        ExecPath::Reusable => Err("--path reusable needs --interface aidl".into()),
+    }
+}
+
+/// A driver-managed buffer as the run's interface gave it.
+enum Buffer {
+    /// `IBuffer` 1.3.
+    Hidl(Arc<dyn IBuffer>),
+    /// `IBuffer` V4.
+    Aidl(Arc<dyn crate::aidl::IBuffer>),
+}
+
+impl Buffer {
+    fn copy_from(&self, src: &Memory, dims: &[u32]) -> ErrorStatus {
+        match self {
+            Buffer::Hidl(b) => b.copy_from(src, dims),
+            Buffer::Aidl(b) => {
+                let dims: Vec<i32> = dims.iter().map(|&d| d as i32).collect();
+                crate::aidl::convert::memory_to_aidl(src)
+                    .and_then(|m| b.copy_from(&m, &dims))
+                    .err()
+                    .map_or(ErrorStatus::None, |e| e.0)
+            }
+        }
+    }
+
+    fn copy_to(&self, dst: &Memory) -> ErrorStatus {
+        match self {
+            Buffer::Hidl(b) => b.copy_to(dst),
+            Buffer::Aidl(b) => crate::aidl::convert::memory_to_aidl(dst)
+                .and_then(|m| b.copy_to(&m))
+                .err()
+                .map_or(ErrorStatus::None, |e| e.0),
+        }
     }
 }
 
@@ -134,41 +174,67 @@ pub fn execute(
 #[derive(Default)]
 pub struct DeviceMemories {
     /// Per output: its buffer, if it has one.
-    outputs: Vec<Option<Arc<dyn IBuffer>>>,
+    outputs: Vec<Option<Buffer>>,
     /// Held for the execution (dropping a buffer frees its token).
-    _inputs: Vec<Arc<dyn IBuffer>>,
+    _inputs: Vec<Buffer>,
 }
 
-fn allocate(
-    device: &dyn IDevice,
-    prepared: &Arc<dyn IPreparedModel>,
-    input: Option<u32>,
-    output: Option<u32>,
-) -> Option<(Arc<dyn IBuffer>, u32)> {
-    let role = |io_index| BufferRole {
+/// The buffer role of input or output `io_index` of model 0.
+fn role(io_index: u32) -> BufferRole {
+    BufferRole {
         model_index: 0,
         io_index,
         frequency: 1.0,
-    };
-    let ins: Vec<_> = input.map(role).into_iter().collect();
-    let outs: Vec<_> = output.map(role).into_iter().collect();
-    match device.allocate(
-        &BufferDesc::default(),
-        &[Some(Arc::clone(prepared))],
-        &ins,
-        &outs,
-    ) {
-        (ErrorStatus::None, Some(b), token) => Some((b, token)),
-        _ => None,
     }
 }
 
+/// A buffer for input `input` or output `output` of `prepared`, if the driver gives one.
+type Allocate<'a> = dyn Fn(Option<u32>, Option<u32>) -> Option<(Buffer, u32)> + 'a;
+
 impl DeviceMemories {
     /// Moves the case's inputs and outputs into driver-managed buffers where the driver
-    /// gives one, rewriting `request` to name them by token.
+    /// gives one (`IDevice::allocate` 1.3), rewriting `request` to name them by token.
     pub fn set_up(
         device: &dyn IDevice,
         prepared: &Arc<dyn IPreparedModel>,
+        case: &TestCase,
+        request: &mut Request,
+    ) -> Result<DeviceMemories, String> {
+        let allocate = |input: Option<u32>, output: Option<u32>| {
+            let ins: Vec<_> = input.map(role).into_iter().collect();
+            let outs: Vec<_> = output.map(role).into_iter().collect();
+            let models = [Some(Arc::clone(prepared))];
+            match device.allocate(&BufferDesc::default(), &models, &ins, &outs) {
+                (ErrorStatus::None, Some(b), token) => Some((Buffer::Hidl(b), token)),
+                _ => None,
+            }
+        };
+        Self::set_up_with(&allocate, case, request)
+    }
+
+    /// [`DeviceMemories::set_up`] through AIDL V4 (`IDevice::allocate`, `IBuffer` V4).
+    pub fn set_up_aidl(
+        device: &dyn crate::aidl::IDevice,
+        prepared: &Arc<dyn crate::aidl::IPreparedModel>,
+        case: &TestCase,
+        request: &mut Request,
+    ) -> Result<DeviceMemories, String> {
+        let allocate = |input: Option<u32>, output: Option<u32>| {
+            let ins: Vec<_> = input.map(role).into_iter().collect();
+            let outs: Vec<_> = output.map(role).into_iter().collect();
+            let models = [crate::aidl::IPreparedModelParcel {
+                prepared_model: Some(Arc::clone(prepared)),
+            }];
+            let b = device
+                .allocate(&BufferDesc::default(), &models, &ins, &outs)
+                .ok()?;
+            Some((Buffer::Aidl(b.buffer), u32::try_from(b.token).ok()?))
+        };
+        Self::set_up_with(&allocate, case, request)
+    }
+
+    fn set_up_with(
+        allocate: &Allocate<'_>,
         case: &TestCase,
         request: &mut Request,
     ) -> Result<DeviceMemories, String> {
@@ -186,7 +252,7 @@ impl DeviceMemories {
             if omitted || input.data.is_empty() {
                 continue;
             }
-            let Some((buffer, token)) = allocate(device, prepared, Some(k as u32), None) else {
+            let Some((buffer, token)) = allocate(Some(k as u32), None) else {
                 continue;
             };
             let src = Memory::ashmem_with(&input.data).map_err(|e| e.to_string())?;
@@ -202,7 +268,7 @@ impl DeviceMemories {
             me._inputs.push(buffer);
         }
         for k in 0..request.outputs.len() {
-            let buffer = allocate(device, prepared, None, Some(k as u32)).map(|(b, token)| {
+            let buffer = allocate(None, Some(k as u32)).map(|(b, token)| {
                 request.outputs[k].location = device_arg(request, token);
                 b
             });

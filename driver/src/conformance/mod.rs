@@ -10,6 +10,7 @@ pub mod compare;
 pub mod corpus;
 pub mod dynamic;
 pub mod exec;
+pub mod face;
 pub mod multinomial;
 pub mod report;
 pub mod suite;
@@ -17,6 +18,7 @@ pub mod table;
 
 pub use compare::{compare, decode, tolerance, OutputReport};
 pub use exec::{ExecOptions, ExecPath, MemoryMode};
+pub use face::Interface;
 pub use report::OperationUse;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -158,7 +160,7 @@ pub fn run_case_opts(
     prepare: &dyn Fn(&dyn IDevice, &Model) -> Preparation,
     exec: ExecOptions,
 ) -> CaseReport {
-    if needs_aidl(&case.model) {
+    if exec.interface == face::Interface::Hidl && needs_aidl(&case.model) {
         return report(
             case,
             (Verdict::Skip(NEEDS_AIDL.into()), Vec::new(), Timing::NONE),
@@ -266,7 +268,11 @@ fn run_case_inner(
         }
     };
     let model = &case.model;
-    let (status, supported) = supported(model);
+    // HIDL: the run's getSupportedOperations (1.3, or a level's); AIDL: through V4.
+    let (status, supported) = match exec.interface {
+        face::Interface::Hidl => supported(model),
+        face::Interface::Aidl => face::supported(device, model, exec.interface),
+    };
     if status != ErrorStatus::None {
         return expected_failure(format!("getSupportedOperations_1_3: {status}"));
     }
@@ -285,7 +291,7 @@ fn run_case_inner(
             Timing::NONE,
         );
     }
-    let (ret, status, prepared) = prepare(device, model);
+    let (ret, status, prepared) = face::prepare(device, model, exec.interface, prepare);
     // A launch that returned NONE may still notify an error (preparation is asynchronous);
     // a launch that returned an error must notify that same error.
     if ret != ErrorStatus::None && ret != status {
@@ -319,18 +325,16 @@ fn run_case_inner(
     };
     let memories = match exec.memory {
         MemoryMode::Shared | MemoryMode::Blob => exec::DeviceMemories::default(),
-        MemoryMode::Device => {
-            match exec::DeviceMemories::set_up(device, &prepared, case, &mut request) {
-                Ok(m) => m,
-                Err(e) => return (Verdict::Fail(e), Vec::new(), Timing::NONE),
-            }
-        }
+        MemoryMode::Device => match face::device_memories(device, &prepared, case, &mut request) {
+            Ok(m) => m,
+            Err(e) => return (Verdict::Fail(e), Vec::new(), Timing::NONE),
+        },
     };
     if exec.dynamic_shapes {
         dynamic::unspecified(&mut request);
     }
-    let (status, shapes, timing) = match exec::execute(&prepared, &request, exec.path) {
-        Ok(r) => r,
+    let (status, shapes, timing, again) = match face::execute(&prepared, &request, exec.path) {
+        Ok(r) => (r.result.0, r.result.1, r.result.2, r.again),
         Err(e) => return (Verdict::Fail(e), Vec::new(), Timing::NONE),
     };
     // executeFenced cannot return output shapes, so the HAL has it refuse outputs of
@@ -360,9 +364,74 @@ fn run_case_inner(
             timing,
         );
     }
+    let (reports, mut problems) = match check_outputs(case, &shapes, &memories, &pool, &locations) {
+        Ok(r) => r,
+        Err(e) => return (Verdict::Fail(e), Vec::new(), timing),
+    };
+    // A reusable execution runs again over the same request: outputs cleared, then
+    // checked again.
+    if let (Some(execution), true) = (again, problems.is_empty()) {
+        for (want, loc) in case.outputs.iter().zip(&locations) {
+            if let Err(e) = write_zeros(&pool, loc.offset as u64, want.data.len()) {
+                return (
+                    Verdict::Fail(format!("clearing outputs: {e}")),
+                    reports,
+                    timing,
+                );
+            }
+        }
+        let (status, shapes, _) = face::run_again(&execution);
+        if status != ErrorStatus::None {
+            return (
+                Verdict::Fail(format!("second run of the reusable execution: {status}")),
+                reports,
+                timing,
+            );
+        }
+        match check_outputs(case, &shapes, &memories, &pool, &locations) {
+            Ok((_, second)) => {
+                problems.extend(second.into_iter().map(|p| format!("second run: {p}")))
+            }
+            Err(e) => return (Verdict::Fail(format!("second run: {e}")), reports, timing),
+        }
+    }
+    if exec.dynamic_shapes && problems.is_empty() {
+        if let (Some(short), Some(want)) = (dynamic::one_byte_short(&request), case.outputs.first())
+        {
+            match face::execute(&prepared, &short, exec.path) {
+                Ok(face::Executed {
+                    result: (status, shapes, _),
+                    ..
+                }) => {
+                    if let Err(e) = dynamic::check_short(status, &shapes, &want.dimensions) {
+                        problems.push(e);
+                    }
+                }
+                Err(e) => problems.push(e),
+            }
+        }
+    }
+    let verdict = if problems.is_empty() {
+        Verdict::Pass
+    } else {
+        Verdict::Fail(problems.join("; "))
+    };
+    (verdict, reports, timing)
+}
+
+/// Compares the outputs an execution wrote (in `pool` at `locations`, or in driver-managed
+/// buffers) and its output shapes with the case's references: one report per output and
+/// the problems found; an output that cannot be read is an error.
+fn check_outputs(
+    case: &TestCase,
+    shapes: &[crate::hal::OutputShape],
+    memories: &exec::DeviceMemories,
+    pool: &Memory,
+    locations: &[DataLocation],
+) -> Result<(Vec<OutputReport>, Vec<String>), String> {
     let mut reports = Vec::new();
     let mut problems = Vec::new();
-    for (k, (want, loc)) in case.outputs.iter().zip(&locations).enumerate() {
+    for (k, (want, loc)) in case.outputs.iter().zip(locations).enumerate() {
         if let Some(s) = shapes.get(k) {
             if !want.ignored && (s.dimensions != want.dimensions || !s.is_sufficient) {
                 problems.push(format!(
@@ -373,17 +442,11 @@ fn run_case_inner(
         }
         let ty = case.operand_type(want.operand).unwrap_or(OperandType(-1));
         let read = memories.output(k, want.data.len()).unwrap_or_else(|| {
-            read_bytes(&pool, loc.offset as u64, want.data.len()).map_err(|e| e.to_string())
+            read_bytes(pool, loc.offset as u64, want.data.len()).map_err(|e| e.to_string())
         });
         let bytes = match read {
             Ok(b) => b,
-            Err(e) => {
-                return (
-                    Verdict::Fail(format!("reading output {k}: {e}")),
-                    reports,
-                    timing,
-                )
-            }
+            Err(e) => return Err(format!("reading output {k}: {e}")),
         };
         // RANDOM_MULTINOMIAL: the harness checks the samples' distribution instead.
         if k == 0 && case.multinomial_tolerance > 0.0 {
@@ -409,25 +472,7 @@ fn run_case_inner(
         }
         reports.push(r);
     }
-    if exec.dynamic_shapes && problems.is_empty() {
-        if let (Some(short), Some(want)) = (dynamic::one_byte_short(&request), case.outputs.first())
-        {
-            match exec::execute(&prepared, &short, exec.path) {
-                Ok((status, shapes, _)) => {
-                    if let Err(e) = dynamic::check_short(status, &shapes, &want.dimensions) {
-                        problems.push(e);
-                    }
-                }
-                Err(e) => problems.push(e),
-            }
-        }
-    }
-    let verdict = if problems.is_empty() {
-        Verdict::Pass
-    } else {
-        Verdict::Fail(problems.join("; "))
-    };
-    (verdict, reports, timing)
+    Ok((reports, problems))
 }
 
 /// Whether the outputs the execution wrote to `pool` (at `locations`, as
@@ -462,6 +507,23 @@ pub fn output_matches(case: &TestCase, k: usize, got: &[u8]) -> bool {
         want.ignored,
     );
     r.mismatches == 0
+}
+
+fn write_zeros(pool: &Memory, offset: u64, len: usize) -> std::io::Result<()> {
+    let fd = pool
+        .fd()
+        .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    let zeros = vec![0u8; len];
+    let mut done = 0;
+    while done < len {
+        let n = nix::sys::uio::pwrite(fd, &zeros[done..], (offset + done as u64) as i64)
+            .map_err(std::io::Error::from)?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        done += n;
+    }
+    Ok(())
 }
 
 fn read_bytes(pool: &Memory, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {

@@ -25,9 +25,34 @@ impl VnpuPreparedModel {
         pins: &[Option<Arc<PinnedPool>>],
         memo: &mut Option<BurstMemo>,
     ) -> (ErrorStatus, Vec<OutputShape>, Timing) {
-        let start = Instant::now();
+        let opts = RunOptions {
+            measure,
+            ..RunOptions::default()
+        };
+        self.execute_reusing(request, opts, Instant::now(), pins, memo)
+    }
+
+    /// One execution of `request` as `opts` says over the pools `pins` maps (by pool
+    /// index), running `memo` again when it serves this request and replacing it
+    /// otherwise: the shared core of bursts and reusable executions.
+    pub fn execute_reusing(
+        &self,
+        request: &Request,
+        opts: RunOptions,
+        start: Instant,
+        pins: &[Option<Arc<PinnedPool>>],
+        memo: &mut Option<BurstMemo>,
+    ) -> (ErrorStatus, Vec<OutputShape>, Timing) {
+        if opts.deadline.has_passed() {
+            return (
+                ErrorStatus::MissedDeadlinePersistent,
+                Vec::new(),
+                Timing::NONE,
+            );
+        }
         if let Some(m) = memo
             .as_ref()
+            .filter(|m| m.loop_timeout == opts.loop_timeout)
             .filter(|m| m.serves(request, pins, self.hw.epoch()))
         {
             let _arena = m.instance.lock().unwrap_or_else(|p| p.into_inner());
@@ -35,9 +60,16 @@ impl VnpuPreparedModel {
                 Work::Job(job) => self.hw.run_job(job, m.epoch),
                 Work::Commands(cmds) => self.hw.run(cmds.clone(), m.program_ns, Some(m.epoch)),
             };
+            if ran.is_ok() && opts.deadline.has_passed() {
+                return (
+                    ErrorStatus::MissedDeadlineTransient,
+                    Vec::new(),
+                    Timing::NONE,
+                );
+            }
             return match ran {
                 Ok(done) => {
-                    let timing = match measure == MeasureTiming::YES {
+                    let timing = match opts.measure == MeasureTiming::YES {
                         true => {
                             measured(start, done.iter().map(|c| c.device_ns).sum::<u64>() / 1000)
                         }
@@ -51,17 +83,30 @@ impl VnpuPreparedModel {
         *memo = None;
         self.run(
             request,
-            measure,
-            OptionalTimePoint::NONE,
-            OptionalTimeoutDuration::default(),
+            opts.measure,
+            opts.deadline,
+            opts.loop_timeout,
             start,
             Via {
-                fenced: false,
+                fenced: opts.fenced,
                 pins,
                 memo: Some(memo),
             },
         )
     }
+}
+
+/// How one execution of a burst or a reusable execution runs.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RunOptions {
+    /// Whether timing is measured.
+    pub measure: MeasureTiming,
+    /// When it must be done by.
+    pub deadline: OptionalTimePoint,
+    /// How long a WHILE loop may run.
+    pub loop_timeout: OptionalTimeoutDuration,
+    /// A fenced execution (outputs of unspecified size refused).
+    pub fenced: bool,
 }
 
 /// A burst's last execution, ready to run again: what validating the request, choosing
@@ -80,6 +125,8 @@ pub struct BurstMemo {
     pub(super) program_ns: u64,
     pub(super) epoch: u64,
     pub(super) shapes: Vec<OutputShape>,
+    /// The loop timeout its commands were built with.
+    pub(super) loop_timeout: OptionalTimeoutDuration,
 }
 
 impl BurstMemo {

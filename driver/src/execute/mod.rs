@@ -10,6 +10,7 @@ mod commands;
 mod context;
 mod instances;
 mod pools;
+mod reusable;
 mod run;
 pub mod staging;
 
@@ -31,11 +32,12 @@ use crate::interface::{
 };
 use crate::workers::{Job, WorkerPool};
 
-pub use burst::BurstMemo;
+pub use burst::{BurstMemo, RunOptions};
 pub use context::{ModelContext, ModelCount, ModelLease, StartBurst};
 pub use instances::BuiltProgram;
 use instances::Instances;
 pub use pools::PinnedPool;
+pub use reusable::{MemoryTokenBurst, ReusableRun};
 use run::{measured, Via};
 
 /// What the compilation cache saves of a prepared model ([`VnpuPreparedModel::cache_parts`]).
@@ -205,6 +207,57 @@ impl VnpuPreparedModel {
     }
 }
 
+/// The fenced half every fenced entry shares: waits for `wait_for` (before the earlier of
+/// `deadline` and now + `duration`), runs `run` with that deadline and the time the fences
+/// were seen signalled, and returns a signalled fence and the report. An execution that
+/// failed is returned as the call's error.
+pub(crate) fn fenced(
+    wait_for: &[NativeHandle],
+    deadline: OptionalTimePoint,
+    duration: OptionalTimeoutDuration,
+    run: impl FnOnce(OptionalTimePoint, Instant) -> run::Outcome,
+) -> FencedResult {
+    let launched = Instant::now();
+    let fail = |s: ErrorStatus| (s, None, None);
+    if let Err(e) = fence::check_handles(wait_for) {
+        return fail(e.status());
+    }
+    let deadline = fence::earlier(deadline, duration.0);
+    if deadline.has_passed() {
+        return fail(ErrorStatus::MissedDeadlinePersistent);
+    }
+    if let Err(e) = fence::wait_all(wait_for, deadline) {
+        tracing::debug!("fenced execution: {e}");
+        return fail(e.status());
+    }
+    let (status, _, since_fence) = run(deadline, Instant::now());
+    if status != ErrorStatus::None {
+        return fail(status);
+    }
+    let since_launch = match since_fence == Timing::NONE {
+        true => Timing::NONE,
+        false => measured(launched, since_fence.time_on_device),
+    };
+    let done = SyncFence::new().and_then(|f| {
+        f.signal()?;
+        f.handle()
+    });
+    match done {
+        Ok(handle) => {
+            let info = FencedInfo {
+                status,
+                since_launch,
+                since_fence,
+            };
+            (status, Some(handle), Some(Arc::new(info)))
+        }
+        Err(e) => {
+            tracing::debug!("fenced execution: {e}");
+            fail(ErrorStatus::GeneralFailure)
+        }
+    }
+}
+
 /// A finished fenced execution's report.
 struct FencedInfo {
     status: ErrorStatus,
@@ -292,60 +345,17 @@ impl IPreparedModel for VnpuPreparedModel {
         loop_timeout: OptionalTimeoutDuration,
         duration: OptionalTimeoutDuration,
     ) -> FencedResult {
-        let launched = Instant::now();
-        let fail = |s: ErrorStatus| (s, None, None);
         if let Err(e) = validate_request(request, &self.plan.model, false) {
             tracing::debug!("fenced request: {e}");
-            return fail(ErrorStatus::InvalidArgument);
+            return (ErrorStatus::InvalidArgument, None, None);
         }
-        if let Err(e) = fence::check_handles(wait_for) {
-            return fail(e.status());
-        }
-        let deadline = fence::earlier(deadline, duration.0);
-        if deadline.has_passed() {
-            return fail(ErrorStatus::MissedDeadlinePersistent);
-        }
-        if let Err(e) = fence::wait_all(wait_for, deadline) {
-            tracing::debug!("fenced execution: {e}");
-            return fail(e.status());
-        }
-        let fenced = Instant::now();
-        let (status, _, since_fence) = self.run(
-            request,
-            measure,
-            deadline,
-            loop_timeout,
-            fenced,
-            Via {
+        fenced(wait_for, deadline, duration, |deadline, fenced_at| {
+            let via = Via {
                 fenced: true,
                 ..Via::default()
-            },
-        );
-        if status != ErrorStatus::None {
-            return fail(status);
-        }
-        let since_launch = match since_fence == Timing::NONE {
-            true => Timing::NONE,
-            false => measured(launched, since_fence.time_on_device),
-        };
-        let done = SyncFence::new().and_then(|f| {
-            f.signal()?;
-            f.handle()
-        });
-        match done {
-            Ok(handle) => {
-                let info = FencedInfo {
-                    status,
-                    since_launch,
-                    since_fence,
-                };
-                (status, Some(handle), Some(Arc::new(info)))
-            }
-            Err(e) => {
-                tracing::debug!("fenced execution: {e}");
-                fail(ErrorStatus::GeneralFailure)
-            }
-        }
+            };
+            self.run(request, measure, deadline, loop_timeout, fenced_at, via)
+        })
     }
 
     /// The burst runs on its own thread, executing each packet synchronously.
@@ -360,6 +370,24 @@ impl IPreparedModel for VnpuPreparedModel {
         };
         let (start, spin) = self.burst;
         start(me, callback, request_channel, result_channel, spin)
+    }
+
+    fn create_reusable_execution(
+        &self,
+        request: &Request,
+        measure: MeasureTiming,
+        loop_timeout: OptionalTimeoutDuration,
+    ) -> Result<Arc<dyn crate::interface::IReusableExecution>, ErrorStatus> {
+        let me = self.me.upgrade().ok_or(ErrorStatus::GeneralFailure)?;
+        let run = ReusableRun::new(me, request, measure, loop_timeout)?;
+        Ok(Arc::new(run))
+    }
+
+    fn configure_memory_token_burst(
+        &self,
+    ) -> Result<Arc<dyn crate::interface::IMemoryTokenBurst>, ErrorStatus> {
+        let me = self.me.upgrade().ok_or(ErrorStatus::GeneralFailure)?;
+        Ok(Arc::new(MemoryTokenBurst::new(me)))
     }
 
     fn as_any(&self) -> Option<&dyn Any> {

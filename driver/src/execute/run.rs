@@ -366,6 +366,7 @@ impl VnpuPreparedModel {
                 program_ns,
                 epoch,
                 shapes: shapes_out.clone(),
+                loop_timeout,
             });
         }
         self.write_back(request, open, devpools, &shapes_out, epoch)?;

@@ -992,6 +992,7 @@ mod tests {
 /// (or `Experimental` when the client enables experimental features). Ordered: a model is
 /// valid at a level when every operand type and signature it uses is at or below it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[cfg_attr(feature = "service", derive(serde::Serialize, serde::Deserialize))]
 pub enum HalVersion {
     /// NN HAL 1.0 (feature level 1).
     V1_0,

@@ -35,15 +35,15 @@ use super::protocol::{
 };
 use super::transport::{self, TransportError};
 use crate::hal::{
-    BufferDesc, BufferRole, Capabilities, DeviceStatus, DeviceType, ErrorStatus, MeasureTiming,
-    Memory, Model, NativeHandle, OptionalTimePoint, OptionalTimeoutDuration, OutputShape,
-    Request as HalRequest, Timing, BYTE_SIZE_OF_CACHE_TOKEN,
+    BufferDesc, BufferRole, Capabilities, DeviceStatus, DeviceType, ErrorStatus, HalVersion,
+    MeasureTiming, Memory, Model, NativeHandle, OptionalTimePoint, OptionalTimeoutDuration,
+    OutputShape, Request as HalRequest, Timing, BYTE_SIZE_OF_CACHE_TOKEN,
 };
 use crate::interface::PrepareArgs;
 use crate::interface::{
-    AllocateResult, BurstResult, ExecutionCallback, Extension, FencedResult, IBuffer,
-    IBurstCallback, IBurstContext, IDevice, IFencedExecutionCallback, IPreparedModel,
-    PreparedModelCallback,
+    AllocateResult, BurstResult, ExecutionCallback, ExecutionResult, Extension, FencedResult,
+    IBuffer, IBurstCallback, IBurstContext, IDevice, IFencedExecutionCallback, IMemoryTokenBurst,
+    IPreparedModel, IReusableExecution, PreparedModelCallback,
 };
 
 /// The default bound on waiting for one reply or notification.
@@ -611,11 +611,20 @@ impl IDevice for RemoteDevice {
     }
 
     fn get_supported_operations_1_3(&self, model: &Model) -> (ErrorStatus, Vec<bool>) {
+        self.get_supported_operations_at(HalVersion::V1_3, model)
+    }
+
+    fn get_supported_operations_at(
+        &self,
+        level: HalVersion,
+        model: &Model,
+    ) -> (ErrorStatus, Vec<bool>) {
         let mut out = Outgoing::default();
         let pools = out.memories(&model.pools);
         let call = Call::GetSupportedOperations {
             model: bare_model(model),
             pools,
+            level,
         };
         match self.link.call(call, &out.fds) {
             Ok(Reply::SupportedOperations(s, ops)) => (s, ops),
@@ -633,10 +642,16 @@ impl IDevice for RemoteDevice {
     /// Launched in the service; the callback is notified from this connection's delivery
     /// thread with a [`RemotePreparedModel`].
     fn prepare_model_1_3(&self, args: PrepareArgs<'_>) -> ErrorStatus {
+        self.prepare_model_at(HalVersion::V1_3, args)
+    }
+
+    /// The level travels with the model: the service validates it there.
+    fn prepare_model_at(&self, level: HalVersion, args: PrepareArgs<'_>) -> ErrorStatus {
         let mut out = Outgoing::default();
         let pools = out.memories(&args.model.pools);
         let cache = out.cache(args.model_cache, args.data_cache, args.token);
         let call = Call::PrepareModel {
+            level,
             model: bare_model(args.model),
             pools,
             preference: args.preference,
@@ -821,25 +836,7 @@ impl IPreparedModel for RemotePreparedModel {
             wait_for,
             duration,
         };
-        let (reply, fds) = match self.remote.link.call_with_fds(call, &out.fds) {
-            Ok(d) => d,
-            Err(e) => return (failed("executeFenced", Err(e)), None, None),
-        };
-        let Reply::Fenced(status, fence, callback) = reply else {
-            return (failed("executeFenced", Ok(reply)), None, None);
-        };
-        let declared = fence.as_ref().map_or(0, |h| h.fd_count as usize);
-        let mut fds = match Incoming::exact(declared, fds) {
-            Ok(f) => f,
-            Err(e) => return (failed("executeFenced", Err(e)), None, None),
-        };
-        let fence = fence.map(|h| fds.handle(h));
-        let callback = callback.map(|id| {
-            Arc::new(RemoteFencedCallback {
-                remote: Remote::new(self.remote.link.clone(), id, Object::Fenced),
-            }) as Arc<dyn IFencedExecutionCallback>
-        });
-        (status, fence, callback)
+        fenced_call(&self.remote.link, "executeFenced", call, &out.fds)
     }
 
     /// The queues' memfds cross to the service, which runs the burst there; its
@@ -878,8 +875,171 @@ impl IPreparedModel for RemotePreparedModel {
         }
     }
 
+    /// Made in the service (its request's memory held there); run by id.
+    fn create_reusable_execution(
+        &self,
+        request: &HalRequest,
+        measure: MeasureTiming,
+        loop_timeout: OptionalTimeoutDuration,
+    ) -> Result<Arc<dyn IReusableExecution>, ErrorStatus> {
+        let mut out = Outgoing::default();
+        let exec = self.wire(
+            request,
+            measure,
+            OptionalTimePoint::NONE,
+            loop_timeout,
+            &mut out,
+        );
+        let link = &self.remote.link;
+        match link.call(Call::CreateReusableExecution(exec), &out.fds) {
+            Ok(Reply::Reusable(ErrorStatus::None, Some(id))) => Ok(Arc::new(RemoteExecution {
+                remote: Remote::new(link.clone(), id, Object::Execution),
+            })),
+            Ok(Reply::Reusable(s, None)) if s != ErrorStatus::None => Err(s),
+            r => Err(failed("createReusableExecution", r)),
+        }
+    }
+
+    fn configure_memory_token_burst(&self) -> Result<Arc<dyn IMemoryTokenBurst>, ErrorStatus> {
+        let link = &self.remote.link;
+        let call = Call::ConfigureTokenBurst {
+            model: self.remote.id,
+        };
+        match link.call(call, &[]) {
+            Ok(Reply::Burst(ErrorStatus::None, Some(id))) => Ok(Arc::new(RemoteTokenBurst {
+                remote: Remote::new(link.clone(), id, Object::TokenBurst),
+                model: self.remote.id,
+            })),
+            Ok(Reply::Burst(s, None)) if s != ErrorStatus::None => Err(s),
+            r => Err(failed("configureExecutionBurst (V4)", r)),
+        }
+    }
+
     fn as_any(&self) -> Option<&dyn Any> {
         Some(self)
+    }
+}
+
+/// A fenced call's answer: the fence (its descriptors beside the reply) and the callback
+/// kept in the service.
+fn fenced_call(link: &Arc<Link>, what: &str, call: Call, fds: &[BorrowedFd<'_>]) -> FencedResult {
+    let (reply, fds) = match link.call_with_fds(call, fds) {
+        Ok(d) => d,
+        Err(e) => return (failed(what, Err(e)), None, None),
+    };
+    let Reply::Fenced(status, fence, callback) = reply else {
+        return (failed(what, Ok(reply)), None, None);
+    };
+    let declared = fence.as_ref().map_or(0, |h| h.fd_count as usize);
+    let mut fds = match Incoming::exact(declared, fds) {
+        Ok(f) => f,
+        Err(e) => return (failed(what, Err(e)), None, None),
+    };
+    let fence = fence.map(|h| fds.handle(h));
+    let callback = callback.map(|id| {
+        Arc::new(RemoteFencedCallback {
+            remote: Remote::new(link.clone(), id, Object::Fenced),
+        }) as Arc<dyn IFencedExecutionCallback>
+    });
+    (status, fence, callback)
+}
+
+/// A V4 reusable execution in the service, owned by this connection.
+struct RemoteExecution {
+    remote: Remote,
+}
+
+impl IReusableExecution for RemoteExecution {
+    fn execute_synchronously(&self, deadline: OptionalTimePoint) -> ExecutionResult {
+        let call = Call::ExecuteReusable {
+            execution: self.remote.id,
+            deadline,
+        };
+        match self.remote.link.call(call, &[]) {
+            Ok(Reply::Executed(s, shapes, timing)) => (s, shapes, timing),
+            r => (
+                failed("IExecution::executeSynchronously", r),
+                Vec::new(),
+                Timing::NONE,
+            ),
+        }
+    }
+
+    fn execute_fenced(
+        &self,
+        wait_for: &[NativeHandle],
+        deadline: OptionalTimePoint,
+        duration: OptionalTimeoutDuration,
+    ) -> FencedResult {
+        let mut out = Outgoing::default();
+        let call = Call::ExecuteReusableFenced {
+            execution: self.remote.id,
+            wait_for: out.handles(wait_for),
+            deadline,
+            duration,
+        };
+        fenced_call(
+            &self.remote.link,
+            "IExecution::executeFenced",
+            call,
+            &out.fds,
+        )
+    }
+}
+
+/// A V4 burst with memory identifier tokens in the service, owned by this connection.
+struct RemoteTokenBurst {
+    remote: Remote,
+    /// Its prepared model's id on this connection.
+    model: u64,
+}
+
+impl IMemoryTokenBurst for RemoteTokenBurst {
+    fn execute_synchronously(
+        &self,
+        request: &HalRequest,
+        tokens: &[i64],
+        measure: MeasureTiming,
+        deadline: OptionalTimePoint,
+        loop_timeout: OptionalTimeoutDuration,
+    ) -> ExecutionResult {
+        let mut out = Outgoing::default();
+        let pools = out.pools(&request.pools);
+        let exec = WireRequest {
+            model: self.model,
+            request: Box::new(HalRequest {
+                pools: Vec::new(),
+                ..request.clone()
+            }),
+            pools,
+            measure,
+            deadline,
+            loop_timeout,
+        };
+        let call = Call::ExecuteTokenBurst {
+            burst: self.remote.id,
+            exec,
+            tokens: tokens.to_vec(),
+        };
+        match self.remote.link.call(call, &out.fds) {
+            Ok(Reply::Executed(s, shapes, timing)) => (s, shapes, timing),
+            r => (
+                failed("IBurst::executeSynchronously", r),
+                Vec::new(),
+                Timing::NONE,
+            ),
+        }
+    }
+
+    fn release_memory_resource(&self, token: i64) -> ErrorStatus {
+        let call = Call::ReleaseMemoryResource {
+            burst: self.remote.id,
+            token,
+        };
+        match self.remote.link.call(call, &[]) {
+            Ok(Reply::Released(s)) => s,
+            r => failed("IBurst::releaseMemoryResource", r),
+        }
     }
 }
 

@@ -16,7 +16,7 @@ use super::transport::TransportError;
 use crate::device::DeviceUsage;
 use crate::hal::{
     BufferDesc, BufferRole, Capabilities, DeviceStatus, DeviceType, ErrorStatus,
-    ExecutionPreference, MeasureTiming, Memory, Model, NativeHandle, OptionalTimePoint,
+    ExecutionPreference, HalVersion, MeasureTiming, Memory, Model, NativeHandle, OptionalTimePoint,
     OptionalTimeoutDuration, OutputShape, Priority, Request as HalRequest, RequestMemoryPool,
     Timing, BYTE_SIZE_OF_CACHE_TOKEN,
 };
@@ -94,15 +94,21 @@ pub enum Call {
     GetSupportedExtensions,
     /// `getNumberOfCacheFilesNeeded`.
     GetNumberOfCacheFilesNeeded,
-    /// `getSupportedOperations_1_3`: the model without its pools, and the pools.
+    /// `getSupportedOperations` at a level (1.3, or AIDL V4's): the model without its
+    /// pools, and the pools.
     GetSupportedOperations {
         /// The model (its `pools` travel in `pools`).
         model: Box<Model>,
         /// The model's constant pools.
         pools: Vec<WireMemory>,
+        /// The level the model is validated at (the client's interface).
+        level: HalVersion,
     },
-    /// `prepareModel_1_3`: answered [`Reply::Launched`], then [`Notification::Prepared`].
+    /// `prepareModel_1_3`, or V4's prepareModel / prepareModelWithConfig (by `level`):
+    /// answered [`Reply::Launched`], then [`Notification::Prepared`].
     PrepareModel {
+        /// The level the model is validated at (the client's interface).
+        level: HalVersion,
         /// The model (its `pools` travel in `pools`).
         model: Box<Model>,
         /// The model's constant pools.
@@ -195,6 +201,48 @@ pub enum Call {
         /// The memories, in the order of the slots asked for.
         memories: Vec<WireMemory>,
     },
+    /// V4 `createReusableExecution`'s core: answered [`Reply::Reusable`].
+    CreateReusableExecution(WireRequest),
+    /// V4 `IExecution::executeSynchronously`: answered [`Reply::Executed`].
+    ExecuteReusable {
+        /// The reusable execution's id on this connection.
+        execution: u64,
+        /// Deadline.
+        deadline: OptionalTimePoint,
+    },
+    /// V4 `IExecution::executeFenced`: answered [`Reply::Fenced`].
+    ExecuteReusableFenced {
+        /// The reusable execution's id on this connection.
+        execution: u64,
+        /// Sync fences to wait for.
+        wait_for: Vec<WireHandle>,
+        /// Deadline.
+        deadline: OptionalTimePoint,
+        /// Time allowed after the fences signal.
+        duration: OptionalTimeoutDuration,
+    },
+    /// V4 `configureExecutionBurst` (a burst with memory identifier tokens): answered
+    /// [`Reply::Burst`].
+    ConfigureTokenBurst {
+        /// The prepared model's id on this connection.
+        model: u64,
+    },
+    /// V4 `IBurst::executeSynchronously`: answered [`Reply::Executed`].
+    ExecuteTokenBurst {
+        /// The burst's id on this connection.
+        burst: u64,
+        /// The execution (its `model` is the burst's).
+        exec: WireRequest,
+        /// One memory identifier token per request pool.
+        tokens: Vec<i64>,
+    },
+    /// V4 `IBurst::releaseMemoryResource`: answered [`Reply::Released`].
+    ReleaseMemoryResource {
+        /// The burst's id on this connection.
+        burst: u64,
+        /// The token.
+        token: i64,
+    },
     /// Gives a usage snapshot of the service ([`Reply::Usage`]).
     Usage,
     /// The client dropped an object (no reply is sent).
@@ -212,6 +260,10 @@ pub enum Object {
     Fenced(u64),
     /// A burst.
     Burst(u64),
+    /// A V4 reusable execution.
+    Execution(u64),
+    /// A V4 burst with memory identifier tokens.
+    TokenBurst(u64),
 }
 
 impl Call {
@@ -260,6 +312,10 @@ impl Call {
                 ..
             } => [sum([r]), sum([q])],
             Call::BurstMemories { memories: m, .. } => [memories(m), 0],
+            Call::CreateReusableExecution(e) | Call::ExecuteTokenBurst { exec: e, .. } => {
+                [pools(&e.pools), 0]
+            }
+            Call::ExecuteReusableFenced { wait_for, .. } => [sum(wait_for), 0],
             _ => [0, 0],
         };
         parts[0].saturating_add(parts[1])
@@ -322,6 +378,10 @@ pub enum Reply {
     Burst(ErrorStatus, Option<u64>),
     /// To `FreeBurstMemory`.
     Freed,
+    /// To `CreateReusableExecution`: status and the execution's id on this connection.
+    Reusable(ErrorStatus, Option<u64>),
+    /// To `ReleaseMemoryResource`.
+    Released(ErrorStatus),
     /// The end of launched work: the callback's notification.
     Notified(Notification),
     /// The request could not be used (malformed, wrong descriptors, unknown object):
@@ -539,6 +599,7 @@ mod tests {
         let lying = Call::GetSupportedOperations {
             model: Box::default(),
             pools: vec![memory(u32::MAX), memory(u32::MAX)],
+            level: HalVersion::V1_3,
         };
         let fds = vec![r.try_clone().unwrap()];
         assert!(Incoming::exact(lying.fd_count(), fds).is_err());
@@ -559,6 +620,7 @@ mod tests {
             token: [0; 32],
         };
         let prepare = Call::PrepareModel {
+            level: HalVersion::AidlV4,
             model: Box::default(),
             pools: vec![memory(1)],
             preference: ExecutionPreference::FAST_SINGLE_ANSWER,
@@ -583,6 +645,27 @@ mod tests {
             dst: memory(1),
         };
         assert_eq!(copy.fd_count(), 1);
+        let reusable = Call::CreateReusableExecution(execution(vec![
+            WirePool::Memory(memory(1)),
+            WirePool::Token(2),
+        ]));
+        assert_eq!(reusable.fd_count(), 1);
+        let token_burst = Call::ExecuteTokenBurst {
+            burst: 1,
+            exec: execution(vec![
+                WirePool::Memory(memory(1)),
+                WirePool::Memory(memory(1)),
+            ]),
+            tokens: vec![0, 1],
+        };
+        assert_eq!(token_burst.fd_count(), 2);
+        let reusable_fenced = Call::ExecuteReusableFenced {
+            execution: 1,
+            wait_for: vec![handle(1), handle(1)],
+            deadline: OptionalTimePoint::NONE,
+            duration: OptionalTimeoutDuration::default(),
+        };
+        assert_eq!(reusable_fenced.fd_count(), 2);
         assert_eq!(Call::GetStatus.fd_count(), 0);
         assert_eq!(Call::Release(Object::Model(1)).fd_count(), 0);
     }

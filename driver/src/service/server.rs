@@ -34,8 +34,9 @@ use crate::hal::{
 };
 use crate::interface::PrepareArgs;
 use crate::interface::{
-    ExecutionCallback, IBuffer, IBurstCallback, IBurstContext, IDevice, IFencedExecutionCallback,
-    IPreparedModel, PreparedModelCallback,
+    ExecutionCallback, FencedResult, IBuffer, IBurstCallback, IBurstContext, IDevice,
+    IFencedExecutionCallback, IMemoryTokenBurst, IPreparedModel, IReusableExecution,
+    PreparedModelCallback,
 };
 
 /// What one client may hold or have queued at once. Together they bound what a client
@@ -232,6 +233,10 @@ struct Session {
     buffers: HashMap<u64, (Arc<dyn IBuffer>, u32)>,
     fenced: HashMap<u64, Arc<dyn IFencedExecutionCallback>>,
     bursts: HashMap<u64, Arc<dyn IBurstContext>>,
+    /// V4 reusable executions.
+    executions: HashMap<u64, Arc<dyn IReusableExecution>>,
+    /// V4 bursts with memory tokens, with the id of their prepared model.
+    token_bursts: HashMap<u64, (u64, Arc<dyn IMemoryTokenBurst>)>,
 }
 
 impl Session {
@@ -343,6 +348,8 @@ fn connection(sock: Arc<OwnedFd>, shared: &Shared, ticket: &Ticket) -> Result<()
             std::mem::take(&mut s.models),
             std::mem::take(&mut s.buffers),
             std::mem::take(&mut s.fenced),
+            std::mem::take(&mut s.executions),
+            std::mem::take(&mut s.token_bursts),
         )
     };
     // Bursts first: a burst thread waiting for memories is failed and stops.
@@ -438,12 +445,17 @@ fn answer(
             let (s, m, d) = device.get_number_of_cache_files_needed();
             plain(Reply::CacheFiles(s, m, d))
         }
-        Call::GetSupportedOperations { mut model, pools } => {
+        Call::GetSupportedOperations {
+            mut model,
+            pools,
+            level,
+        } => {
             model.pools = fds.memories(pools);
-            let (s, ops) = device.get_supported_operations_1_3(&model);
+            let (s, ops) = device.get_supported_operations_at(level, &model);
             plain(Reply::SupportedOperations(s, ops))
         }
         Call::PrepareModel {
+            level,
             mut model,
             pools,
             preference,
@@ -455,15 +467,18 @@ fn answer(
             let model_cache = fds.handles(cache.model_cache);
             let data_cache = fds.handles(cache.data_cache);
             plain(launch_preparation(conn, id, |cb| {
-                device.prepare_model_1_3(PrepareArgs {
-                    preference,
-                    priority,
-                    deadline,
-                    model_cache: &model_cache,
-                    data_cache: &data_cache,
-                    token: &cache.token,
-                    ..PrepareArgs::new(&model, Some(cb))
-                })
+                device.prepare_model_at(
+                    level,
+                    PrepareArgs {
+                        preference,
+                        priority,
+                        deadline,
+                        model_cache: &model_cache,
+                        data_cache: &data_cache,
+                        token: &cache.token,
+                        ..PrepareArgs::new(&model, Some(cb))
+                    },
+                )
             }))
         }
         Call::PrepareModelFromCache { deadline, cache } => {
@@ -594,7 +609,7 @@ fn answer(
                 pools,
                 ..*exec.request
             };
-            let (status, fence, callback) = prepared.execute_fenced(
+            let fenced = prepared.execute_fenced(
                 &request,
                 &wait_for,
                 exec.measure,
@@ -602,23 +617,7 @@ fn answer(
                 exec.loop_timeout,
                 duration,
             );
-            let callback = callback.map(|cb| {
-                let mut s = conn.session();
-                let id = s.next();
-                s.fenced.insert(id, cb);
-                id
-            });
-            let (wire, fence_fds) = match fence {
-                Some(h) => (
-                    Some(WireHandle {
-                        fd_count: u32::try_from(h.fds.len()).unwrap_or(u32::MAX),
-                        ints: h.ints,
-                    }),
-                    h.fds,
-                ),
-                None => (None, Vec::new()),
-            };
-            Some((Reply::Fenced(status, wire, callback), fence_fds))
+            Some(fenced_reply(conn, fenced))
         }
         Call::FencedInfo { callback } => {
             let Some(cb) = conn.session().fenced.get(&callback).cloned() else {
@@ -626,6 +625,106 @@ fn answer(
             };
             let (s, launched, fenced) = cb.get_execution_info();
             plain(Reply::FencedInfo(s, launched, fenced))
+        }
+        Call::CreateReusableExecution(exec) => {
+            let (prepared, pools) = match execution(conn, exec.model, exec.pools, &mut fds) {
+                Ok(x) => x,
+                Err(why) => return refused(why),
+            };
+            if conn.session().executions.len() >= limits.bursts {
+                let s = ErrorStatus::ResourceExhaustedTransient;
+                return plain(Reply::Reusable(s, None));
+            }
+            let request = HalRequest {
+                pools,
+                ..*exec.request
+            };
+            match prepared.create_reusable_execution(&request, exec.measure, exec.loop_timeout) {
+                Ok(e) => {
+                    let mut s = conn.session();
+                    let id = s.next();
+                    s.executions.insert(id, e);
+                    plain(Reply::Reusable(ErrorStatus::None, Some(id)))
+                }
+                Err(status) => plain(Reply::Reusable(status, None)),
+            }
+        }
+        Call::ExecuteReusable {
+            execution,
+            deadline,
+        } => {
+            let Some(e) = conn.session().executions.get(&execution).cloned() else {
+                return refused(format!("no reusable execution {execution}"));
+            };
+            let (s, shapes, timing) = e.execute_synchronously(deadline);
+            plain(Reply::Executed(s, shapes, timing))
+        }
+        Call::ExecuteReusableFenced {
+            execution,
+            wait_for,
+            deadline,
+            duration,
+        } => {
+            let wait_for = fds.handles(wait_for);
+            let Some(e) = conn.session().executions.get(&execution).cloned() else {
+                return refused(format!("no reusable execution {execution}"));
+            };
+            if conn.session().fenced.len() >= limits.fenced {
+                let s = ErrorStatus::ResourceExhaustedTransient;
+                return plain(Reply::Fenced(s, None, None));
+            }
+            Some(fenced_reply(
+                conn,
+                e.execute_fenced(&wait_for, deadline, duration),
+            ))
+        }
+        Call::ConfigureTokenBurst { model } => {
+            let Some(prepared) = conn.session().models.get(&model).cloned() else {
+                return refused(format!("no prepared model {model} on this connection"));
+            };
+            if conn.session().token_bursts.len() >= limits.bursts {
+                return plain(Reply::Burst(ErrorStatus::ResourceExhaustedTransient, None));
+            }
+            match prepared.configure_memory_token_burst() {
+                Ok(b) => {
+                    let mut s = conn.session();
+                    let id = s.next();
+                    s.token_bursts.insert(id, (model, b));
+                    plain(Reply::Burst(ErrorStatus::None, Some(id)))
+                }
+                Err(status) => plain(Reply::Burst(status, None)),
+            }
+        }
+        Call::ExecuteTokenBurst {
+            burst,
+            exec,
+            tokens,
+        } => {
+            let Some((model, b)) = conn.session().token_bursts.get(&burst).cloned() else {
+                return refused(format!("no burst {burst}"));
+            };
+            let (_, pools) = match execution(conn, model, exec.pools, &mut fds) {
+                Ok(x) => x,
+                Err(why) => return refused(why),
+            };
+            let request = HalRequest {
+                pools,
+                ..*exec.request
+            };
+            let (s, shapes, timing) = b.execute_synchronously(
+                &request,
+                &tokens,
+                exec.measure,
+                exec.deadline,
+                exec.loop_timeout,
+            );
+            plain(Reply::Executed(s, shapes, timing))
+        }
+        Call::ReleaseMemoryResource { burst, token } => {
+            let Some((_, b)) = conn.session().token_bursts.get(&burst).cloned() else {
+                return refused(format!("no burst {burst}"));
+            };
+            plain(Reply::Released(b.release_memory_resource(token)))
         }
         Call::Usage => plain(Reply::Usage(ServiceUsage {
             connections: shared.admission.serving() as u64,
@@ -642,6 +741,8 @@ fn answer(
                 Object::Model(m) => drop(s.models.remove(&m)),
                 Object::Buffer(b) => drop(s.buffers.remove(&b)),
                 Object::Fenced(f) => drop(s.fenced.remove(&f)),
+                Object::Execution(e) => drop(s.executions.remove(&e)),
+                Object::TokenBurst(b) => drop(s.token_bursts.remove(&b)),
                 Object::Burst(b) => {
                     let burst = s.bursts.remove(&b);
                     // Stopping it joins its thread: not under the session's lock.
@@ -729,6 +830,29 @@ fn execution(
         }
     }
     Ok((prepared, fds.pools(pools)))
+}
+
+/// A fenced execution's reply: its callback kept under a new id, its fence's descriptors
+/// beside the message.
+fn fenced_reply(conn: &Conn, fenced: FencedResult) -> (Reply, Vec<Arc<OwnedFd>>) {
+    let (status, fence, callback) = fenced;
+    let callback = callback.map(|cb| {
+        let mut s = conn.session();
+        let id = s.next();
+        s.fenced.insert(id, cb);
+        id
+    });
+    let (wire, fence_fds) = match fence {
+        Some(h) => (
+            Some(WireHandle {
+                fd_count: u32::try_from(h.fds.len()).unwrap_or(u32::MAX),
+                ints: h.ints,
+            }),
+            h.fds,
+        ),
+        None => (None, Vec::new()),
+    };
+    (Reply::Fenced(status, wire, callback), fence_fds)
 }
 
 /// Launches a preparation through `start` (given the callback); returns the reply.

@@ -75,7 +75,7 @@ pub enum TransportError {
 }
 
 /// The wire protocol's version; a peer speaking another is refused at the handshake.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 /// The first bytes of a client's hello.
 pub const MAGIC: [u8; 4] = *b"VNPS";
 
