@@ -153,7 +153,8 @@ pub fn run_case_with(
 }
 
 /// Runs one case as [`run_case_with`] does, executing it as `exec` says. A model that is
-/// no valid HAL 1.3 model but one of a later interface is skipped: it "needs AIDL".
+/// no valid HAL 1.3 model but one of a later interface is skipped under HIDL: it "needs
+/// AIDL" (under AIDL it runs).
 pub fn run_case_opts(
     device: &dyn IDevice,
     case: &TestCase,
