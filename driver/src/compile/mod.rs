@@ -631,6 +631,7 @@ fn compile_inner(
         lowered.push(l);
     }
     control.finish()?;
+    fuse::fuse_prelu(sg, &shapes, &dynamic, &mut lowered);
     fuse::fuse_requantize(sg, &shapes, &dynamic, &mut lowered);
     fuse::fuse_activations(sg, &shapes, &dynamic, &mut lowered);
     let loops = lowered
