@@ -32,7 +32,7 @@
 //! [`crate::kernels::KernelOp`].
 
 use crate::error::ProgramError;
-use crate::kernels::gemm;
+use crate::kernels::{gemm, igemm};
 use crate::kernels::{KernelOp, MAX_RANK};
 pub use crate::tensor::DType;
 use crate::tensor::{Layout, PerChannel, Quant, TensorType};
@@ -435,9 +435,44 @@ pub fn unpack_panels(shape: &[usize], packed: &[u8]) -> Option<Vec<u8>> {
 
 /// `(O, K)` of a plain float32 filter `[O, ...]` of `bytes`.
 fn filter_dims(shape: &[usize], bytes: &[u8]) -> Option<(usize, usize)> {
+    filter_dims_of(shape, bytes, 4)
+}
+
+/// `(O, K)` of a plain filter `[O, ...]` of `bytes`, elements of `size` bytes.
+fn filter_dims_of(shape: &[usize], bytes: &[u8], size: usize) -> Option<(usize, usize)> {
     let (&o, rest) = shape.split_first()?;
     let k = rest.iter().try_fold(1usize, |a, &d| a.checked_mul(d))?;
-    (o.checked_mul(k)?.checked_mul(4)? == bytes.len() && !rest.is_empty()).then_some((o, k))
+    (o.checked_mul(k)?.checked_mul(size)? == bytes.len() && !rest.is_empty()).then_some((o, k))
+}
+
+/// The bytes of a plain int8 filter `[O, ...]` with zero point 0 laid out as
+/// [`Layout::IntPanels`]; `None` if `bytes` is not that filter.
+pub fn pack_int_panels(shape: &[usize], bytes: &[u8]) -> Option<Vec<u8>> {
+    let (o, k) = filter_dims_of(shape, bytes, 1)?;
+    let mut out = vec![0i32; igemm::packed_len(k, o)?];
+    igemm::pack_b(k, o, |kk, j| i32::from(bytes[j * k + kk] as i8), &mut out)?;
+    Some(out.iter().flat_map(|v| v.to_le_bytes()).collect())
+}
+
+/// The plain bytes of an int8 filter `[O, ...]` held as [`Layout::IntPanels`]: the inverse
+/// of [`pack_int_panels`]; `None` if `packed` has the wrong size.
+pub fn unpack_int_panels(shape: &[usize], packed: &[u8]) -> Option<Vec<u8>> {
+    let plain_len = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d))?;
+    let (o, k) = filter_dims_of(shape, &vec![0; plain_len], 1)?;
+    if Layout::IntPanels.byte_len(DType::I8, shape)? != packed.len() as u64 {
+        return None;
+    }
+    let k2 = igemm::pairs(k);
+    let mut out = vec![0u8; plain_len];
+    for j in 0..o {
+        let (q, l) = (j / igemm::NR, j % igemm::NR);
+        for kk in 0..k {
+            let at = ((q * k2 + kk / 2) * igemm::NR + l) * 4 + (kk % 2) * 2;
+            // The low byte of the i16 half is the int8 value (its high byte the sign).
+            out[j * k + kk] = packed[at];
+        }
+    }
+    Some(out)
 }
 
 /// Where packed layouts may appear: only as the float32 filter (input 1) of CONV_2D and
@@ -449,8 +484,21 @@ pub(crate) fn check_layouts(
 ) -> Result<(), String> {
     let takes_panels = matches!(op, KernelOp::Conv2d(_) | KernelOp::FullyConnected(_))
         && inputs.iter().all(|t| t.dtype == DType::F32);
+    // A quantised CONV_2D takes a symmetric int8 filter as integer panels.
+    let takes_int_panels = matches!(op, KernelOp::Conv2d(_))
+        && inputs
+            .get(1)
+            .is_some_and(|f| f.dtype == DType::I8 && f.quant.zero_point == 0 && f.shape.len() >= 2)
+        && inputs
+            .first()
+            .is_some_and(|x| matches!(x.dtype, DType::I8 | DType::U8));
     for (i, t) in inputs.iter().enumerate() {
-        if t.layout != Layout::Plain && !(takes_panels && i == 1) {
+        let allowed = match t.layout {
+            Layout::Plain => true,
+            Layout::GemmPanels => takes_panels && i == 1,
+            Layout::IntPanels => takes_int_panels && i == 1,
+        };
+        if !allowed {
             return Err(format!(
                 "input {i} of {} cannot be {:?}",
                 op.name(),

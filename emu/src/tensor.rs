@@ -131,12 +131,19 @@ pub enum Layout {
     /// panel `p` holds elements `l` of output channels `16p .. 16p + 16`, zero past O).
     /// Only the filter of a float32 CONV_2D or FULLY_CONNECTED takes it.
     GemmPanels = 1,
+    /// An int8 filter `[O, d1, ...]` with zero point 0 (symmetric, per tensor or per output
+    /// channel) pre-packed as the integer GEMM's B panels (`kernels::igemm::pack_b`):
+    /// `ceil(O / 16)` panels, each `ceil(K / 2)` rows of 16 little-endian `i32` words, word
+    /// `l` of row `p` holding elements `2p` and `2p + 1` of output channel `16q + l` as the
+    /// low and high `i16` halves (zero past K and O). Only the filter of a quantised
+    /// CONV_2D takes it.
+    IntPanels = 2,
 }
 
 impl Layout {
     /// Decodes the program format's number.
     pub fn from_u32(v: u32) -> Option<Layout> {
-        [Layout::Plain, Layout::GemmPanels]
+        [Layout::Plain, Layout::GemmPanels, Layout::IntPanels]
             .into_iter()
             .find(|l| *l as u32 == v)
     }
@@ -152,6 +159,12 @@ impl Layout {
                 let (&o, rest) = shape.split_first().filter(|_| dtype == DType::F32)?;
                 let k = rest.iter().try_fold(1usize, |a, &d| a.checked_mul(d))?;
                 crate::kernels::gemm::packed_len(k, o)? as u64
+            }
+            Layout::IntPanels => {
+                let (&o, rest) = shape.split_first().filter(|_| dtype == DType::I8)?;
+                let k = rest.iter().try_fold(1usize, |a, &d| a.checked_mul(d))?;
+                // Words of four bytes, of a one-byte element type.
+                (crate::kernels::igemm::packed_len(k, o)? as u64).checked_mul(4)?
             }
         };
         elems.checked_mul(dtype.size())

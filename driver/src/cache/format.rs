@@ -362,6 +362,7 @@ pub fn encode_body(image: &Image) -> Vec<u8> {
                 w.u8(match layout {
                     Layout::Plain => 1,
                     Layout::GemmPanels => 2,
+                    Layout::IntPanels => 3,
                 });
                 w.u64(*offset);
                 w.u64(*len);
@@ -399,12 +400,13 @@ pub fn decode_body(body: &[u8], data_len: u64) -> Result<Image, CacheError> {
         let i = r.u32()?;
         let v = match r.u8()? {
             0 => ConstValue::Inline(InlineBytes::new(r.byte_slice()?)),
-            tag @ (1 | 2) => ConstValue::Data {
+            tag @ (1..=3) => ConstValue::Data {
                 offset: r.u64()?,
                 len: r.u64()?,
                 layout: match tag {
                     1 => Layout::Plain,
-                    _ => Layout::GemmPanels,
+                    2 => Layout::GemmPanels,
+                    _ => Layout::IntPanels,
                 },
             },
             _ => return Err(CacheError::Malformed("constant")),
@@ -442,6 +444,14 @@ pub fn decode_body(body: &[u8], data_len: u64) -> Result<Image, CacheError> {
     Ok(image)
 }
 
+/// The element type of the filters a packed constant layout holds.
+pub(crate) fn layout_dtype(layout: Layout) -> vnpu_emu::tensor::DType {
+    match layout {
+        Layout::IntPanels => vnpu_emu::tensor::DType::I8,
+        Layout::Plain | Layout::GemmPanels => vnpu_emu::tensor::DType::F32,
+    }
+}
+
 fn bad(what: &'static str) -> CacheError {
     CacheError::Malformed(what)
 }
@@ -476,15 +486,18 @@ pub fn check(image: &Image, data_len: u64) -> Result<(), CacheError> {
         {
             let held = match layout {
                 Layout::Plain => Some(*len),
-                Layout::GemmPanels => {
+                Layout::GemmPanels | Layout::IntPanels => {
                     let dims: Vec<usize> = m.main.operands[*i as usize]
                         .dimensions
                         .iter()
                         .map(|&d| d as usize)
                         .collect();
-                    let plain = dims.iter().try_fold(4u64, |a, &d| a.checked_mul(d as u64));
+                    let dtype = layout_dtype(*layout);
+                    let plain = dims
+                        .iter()
+                        .try_fold(dtype.size(), |a, &d| a.checked_mul(d as u64));
                     layout
-                        .byte_len(vnpu_emu::tensor::DType::F32, &dims)
+                        .byte_len(dtype, &dims)
                         .filter(|_| plain == Some(*len))
                 }
             };

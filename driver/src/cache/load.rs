@@ -246,7 +246,7 @@ impl Cache {
                 matches!(
                     c,
                     ConstValue::Data {
-                        layout: Layout::GemmPanels,
+                        layout: Layout::GemmPanels | Layout::IntPanels,
                         ..
                     }
                 )
@@ -572,10 +572,10 @@ fn constant_values(
                 let shape = packed.iter().find(|(k, _)| k == i).map(|(_, s)| s);
                 let held = match (layout, shape) {
                     (Layout::Plain, _) => *len,
-                    (Layout::GemmPanels, Some(s)) => {
-                        layout.byte_len(vnpu_emu::tensor::DType::F32, s)?
+                    (Layout::GemmPanels | Layout::IntPanels, Some(s)) => {
+                        layout.byte_len(super::format::layout_dtype(*layout), s)?
                     }
-                    (Layout::GemmPanels, None) => return None,
+                    (Layout::GemmPanels | Layout::IntPanels, None) => return None,
                 };
                 let start = usize::try_from(*offset).ok()?;
                 let end = start.checked_add(usize::try_from(held).ok()?)?;
@@ -583,6 +583,7 @@ fn constant_values(
                 match layout {
                     Layout::Plain => Some(bytes.to_vec()),
                     Layout::GemmPanels => vnpu_emu::program::unpack_panels(shape?, bytes),
+                    Layout::IntPanels => vnpu_emu::program::unpack_int_panels(shape?, bytes),
                 }
             }),
         };

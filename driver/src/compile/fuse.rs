@@ -11,7 +11,7 @@
 //! the same type (shape, element type, quantisation) as the RELU's output, in a program
 //! without control flow.
 
-use vnpu_emu::kernels::{Activation, Convert, ConvertKind, KernelOp};
+use vnpu_emu::kernels::{Activation, Convert, ConvertKind, KernelOp, MinMaxKind};
 use vnpu_emu::tensor::DType;
 
 use super::lower::Lowered;
@@ -107,6 +107,92 @@ pub(super) fn fuse_requantize(
         folded[j] = true;
     }
     let count = folded.iter().filter(|&&f| f).count();
+    let mut k = 0;
+    ops.retain(|_| {
+        k += 1;
+        !folded[k - 1]
+    });
+    count
+}
+
+/// Folds each DEQUANTIZE (per-tensor uint8/int8 to float32) -> PRELU (float32) -> QUANTIZE
+/// chain into one REQUANTIZE_PRELU (`ConvertKind::RequantizePrelu`: the same float32
+/// arithmetic, one pass over the quantised tensor, no float32 intermediates). A quantiser
+/// without an int8 PRELU leaves such chains around every PRELU of a model (MediaPipe's
+/// iris model, quantised, has 53). Both intermediates must be internal, written once,
+/// read once (the float tensor as the PRELU's input, not its slope), with static shapes,
+/// the slope written before the DEQUANTIZE (a constant, usually) and repeating whole
+/// along the input (the kernel validates that), in a program without control flow.
+/// Returns how many chains it folded. Run it before [`fuse_requantize`].
+pub(super) fn fuse_prelu(
+    sg: &Subgraph,
+    shapes: &[Option<Vec<usize>>],
+    dynamic: &[bool],
+    ops: &mut Vec<Lowered>,
+) -> usize {
+    if has_control(ops) {
+        return 0;
+    }
+    let (readers, writers, producer) = uses(sg.operands.len(), ops);
+    // The operand `t` read only by one op, written once by op `k` (output 0) before it.
+    let single_use = |t: u32| -> Option<usize> {
+        let ti = t as usize;
+        let internal = sg
+            .operands
+            .get(ti)
+            .is_some_and(|o| o.lifetime == OperandLifeTime::TEMPORARY_VARIABLE);
+        let once = internal
+            && readers[ti] == 1
+            && writers[ti] == 1
+            && !dynamic.get(ti).copied().unwrap_or(true);
+        let float32 = operand_types(sg, shapes, &[t]).is_ok_and(|t| t[0].dtype == DType::F32);
+        match producer[ti] {
+            Some((k, 0)) if once && float32 => Some(k),
+            _ => None,
+        }
+    };
+    let mut folded = vec![false; ops.len()];
+    for j in 0..ops.len() {
+        if !matches!(&ops[j].op, KernelOp::Convert(c) if c.kind == ConvertKind::Quantize) {
+            continue;
+        }
+        let (&[p], &[u]) = (&ops[j].inputs[..], &ops[j].outputs[..]) else {
+            continue;
+        };
+        if writers.get(u as usize) != Some(&1) || dynamic.get(u as usize).copied().unwrap_or(true) {
+            continue;
+        }
+        let Some(k) = single_use(p) else { continue };
+        let (&[t, alpha], false) = (&ops[k].inputs[..], folded[k]) else {
+            continue;
+        };
+        if !matches!(&ops[k].op, KernelOp::MinMax(m) if m.kind == MinMaxKind::Prelu) {
+            continue;
+        }
+        let Some(i) = single_use(t) else { continue };
+        if folded[i]
+            || !matches!(&ops[i].op, KernelOp::Convert(c) if c.kind == ConvertKind::Dequantize)
+        {
+            continue;
+        }
+        // The fused op runs where the DEQUANTIZE ran: the slope must exist by then.
+        let slope_ready = alpha != t && producer[alpha as usize].is_none_or(|(a, _)| a < i);
+        if !slope_ready {
+            continue;
+        }
+        let fused = Lowered {
+            op: KernelOp::Convert(Convert::from(ConvertKind::RequantizePrelu)),
+            inputs: vec![ops[i].inputs[0], alpha],
+            outputs: vec![u],
+        };
+        if ops[i].inputs.len() != 1 || !still_valid(sg, shapes, &fused, &fused.op) {
+            continue;
+        }
+        ops[i] = fused;
+        folded[k] = true;
+        folded[j] = true;
+    }
+    let count = folded.iter().filter(|&&f| f).count() / 2;
     let mut k = 0;
     ops.retain(|_| {
         k += 1;
@@ -395,6 +481,93 @@ mod tests {
         assert!(matches!(&ops[0].op, KernelOp::Convert(c)
             if c.kind == ConvertKind::Requantize && c.act == Activation::Relu));
         assert_eq!(ops_of_shape(&model(true), vec![4]).len(), 3);
+    }
+
+    /// x (int8 [1,2,3]) -> DEQUANTIZE -> t -> PRELU(t, slope [3] constant) -> p ->
+    /// QUANTIZE -> y: one REQUANTIZE_PRELU reading x and the slope; with p also a model
+    /// output, or the slope as the PRELU's first input, nothing folds.
+    #[test]
+    fn a_float_prelu_between_quantised_tensors_folds_into_one_op() {
+        let model = |p_out: bool, swapped: bool| {
+            let q = |lifetime| Operand {
+                r#type: OperandType::TENSOR_QUANT8_ASYMM_SIGNED,
+                dimensions: vec![1, 2, 3],
+                scale: 0.5,
+                zero_point: -3,
+                number_of_consumers: 1,
+                lifetime,
+                ..Default::default()
+            };
+            let f = |lifetime, dimensions| Operand {
+                r#type: OperandType::TENSOR_FLOAT32,
+                dimensions,
+                number_of_consumers: 1,
+                lifetime,
+                ..Default::default()
+            };
+            let mut slope = f(OperandLifeTime::CONSTANT_COPY, vec![3]);
+            slope.location = DataLocation {
+                pool_index: 0,
+                offset: 0,
+                length: 12,
+            };
+            let mut p = f(OperandLifeTime::TEMPORARY_VARIABLE, vec![1, 2, 3]);
+            let mut outputs = vec![4];
+            if p_out {
+                p.lifetime = OperandLifeTime::SUBGRAPH_OUTPUT;
+                outputs.push(3);
+            }
+            let prelu_in = if swapped { vec![2, 1] } else { vec![1, 2] };
+            Model {
+                main: Subgraph {
+                    operands: vec![
+                        q(OperandLifeTime::SUBGRAPH_INPUT),
+                        f(OperandLifeTime::TEMPORARY_VARIABLE, vec![1, 2, 3]),
+                        slope,
+                        p,
+                        Operand {
+                            number_of_consumers: 0,
+                            scale: 0.25,
+                            ..q(OperandLifeTime::SUBGRAPH_OUTPUT)
+                        },
+                    ],
+                    operations: vec![
+                        Operation {
+                            r#type: OperationType::DEQUANTIZE,
+                            inputs: vec![0],
+                            outputs: vec![1],
+                        },
+                        Operation {
+                            r#type: OperationType::PRELU,
+                            inputs: prelu_in,
+                            outputs: vec![3],
+                        },
+                        Operation {
+                            r#type: OperationType::QUANTIZE,
+                            inputs: vec![3],
+                            outputs: vec![4],
+                        },
+                    ],
+                    input_indexes: vec![0],
+                    output_indexes: outputs,
+                },
+                operand_values: [0.25f32, -1.0, 2.0]
+                    .iter()
+                    .flat_map(|v| v.to_le_bytes())
+                    .collect(),
+                ..Default::default()
+            }
+        };
+        let ops = ops_of_shape(&model(false, false), vec![1, 2, 3]);
+        assert_eq!(ops.len(), 1);
+        assert_eq!(
+            (&ops[0].inputs[..], &ops[0].outputs[..]),
+            (&[0u32, 2][..], &[4u32][..])
+        );
+        assert!(matches!(&ops[0].op, KernelOp::Convert(c)
+            if c.kind == ConvertKind::RequantizePrelu));
+        assert_eq!(ops_of_shape(&model(true, false), vec![1, 2, 3]).len(), 3);
+        assert_eq!(ops_of_shape(&model(false, true), vec![1, 2, 3]).len(), 3);
     }
 
     #[test]

@@ -13,7 +13,7 @@ pub mod plan;
 
 use thiserror::Error;
 use vnpu_emu::kernels::KernelOp;
-use vnpu_emu::program::{pack_panels, DType, OpDesc, Program, TensorDesc};
+use vnpu_emu::program::{pack_int_panels, pack_panels, DType, OpDesc, Program, TensorDesc};
 use vnpu_emu::tensor::{Layout, PerChannel, Quant, TensorType};
 
 use crate::hal::{
@@ -227,7 +227,8 @@ pub struct ConstantBlock {
     pub offsets: Vec<Option<u64>>,
     /// How each constant lies in `bytes` (missing: plain): the float32 filters of CONV_2D
     /// and FULLY_CONNECTED are pre-packed as the device GEMM's panels
-    /// ([`Layout::GemmPanels`]), so executions never pack them again.
+    /// ([`Layout::GemmPanels`]), the symmetric int8 filters of CONV_2D as the integer
+    /// GEMM's ([`Layout::IntPanels`]), so executions never pack them again.
     pub layouts: Vec<Layout>,
 }
 
@@ -238,19 +239,22 @@ impl ConstantBlock {
     }
 }
 
-/// Operands the constant block holds pre-packed ([`Layout::GemmPanels`]): float32 tensors
-/// of rank 2 or more that every operation using them takes as the filter (input 1) of
-/// CONV_2D or FULLY_CONNECTED, which lower to the device kernels that read the panels.
-pub fn gemm_filters(sg: &Subgraph) -> Vec<bool> {
-    let mut uses: Vec<Option<bool>> = vec![None; sg.operands.len()];
+/// How the constant block holds each operand: pre-packed as [`Layout::GemmPanels`] for
+/// float32 tensors of rank 2 or more that every operation using them takes as the filter
+/// (input 1) of CONV_2D or FULLY_CONNECTED, as [`Layout::IntPanels`] for int8 tensors with
+/// zero point 0 (per channel or per tensor) of rank 2 or more that every operation using
+/// them takes as the filter of CONV_2D (the device kernels that read the panels), plain
+/// otherwise.
+pub fn gemm_filters(sg: &Subgraph) -> Vec<Layout> {
+    // Per operand: (only ever a CONV_2D / FULLY_CONNECTED filter, only ever CONV_2D's).
+    let mut uses: Vec<Option<(bool, bool)>> = vec![None; sg.operands.len()];
     for op in &sg.operations {
-        let gemm = matches!(
-            op.r#type,
-            OperationType::CONV_2D | OperationType::FULLY_CONNECTED
-        );
+        let conv = op.r#type == OperationType::CONV_2D;
+        let gemm = conv || op.r#type == OperationType::FULLY_CONNECTED;
         for (pos, &i) in op.inputs.iter().enumerate() {
             if let Some(u) = uses.get_mut(i as usize) {
-                *u = Some(u.unwrap_or(true) && gemm && pos == 1);
+                let (g, c) = u.unwrap_or((true, true));
+                *u = Some((g && gemm && pos == 1, c && conv && pos == 1));
             }
         }
     }
@@ -258,7 +262,21 @@ pub fn gemm_filters(sg: &Subgraph) -> Vec<bool> {
         .iter()
         .zip(uses)
         .map(|(o, u)| {
-            u == Some(true) && o.r#type == OperandType::TENSOR_FLOAT32 && o.dimensions.len() >= 2
+            let (gemm, conv) = u.unwrap_or((false, false));
+            let symmetric_int8 = match o.r#type {
+                OperandType::TENSOR_QUANT8_SYMM_PER_CHANNEL => true,
+                OperandType::TENSOR_QUANT8_ASYMM_SIGNED => o.zero_point == 0,
+                _ => false,
+            };
+            if o.dimensions.len() < 2 {
+                Layout::Plain
+            } else if gemm && o.r#type == OperandType::TENSOR_FLOAT32 {
+                Layout::GemmPanels
+            } else if conv && symmetric_int8 {
+                Layout::IntPanels
+            } else {
+                Layout::Plain
+            }
         })
         .collect()
 }
@@ -306,10 +324,15 @@ fn constant_block(sg: &Subgraph, constants: &[Option<Vec<u8>>]) -> ConstantBlock
             let at = block.bytes.len().next_multiple_of(ALIGN as usize);
             block.bytes.resize(at, 0);
             let dims: Vec<usize> = o.dimensions.iter().map(|&d| d as usize).collect();
-            match filters[i].then(|| pack_panels(&dims, c)).flatten() {
+            let packed = match filters[i] {
+                Layout::Plain => None,
+                Layout::GemmPanels => pack_panels(&dims, c),
+                Layout::IntPanels => pack_int_panels(&dims, c),
+            };
+            match packed {
                 Some(panels) => {
                     block.bytes.extend_from_slice(&panels);
-                    block.layouts[i] = Layout::GemmPanels;
+                    block.layouts[i] = filters[i];
                 }
                 None => block.bytes.extend_from_slice(c),
             }
@@ -631,6 +654,7 @@ fn compile_inner(
         lowered.push(l);
     }
     control.finish()?;
+    fuse::fuse_prelu(sg, &shapes, &dynamic, &mut lowered);
     fuse::fuse_requantize(sg, &shapes, &dynamic, &mut lowered);
     fuse::fuse_activations(sg, &shapes, &dynamic, &mut lowered);
     let loops = lowered

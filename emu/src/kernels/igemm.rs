@@ -252,6 +252,13 @@ impl ATiles {
     /// caller checks). Rows outside the block are ignored.
     #[inline]
     pub fn set_row(&mut self, r: usize, values: &[i32]) {
+        self.set_row_map(r, values, |v| v);
+    }
+
+    /// [`ATiles::set_row`] from `values` mapped by `f` (an input row with its zero point
+    /// removed, say, without an intermediate row).
+    #[inline]
+    pub fn set_row_map<V: Copy>(&mut self, r: usize, values: &[V], f: impl Fn(V) -> i32) {
         let (t, i) = (r / self.rows, r % self.rows);
         let Some(tile) = self
             .data
@@ -263,10 +270,10 @@ impl ATiles {
         let mut two = values.chunks_exact(2);
         // `two` first: zip then leaves `words` at the pair after the last full one.
         for (v, w) in two.by_ref().zip(words.by_ref()) {
-            *w = pair(v[0], v[1]);
+            *w = pair(f(v[0]), f(v[1]));
         }
         if let (Some(w), [last]) = (words.next(), two.remainder()) {
-            *w = pair(*last, 0);
+            *w = pair(f(*last), 0);
         }
     }
 }

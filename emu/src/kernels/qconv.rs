@@ -548,24 +548,39 @@ fn conv_igemm<T: QuantElem>(
     let image = g.in_h * g.in_w * g.in_c;
     let per_image = g.out_h * g.out_w;
     let rows = g.batches * per_image;
+    // A 1x1 window without padding reads one input pixel: its channels are A's row as
+    // they lie (no im2col).
+    let one_pixel = g.filter_h == 1
+        && g.filter_w == 1
+        && g.pad_top == 0
+        && g.pad_left == 0
+        && g.out_h.saturating_sub(1) * g.stride_h < g.in_h
+        && g.out_w.saturating_sub(1) * g.stride_w < g.in_w;
     let fill = |at: usize, patch: &mut [i32]| {
         let (n, px) = (at / per_image, at % per_image);
         let img = window(input, n * image, image)?;
-        gather(g, img, px / g.out_w, px % g.out_w, in_zp, patch)
+        let (oy, ox) = (px / g.out_w, px % g.out_w);
+        if one_pixel {
+            let at = (oy * g.stride_h * g.in_w + ox * g.stride_w) * g.in_c;
+            return window(img, at, g.in_c).map(Some);
+        }
+        gather(g, img, oy, ox, in_zp, patch).map(|()| None)
     };
-    igemm_rows(kern, rows, k, out_c, fill, packed, stage, output)
+    igemm_rows(kern, rows, k, out_c, fill, in_zp, packed, stage, output)
 }
 
-/// `rows` rows of A (row `i` written by `fill(i, row)`, `k` values) times the packed B
-/// (`out_c` columns), each result row requantised into the next `out_c` outputs; A is
-/// formed a block of rows at a time.
+/// `rows` rows of A (row `i` written by `fill(i, row)`, `k` values, or given by it as `k`
+/// input values whose `x - in_zp` is the row) times the packed B (`out_c` columns), each
+/// result row requantised into the next `out_c` outputs; A is formed a block of rows at a
+/// time.
 #[allow(clippy::too_many_arguments)]
-fn igemm_rows<T: QuantElem>(
+fn igemm_rows<'x, T: QuantElem>(
     kern: igemm::Kernel,
     rows: usize,
     k: usize,
     out_c: usize,
-    mut fill: impl FnMut(usize, &mut [i32]) -> Result<()>,
+    mut fill: impl FnMut(usize, &mut [i32]) -> Result<Option<&'x [T]>>,
+    in_zp: i32,
     packed: &[i32],
     stage: &OutputStage,
     output: &mut [T],
@@ -579,8 +594,10 @@ fn igemm_rows<T: QuantElem>(
     while start < rows {
         let m = block.min(rows - start);
         for i in 0..m {
-            fill(start + i, &mut patch)?;
-            a.set_row(i, &patch);
+            match fill(start + i, &mut patch)? {
+                Some(x) => a.set_row_map(i, x, |v| v.to_i32().wrapping_sub(in_zp)),
+                None => a.set_row(i, &patch),
+            }
         }
         igemm::igemm(kern, m, &a, packed, out_c, &mut c, out_c)
             .ok_or(QuantError::InvalidParams("integer GEMM sizes"))?;
@@ -832,13 +849,8 @@ pub fn fully_connected<T: QuantElem, F: QuantElem>(
     let in_zp = p.quant.input_zero_point;
     if p.batches >= FC_GEMM_ROWS && input_fits::<T>(in_zp) {
         if let Some(packed) = stage.pack(weights, k) {
-            let fill = |b: usize, row: &mut [i32]| {
-                let x = window(input, b * k, k)?;
-                for (r, &v) in row.iter_mut().zip(x) {
-                    *r = v.to_i32() - in_zp;
-                }
-                Ok(())
-            };
+            // Each input row, its zero point removed, is A's row.
+            let fill = |b: usize, _: &mut [i32]| window(input, b * k, k).map(Some);
             let n = p.output_size;
             return igemm_rows(
                 igemm::kernel(),
@@ -846,6 +858,7 @@ pub fn fully_connected<T: QuantElem, F: QuantElem>(
                 k,
                 n,
                 fill,
+                in_zp,
                 &packed,
                 &stage,
                 output,
@@ -1899,7 +1912,34 @@ mod quant_tests {
     fn wide_conv_case<T: Elem, F: Elem>(
         per_channel: bool,
     ) -> impl Strategy<Value = (ConvGeometry, usize, QuantCase, Vec<u8>, Vec<u8>)> {
-        (geometry(), 1usize..40, 1usize..24).prop_flat_map(move |(g, out_c, in_c)| {
+        conv_case_of::<T, F>(per_channel, geometry())
+    }
+
+    /// [`wide_conv_case`] of 1x1 windows without top or left padding (one input pixel
+    /// per output pixel where the output stays inside the input).
+    fn pixel_conv_case<T: Elem, F: Elem>(
+        per_channel: bool,
+    ) -> impl Strategy<Value = (ConvGeometry, usize, QuantCase, Vec<u8>, Vec<u8>)> {
+        let g = (geometry(), 0usize..2, 0usize..2).prop_map(|(g, pb, pr)| {
+            let out = |size: usize, s: usize, tail: usize| (size + tail - 1) / s + 1;
+            ConvGeometry {
+                filter_h: 1,
+                filter_w: 1,
+                pad_top: 0,
+                pad_left: 0,
+                out_h: out(g.in_h, g.stride_h, pb),
+                out_w: out(g.in_w, g.stride_w, pr),
+                ..g
+            }
+        });
+        conv_case_of::<T, F>(per_channel, g)
+    }
+
+    fn conv_case_of<T: Elem, F: Elem>(
+        per_channel: bool,
+        geometry: impl Strategy<Value = ConvGeometry>,
+    ) -> impl Strategy<Value = (ConvGeometry, usize, QuantCase, Vec<u8>, Vec<u8>)> {
+        (geometry, 1usize..40, 1usize..24).prop_flat_map(move |(g, out_c, in_c)| {
             let g = ConvGeometry { in_c, ..g };
             let n_in = g.batches * g.in_h * g.in_w * g.in_c;
             let n_f = out_c * g.filter_h * g.filter_w * g.in_c;
@@ -1927,6 +1967,10 @@ mod quant_tests {
         fn quant_conv_igemm_bit_identical_u8_per_channel(case in wide_conv_case::<u8, i8>(true)) { check_conv_levels::<u8, i8>(case)?; }
         #[test]
         fn quant_conv_igemm_bit_identical_i8_per_channel(case in wide_conv_case::<i8, i8>(true)) { check_conv_levels::<i8, i8>(case)?; }
+        #[test]
+        fn quant_conv_1x1_pixels_bit_identical_u8(case in pixel_conv_case::<u8, u8>(false)) { check_conv_levels::<u8, u8>(case)?; }
+        #[test]
+        fn quant_conv_1x1_pixels_bit_identical_i8_per_channel(case in pixel_conv_case::<i8, i8>(true)) { check_conv_levels::<i8, i8>(case)?; }
 
         #[test]
         fn quant_conv_u8_per_tensor(case in conv_case::<u8, u8>(false)) { check_conv::<u8, u8>(case)?; }

@@ -49,16 +49,23 @@ impl Requant {
     /// `dst` (row-major, pitch `width`; a last partial row as far as both go): one call for
     /// a block of pixels, so the checks and constants are set up once.
     pub fn rows<T: QuantElem>(&self, sums: &[i32], dst: &mut [T], width: usize) {
+        self.rows_at(isa(), sums, dst, width);
+    }
+
+    /// [`Requant::rows`] at the instruction-set level `level` (capped at what the CPU
+    /// has), so that each twin can be tested on the widest machine.
+    fn rows_at<T: QuantElem>(&self, level: Isa, sums: &[i32], dst: &mut [T], width: usize) {
         if width == 0 {
             return;
         }
+        let level = level.min(super::isa::detected());
         #[cfg(target_arch = "x86_64")]
-        if isa() >= Isa::Avx2 && self.shift.iter().all(|s| (-31..=31).contains(s)) {
-            if isa() >= Isa::Avx512 {
-                // SAFETY: isa() is at least AVX-512 (F and BW) only where the CPU has it.
+        if level >= Isa::Avx2 && self.shift.iter().all(|s| (-31..=31).contains(s)) {
+            if level >= Isa::Avx512 {
+                // SAFETY: the level is capped at the CPU's, so it has AVX-512 F and BW.
                 unsafe { x86::rows_avx512(self, sums, dst, width) };
             } else {
-                // SAFETY: isa() is at least AVX2 only where the CPU has it.
+                // SAFETY: the level is capped at the CPU's, so it has AVX2.
                 unsafe { x86::rows_avx2(self, sums, dst, width) };
             }
             return;
@@ -347,7 +354,23 @@ mod tests {
             q.row(&sums, &mut got);
             let mut want = vec![0i16; sums.len()];
             q.row_plain(&sums, &mut want, 0);
-            prop_assert_eq!(got, want);
+            prop_assert_eq!(got, want.clone());
+            // Each twin this CPU can run, forced (AVX2 on an AVX-512 machine, say).
+            for level in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
+                let mut got = vec![0i16; sums.len()];
+                q.rows_at(level, &sums, &mut got, sums.len().max(1));
+                prop_assert_eq!(&got, &want, "{:?}", level);
+                let mut got8 = vec![0i8; sums.len()];
+                q.rows_at(level, &sums, &mut got8, sums.len().max(1));
+                let mut want8 = vec![0i8; sums.len()];
+                q.row_plain(&sums, &mut want8, 0);
+                prop_assert_eq!(&got8, &want8, "{:?}", level);
+                let mut gotu = vec![0u8; sums.len()];
+                q.rows_at(level, &sums, &mut gotu, sums.len().max(1));
+                let mut wantu = vec![0u8; sums.len()];
+                q.row_plain(&sums, &mut wantu, 0);
+                prop_assert_eq!(&gotu, &wantu, "{:?}", level);
+            }
             // Rows of a block (the last one partial) as one call.
             let width = sums.len() / 3 + 1;
             let block: Vec<i32> = sums.iter().cycle().take(sums.len() * 2 + 1).copied().collect();

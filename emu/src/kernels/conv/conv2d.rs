@@ -91,6 +91,25 @@ impl ConvCore for Conv2d {
         conv2d_f32_with(self, a, true)
     }
 
+    fn run_quant_packed<T: QuantElem + Default>(
+        &self,
+        stage: &QStage,
+        a: ConvArgs<'_, T, i32, i32>,
+    ) -> Result<()> {
+        let ConvArgs { x, f, bias, out } = a;
+        let (geometry, out_c) = self
+            .window
+            .geometry(x.shape, out.shape, f.shape, self.nchw)?;
+        let p = Conv2dParams {
+            geometry,
+            out_c,
+            quant: stage.params(),
+        };
+        with_nhwc(self.nchw, x, out, |src, dst| {
+            qconv::conv2d_packed(&p, src, f.data, bias, dst).map_err(qerr(self.name()))
+        })
+    }
+
     /// The quantised convolution on the integer core.
     fn run_quant<T: QuantElem + Default, F: QuantElem>(
         &self,

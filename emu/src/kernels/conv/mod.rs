@@ -231,6 +231,18 @@ pub(crate) trait ConvCore: Kernel {
         Err(bad_shape(self.name(), "a packed filter is not taken here"))
     }
 
+    /// The quantised computation with a symmetric int8 filter pre-packed in integer GEMM
+    /// panels ([`Layout::IntPanels`]; `a.f` holds the panel words under the filter's
+    /// shape), for the kernels that take it.
+    fn run_quant_packed<T: QuantElem + Default>(
+        &self,
+        stage: &QStage,
+        a: ConvArgs<'_, T, i32, i32>,
+    ) -> Result<()> {
+        let _ = (stage, a);
+        Err(bad_shape(self.name(), "a packed filter is not taken here"))
+    }
+
     /// The quantised computation with output stage `stage` (NNAPI reference rounding).
     fn run_quant<T: QuantElem + Default, F: QuantElem>(
         &self,
@@ -294,7 +306,68 @@ pub(crate) fn run_conv<K: ConvCore>(
         let bias = inputs[2].i32s()?;
         k.run_quant(&stage, ConvArgs { x, f, bias, out })
     }
+    /// [`ConvCore::run_quant_packed`] on the views, the panel words read from the
+    /// filter's bytes (copied only if they are not 4-byte aligned).
+    fn quant_packed<K: ConvCore, T: QuantElem + Default>(
+        k: &K,
+        inputs: &[View<'_>],
+        out_ty: &TensorType,
+        x: &[T],
+        out: &mut [T],
+    ) -> Result<()> {
+        let stage = k.stage([inputs[0].ty, inputs[1].ty, inputs[2].ty, out_ty])?;
+        let own: Vec<i32>;
+        let words: &[i32] = match bytemuck::try_cast_slice(inputs[1].bytes) {
+            Ok(w) => w,
+            Err(_) => {
+                own = inputs[1]
+                    .bytes
+                    .chunks_exact(4)
+                    .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                    .collect();
+                &own
+            }
+        };
+        let args = ConvArgs {
+            x: Tensor {
+                shape: inputs[0].shape(),
+                data: x,
+            },
+            f: Tensor {
+                shape: inputs[1].shape(),
+                data: words,
+            },
+            bias: inputs[2].i32s()?,
+            out: TensorMut {
+                shape: &out_ty.shape,
+                data: out,
+            },
+        };
+        k.run_quant_packed(&stage, args)
+    }
     let ty = outputs[0].ty;
+    if inputs[1].ty.layout == Layout::IntPanels {
+        let ok = inputs[0].ty.layout == Layout::Plain
+            && inputs[2].ty.layout == Layout::Plain
+            && inputs[1].ty.dtype == DType::I8
+            && inputs[1].ty.quant.zero_point == 0
+            && Layout::IntPanels.byte_len(DType::I8, inputs[1].shape())
+                == Some(inputs[1].bytes.len() as u64);
+        if !ok || !cfg!(target_endian = "little") {
+            return Err(bad_shape(
+                k.name(),
+                "packed int8 filter of the wrong type or size",
+            ));
+        }
+        return match inputs[0].ty.dtype {
+            DType::U8 => quant_packed(k, inputs, ty, inputs[0].u8s()?, outputs[0].u8s_mut()?),
+            DType::I8 => quant_packed(k, inputs, ty, inputs[0].i8s()?, outputs[0].i8s_mut()?),
+            d => Err(KernelError::UnsupportedDType {
+                op: k.name(),
+                dtype: d,
+            }),
+        };
+    }
     if inputs.iter().any(|v| v.ty.layout != Layout::Plain) {
         let packed_f32 = inputs[1].ty.layout == Layout::GemmPanels
             && [&inputs[0], &inputs[2]]
@@ -654,6 +727,86 @@ mod packed_tests {
             "plain-sized"
         );
         assert!(run_typed(&fc, &ins(floats(64, 3)), ty(&[])).is_ok());
+    }
+}
+
+/// Quantised CONV_2D with its symmetric int8 filter pre-packed in integer GEMM panels
+/// ([`Layout::IntPanels`]) gives the bits of the plain filter.
+#[cfg(test)]
+mod int_packed_tests {
+    use super::testutil::{pick, run_typed};
+    use crate::kernels::{Activation, Conv2d, ConvWindow, KernelOp, Padding};
+    use crate::program::{pack_int_panels, unpack_int_panels};
+    use crate::tensor::{DType, Layout, PerChannel, TensorType};
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn conv2d_int_packed_is_bit_identical(
+            (n, h, w, c, o, k) in (1usize..3, 1usize..8, 1usize..8, 1usize..20, 1usize..40, 1usize..4),
+            (pad, stride) in (0u32..2, 1u32..3),
+            nchw in any::<bool>(),
+            unsigned in any::<bool>(),
+            per_channel in any::<bool>(),
+            seed in any::<u32>(),
+        ) {
+            prop_assume!(h + 2 * pad as usize >= k && w + 2 * pad as usize >= k);
+            let op = KernelOp::from(Conv2d {
+                window: ConvWindow {
+                    pad: Padding { left: pad, right: pad, top: pad, bottom: pad },
+                    stride_w: stride, stride_h: stride, dilation_w: 1, dilation_h: 1,
+                },
+                act: Activation::Relu6,
+                nchw,
+            });
+            // uint8 input needs a per-channel int8 filter; int8 takes either.
+            let per_channel = per_channel || unsigned;
+            let (dt, zp, lo, hi) = if unsigned {
+                (DType::U8, 131, 0, 255)
+            } else {
+                (DType::I8, -5, -128, 127)
+            };
+            let xs = if nchw { [n, c, h, w] } else { [n, h, w, c] };
+            let xn: usize = xs.iter().product();
+            let x: Vec<u8> = (0..xn).map(|i| pick(i, seed, lo, hi) as u8).collect();
+            let fs = [o, k, k, c];
+            let fb: Vec<u8> = (0..fs.iter().product::<usize>())
+                .map(|i| pick(i, seed ^ 3, -127, 127) as i8 as u8)
+                .collect();
+            let mut fty = TensorType::quantized(DType::I8, &fs, 0.01, 0);
+            if per_channel {
+                fty.quant.scale = 0.0;
+                fty.quant.per_channel = Some(PerChannel {
+                    axis: 0,
+                    scales: (0..o).map(|j| 0.002 + 0.001 * j as f32).collect(),
+                });
+            }
+            let bias: Vec<u8> = (0..o)
+                .flat_map(|j| pick(j, seed ^ 5, -3000, 3000).to_le_bytes())
+                .collect();
+            let bias_ty = |f: &TensorType| {
+                let s = if per_channel { 0.0 } else { 0.25 * f.quant.scale };
+                let mut b = TensorType::quantized(DType::I32, &[o], s, 0);
+                if per_channel {
+                    b.quant.per_channel = None;
+                }
+                b
+            };
+            let out = TensorType::quantized(dt, &[], 0.5, zp + 2);
+            let ins = |f: (TensorType, Vec<u8>)| vec![
+                (TensorType::quantized(dt, &xs, 0.25, zp), x.clone()),
+                (f.0.clone(), f.1),
+                (bias_ty(&f.0), bias.clone()),
+            ];
+            let plain = run_typed(&op, &ins((fty.clone(), fb.clone())), out.clone()).unwrap();
+            let packed = pack_int_panels(&fs, &fb).unwrap();
+            prop_assert_eq!(unpack_int_panels(&fs, &packed), Some(fb.clone()));
+            let pty = TensorType { layout: Layout::IntPanels, ..fty.clone() };
+            let got = run_typed(&op, &ins((pty.clone(), packed.clone())), out.clone()).unwrap();
+            prop_assert_eq!(plain, got);
+            // Panels of the wrong size are refused.
+            prop_assert!(run_typed(&op, &ins((pty, fb)), out).is_err());
+        }
     }
 }
 

@@ -13,13 +13,19 @@
 //!   one (`driver/src/compile/fuse.rs`): TFLite's quantised-to-quantised QUANTIZE and its
 //!   rescaling activations import as that pair. Every stored value has one result, so it
 //!   runs as a table of 256 built by the two conversions' own arithmetic.
+//! - REQUANTIZE_PRELU (the device's own too): DEQUANTIZE of a uint8/int8 per-tensor input
+//!   to float32, PRELU with a float32 slope (the second input, repeated whole along the
+//!   input: a per-channel vector, say), QUANTIZE to uint8/int8, as one pass with the three
+//!   operations' float32 arithmetic (`quantize_simd`). A quantiser without an int8 PRELU
+//!   leaves such chains (MediaPipe's iris model has 53); the compiler folds them.
 //!
-//! Parameter words: kind (Cast 0, Quantize 1, Dequantize 2, Requantize 3); Requantize
-//! then its activation (0 none, 1 relu, 2 relu1, 3 relu6).
+//! Parameter words: kind (Cast 0, Quantize 1, Dequantize 2, Requantize 3, RequantizePrelu
+//! 4); Requantize then its activation (0 none, 1 relu, 2 relu1, 3 relu6).
 
 use half::f16;
 
-use super::{decode_kind, kind_enum};
+use super::quantize_simd::{self, Byte, PreluQuant, Quantizer};
+use super::{decode_kind, kind_enum, repeats_along_leading};
 use crate::kernels::kernel::{Kernel, Words};
 use crate::kernels::quant::{quantized_activation_range, QuantElem};
 use crate::kernels::{Activation, KernelError, Result};
@@ -36,6 +42,8 @@ kind_enum! {
         Dequantize => "DEQUANTIZE",
         /// DEQUANTIZE then QUANTIZE (see the module documentation).
         Requantize => "REQUANTIZE",
+        /// DEQUANTIZE, float32 PRELU, QUANTIZE (see the module documentation).
+        RequantizePrelu => "REQUANTIZE_PRELU",
     }
 }
 
@@ -156,6 +164,14 @@ impl Kernel for Convert {
         }
     }
 
+    fn input_count(&self) -> std::ops::RangeInclusive<usize> {
+        if self.kind == ConvertKind::RequantizePrelu {
+            2..=2
+        } else {
+            1..=1
+        }
+    }
+
     fn fused_activation(&self) -> Option<Activation> {
         (self.kind == ConvertKind::Requantize).then_some(self.act)
     }
@@ -173,7 +189,7 @@ impl Kernel for Convert {
         let ok = match self.kind {
             ConvertKind::Cast => true,
             ConvertKind::Quantize => t.dtype.is_float(),
-            ConvertKind::Dequantize | ConvertKind::Requantize => {
+            ConvertKind::Dequantize | ConvertKind::Requantize | ConvertKind::RequantizePrelu => {
                 matches!(t.dtype, DType::U8 | DType::I8)
             }
         };
@@ -183,11 +199,30 @@ impl Kernel for Convert {
                 dtype: t.dtype,
             });
         }
-        if matches!(self.kind, ConvertKind::Dequantize | ConvertKind::Requantize) {
+        let requant = matches!(
+            self.kind,
+            ConvertKind::Requantize | ConvertKind::RequantizePrelu
+        );
+        if requant || self.kind == ConvertKind::Dequantize {
             t.validate_quant().map_err(|e| self.bad(e))?;
         }
-        if self.kind == ConvertKind::Requantize && t.quant.per_channel.is_some() {
+        if requant && t.quant.per_channel.is_some() {
             return Err(self.bad("a requantised input is quantised per tensor".into()));
+        }
+        if self.kind == ConvertKind::RequantizePrelu {
+            let a = inputs[1];
+            if a.dtype != DType::F32 {
+                return Err(KernelError::UnsupportedDType {
+                    op: self.name(),
+                    dtype: a.dtype,
+                });
+            }
+            if a.numel() == 0 || !repeats_along_leading(&a.shape, &t.shape) {
+                return Err(self.bad(format!(
+                    "slope {:?} does not repeat whole along the input {:?}",
+                    a.shape, t.shape
+                )));
+            }
         }
         Ok(vec![t.shape.clone()])
     }
@@ -196,13 +231,18 @@ impl Kernel for Convert {
         let (i, o) = (inputs[0].dtype, outputs[0].dtype);
         let ok = match self.kind {
             ConvertKind::Cast => i == o || (CAST_TYPES.contains(&i) && CAST_TYPES.contains(&o)),
-            ConvertKind::Quantize | ConvertKind::Requantize => matches!(o, DType::U8 | DType::I8),
+            ConvertKind::Quantize | ConvertKind::Requantize | ConvertKind::RequantizePrelu => {
+                matches!(o, DType::U8 | DType::I8)
+            }
             ConvertKind::Dequantize => o.is_float(),
         };
         if !ok {
             return Err(self.bad(format!("cannot convert {i:?} to {o:?}")));
         }
-        if matches!(self.kind, ConvertKind::Quantize | ConvertKind::Requantize) {
+        if matches!(
+            self.kind,
+            ConvertKind::Quantize | ConvertKind::Requantize | ConvertKind::RequantizePrelu
+        ) {
             let s = outputs[0].quant.scale;
             if !(s > 0.0 && s.is_finite()) {
                 return Err(self.bad("output scale must be > 0".into()));
@@ -237,11 +277,15 @@ impl Kernel for Convert {
                 let (s, zp) = (o.ty.quant.scale, o.ty.quant.zero_point as f32);
                 if x.ty.dtype == DType::F32 {
                     // The same arithmetic straight from float32 to the stored type.
-                    let q = |v: f32| (zp + (v / s).round()).clamp(lo, hi);
+                    let zp = o.ty.quant.zero_point;
                     let src = x.f32s()?;
                     match o.ty.dtype {
-                        DType::I8 => zip_map(src, o.i8s_mut()?, |v| q(v) as i8),
-                        _ => zip_map(src, o.u8s_mut()?, |v| q(v) as u8),
+                        DType::I8 => {
+                            quantize_simd::quantize(&Quantizer::new::<i8>(s, zp), src, o.i8s_mut()?)
+                        }
+                        _ => {
+                            quantize_simd::quantize(&Quantizer::new::<u8>(s, zp), src, o.u8s_mut()?)
+                        }
                     }
                     return Ok(());
                 }
@@ -254,6 +298,16 @@ impl Kernel for Convert {
                         f64::from(q.clamp(lo, hi))
                     }),
                 )
+            }
+            ConvertKind::RequantizePrelu => {
+                let alpha = inputs[1].f32s()?;
+                match (x.ty.dtype, o.ty.dtype) {
+                    (DType::U8, DType::U8) => prelu(x.ty, o.ty, x.u8s()?, alpha, o.u8s_mut()?),
+                    (DType::U8, _) => prelu(x.ty, o.ty, x.u8s()?, alpha, o.i8s_mut()?),
+                    (DType::I8, DType::U8) => prelu(x.ty, o.ty, x.i8s()?, alpha, o.u8s_mut()?),
+                    _ => prelu(x.ty, o.ty, x.i8s()?, alpha, o.i8s_mut()?),
+                }
+                Ok(())
             }
             ConvertKind::Requantize => {
                 let table = requantize_table(x.ty, o.ty, self.act);
@@ -314,6 +368,22 @@ impl Kernel for Convert {
             }
         }
     }
+}
+
+/// REQUANTIZE_PRELU of `x` (of type `it`) with the slope `alpha` into `dst` (of type `ot`).
+fn prelu<T: Byte, U: Byte>(
+    it: &TensorType,
+    ot: &TensorType,
+    x: &[T],
+    alpha: &[f32],
+    dst: &mut [U],
+) {
+    let p = PreluQuant {
+        in_scale: it.quant.scale,
+        in_zp: it.quant.zero_point,
+        out: Quantizer::new::<U>(ot.quant.scale, ot.quant.zero_point),
+    };
+    quantize_simd::prelu(&p, x, alpha, dst);
 }
 
 /// The requantisation of every stored value of `it` (from its type's minimum on) into
@@ -462,6 +532,66 @@ mod tests {
             k.run(&[View { ty: &it, bytes: si.bytes() }], &mut [ViewMut { ty: &ot, bytes: so.bytes_mut() }]).unwrap();
             proptest::prop_assert_eq!(so.bytes(), &want[..]);
             // The parameter words round-trip.
+            let mut w = vec![];
+            k.encode(&mut w);
+            proptest::prop_assert_eq!(KernelOp::decode(31, &w).unwrap(), KernelOp::Convert(k));
+        }
+
+        /// REQUANTIZE_PRELU gives the bits of DEQUANTIZE to float32, float32 PRELU with the
+        /// same slope and QUANTIZE, each run by its own kernel, for any per-tensor
+        /// parameters, both element types on each side and a per-channel or single slope.
+        #[test]
+        fn requantize_prelu_is_dequantize_prelu_quantize(
+            signed_in in proptest::bool::ANY,
+            signed_out in proptest::bool::ANY,
+            s_in in 1e-4f32..10.0,
+            s_out in 1e-4f32..10.0,
+            zp_in in 0i32..256,
+            zp_out in 0i32..256,
+            pixels in 0usize..40,
+            alpha in proptest::collection::vec(-3.0f32..3.0, 1..24),
+            single in proptest::bool::ANY,
+            seed in proptest::num::u64::ANY,
+        ) {
+            let c = alpha.len();
+            let shape = [1, pixels, c];
+            let alpha_shape: Vec<usize> = if single { vec![1] } else { vec![1, 1, c] };
+            let alpha = if single { alpha[..1].to_vec() } else { alpha };
+            let n = pixels * c;
+            let data: Vec<u8> = (0..n as u64)
+                .map(|i| (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ seed).rotate_left(17) as u8)
+                .collect();
+            let ty = |signed: bool, s, zp: i32| if signed {
+                TensorType::quantized(DType::I8, &shape, s, zp - 128)
+            } else {
+                TensorType::quantized(DType::U8, &shape, s, zp)
+            };
+            let (it, ot) = (ty(signed_in, s_in, zp_in), ty(signed_out, s_out, zp_out));
+            let ft = TensorType::new(DType::F32, &shape);
+            let at = TensorType::new(DType::F32, &alpha_shape);
+            let alpha_bytes = f32_bytes(&alpha);
+            let run2 = |k: KernelOp, ins: [(&TensorType, &[u8]); 2], ot: &TensorType| {
+                let staged: Vec<Staged> = ins.iter().map(|(_, b)| {
+                    let mut s = Staged::zeroed(b.len());
+                    s.bytes_mut().copy_from_slice(b);
+                    s
+                }).collect();
+                let views: Vec<View> = ins.iter().zip(&staged)
+                    .map(|((t, _), s)| View { ty: t, bytes: s.bytes() }).collect();
+                let mut so = Staged::zeroed(ot.numel() * ot.dtype.size() as usize);
+                crate::kernels::execute(&k, &views,
+                    &mut [ViewMut { ty: ot, bytes: so.bytes_mut() }]).unwrap();
+                so.bytes().to_vec()
+            };
+            let real = run(ConvertKind::Dequantize, &it, &ft, &data);
+            let prelu = KernelOp::from(crate::kernels::MinMax {
+                kind: crate::kernels::MinMaxKind::Prelu,
+            });
+            let slope = run2(prelu, [(&ft, &real), (&at, &alpha_bytes)], &ft);
+            let want = run(ConvertKind::Quantize, &ft, &ot, &slope);
+            let k = Convert::from(ConvertKind::RequantizePrelu);
+            let got = run2(KernelOp::Convert(k.clone()), [(&it, &data), (&at, &alpha_bytes)], &ot);
+            proptest::prop_assert_eq!(got, want);
             let mut w = vec![];
             k.encode(&mut w);
             proptest::prop_assert_eq!(KernelOp::decode(31, &w).unwrap(), KernelOp::Convert(k));

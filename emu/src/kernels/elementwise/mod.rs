@@ -6,6 +6,7 @@ pub mod convert;
 pub mod logical;
 pub mod math;
 pub mod minmax;
+pub(crate) mod quantize_simd;
 pub mod unary;
 
 use crate::kernels::layout::for_each_broadcast;
