@@ -107,11 +107,7 @@ pub(super) fn fuse_requantize(
         folded[j] = true;
     }
     let count = folded.iter().filter(|&&f| f).count();
-    let mut k = 0;
-    ops.retain(|_| {
-        k += 1;
-        !folded[k - 1]
-    });
+    drop_folded(ops, &folded);
     count
 }
 
@@ -193,11 +189,7 @@ pub(super) fn fuse_prelu(
         folded[j] = true;
     }
     let count = folded.iter().filter(|&&f| f).count() / 2;
-    let mut k = 0;
-    ops.retain(|_| {
-        k += 1;
-        !folded[k - 1]
-    });
+    drop_folded(ops, &folded);
     count
 }
 
@@ -259,11 +251,7 @@ pub(super) fn fuse_activations(
         folded[j] = true;
     }
     let count = folded.iter().filter(|&&f| f).count();
-    let mut k = 0;
-    ops.retain(|_| {
-        k += 1;
-        !folded[k - 1]
-    });
+    drop_folded(ops, &folded);
     count
 }
 
@@ -287,6 +275,15 @@ fn still_valid(
     let ins: Vec<_> = ins.iter().collect();
     let outs: Vec<_> = outs.iter().collect();
     fused.output_shapes(&ins).is_ok() && fused.check(&ins, &outs).is_ok()
+}
+
+/// Removes the ops a fusion folded into another (`folded[i]` for op `i`).
+fn drop_folded(ops: &mut Vec<Lowered>, folded: &[bool]) {
+    let mut k = 0;
+    ops.retain(|_| {
+        k += 1;
+        !folded[k - 1]
+    });
 }
 
 #[cfg(test)]
