@@ -21,6 +21,8 @@ const MODELS: &[&str] = &[
     "face_detection_short_range_int8",
     "iris_landmark_int8",
     "face_landmark_int8",
+    // Sparse float16 weights behind DENSIFY (prepared with experimental features).
+    "face_detection_full_range_sparse",
 ];
 
 fn root() -> PathBuf {
@@ -49,7 +51,7 @@ fn bench(c: &mut Criterion) {
             std::fs::read(root().join("models").join(format!("{name}.tflite"))).expect("model");
         let imported = import(&bytes, false).expect("import");
         let (_, status, prepared) =
-            vnpu_driver::conformance::prepare_plain(dev.as_ref(), &imported.model);
+            vnpu_driver::conformance::prepare_at(dev.as_ref(), &imported.model, imported.level);
         assert_eq!(status, ErrorStatus::None);
         let prepared = prepared.expect("prepared");
         let arrays = inputs(&root().join("models/reference").join(name));

@@ -144,6 +144,10 @@ fn tensor(table: &Table, buffers: &[Table]) -> Result<TensorDesc, Error> {
         scales,
         zero_points,
         axis,
+        sparsity: match table.table(slot::tensor::SPARSITY)? {
+            Some(p) => Some(vnpu_driver::tflite::import::read_sparsity(&p)?),
+            None => None,
+        },
     })
 }
 

@@ -12,9 +12,10 @@ use std::path::PathBuf;
 use common::{device, prepare};
 use flatbuffers::{FlatBufferBuilder, WIPOffset};
 use vnpu_driver::hal::ErrorStatus;
+use vnpu_driver::hal::HalVersion;
 use vnpu_driver::tflite::npy::{self, Array, Dtype};
 use vnpu_driver::tflite::run::{run, within_budget};
-use vnpu_driver::tflite::{import, ImportError};
+use vnpu_driver::tflite::{import, import_at, ImportError, Imported};
 
 const MODELS: &[&str] = &[
     "face_detection_short_range",
@@ -25,7 +26,21 @@ const MODELS: &[&str] = &[
     "face_detection_short_range_int8",
     "iris_landmark_int8",
     "face_landmark_int8",
+    // Sparse float16 weights behind DENSIFY (NNAPI's experimental DENSIFY).
+    "face_detection_full_range_sparse",
 ];
+
+/// Prepares an imported model at its level (1.3 unless it needs a later operation).
+fn prepare_imported(
+    imported: &Imported,
+) -> (
+    ErrorStatus,
+    Option<std::sync::Arc<dyn vnpu_driver::device::IPreparedModel>>,
+) {
+    let (_, status, prepared) =
+        vnpu_driver::conformance::prepare_at(device().as_ref(), &imported.model, imported.level);
+    (status, prepared)
+}
 
 fn models_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models")
@@ -51,7 +66,7 @@ fn shipped_models_match_litert() {
         let bytes = std::fs::read(models_dir().join(format!("{name}.tflite"))).unwrap();
         let imported = import(&bytes, false).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert!(imported.stopped.is_none());
-        let (status, prepared) = prepare(&imported.model);
+        let (status, prepared) = prepare_imported(&imported);
         assert_eq!(status, ErrorStatus::None, "{name}");
         let reference = models_dir().join("reference").join(name);
         let inputs = arrays(&reference, "input");
@@ -128,6 +143,18 @@ struct Tiny {
     custom: std::collections::BTreeMap<usize, (String, Vec<u8>)>,
     /// Per tensor: per-channel scales and the quantized dimension.
     channels: std::collections::BTreeMap<usize, (Vec<f32>, i32)>,
+    /// Per tensor: sparsity parameters.
+    sparse: std::collections::BTreeMap<usize, Sparse>,
+}
+
+/// A tensor's SparsityParameters: traversal order, block map, and per traversed dimension
+/// (SPARSE_CSR, dense_size, segments, indices); segments are written as an Int32Vector,
+/// indices as a Uint8Vector.
+#[derive(Clone)]
+struct Sparse {
+    traversal: Vec<i32>,
+    block_map: Vec<i32>,
+    dims: Vec<(bool, i32, Vec<i32>, Vec<u8>)>,
 }
 
 impl Tiny {
@@ -249,10 +276,47 @@ impl Tiny {
                 }
                 _ => None,
             };
+            let sparsity = self.sparse.get(&k).map(|sp| {
+                let dims: Vec<WIPOffset<_>> = sp
+                    .dims
+                    .iter()
+                    .map(|(csr, size, segments, indices)| {
+                        let sv = b.create_vector(segments);
+                        let seg = b.start_table();
+                        b.push_slot_always(4, sv);
+                        let seg = b.end_table(seg);
+                        let iv = b.create_vector(indices);
+                        let ind = b.start_table();
+                        b.push_slot_always(4, iv);
+                        let ind = b.end_table(ind);
+                        let m = b.start_table();
+                        b.push_slot::<i8>(4, i8::from(*csr), 0);
+                        b.push_slot::<i32>(6, *size, 0);
+                        if *csr {
+                            b.push_slot::<u8>(8, 1, 0);
+                            b.push_slot_always(10, seg);
+                            b.push_slot::<u8>(12, 3, 0);
+                            b.push_slot_always(14, ind);
+                        }
+                        b.end_table(m)
+                    })
+                    .collect();
+                let tv = b.create_vector(&sp.traversal);
+                let bm = b.create_vector(&sp.block_map);
+                let dv = b.create_vector(&dims);
+                let t = b.start_table();
+                b.push_slot_always(4, tv);
+                b.push_slot_always(6, bm);
+                b.push_slot_always(8, dv);
+                b.end_table(t)
+            });
             let s = b.create_vector(shape);
             let name = b.create_string("t");
             let t = b.start_table();
             b.push_slot_always(4, s);
+            if let Some(sp) = sparsity {
+                b.push_slot_always(16, sp);
+            }
             b.push_slot::<i8>(6, quant.map_or(0, |q| q.0), 0);
             b.push_slot::<u32>(8, buffer, 0);
             b.push_slot_always(10, name);
@@ -686,8 +750,20 @@ fn run_float(
     Vec<Vec<f32>>,
     std::collections::BTreeMap<&'static str, usize>,
 ) {
-    let imported = import(&t.bytes(), false).unwrap_or_else(|e| panic!("{e}"));
-    let (status, prepared) = prepare(&imported.model);
+    run_float_at(t, inputs, HalVersion::Experimental)
+}
+
+/// [`run_float`] with the model imported for an interface at `level`.
+fn run_float_at(
+    t: &Tiny,
+    inputs: &[Array],
+    level: HalVersion,
+) -> (
+    Vec<Vec<f32>>,
+    std::collections::BTreeMap<&'static str, usize>,
+) {
+    let imported = import_at(&t.bytes(), false, level).unwrap_or_else(|e| panic!("{e}"));
+    let (status, prepared) = prepare_imported(&imported);
     assert_eq!(status, ErrorStatus::None);
     let report = run(&prepared.unwrap(), &imported, inputs, 1).unwrap();
     (
@@ -712,19 +788,138 @@ fn shape_folds_and_pack_becomes_reshape_and_concatenation() {
     t.outputs = vec![p];
     let xs = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
     let ys = [10.0, 20.0, 30.0, 40.0, 50.0, 60.0];
-    let (out, ops) = run_float(&t, &[f32_array(&[2, 3], &xs), f32_array(&[3, 2], &ys)]);
-    assert_eq!(
-        out[0],
-        [1.0, 2.0, 3.0, 10.0, 20.0, 30.0, 4.0, 5.0, 6.0, 40.0, 50.0, 60.0]
-    );
+    let inputs = [f32_array(&[2, 3], &xs), f32_array(&[3, 2], &ys)];
+    let want = [
+        1.0, 2.0, 3.0, 10.0, 20.0, 30.0, 4.0, 5.0, 6.0, 40.0, 50.0, 60.0,
+    ];
+    // For the 1.3 face, which has no PACK.
+    let (out, ops) = run_float_at(&t, &inputs, HalVersion::V1_3);
+    assert_eq!(out[0], want);
     assert_eq!(ops.get("RESHAPE"), Some(&3), "{ops:?}");
     assert_eq!(ops.get("CONCATENATION"), Some(&1), "{ops:?}");
     assert!(!ops.contains_key("SHAPE"), "SHAPE is folded: {ops:?}");
+    // From AIDL V2 on, PACK is NNAPI's PACK, the same values.
+    let (out, ops) = run_float(&t, &inputs);
+    assert_eq!(out[0], want);
+    assert_eq!(ops.get("PACK"), Some(&1), "{ops:?}");
+    assert_eq!(ops.get("RESHAPE"), Some(&1), "{ops:?}");
+    assert!(!ops.contains_key("CONCATENATION"), "{ops:?}");
+    let imported = import(&t.bytes(), false).unwrap();
+    assert_eq!(imported.level, HalVersion::AidlV2);
+    // The 1.3 face refuses the model; the AIDL V2 one takes it.
+    assert_eq!(prepare(&imported.model).0, ErrorStatus::InvalidArgument);
     // An axis outside the result's rank.
     t.options.insert(2, vec![(4, 2), (6, 3)]);
     let e = import(&t.bytes(), false).unwrap_err();
     assert!(
         matches!(&e, ImportError::Operator { index: 2, op, .. } if op == "PACK"),
+        "{e}"
+    );
+}
+
+/// TFLite's DENSIFY.
+const DENSIFY: i32 = 124;
+
+#[test]
+fn sparse_weights_become_densify() {
+    // A [4, 4] weight in 2x2 blocks; block (0, 0) is all zeros and not stored: block rows
+    // DENSE (2), block columns SPARSE_CSR (row 0 holds column 1, row 1 columns 0 and 1),
+    // then each block's 2x2 DENSE.
+    let mut t = Tiny::default();
+    let x = t.tensor(&[4, 4], &[]);
+    let values: Vec<f32> = (1..=12).map(|v| v as f32).collect();
+    let w = t.tensor(&[4, 4], &values);
+    t.sparse.insert(
+        w as usize,
+        Sparse {
+            traversal: vec![0, 1, 2, 3],
+            block_map: vec![0, 1],
+            dims: vec![
+                (false, 2, vec![], vec![]),
+                (true, 0, vec![0, 1, 3], vec![1, 0, 1]),
+                (false, 2, vec![], vec![]),
+                (false, 2, vec![], vec![]),
+            ],
+        },
+    );
+    let d = t.tensor(&[4, 4], &[]);
+    let y = t.tensor(&[4, 4], &[]);
+    t.op(DENSIFY, &[w], &[d]);
+    t.op(ADD, &[x, d], &[y]);
+    t.inputs = vec![x];
+    t.outputs = vec![y];
+    let xs: Vec<f32> = (0..16).map(|v| 100.0 * v as f32).collect();
+    let (out, ops) = run_float(&t, &[f32_array(&[4, 4], &xs)]);
+    #[rustfmt::skip]
+    let dense = [
+        0.0, 0.0, 1.0, 2.0,
+        0.0, 0.0, 3.0, 4.0,
+        5.0, 6.0, 9.0, 10.0,
+        7.0, 8.0, 11.0, 12.0,
+    ];
+    let want: Vec<f32> = xs.iter().zip(dense).map(|(a, b)| a + b).collect();
+    assert_eq!(out[0], want);
+    assert_eq!(ops.get("DENSIFY"), Some(&1), "{ops:?}");
+    assert_eq!(
+        import(&t.bytes(), false).unwrap().level,
+        HalVersion::Experimental
+    );
+    // Without experimental features there is no DENSIFY: the operator is named.
+    let e = import_at(&t.bytes(), false, HalVersion::AidlV4).unwrap_err();
+    assert!(
+        matches!(&e, ImportError::Unsupported { index: 0, op, .. } if op == "DENSIFY"),
+        "{e}"
+    );
+    // Read by anything but DENSIFY, a sparse tensor is refused.
+    t.ops[1].1 = vec![x, w];
+    let e = import(&t.bytes(), false).unwrap_err();
+    assert!(e.to_string().contains("sparse"), "{e}");
+    // A block size that does not divide its dimension.
+    t.ops[1].1 = vec![x, d];
+    t.sparse.get_mut(&(w as usize)).unwrap().dims[2].1 = 3;
+    assert!(import(&t.bytes(), false).is_err());
+}
+
+#[test]
+fn a_folded_tensor_wanted_as_a_partition_output_is_materialised() {
+    use vnpu_driver::tflite::{import_ops_with_outputs, Graph};
+    // float16 weights behind a DEQUANTIZE (folded at import) that a runtime's partition
+    // edge passes on to the next partition.
+    let mut t = Tiny::default();
+    let halves: Vec<u8> = [0x3C00u16, 0x4000, 0xB800, 0x3400]
+        .iter()
+        .flat_map(|h| h.to_le_bytes())
+        .collect();
+    let w = t.typed(&[4], 1, halves);
+    let d = t.tensor(&[4], &[]);
+    let x = t.tensor(&[4], &[]);
+    let y = t.tensor(&[4], &[]);
+    t.op(DEQUANTIZE, &[w], &[d]);
+    t.op(ADD, &[x, d], &[y]);
+    t.inputs = vec![x];
+    t.outputs = vec![y];
+    let bytes = t.bytes();
+    let g = Graph::read(&bytes).unwrap();
+    let imported = import_ops_with_outputs(&g, &[0], &[d as usize]).unwrap();
+    assert_eq!(imported.output_tensors, [d as usize]);
+    let (status, prepared) = prepare_imported(&imported);
+    assert_eq!(status, ErrorStatus::None);
+    let report = run(&prepared.unwrap(), &imported, &[], 1).unwrap();
+    assert_eq!(floats(&report.outputs[0]), [1.0, 2.0, -0.5, 0.25]);
+}
+
+#[test]
+fn the_sparse_face_detector_densifies_its_weights() {
+    let bytes =
+        std::fs::read(models_dir().join("face_detection_full_range_sparse.tflite")).unwrap();
+    let imported = import(&bytes, false).unwrap();
+    assert_eq!(imported.level, HalVersion::Experimental);
+    // 46 sparse float16 filters: DENSIFY, then float16 to float32 (CAST).
+    assert_eq!(imported.operations.get("DENSIFY"), Some(&46));
+    assert_eq!(imported.operations.get("CAST"), Some(&46));
+    let e = import_at(&bytes, false, HalVersion::AidlV4).unwrap_err();
+    assert!(
+        matches!(&e, ImportError::Unsupported { op, .. } if op == "DENSIFY"),
         "{e}"
     );
 }

@@ -192,7 +192,8 @@ fn bench(c: &mut Criterion) {
     for (name, bytes) in &cases {
         let imported = import(bytes, false).expect("import");
         let arrays = run::random_inputs(&imported.inputs, 1).expect("inputs");
-        let p = vnpu_driver::cache::dir::prepare_plain(dev.as_ref(), &imported.model);
+        let p =
+            vnpu_driver::cache::dir::prepare_plain(dev.as_ref(), &imported.model, imported.level);
         assert_eq!((p.ret, p.status), (ErrorStatus::None, ErrorStatus::None));
         let prepared: Arc<dyn IPreparedModel> = p.prepared.expect("prepared");
         let (request, _pool) = run::request(&imported, &arrays).expect("request");

@@ -66,6 +66,32 @@ pub struct TfLiteAffineQuantization {
     pub quantized_dimension: i32,
 }
 
+/// `TfLiteDimensionMetadata`: one traversed dimension of a sparse tensor.
+#[repr(C)]
+pub struct TfLiteDimensionMetadata {
+    /// `TfLiteDimensionType` (dense 0, sparse CSR 1).
+    pub format: c_int,
+    /// A dense dimension's size.
+    pub dense_size: c_int,
+    /// A sparse dimension's segments.
+    pub array_segments: *mut TfLiteIntArray,
+    /// A sparse dimension's indices.
+    pub array_indices: *mut TfLiteIntArray,
+}
+
+/// `TfLiteSparsity`: a sparse tensor's format.
+#[repr(C)]
+pub struct TfLiteSparsity {
+    /// The traversal order.
+    pub traversal_order: *mut TfLiteIntArray,
+    /// The block map.
+    pub block_map: *mut TfLiteIntArray,
+    /// `dim_metadata_size` entries, in traversal order.
+    pub dim_metadata: *mut TfLiteDimensionMetadata,
+    /// How many.
+    pub dim_metadata_size: c_int,
+}
+
 /// `TfLiteTensor`.
 #[repr(C)]
 pub struct TfLiteTensor {
@@ -96,7 +122,7 @@ pub struct TfLiteTensor {
     /// Quantisation.
     pub quantization: TfLiteQuantization,
     /// `TfLiteSparsity*`.
-    pub sparsity: *mut c_void,
+    pub sparsity: *mut TfLiteSparsity,
     /// The shape signature (-1: known at run time), or null.
     pub dims_signature: *const TfLiteIntArray,
 }

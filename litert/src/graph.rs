@@ -8,6 +8,7 @@ use std::ptr;
 
 use vnpu_driver::tflite::ops::{c_params, options_from_c};
 use vnpu_driver::tflite::writer::{ModelDesc, OpDesc, TensorDesc};
+use vnpu_driver::tflite::{SparseDim, Sparsity};
 
 use crate::ffi::{self, TfLiteAffineQuantization, TfLiteContext, TfLiteNode, TfLiteRegistration};
 
@@ -192,6 +193,40 @@ unsafe fn tensor(t: &ffi::TfLiteTensor, index: usize) -> TensorDesc {
             scales,
             zero_points,
             axis,
+            sparsity: sparsity(t.sparsity),
         }
+    }
+}
+
+/// A sparse tensor's format (null: a dense tensor).
+///
+/// # Safety
+/// `s` is null or the runtime's valid `TfLiteSparsity`.
+unsafe fn sparsity(s: *const ffi::TfLiteSparsity) -> Option<Sparsity> {
+    if s.is_null() {
+        return None;
+    }
+    // SAFETY: the caller's promise: the runtime's arrays are valid or null, and
+    // `dim_metadata` holds `dim_metadata_size` entries (none when null or negative).
+    unsafe {
+        let s = &*s;
+        let n = usize::try_from(s.dim_metadata_size).unwrap_or(0);
+        let dims = match s.dim_metadata.is_null() {
+            true => &[][..],
+            false => std::slice::from_raw_parts(s.dim_metadata, n),
+        };
+        Some(Sparsity {
+            traversal_order: ffi::ints(s.traversal_order),
+            block_map: ffi::ints(s.block_map),
+            dims: dims
+                .iter()
+                .map(|m| SparseDim {
+                    csr: m.format == 1,
+                    dense_size: m.dense_size,
+                    segments: ffi::ints(m.array_segments),
+                    indices: ffi::ints(m.array_indices),
+                })
+                .collect(),
+        })
     }
 }

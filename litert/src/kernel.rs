@@ -15,7 +15,7 @@ use vnpu_driver::hal::{
     OptionalTimePoint, OptionalTimeoutDuration, Request, RequestArgument, RequestMemoryPool,
     Timing,
 };
-use vnpu_driver::tflite::Imported;
+use vnpu_driver::tflite::{model_level, Imported};
 
 /// Why a partition could not be prepared or run.
 #[derive(Debug, thiserror::Error)]
@@ -104,10 +104,12 @@ impl Kernel {
                 "the model's inputs or outputs differ from those named".into(),
             ));
         }
+        // The lowest interface that takes the model (1.3 unless it needs PACK or DENSIFY).
+        let level = model_level(model).map_err(|e| KernelError::Memory(e.to_string()))?;
         let p = match cache_dir.map(|d| (d, cache::model_token(model))) {
-            Some((dir, Ok(token))) => cache::dir::prepare_in_dir(device, model, dir, &token),
+            Some((dir, Ok(token))) => cache::dir::prepare_in_dir(device, model, level, dir, &token),
             Some((_, Err(e))) => return Err(KernelError::Memory(e.to_string())),
-            None => cache::dir::prepare_plain(device, model),
+            None => cache::dir::prepare_plain(device, model, level),
         };
         if !p.line.is_empty() {
             tracing::info!("vnpu: {}", p.line);

@@ -62,6 +62,14 @@ def is_quantised(path):
     return any(d["dtype"] in (np.int8, np.uint8) for d in it.get_input_details())
 
 
+def has_sparse_tensors(path):
+    """Whether the model densifies sparse weights (a DENSIFY operator reads them)."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    it = Interpreter(model_path=str(path))
+    return any(op["op_name"] == "DENSIFY" for op in it._get_ops_details())
+
+
 def run_interpreter(path, inputs, delegates=(), reference=False):
     """Runs a model in LiteRT's Interpreter (XNNPACK, or the reference kernels)."""
     from ai_edge_litert.interpreter import Interpreter, OpResolverType

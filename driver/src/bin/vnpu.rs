@@ -14,11 +14,11 @@ use vnpu_driver::conformance::report::{read_report_file, summarize, write_report
 use vnpu_driver::conformance::suite::{run_suite_until, SuiteOptions};
 use vnpu_driver::conformance::table;
 use vnpu_driver::conformance::{
-    default_corpus, lookup, prepare_plain, run_case, run_case_with, ExecOptions, ExecPath,
-    Interface, MemoryMode, Preparation, Verdict,
+    default_corpus, lookup, prepare_at, run_case, run_case_with, ExecOptions, ExecPath, Interface,
+    MemoryMode, Preparation, Verdict,
 };
 use vnpu_driver::device::{IDevice, VnpuDevice};
-use vnpu_driver::hal::{ErrorStatus, Model, OperationType};
+use vnpu_driver::hal::{ErrorStatus, HalVersion, Model, OperationType};
 use vnpu_driver::service::client::{self, RemoteDevice};
 use vnpu_driver::service::{server, transport};
 use vnpu_emu::regs;
@@ -527,7 +527,7 @@ fn run(
                 }
             };
             let prepare = |dev: &dyn IDevice, model: &Model| {
-                let (outcome, prepared) = prepare_cached(dev, model, dir, &token);
+                let (outcome, prepared) = prepare_cached(dev, model, HalVersion::V1_3, dir, &token);
                 outln!("{outcome}");
                 prepared
             };
@@ -626,10 +626,11 @@ fn token_for(model: &Model, hex: Option<&str>) -> Result<[u8; 32], String> {
 fn prepare_cached(
     dev: &dyn IDevice,
     model: &Model,
+    level: HalVersion,
     dir: &Path,
     token: &[u8; 32],
 ) -> (String, Preparation) {
-    let p = vnpu_driver::cache::dir::prepare_in_dir(dev, model, dir, token);
+    let p = vnpu_driver::cache::dir::prepare_in_dir(dev, model, level, dir, token);
     if let Some(e) = &p.save_error {
         eprintln!("vnpu: cache: {e}");
     }
@@ -815,13 +816,13 @@ fn run_model(target: &Target, path: &Path, opts: ModelRun) -> ExitCode {
     let device = target.device();
     let start = std::time::Instant::now();
     let prepared = match &opts.cache {
-        None => prepare_plain(device, &imported.model),
+        None => prepare_at(device, &imported.model, imported.level),
         Some((dir, hex)) => {
             let token = match token_for(&imported.model, hex.as_deref()) {
                 Ok(t) => t,
                 Err(e) => return fail(e),
             };
-            let (line, p) = prepare_cached(device, &imported.model, dir, &token);
+            let (line, p) = prepare_cached(device, &imported.model, imported.level, dir, &token);
             outln!("{line}");
             p
         }

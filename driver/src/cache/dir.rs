@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use std::time::Instant;
 
-use crate::hal::{ErrorStatus, Model, NativeHandle, OptionalTimePoint};
+use crate::hal::{ErrorStatus, HalVersion, Model, NativeHandle, OptionalTimePoint};
 use crate::interface::{IDevice, IPreparedModel, PrepareArgs, PreparedModelSlot};
 
 /// Why a save into the directory failed.
@@ -209,25 +209,30 @@ pub struct DirPreparation {
     pub save_error: Option<String>,
 }
 
-/// Prepares `model` without cache files.
-pub fn prepare_plain(dev: &dyn IDevice, model: &Model) -> DirPreparation {
-    prepare(dev, model, &[], &[], &[0u8; 32])
+/// Prepares `model` without cache files, validated as an interface at `level` does
+/// (`IDevice::prepare_model_at`).
+pub fn prepare_plain(dev: &dyn IDevice, model: &Model, level: HalVersion) -> DirPreparation {
+    prepare(dev, model, level, &[], &[], &[0u8; 32])
 }
 
 fn prepare(
     dev: &dyn IDevice,
     model: &Model,
+    level: HalVersion,
     m: &[NativeHandle],
     d: &[NativeHandle],
     token: &[u8; 32],
 ) -> DirPreparation {
     let slot = PreparedModelSlot::new();
-    let ret = dev.prepare_model_1_3(PrepareArgs {
-        model_cache: m,
-        data_cache: d,
-        token,
-        ..PrepareArgs::new(model, Some(slot.clone()))
-    });
+    let ret = dev.prepare_model_at(
+        level,
+        PrepareArgs {
+            model_cache: m,
+            data_cache: d,
+            token,
+            ..PrepareArgs::new(model, Some(slot.clone()))
+        },
+    );
     let (status, prepared) = slot.wait();
     DirPreparation {
         ret,
@@ -239,18 +244,19 @@ fn prepare(
 }
 
 /// Prepares `model` through the cache files of `token` in `dir` (created if missing): a
-/// load when they hold this token's model, else a preparation whose save is moved into
-/// `dir` complete or not at all ([`CacheDir::commit`]).
+/// load when they hold this token's model, else a preparation at `level` whose save is
+/// moved into `dir` complete or not at all ([`CacheDir::commit`]).
 pub fn prepare_in_dir(
     dev: &dyn IDevice,
     model: &Model,
+    level: HalVersion,
     dir: &Path,
     token: &[u8; 32],
 ) -> DirPreparation {
     let cache = CacheDir::new(dir, token);
     let ms = |t: Instant| t.elapsed().as_secs_f64() * 1e3;
     let off = |e: std::io::Error| {
-        let mut p = prepare_plain(dev, model);
+        let mut p = prepare_plain(dev, model, level);
         p.line = format!("cache: off ({}: {e})", dir.display());
         p
     };
@@ -292,7 +298,7 @@ pub fn prepare_in_dir(
     };
     let (m, d) = staged.handles();
     let start = Instant::now();
-    let mut p = prepare(dev, model, &m, &d, token);
+    let mut p = prepare(dev, model, level, &m, &d, token);
     let prepare_ms = ms(start);
     let saved = match (p.status, cache.commit(&staged)) {
         (ErrorStatus::None, Ok(())) => format!("saved to {}", dir.display()),

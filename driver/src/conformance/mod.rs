@@ -131,8 +131,15 @@ pub type Preparation = (ErrorStatus, ErrorStatus, Option<Arc<dyn IPreparedModel>
 
 /// prepareModel_1_3 without cache handles, waiting for the notification.
 pub fn prepare_plain(device: &dyn IDevice, model: &Model) -> Preparation {
+    prepare_at(device, model, HalVersion::V1_3)
+}
+
+/// A preparation without cache handles, the model validated as an interface at `level`
+/// does (`IDevice::prepare_model_at`; an imported model's `level`), waiting for the
+/// notification.
+pub fn prepare_at(device: &dyn IDevice, model: &Model, level: HalVersion) -> Preparation {
     let slot = PreparedModelSlot::new();
-    let ret = device.prepare_model_1_3(PrepareArgs::new(model, Some(slot.clone())));
+    let ret = device.prepare_model_at(level, PrepareArgs::new(model, Some(slot.clone())));
     let (status, prepared) = slot.wait();
     (ret, status, prepared)
 }

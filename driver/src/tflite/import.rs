@@ -10,8 +10,8 @@ use super::ops::{self, Mapped};
 use super::schema::{slot, Table};
 use super::ImportError;
 use crate::hal::{
-    DataLocation, ExtraParams, Memory, Model, Operand, OperandLifeTime, OperandType, Operation,
-    OperationType, Subgraph, SymmPerChannelQuantParams,
+    DataLocation, ExtraParams, HalVersion, Memory, Model, Operand, OperandLifeTime, OperandType,
+    Operation, OperationType, Subgraph, SymmPerChannelQuantParams,
 };
 
 /// Constants up to this size are copied into the model (CONSTANT_COPY); larger ones live in
@@ -70,6 +70,58 @@ pub struct Imported {
     pub input_tensors: Vec<usize>,
     /// The TFLite tensor of each output, in order.
     pub output_tensors: Vec<usize>,
+    /// The lowest interface level whose models it is valid at ([`model_level`]): NN HAL
+    /// 1.3 unless an operation needs a later one (PACK: AIDL V2; DENSIFY: NNAPI's
+    /// experimental features). Prepare it at this level (`IDevice::prepare_model_at`).
+    pub level: HalVersion,
+}
+
+/// The levels an imported model is tried at, lowest first.
+const LEVELS: &[HalVersion] = &[
+    HalVersion::V1_3,
+    HalVersion::AidlV1,
+    HalVersion::AidlV2,
+    HalVersion::AidlV3,
+    HalVersion::AidlV4,
+    HalVersion::Experimental,
+];
+
+/// The lowest interface level (NN HAL 1.3 or later) at which `model` is valid; the error is
+/// the one the newest level gives.
+pub fn model_level(model: &Model) -> Result<HalVersion, crate::hal::ValidationError> {
+    let mut last = None;
+    for &level in LEVELS {
+        match crate::hal::validate_model_at(model, level) {
+            Ok(()) => return Ok(level),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.expect("LEVELS is not empty"))
+}
+
+/// A sparse tensor's format (TFLite `SparsityParameters`): its buffer holds only the values
+/// the traversal stores.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Sparsity {
+    /// The order the dimensions are traversed in (the tensor's, then the blocks').
+    pub traversal_order: Vec<i32>,
+    /// The tensor dimension each block dimension splits.
+    pub block_map: Vec<i32>,
+    /// Per traversed dimension, in traversal order.
+    pub dims: Vec<SparseDim>,
+}
+
+/// One traversed dimension of a sparse tensor (TFLite `DimensionMetadata`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SparseDim {
+    /// SPARSE_CSR (else DENSE).
+    pub csr: bool,
+    /// A DENSE dimension's size.
+    pub dense_size: i32,
+    /// A SPARSE_CSR dimension's segments.
+    pub segments: Vec<i32>,
+    /// A SPARSE_CSR dimension's indices.
+    pub indices: Vec<i32>,
 }
 
 /// One TFLite tensor as read.
@@ -82,6 +134,8 @@ pub(super) struct Tensor<'a> {
     pub scales: Vec<f32>,
     pub zero_points: Vec<i64>,
     pub axis: i32,
+    /// A sparse tensor's format (DENSIFY reads it).
+    pub sparsity: Option<Box<Sparsity>>,
     /// `shape_signature` (-1 where the size is only known at run time; empty when the
     /// file gives none).
     pub signature: Vec<i32>,
@@ -105,6 +159,8 @@ pub(super) struct Builder<'a> {
     operations: Vec<Operation>,
     /// NNAPI operations made, by name.
     pub counts: BTreeMap<&'static str, usize>,
+    /// The newest interface level whose operations the import may use.
+    pub level: HalVersion,
 }
 
 fn invalid(reason: impl Into<String>) -> ImportError {
@@ -272,6 +328,17 @@ impl<'a> Builder<'a> {
         })
     }
 
+    /// A new constant operand like `template` (type, dimensions, quantisation) holding
+    /// `bytes`.
+    pub fn constant_like(&mut self, template: Operand, bytes: &[u8]) -> u32 {
+        let (lifetime, location) = self.place(bytes);
+        self.push(Operand {
+            lifetime,
+            location,
+            ..template
+        })
+    }
+
     /// The type of operand `o`.
     pub fn operand_type(&self, o: u32) -> OperandType {
         self.operands[o as usize].r#type
@@ -316,6 +383,12 @@ impl<'a> Builder<'a> {
         if let Some(o) = self.operand_of[t] {
             return Ok(o);
         }
+        if self.tensors[t].sparsity.is_some() {
+            return Err(ImportError::Tensor {
+                index: t,
+                reason: "a sparse tensor is read by an operator other than DENSIFY".into(),
+            });
+        }
         let (r#type, _) = self.hal_type(t)?;
         let dims = self.dims(t)?;
         let x = &self.tensors[t];
@@ -349,6 +422,24 @@ impl<'a> Builder<'a> {
         Ok(i)
     }
 
+    /// Folded tensor `t` as an operation's output: a runtime can draw a partition's edge
+    /// through weights the import folded (a float16 DEQUANTIZE read by the next partition),
+    /// and a model output cannot be a constant, so the constant goes through a RESHAPE to
+    /// its own shape.
+    pub fn materialised(&mut self, t: usize) -> Result<u32, ImportError> {
+        let c = self.operand(t)?;
+        let template = self.operands[c as usize].clone();
+        let shape: Vec<i32> = template.dimensions.iter().map(|&d| d as i32).collect();
+        let s = self.int_tensor(&shape);
+        let out = self.push(Operand {
+            lifetime: OperandLifeTime::TEMPORARY_VARIABLE,
+            location: DataLocation::default(),
+            ..template
+        });
+        self.op(OperationType::RESHAPE, vec![c, s], vec![out]);
+        Ok(out)
+    }
+
     /// The operand an operator writes for tensor `t` (never a constant, written once).
     pub fn output(&mut self, t: usize) -> Result<u32, ImportError> {
         if self.tensors.get(t).is_none() {
@@ -366,7 +457,10 @@ impl<'a> Builder<'a> {
 
     /// Adds an NNAPI operation.
     pub fn op(&mut self, r#type: OperationType, inputs: Vec<u32>, outputs: Vec<u32>) {
-        *self.counts.entry(r#type.name().unwrap_or("?")).or_default() += 1;
+        *self
+            .counts
+            .entry(r#type.name_any().unwrap_or("?"))
+            .or_default() += 1;
         self.operations.push(Operation {
             r#type,
             inputs,
@@ -376,7 +470,7 @@ impl<'a> Builder<'a> {
 }
 
 /// The scale, zero point and per-channel parameters of tensor `t` as HAL type `ty`.
-fn quantisation(
+pub(super) fn quantisation(
     t: usize,
     x: &Tensor<'_>,
     ty: OperandType,
@@ -427,9 +521,6 @@ fn read_tensor<'a>(
     index: usize,
 ) -> Result<Tensor<'a>, ImportError> {
     let bad = |reason: String| ImportError::Tensor { index, reason };
-    if t.table(slot::tensor::SPARSITY)?.is_some() {
-        return Err(bad("sparse tensors are not supported".into()));
-    }
     let buffer = t.scalar::<u32>(slot::tensor::BUFFER, 0)? as usize;
     let b = buffers
         .get(buffer)
@@ -473,7 +564,65 @@ fn read_tensor<'a>(
         scales,
         zero_points,
         axis,
+        sparsity: match t.table(slot::tensor::SPARSITY)? {
+            Some(p) => Some(Box::new(read_sparsity(&p).map_err(bad)?)),
+            None => None,
+        },
         signature: t.scalars::<i32>(slot::tensor::SHAPE_SIGNATURE)?,
+    })
+}
+
+/// A tensor's `SparsityParameters` table (the values it holds are checked when DENSIFY
+/// reads it).
+pub fn read_sparsity(p: &Table<'_>) -> Result<Sparsity, String> {
+    use slot::dimension as d;
+    let e = |e: ImportError| format!("sparsity: {e}");
+    // A SparseIndexVector union member's values, by its type byte.
+    let index_vector = |m: &Table<'_>, ty: u16, at: u16| -> Result<Vec<i32>, String> {
+        let Some(v) = m.table(at).map_err(e)? else {
+            return Ok(Vec::new());
+        };
+        let values = slot::index_vector::VALUES;
+        Ok(match m.scalar::<u8>(ty, 0).map_err(e)? {
+            1 => v.scalars::<i32>(values).map_err(e)?,
+            2 => v
+                .scalars::<u16>(values)
+                .map_err(e)?
+                .into_iter()
+                .map(i32::from)
+                .collect(),
+            3 => v
+                .scalars::<u8>(values)
+                .map_err(e)?
+                .into_iter()
+                .map(i32::from)
+                .collect(),
+            t => return Err(format!("sparsity: index vector type {t}")),
+        })
+    };
+    let dims = p
+        .tables(slot::sparsity::DIM_METADATA)
+        .map_err(e)?
+        .iter()
+        .map(|m| {
+            Ok(SparseDim {
+                csr: match m.scalar::<i8>(d::FORMAT, 0).map_err(e)? {
+                    0 => false,
+                    1 => true,
+                    f => return Err(format!("sparsity: dimension format {f}")),
+                },
+                dense_size: m.scalar::<i32>(d::DENSE_SIZE, 0).map_err(e)?,
+                segments: index_vector(m, d::SEGMENTS_TYPE, d::SEGMENTS)?,
+                indices: index_vector(m, d::INDICES_TYPE, d::INDICES)?,
+            })
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    Ok(Sparsity {
+        traversal_order: p
+            .scalars::<i32>(slot::sparsity::TRAVERSAL_ORDER)
+            .map_err(e)?,
+        block_map: p.scalars::<i32>(slot::sparsity::BLOCK_MAP).map_err(e)?,
+        dims,
     })
 }
 
@@ -529,9 +678,20 @@ pub struct Graph<'a> {
     pub(super) ops: Vec<OpRec<'a>>,
     pub(super) inputs: Vec<usize>,
     pub(super) outputs: Vec<usize>,
+    /// The newest interface level the import may use operations of.
+    pub(super) level: HalVersion,
 }
 
 impl<'a> Graph<'a> {
+    /// The graph imported for an interface at `level`: operations newer than it are
+    /// mapped another way where one exists (PACK as RESHAPE and CONCATENATION below AIDL
+    /// V2), else refused (sparse tensors need DENSIFY, an experimental feature). The
+    /// default is the newest, [`HalVersion::Experimental`].
+    pub fn at_level(mut self, level: HalVersion) -> Self {
+        self.level = level;
+        self
+    }
+
     /// Reads the main subgraph of `buf` (verified first).
     pub fn read(buf: &'a [u8]) -> Result<Graph<'a>, ImportError> {
         super::schema::verify(buf)?;
@@ -587,6 +747,7 @@ impl<'a> Graph<'a> {
             pool: Vec::new(),
             operations: Vec::new(),
             counts: BTreeMap::new(),
+            level: self.level,
         };
         let mut reads = vec![false; n];
         for &k in wanted {
@@ -671,6 +832,7 @@ fn read_graph(buf: &[u8]) -> Result<Graph<'_>, ImportError> {
         ops,
         inputs,
         outputs,
+        level: HalVersion::Experimental,
     })
 }
 
@@ -694,9 +856,13 @@ fn map_op<'a>(b: &mut Builder<'a>, op: &OpRec<'a>, index: usize) -> Result<(), I
     }
 }
 
-/// Imports the main subgraph of a verified model.
-pub(super) fn import_verified(buf: &[u8], partial: bool) -> Result<Imported, ImportError> {
-    let g = read_graph(buf)?;
+/// Imports the main subgraph of a verified model for an interface at `level`.
+pub(super) fn import_verified(
+    buf: &[u8],
+    partial: bool,
+    level: HalVersion,
+) -> Result<Imported, ImportError> {
+    let g = read_graph(buf)?.at_level(level);
     let all: Vec<usize> = (0..g.ops.len()).collect();
     let mut b = g.builder(&all)?;
     for &i in &g.inputs {
@@ -849,6 +1015,10 @@ fn finish_selected(
     let mut b = b;
     let mut output_ops = Vec::with_capacity(wanted.len());
     for &o in wanted {
+        if b.replaced[o].is_some() && b.operand_of[o].is_none() {
+            output_ops.push(b.materialised(o)?);
+            continue;
+        }
         if !b.written[o] || b.operand_of[o].is_none() {
             return Err(ImportError::Graph(format!(
                 "output tensor {o} ({}) is never written",
@@ -925,7 +1095,7 @@ fn finish(
         pools,
         ..Model::default()
     };
-    crate::hal::validate_model(&model)
+    let level = model_level(&model)
         .map_err(|e| ImportError::Graph(format!("the imported model is not valid: {e}")))?;
     Ok(Imported {
         model,
@@ -936,5 +1106,6 @@ fn finish(
         constant_bytes,
         input_tensors: Vec::new(),
         output_tensors: Vec::new(),
+        level,
     })
 }

@@ -1,6 +1,8 @@
-//! Real models: a TFLite (LiteRT) `.tflite` file imported as an NN HAL 1.3 model, as
-//! Android's NNAPI delegate turns a TFLite graph into an NNAPI model, so it runs through
-//! the same driver path (validate, prepare, execute) as everything else.
+//! Real models: a TFLite (LiteRT) `.tflite` file imported as an NN HAL model, as Android's
+//! NNAPI delegate turns a TFLite graph into an NNAPI model, so it runs through the same
+//! driver path (validate, prepare, execute) as everything else. The model is a 1.3 one
+//! unless it needs a later operation (PACK, or DENSIFY for sparse weights): its `level`
+//! says which interface to prepare it through.
 //!
 //! [`schema`] verifies the FlatBuffer and reads it with safe accessors; [`import`] turns the
 //! main subgraph (or a partition of it) into a model; [`ops`] holds one mapping per builtin
@@ -16,7 +18,12 @@ pub mod run;
 pub mod schema;
 pub mod writer;
 
-pub use import::{import_ops, import_ops_with_outputs, Graph, Imported, TensorInfo};
+pub use import::{
+    import_ops, import_ops_with_outputs, model_level, Graph, Imported, SparseDim, Sparsity,
+    TensorInfo,
+};
+
+use crate::hal::HalVersion;
 
 /// Why a file does not import.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -61,10 +68,17 @@ pub enum ImportError {
     Io(String),
 }
 
-/// Imports the main subgraph of the `.tflite` file in `bytes`. With `partial`, an operator
-/// vnpu cannot map ends the model there (its outputs are what the rest would have read)
-/// instead of failing the import.
+/// Imports the main subgraph of the `.tflite` file in `bytes`, using every operation vnpu
+/// has (prepare the result at its [`Imported::level`]). With `partial`, an operator vnpu
+/// cannot map ends the model there (its outputs are what the rest would have read) instead
+/// of failing the import.
 pub fn import(bytes: &[u8], partial: bool) -> Result<Imported, ImportError> {
+    import_at(bytes, partial, HalVersion::Experimental)
+}
+
+/// [`import`] for an interface at `level`: no operation newer than it (see
+/// [`Graph::at_level`]).
+pub fn import_at(bytes: &[u8], partial: bool, level: HalVersion) -> Result<Imported, ImportError> {
     schema::verify(bytes)?;
-    import::import_verified(bytes, partial)
+    import::import_verified(bytes, partial, level)
 }

@@ -2,10 +2,10 @@
 //! builtin code, its name and how its inputs and options become the NNAPI operation's
 //! operands (the options tables' slots are the schema's, noted beside each read).
 
-use super::import::{tensor_type, Builder, Graph, OpRec};
+use super::import::{quantisation, tensor_type, Builder, Graph, OpRec, Sparsity};
 use super::schema::Table;
 use super::ImportError;
-use crate::hal::{OperandType, OperationType as Op};
+use crate::hal::{ExtraParams, HalVersion, Operand, OperandType, OperationType as Op};
 
 /// A mapped operator.
 pub struct Mapped;
@@ -491,6 +491,7 @@ static MAPPINGS: &[Mapping] = &[
     Mapping { code: 77, name: "SHAPE", map: shape, c: &[] },
     Mapping { code: 83, name: "PACK", map: pack, c: TWO_INTS },
     Mapping { code: 117, name: "HARD_SWISH", map: |c| c.plain(Op::HARD_SWISH, 1), c: &[] },
+    Mapping { code: 124, name: "DENSIFY", map: densify, c: &[] },
     // Custom operators, by their custom name.
     Mapping { code: CUSTOM, name: "Convolution2DTransposeBias", map: transpose_conv_bias, c: &[] },
 ];
@@ -618,7 +619,12 @@ pub(super) fn foldable(g: &Graph<'_>, op: &OpRec<'_>) -> bool {
                 && o.ty == tensor_type::INT32
                 && o.shape == [x.shape.len() as i32]
         }
-        DEQUANTIZE => x.ty == tensor_type::FLOAT16 && !x.data.is_empty() && o.shape == x.shape,
+        DEQUANTIZE => {
+            x.ty == tensor_type::FLOAT16
+                && !x.data.is_empty()
+                && x.sparsity.is_none()
+                && o.shape == x.shape
+        }
         _ => false,
     }
 }
@@ -748,14 +754,13 @@ fn depthwise(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
 fn dequantize(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
     let t = c.tensor_in(0)?;
     if c.b.tensors[t].ty == tensor_type::FLOAT16 {
-        let out = c.tensor_out(0)?;
-        if c.b.replaced[out].is_none() {
-            return Err(unsupported(
-                "DEQUANTIZE of float16 values that are not constant weights",
-            ));
+        if c.b.replaced[c.tensor_out(0)?].is_some() {
+            // Folded: the output is a float32 constant wherever it is read.
+            return Ok(Mapped);
         }
-        // Folded: the output is a float32 constant wherever it is read.
-        return Ok(Mapped);
+        // float16 values made at run time (DENSIFY's, of sparse float16 weights): NNAPI's
+        // DEQUANTIZE takes quantised input only, its CAST converts float16 to float32.
+        return c.plain(Op::CAST, 1);
     }
     let (x, out) = (c.input(0)?, c.output(0)?);
     let ty = c.b.operand_type(x);
@@ -1063,8 +1068,9 @@ fn shape(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
     Ok(Mapped)
 }
 
-/// PACK (PackOptions values_count 4, axis 6): the HAL has no PACK before AIDL V2, so each
-/// input is reshaped with a 1 at `axis`, then the pieces are concatenated along it.
+/// PACK (PackOptions values_count 4, axis 6): NNAPI's PACK from AIDL V2 on (when every
+/// tensor shares the output's quantisation, as it requires); below, or else, each input is
+/// reshaped with a 1 at `axis`, then the pieces are concatenated along it.
 fn pack(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
     let n = c.ins.len();
     let count = c.opt_i32(4, n as i32)?;
@@ -1079,6 +1085,15 @@ fn pack(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
         return Err(bad(format!("PACK axis {axis} for rank {rank}")));
     }
     let out = c.output(0)?;
+    if c.b.level >= HalVersion::AidlV2 {
+        let tensors = (0..n).map(|k| c.input(k)).collect::<Result<Vec<_>, _>>()?;
+        let quant = |o: u32| (c.b.operand_type(o), c.b.quant_of(o));
+        if tensors.iter().all(|&x| quant(x) == quant(out)) {
+            let mut ins = vec![c.b.int(axis)];
+            ins.extend(tensors);
+            return c.done(Op::PACK, ins, vec![out]);
+        }
+    }
     let mut pieces = Vec::with_capacity(n);
     for k in 0..n {
         let x = c.input(k)?;
@@ -1100,6 +1115,109 @@ fn pack(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
     }
     pieces.push(c.b.int(axis));
     c.done(Op::CONCATENATION, pieces, vec![out])
+}
+
+/// DENSIFY: a sparse constant (its buffer holds the stored values, its sparsity parameters
+/// where they go) as NNAPI's DENSIFY, an experimental operation: the values as a vector,
+/// then the format as int32 constants (traversal order, block map, dimension formats, each
+/// traversed dimension's size, a segments/indices pair per dimension). Its inputs are all
+/// constants, so the compiler folds it at preparation: sparse weights cost no execution
+/// time, only file size is saved.
+fn densify(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
+    if c.b.level < HalVersion::Experimental {
+        return Err(unsupported(format!(
+            "sparse weights need DENSIFY, an experimental NNAPI operation (importing for {:?})",
+            c.b.level
+        )));
+    }
+    let t = c.tensor_in(0)?;
+    let x = c.b.tensors[t].clone();
+    let Some(s) = x.sparsity.as_deref() else {
+        return Err(unsupported(
+            "its input has no sparsity parameters (LiteRT's compiler-plugin API gives none: \
+             DENSIFY stays on the CPU there)",
+        ));
+    };
+    let (ty, es) = c.b.hal_type(t)?;
+    if x.data.is_empty() || !x.data.len().is_multiple_of(es) {
+        return Err(bad(format!(
+            "{} bytes of sparse values for {es}-byte elements",
+            x.data.len()
+        )));
+    }
+    let count = u32::try_from(x.data.len() / es).map_err(|_| bad("too many sparse values"))?;
+    let (scale, zero_point, extra) = quantisation(t, &x, ty)?;
+    if extra != ExtraParams::None {
+        return Err(unsupported("sparse per-channel quantised weights"));
+    }
+    let sizes = traversed_sizes(&x.shape, s).map_err(bad)?;
+    let template = Operand {
+        r#type: ty,
+        dimensions: vec![count],
+        scale,
+        zero_point,
+        ..Operand::default()
+    };
+    let values = c.b.constant_like(template, x.data);
+    let formats: Vec<i32> = s.dims.iter().map(|d| i32::from(d.csr)).collect();
+    let mut ins = vec![
+        values,
+        c.b.int_tensor(&s.traversal_order),
+        c.b.int_tensor(&s.block_map),
+        c.b.int_tensor(&formats),
+        c.b.int_tensor(&sizes),
+    ];
+    for d in &s.dims {
+        ins.push(c.b.int_tensor(&d.segments));
+        ins.push(c.b.int_tensor(&d.indices));
+    }
+    let out = c.output(0)?;
+    c.done(Op::DENSIFY, ins, vec![out])
+}
+
+/// Each traversed dimension's size, as NNAPI's DENSIFY takes them: a DENSE one's
+/// `dense_size`; a SPARSE_CSR one's the tensor dimension it traverses, divided by that
+/// dimension's block size when it is blocked (as TFLite's format converter derives it).
+fn traversed_sizes(shape: &[i32], s: &Sparsity) -> Result<Vec<i32>, String> {
+    let (nk, k) = (s.traversal_order.len(), s.block_map.len());
+    if s.dims.len() != nk || k > nk || nk - k != shape.len() {
+        return Err(format!(
+            "sparsity of {nk} traversed dimensions, {k} blocks and {} metadata entries for a \
+             tensor of rank {}",
+            s.dims.len(),
+            shape.len()
+        ));
+    }
+    let n = shape.len();
+    let mut blocked: Vec<i32> = shape.to_vec();
+    for (b, &d) in s.block_map.iter().enumerate() {
+        let d = usize::try_from(d)
+            .ok()
+            .filter(|&d| d < n)
+            .ok_or(format!("block map entry {d} for rank {n}"))?;
+        let size = s
+            .traversal_order
+            .iter()
+            .position(|&t| usize::try_from(t) == Ok(n + b))
+            .map(|i| &s.dims[i])
+            .filter(|m| !m.csr && m.dense_size > 0)
+            .map(|m| m.dense_size)
+            .ok_or(format!("block {b} has no dense size"))?;
+        if blocked[d] % size != 0 {
+            return Err(format!("block size {size} does not divide dimension {d}"));
+        }
+        blocked[d] /= size;
+    }
+    s.dims
+        .iter()
+        .zip(&s.traversal_order)
+        .enumerate()
+        .map(|(i, (m, &t))| match (m.csr, usize::try_from(t)) {
+            (false, _) => Ok(m.dense_size),
+            (true, Ok(t)) if i < n && t < n => Ok(blocked[t]),
+            _ => Err(format!("sparse dimension {i} (traversing {t}) has no size")),
+        })
+        .collect()
 }
 
 /// MediaPipe's `Convolution2DTransposeBias`: inputs x, weights `[O, H, W, I]`, bias; its

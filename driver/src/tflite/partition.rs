@@ -70,6 +70,21 @@ impl Plan {
     pub fn on_cpu(&self) -> usize {
         self.ops.len() - self.on_vnpu()
     }
+
+    /// Every operator of `g` left to the CPU for one reason: a route that cannot take the
+    /// graph at all says why in the same report.
+    pub fn all_on_cpu(g: &Graph<'_>, why: &str) -> Plan {
+        Plan {
+            ops: (0..g.op_count())
+                .map(|index| OpPlacement {
+                    index,
+                    name: g.op_name(index),
+                    placement: Placement::Cpu(why.into()),
+                })
+                .collect(),
+            partitions: Vec::new(),
+        }
+    }
 }
 
 impl fmt::Display for Plan {
@@ -139,9 +154,9 @@ fn check(imported: &Imported, device: &dyn IDevice) -> Result<(), String> {
     if model.main.operations.is_empty() {
         return Err("maps to no device operation".into());
     }
-    let (status, supported) = device.get_supported_operations_1_3(model);
+    let (status, supported) = device.get_supported_operations_at(imported.level, model);
     if status != ErrorStatus::None {
-        let why = crate::hal::validate_model(model)
+        let why = crate::hal::validate_model_at(model, imported.level)
             .err()
             .map(|e| format!(": {e}"))
             .unwrap_or_default();
@@ -153,7 +168,7 @@ fn check(imported: &Imported, device: &dyn IDevice) -> Result<(), String> {
         .iter()
         .zip(supported.iter().chain(std::iter::repeat(&false)))
         .filter(|(_, &ok)| !ok)
-        .map(|(op, _)| op.r#type.name().unwrap_or("?").to_string())
+        .map(|(op, _)| op.r#type.name_any().unwrap_or("?").to_string())
         .collect();
     match refused.is_empty() {
         true => Ok(()),

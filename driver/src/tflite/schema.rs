@@ -65,6 +65,36 @@ pub mod slot {
         /// `shape_signature: [int]` (-1 for a dimension only known at run time).
         pub const SHAPE_SIGNATURE: u16 = 18;
     }
+    /// `SparsityParameters`.
+    pub mod sparsity {
+        /// `traversal_order: [int]`.
+        pub const TRAVERSAL_ORDER: u16 = 4;
+        /// `block_map: [int]`.
+        pub const BLOCK_MAP: u16 = 6;
+        /// `dim_metadata: [DimensionMetadata]`.
+        pub const DIM_METADATA: u16 = 8;
+    }
+    /// `DimensionMetadata`.
+    pub mod dimension {
+        /// `format: DimensionType` (DENSE 0, SPARSE_CSR 1).
+        pub const FORMAT: u16 = 4;
+        /// `dense_size: int`.
+        pub const DENSE_SIZE: u16 = 6;
+        /// `array_segments_type: SparseIndexVector`.
+        pub const SEGMENTS_TYPE: u16 = 8;
+        /// `array_segments`.
+        pub const SEGMENTS: u16 = 10;
+        /// `array_indices_type: SparseIndexVector`.
+        pub const INDICES_TYPE: u16 = 12;
+        /// `array_indices`.
+        pub const INDICES: u16 = 14;
+    }
+    /// `Int32Vector`, `Uint16Vector`, `Uint8Vector` (the `SparseIndexVector` union's
+    /// members: 1, 2, 3).
+    pub mod index_vector {
+        /// `values`.
+        pub const VALUES: u16 = 4;
+    }
     /// `QuantizationParameters`.
     pub mod quantization {
         /// `scale: [float]`.
@@ -129,12 +159,68 @@ verified_table!(QuantizationV {
     "zero_point": slot::quantization::ZERO_POINT => ForwardsUOffset<Vector<'_, i64>>,
     "quantized_dimension": slot::quantization::QUANTIZED_DIMENSION => i32,
 });
+verified_table!(Int32VectorV {
+    "values": slot::index_vector::VALUES => ForwardsUOffset<Vector<'_, i32>>,
+});
+verified_table!(Uint16VectorV {
+    "values": slot::index_vector::VALUES => ForwardsUOffset<Vector<'_, u16>>,
+});
+verified_table!(Uint8VectorV {
+    "values": slot::index_vector::VALUES => ForwardsUOffset<Vector<'_, u8>>,
+});
+/// A `SparseIndexVector` union member, by its type byte.
+fn verify_index_vector(
+    t: u8,
+    v: &mut Verifier<'_, '_>,
+    pos: usize,
+) -> Result<(), InvalidFlatbuffer> {
+    match t {
+        1 => v.verify_union_variant::<ForwardsUOffset<Int32VectorV>>("Int32Vector", pos),
+        2 => v.verify_union_variant::<ForwardsUOffset<Uint16VectorV>>("Uint16Vector", pos),
+        3 => v.verify_union_variant::<ForwardsUOffset<Uint8VectorV>>("Uint8Vector", pos),
+        // An unknown member is refused when read.
+        _ => Ok(()),
+    }
+}
+struct DimensionMetadataV;
+impl Verifiable for DimensionMetadataV {
+    fn run_verifier(v: &mut Verifier, pos: usize) -> Result<(), InvalidFlatbuffer> {
+        use slot::dimension as d;
+        v.visit_table(pos)?
+            .visit_field::<i8>("format", d::FORMAT, false)?
+            .visit_field::<i32>("dense_size", d::DENSE_SIZE, false)?
+            .visit_union::<u8, _>(
+                "array_segments_type",
+                d::SEGMENTS_TYPE,
+                "array_segments",
+                d::SEGMENTS,
+                false,
+                verify_index_vector,
+            )?
+            .visit_union::<u8, _>(
+                "array_indices_type",
+                d::INDICES_TYPE,
+                "array_indices",
+                d::INDICES,
+                false,
+                verify_index_vector,
+            )?
+            .finish();
+        Ok(())
+    }
+}
+verified_table!(SparsityV {
+    "traversal_order": slot::sparsity::TRAVERSAL_ORDER => Ints<'_>,
+    "block_map": slot::sparsity::BLOCK_MAP => Ints<'_>,
+    "dim_metadata": slot::sparsity::DIM_METADATA => Tables<'_, DimensionMetadataV>,
+});
 verified_table!(TensorV {
     "shape": slot::tensor::SHAPE => Ints<'_>,
     "type": slot::tensor::TYPE => i8,
     "buffer": slot::tensor::BUFFER => u32,
     "name": slot::tensor::NAME => ForwardsUOffset<&str>,
     "quantization": slot::tensor::QUANTIZATION => ForwardsUOffset<QuantizationV>,
+    "sparsity": slot::tensor::SPARSITY => ForwardsUOffset<SparsityV>,
     "shape_signature": slot::tensor::SHAPE_SIGNATURE => Ints<'_>,
 });
 verified_table!(BufferV {

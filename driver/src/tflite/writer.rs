@@ -7,6 +7,7 @@ use flatbuffers::{FlatBufferBuilder, WIPOffset};
 
 use super::ops::OptValue;
 use super::schema::slot;
+use super::Sparsity;
 
 /// One tensor.
 #[derive(Clone, Debug, Default)]
@@ -28,6 +29,8 @@ pub struct TensorDesc {
     pub zero_points: Vec<i64>,
     /// The quantised dimension of per-channel parameters.
     pub axis: i32,
+    /// A sparse tensor's format (`data` then holds the stored values only).
+    pub sparsity: Option<Sparsity>,
 }
 
 /// One operator.
@@ -113,6 +116,41 @@ impl ModelDesc {
                 b.push_slot::<i32>(slot::quantization::QUANTIZED_DIMENSION, x.axis, 0);
                 b.end_table(q)
             });
+            let sparsity = x.sparsity.as_ref().map(|s| {
+                use slot::dimension as d;
+                let dims: Vec<WIPOffset<_>> = s
+                    .dims
+                    .iter()
+                    .map(|m| {
+                        // Both index vectors as Int32Vector (union member 1).
+                        let mut vector = |v: &[i32]| {
+                            let values = b.create_vector(v);
+                            let t = b.start_table();
+                            b.push_slot_always(slot::index_vector::VALUES, values);
+                            b.end_table(t)
+                        };
+                        let (segments, indices) = (vector(&m.segments), vector(&m.indices));
+                        let t = b.start_table();
+                        b.push_slot::<i8>(d::FORMAT, i8::from(m.csr), 0);
+                        b.push_slot::<i32>(d::DENSE_SIZE, m.dense_size, 0);
+                        if m.csr {
+                            b.push_slot::<u8>(d::SEGMENTS_TYPE, 1, 0);
+                            b.push_slot_always(d::SEGMENTS, segments);
+                            b.push_slot::<u8>(d::INDICES_TYPE, 1, 0);
+                            b.push_slot_always(d::INDICES, indices);
+                        }
+                        b.end_table(t)
+                    })
+                    .collect();
+                let order = b.create_vector(&s.traversal_order);
+                let blocks = b.create_vector(&s.block_map);
+                let dims = b.create_vector(&dims);
+                let t = b.start_table();
+                b.push_slot_always(slot::sparsity::TRAVERSAL_ORDER, order);
+                b.push_slot_always(slot::sparsity::BLOCK_MAP, blocks);
+                b.push_slot_always(slot::sparsity::DIM_METADATA, dims);
+                b.end_table(t)
+            });
             let shape = b.create_vector(&x.shape);
             let signature = (!x.signature.is_empty()).then(|| b.create_vector(&x.signature));
             let name = b.create_string(&x.name);
@@ -126,6 +164,9 @@ impl ModelDesc {
             }
             if let Some(s) = signature {
                 b.push_slot_always(slot::tensor::SHAPE_SIGNATURE, s);
+            }
+            if let Some(s) = sparsity {
+                b.push_slot_always(slot::tensor::SPARSITY, s);
             }
             tensors.push(b.end_table(t));
         }

@@ -13,7 +13,7 @@ use std::ffi::{c_char, c_int, CStr, CString};
 use std::sync::{Arc, Mutex};
 
 use vnpu_driver::device::IDevice;
-use vnpu_driver::tflite::partition::plan_graph;
+use vnpu_driver::tflite::partition::{plan_graph, Plan};
 use vnpu_driver::tflite::{import_ops_with_outputs, Graph};
 
 use crate::bytecode;
@@ -252,7 +252,10 @@ pub unsafe extern "C" fn partition(
         let w = unsafe { walk::walk(ctx, subgraph) }.map_err(fail)?;
         let bytes = w.desc.to_bytes();
         let g = Graph::read(&bytes).map_err(|e| fail(e.to_string()))?;
-        let plan = plan_graph(&g, p.device.as_ref()).map_err(|e| fail(e.to_string()))?;
+        let plan = match w.desc.ops.iter().any(|o| o.code == DENSIFY) {
+            true => Plan::all_on_cpu(&g, SPARSE),
+            false => plan_graph(&g, p.device.as_ref()).map_err(|e| fail(e.to_string()))?,
+        };
         let text = format!("vnpu compiler plugin partition report\n{plan}");
         print_report(&text);
         if let Ok(mut r) = p.report.lock() {
@@ -273,6 +276,16 @@ pub unsafe extern "C" fn partition(
         Ok(())
     })
 }
+
+/// TFLite's DENSIFY, the operator that reads a sparse tensor.
+const DENSIFY: i32 = 124;
+
+/// Why a model with sparse tensors is left whole to the CPU: the compiler-plugin API gives
+/// no tensor's sparsity parameters, and the model LiteRT rewrites around any partition
+/// drops them (its interpreter then refuses the sparse tensors), so taking even one
+/// operator would break the model. vnpu's delegate and `vnpu run` take such models.
+const SPARSE: &str = "the model has sparse tensors, which LiteRT's compiler-plugin route \
+                      cannot carry (a rewritten model loses them): the model stays on the CPU";
 
 /// Compiles one partition subgraph into byte code.
 ///
