@@ -12,8 +12,8 @@
 use vnpu_emu::kernels::{self, KernelOp};
 use vnpu_emu::tensor::{Staged, TensorType, View, ViewMut};
 
-use super::lower::{lower, Operands};
 use super::{bounded, operand_types};
+use super::{lower, Operands};
 use crate::hal::{Model, OperandLifeTime, Operation, Subgraph};
 
 /// Outputs larger than this are left to the device (folding them would move a large

@@ -14,8 +14,8 @@
 use vnpu_emu::kernels::{Activation, Convert, ConvertKind, KernelOp, MinMaxKind};
 use vnpu_emu::tensor::DType;
 
-use super::lower::Lowered;
 use super::operand_types;
+use super::Lowered;
 use crate::hal::{OperandLifeTime, Subgraph};
 
 /// Readers, writers and the producing (op, output slot) of every operand of `ops`.
