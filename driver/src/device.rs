@@ -15,11 +15,12 @@ use crate::domain::{self, BufferRegistry, DriverBuffer};
 use crate::execute::VnpuPreparedModel;
 pub use crate::execute::{ModelContext, ModelCount, ModelLease};
 use crate::hal::{
-    validate_execution_preference, validate_model_at, validate_priority, BufferDesc, BufferRole,
-    Capabilities, DeviceStatus, DeviceType, ErrorStatus, HalVersion, Model, NativeHandle,
-    OperandPerformance, OperandType, OptionalTimePoint, PerformanceInfo, BYTE_SIZE_OF_CACHE_TOKEN,
+    validate_execution_preference, validate_priority, BufferDesc, BufferRole, Capabilities,
+    DeviceStatus, DeviceType, ErrorStatus, HalVersion, Model, NativeHandle, OperandPerformance,
+    OperandType, OptionalTimePoint, PerformanceInfo, BYTE_SIZE_OF_CACHE_TOKEN,
 };
 use crate::hw::{Hardware, Health, HwError};
+use crate::validate::validate_model_at;
 use crate::workers::{Job, WorkerPool};
 
 pub use crate::interface::{

@@ -14,6 +14,8 @@ use crate::hal::{
     OptionalTimePoint, OptionalTimeoutDuration, OutputShape, Priority, Request, Timing,
     BYTE_SIZE_OF_CACHE_TOKEN,
 };
+/// What `getSupportedExtensions` returns (HAL types, named here too).
+pub use crate::hal::{Extension, ExtensionOperandTypeInformation};
 /// Whether a memory-domain role reads a buffer (a model input) or writes it (a model output).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Io {
@@ -124,23 +126,6 @@ pub type BurstResult = (ErrorStatus, Option<Arc<dyn IBurstContext>>);
 
 /// The outcome of `IDevice::allocate`: status, buffer, token (0 on error).
 pub type AllocateResult = (ErrorStatus, Option<Arc<dyn IBuffer>>, u32);
-
-/// A vendor extension's operand type (`Extension::OperandTypeInformation`).
-#[cfg_attr(feature = "service", derive(serde::Serialize, serde::Deserialize))]
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ExtensionOperandTypeInformation {
-    pub r#type: u16,
-    pub is_tensor: bool,
-    pub byte_size: u32,
-}
-
-/// A vendor extension (`Extension`).
-#[cfg_attr(feature = "service", derive(serde::Serialize, serde::Deserialize))]
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Extension {
-    pub name: String,
-    pub operand_types: Vec<ExtensionOperandTypeInformation>,
-}
 
 /// `prepareModel_1_3`'s arguments.
 pub struct PrepareArgs<'a> {

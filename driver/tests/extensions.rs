@@ -21,9 +21,10 @@ use vnpu_driver::extensions::encode_type;
 use vnpu_driver::extensions::fibonacci::Quant64Params;
 use vnpu_driver::extensions::fused::gelu_models;
 use vnpu_driver::hal::{
-    validate_model, DataLocation, ErrorStatus, ExtensionNameAndPrefix, ExtraParams, Model,
-    OperandLifeTime, OperandType, OperationType, SymmPerChannelQuantParams, ValidationKind,
+    DataLocation, ErrorStatus, ExtensionNameAndPrefix, ExtraParams, Model, OperandLifeTime,
+    OperandType, OperationType, SymmPerChannelQuantParams, ValidationKind,
 };
+use vnpu_driver::validate::validate_model;
 
 const FIB: &str = "com.example.fibonacci";
 const FUSED: &str = "dev.vnpu.fused";

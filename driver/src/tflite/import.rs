@@ -925,7 +925,7 @@ fn finish(
         pools,
         ..Model::default()
     };
-    crate::hal::validate_model(&model)
+    crate::validate::validate_model(&model)
         .map_err(|e| ImportError::Graph(format!("the imported model is not valid: {e}")))?;
     Ok(Imported {
         model,

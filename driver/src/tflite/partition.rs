@@ -141,7 +141,7 @@ fn check(imported: &Imported, device: &dyn IDevice) -> Result<(), String> {
     }
     let (status, supported) = device.get_supported_operations_1_3(model);
     if status != ErrorStatus::None {
-        let why = crate::hal::validate_model(model)
+        let why = crate::validate::validate_model(model)
             .err()
             .map(|e| format!(": {e}"))
             .unwrap_or_default();
