@@ -16,11 +16,11 @@ use std::time::Duration;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use vnpu_driver::cache::{CacheConfig, IoChoice};
 use vnpu_driver::conformance::lookup;
-use vnpu_driver::device::PrepareArgs;
 use vnpu_driver::device::{IDevice, PreparedModelSlot, VnpuDevice};
+use vnpu_driver::device::{PrepareArgs, PrepareFromCacheArgs};
 use vnpu_driver::hal::{
     DataLocation, ErrorStatus, Memory, Model, NativeHandle, Operand, OperandLifeTime, OperandType,
-    Operation, OperationType, OptionalTimePoint, Subgraph,
+    Operation, OperationType, Subgraph,
 };
 use vnpu_emu::iommu::Perm;
 use vnpu_emu::shm::SharedRegion;
@@ -156,7 +156,12 @@ fn prepare(dev: &VnpuDevice, model: &Model, cache: Option<(&File, &File)>) {
 
 fn from_cache(dev: &VnpuDevice, m: &[NativeHandle], d: &[NativeHandle]) {
     let slot = PreparedModelSlot::new();
-    dev.prepare_model_from_cache_1_3(OptionalTimePoint::NONE, m, d, &[7; 32], Some(slot.clone()));
+    dev.prepare_model_from_cache_1_3(PrepareFromCacheArgs::new(
+        m,
+        d,
+        &[7; 32],
+        Some(slot.clone()),
+    ));
     assert_eq!(slot.wait().0, ErrorStatus::None);
 }
 

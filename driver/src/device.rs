@@ -15,17 +15,19 @@ use crate::domain::{self, BufferRegistry, DriverBuffer};
 use crate::execute::VnpuPreparedModel;
 pub use crate::execute::{ModelContext, ModelCount, ModelLease};
 use crate::hal::{
-    validate_execution_preference, validate_model_at, validate_priority, BufferDesc, BufferRole,
-    Capabilities, DeviceStatus, DeviceType, ErrorStatus, HalVersion, Model, NativeHandle,
-    OperandPerformance, OperandType, OptionalTimePoint, PerformanceInfo, BYTE_SIZE_OF_CACHE_TOKEN,
+    validate_execution_preference, validate_priority, BufferDesc, BufferRole, Capabilities,
+    DeviceStatus, DeviceType, ErrorStatus, HalVersion, Model, OperandPerformance, OperandType,
+    PerformanceInfo,
 };
 use crate::hw::{Hardware, Health, HwError};
+use crate::validate::validate_model_at;
 use crate::workers::{Job, WorkerPool};
 
 pub use crate::interface::{
     AllocateResult, ExecutionCallback, ExecutionResult, ExecutionSlot, Extension,
     ExtensionOperandTypeInformation, FencedResult, IBuffer, IDevice, IFencedExecutionCallback,
-    IPreparedModel, Notified, PrepareArgs, PrepareResult, PreparedModelCallback, PreparedModelSlot,
+    IPreparedModel, Notified, PrepareArgs, PrepareFromCacheArgs, PrepareResult,
+    PreparedModelCallback, PreparedModelSlot,
 };
 
 /// A CPU core's modelled throughput, the yardstick of the performance ratios.
@@ -385,14 +387,14 @@ impl IDevice for VnpuDevice {
         self.prepare_at(level, args)
     }
 
-    fn prepare_model_from_cache_1_3(
-        &self,
-        deadline: OptionalTimePoint,
-        model_cache: &[NativeHandle],
-        data_cache: &[NativeHandle],
-        token: &[u8; BYTE_SIZE_OF_CACHE_TOKEN],
-        callback: Option<Arc<dyn PreparedModelCallback>>,
-    ) -> ErrorStatus {
+    fn prepare_model_from_cache_1_3(&self, args: PrepareFromCacheArgs<'_>) -> ErrorStatus {
+        let PrepareFromCacheArgs {
+            deadline,
+            model_cache,
+            data_cache,
+            token,
+            callback,
+        } = args;
         let Some(callback) = callback else {
             return ErrorStatus::InvalidArgument;
         };

@@ -14,6 +14,8 @@ use crate::hal::{
     OptionalTimePoint, OptionalTimeoutDuration, OutputShape, Priority, Request, Timing,
     BYTE_SIZE_OF_CACHE_TOKEN,
 };
+/// What `getSupportedExtensions` returns (HAL types, named here too).
+pub use crate::hal::{Extension, ExtensionOperandTypeInformation};
 /// Whether a memory-domain role reads a buffer (a model input) or writes it (a model output).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Io {
@@ -125,23 +127,6 @@ pub type BurstResult = (ErrorStatus, Option<Arc<dyn IBurstContext>>);
 /// The outcome of `IDevice::allocate`: status, buffer, token (0 on error).
 pub type AllocateResult = (ErrorStatus, Option<Arc<dyn IBuffer>>, u32);
 
-/// A vendor extension's operand type (`Extension::OperandTypeInformation`).
-#[cfg_attr(feature = "service", derive(serde::Serialize, serde::Deserialize))]
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ExtensionOperandTypeInformation {
-    pub r#type: u16,
-    pub is_tensor: bool,
-    pub byte_size: u32,
-}
-
-/// A vendor extension (`Extension`).
-#[cfg_attr(feature = "service", derive(serde::Serialize, serde::Deserialize))]
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Extension {
-    pub name: String,
-    pub operand_types: Vec<ExtensionOperandTypeInformation>,
-}
-
 /// `prepareModel_1_3`'s arguments.
 pub struct PrepareArgs<'a> {
     /// The model.
@@ -182,6 +167,38 @@ impl<'a> PrepareArgs<'a> {
     }
 }
 
+/// `prepareModelFromCache_1_3`'s arguments.
+pub struct PrepareFromCacheArgs<'a> {
+    /// When the preparation must be done by.
+    pub deadline: OptionalTimePoint,
+    /// Model cache handles to load from.
+    pub model_cache: &'a [NativeHandle],
+    /// Data cache handles to load from.
+    pub data_cache: &'a [NativeHandle],
+    /// The cache token the files were saved under.
+    pub token: &'a [u8; BYTE_SIZE_OF_CACHE_TOKEN],
+    /// Notified once with the prepared model.
+    pub callback: Option<Arc<dyn PreparedModelCallback>>,
+}
+
+impl<'a> PrepareFromCacheArgs<'a> {
+    /// A load of these cache files for `callback`, without a deadline.
+    pub fn new(
+        model_cache: &'a [NativeHandle],
+        data_cache: &'a [NativeHandle],
+        token: &'a [u8; BYTE_SIZE_OF_CACHE_TOKEN],
+        callback: Option<Arc<dyn PreparedModelCallback>>,
+    ) -> PrepareFromCacheArgs<'a> {
+        PrepareFromCacheArgs {
+            deadline: OptionalTimePoint::NONE,
+            model_cache,
+            data_cache,
+            token,
+            callback,
+        }
+    }
+}
+
 /// The NN HAL 1.3 `IDevice` (with the 1.0-1.2 queries it still serves).
 pub trait IDevice: Send + Sync {
     fn get_capabilities_1_3(&self) -> (ErrorStatus, Capabilities);
@@ -194,14 +211,8 @@ pub trait IDevice: Send + Sync {
     fn get_number_of_cache_files_needed(&self) -> (ErrorStatus, u32, u32);
     /// `prepareModel_1_3`: its eight arguments as one value.
     fn prepare_model_1_3(&self, args: PrepareArgs<'_>) -> ErrorStatus;
-    fn prepare_model_from_cache_1_3(
-        &self,
-        deadline: OptionalTimePoint,
-        model_cache: &[NativeHandle],
-        data_cache: &[NativeHandle],
-        token: &[u8; BYTE_SIZE_OF_CACHE_TOKEN],
-        callback: Option<Arc<dyn PreparedModelCallback>>,
-    ) -> ErrorStatus;
+    /// `prepareModelFromCache_1_3`: its five arguments as one value.
+    fn prepare_model_from_cache_1_3(&self, args: PrepareFromCacheArgs<'_>) -> ErrorStatus;
     /// Allocates a driver-managed buffer for the given roles of `prepared_models` (which
     /// must be this device's); on error the buffer is `None` and the token 0.
     fn allocate(

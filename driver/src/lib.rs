@@ -1,8 +1,9 @@
 //! NN HAL 1.3 driver over the emulated vnpu device.
 //!
-//! Layers (see docs/ARCHITECTURE.md): [`hal`] types and validation, [`compile`] (model to
-//! device program), [`hw`] (the kernel-driver layer over `vnpu-emu`), [`memory`] pools,
-//! [`interface`] (the IDevice / IPreparedModel traits), [`device`] (the local device), [`execute`], and the
+//! Layers (see docs/ARCHITECTURE.md): [`hal`] types and their own checks, [`validate`]
+//! (models and requests), [`compile`] (model to device program), [`hw`] (the
+//! kernel-driver layer over `vnpu-emu`), [`memory`] pools, [`interface`] (the IDevice /
+//! IPreparedModel traits), [`device`] (the local device), [`execute`], and the
 //! [`conformance`] runner behind the `vnpu` CLI (feature `cli`, on by default).
 pub mod hal;
 
@@ -29,4 +30,5 @@ pub mod ops;
 #[cfg(feature = "service")]
 pub mod service;
 pub mod tflite;
+pub mod validate;
 pub mod workers;

@@ -19,8 +19,8 @@ use std::sync::{Arc, OnceLock};
 use vnpu_driver::cache::{CacheConfig, IoChoice, IoPath};
 use vnpu_driver::conformance::corpus::{TestBuffer, TestCase, TestOutput};
 use vnpu_driver::conformance::lookup;
-use vnpu_driver::device::PrepareArgs;
 use vnpu_driver::device::{IDevice, IPreparedModel, PreparedModelSlot, VnpuDevice};
+use vnpu_driver::device::{PrepareArgs, PrepareFromCacheArgs};
 use vnpu_driver::hal::{
     DataLocation, ErrorStatus, MeasureTiming, Model, NativeHandle, Operand, OperandLifeTime,
     OperandType, Operation, OperationType, OptionalTimePoint, OptionalTimeoutDuration, Subgraph,
@@ -318,13 +318,12 @@ fn load(
     token: &Token,
 ) -> (ErrorStatus, Prepared) {
     let slot = PreparedModelSlot::new();
-    let ret = dev.prepare_model_from_cache_1_3(
-        OptionalTimePoint::NONE,
+    let ret = dev.prepare_model_from_cache_1_3(PrepareFromCacheArgs::new(
         model,
         data,
         token,
         Some(slot.clone()),
-    );
+    ));
     let (status, prepared) = slot.wait();
     assert_eq!(ret, status, "return and notify disagree");
     assert_eq!(slot.notifications(), 1, "notified exactly once");

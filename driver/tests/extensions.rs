@@ -16,14 +16,15 @@ use proptest::prelude::*;
 use vnpu_driver::conformance::corpus::{parse_case, TestBuffer, TestCase, TestOutput};
 use vnpu_driver::conformance::{run_case, CaseReport, Verdict};
 use vnpu_driver::device::IDevice;
-use vnpu_driver::device::PrepareArgs;
+use vnpu_driver::device::{PrepareArgs, PrepareFromCacheArgs};
 use vnpu_driver::extensions::encode_type;
 use vnpu_driver::extensions::fibonacci::Quant64Params;
 use vnpu_driver::extensions::fused::gelu_models;
 use vnpu_driver::hal::{
-    validate_model, DataLocation, ErrorStatus, ExtensionNameAndPrefix, ExtraParams, Model,
-    OperandLifeTime, OperandType, OperationType, SymmPerChannelQuantParams, ValidationKind,
+    DataLocation, ErrorStatus, ExtensionNameAndPrefix, ExtraParams, Model, OperandLifeTime,
+    OperandType, OperationType, SymmPerChannelQuantParams, ValidationKind,
 };
+use vnpu_driver::validate::validate_model;
 
 const FIB: &str = "com.example.fibonacci";
 const FUSED: &str = "dev.vnpu.fused";
@@ -729,7 +730,7 @@ fn extension_models_survive_the_compilation_cache() {
     use vnpu_driver::cache::{CacheConfig, IoChoice};
     use vnpu_driver::conformance::{run_case_with, Preparation};
     use vnpu_driver::device::{PreparedModelSlot, VnpuDevice};
-    use vnpu_driver::hal::{NativeHandle, OptionalTimePoint};
+    use vnpu_driver::hal::NativeHandle;
 
     let dir = std::env::temp_dir().join(format!("vnpu-ext-cache-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("scratch dir");
@@ -811,13 +812,13 @@ fn extension_models_survive_the_compilation_cache() {
                 }]
             };
             let slot = PreparedModelSlot::new();
-            let ret = dev.prepare_model_from_cache_1_3(
-                OptionalTimePoint::NONE,
-                &reopen(&model_file),
-                &reopen(&data_file),
+            let (model_cache, data_cache) = (reopen(&model_file), reopen(&data_file));
+            let ret = dev.prepare_model_from_cache_1_3(PrepareFromCacheArgs::new(
+                &model_cache,
+                &data_cache,
                 &token,
                 Some(slot.clone()),
-            );
+            ));
             let (status, prepared) = slot.wait();
             (ret, status, prepared)
         };

@@ -6,35 +6,14 @@
 //! items are left out (a test may reach anywhere). A circle is a strongly connected
 //! component of that graph.
 //!
-//! Two things are left to later work and named here, not hidden (issue 25, item 2):
-//! `ops/` counts as part of `compile/`'s room (each operation definition lowers into the
-//! compiler's types, and the compiler dispatches through the definitions), and model
-//! validation (`hal/validate.rs`) reads the operation and extension registries, the one
-//! upward edge out of `hal/`.
+//! `hal/` is the bottom: its files name no module outside it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// Folders that share a room with another one: (folder, room).
-const ROOMS: &[(&str, &str)] = &[("ops", "compile")];
-
-/// Upward edges still allowed: (file, the folders it may name).
-const LEFT: &[(&str, &[&str])] = &[("hal/validate", &["ops", "extensions"])];
-
-/// The room of a module (its top-level folder, or the room that folder belongs to).
+/// The room of a module: its top-level folder (`lib` for lib.rs).
 fn room(m: &[String]) -> &str {
-    let folder = m.first().map_or("lib", |f| f.as_str());
-    ROOMS
-        .iter()
-        .find(|(f, _)| *f == folder)
-        .map_or(folder, |(_, r)| r)
-}
-
-/// Whether the edge `from -> to` is one of those [`LEFT`] for later.
-fn left_for_later(from: &[String], to: &[String]) -> bool {
-    LEFT.iter().any(|(file, folders)| {
-        from.join("/") == *file && to.first().is_some_and(|f| folders.contains(&f.as_str()))
-    })
+    m.first().map_or("lib", |f| f.as_str())
 }
 
 /// Every `.rs` file under `dir`, with its module path (`["cache", "load"]`).
@@ -255,7 +234,7 @@ fn graph() -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
             while !abs.is_empty() && !modules.contains(&abs) {
                 abs.pop();
             }
-            if !abs.is_empty() && &abs != module && !left_for_later(module, &abs) {
+            if !abs.is_empty() && &abs != module {
                 to.insert(abs);
             }
         }
@@ -346,6 +325,27 @@ fn no_import_circle_spans_folders() {
         crossing.is_empty(),
         "import circles across folders:\n{}",
         crossing.join("\n")
+    );
+}
+
+/// The bottom layer: HAL types, their errors and their own checks import nothing above.
+#[test]
+fn hal_imports_nothing_above_it() {
+    let g = graph();
+    let upward: Vec<String> = g
+        .iter()
+        .filter(|(from, _)| room(from) == "hal")
+        .flat_map(|(from, to)| {
+            to.iter()
+                .filter(|t| room(t) != "hal")
+                .map(move |t| format!("{} -> {}", name(from), name(t)))
+        })
+        .collect();
+    assert!(g.keys().any(|m| room(m) == "hal"), "hal/ was not found");
+    assert!(
+        upward.is_empty(),
+        "hal/ imports upward:\n{}",
+        upward.join("\n")
     );
 }
 

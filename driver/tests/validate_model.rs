@@ -23,10 +23,11 @@ use vnpu_driver::conformance::corpus::{self, TestCase};
 use vnpu_driver::device::PrepareArgs;
 use vnpu_driver::device::{IDevice, PreparedModelSlot};
 use vnpu_driver::hal::{
-    validate_execution_preference, validate_model, validate_priority, DataLocation, ErrorStatus,
+    validate_execution_preference, validate_priority, DataLocation, ErrorStatus,
     ExecutionPreference, ExtraParams, Model, Operand, OperandLifeTime, OperandType, Operation,
     OperationType, Priority, SymmPerChannelQuantParams,
 };
+use vnpu_driver::validate::validate_model;
 
 type L = OperandLifeTime;
 type T = OperandType;

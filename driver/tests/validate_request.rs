@@ -17,7 +17,8 @@ use vnpu_driver::conformance::corpus::{self, TestCase};
 
 use common::Mode;
 use vnpu_driver::device::IPreparedModel;
-use vnpu_driver::hal::{validate_request, ErrorStatus, MeasureTiming, Model, Request, Timing};
+use vnpu_driver::hal::{ErrorStatus, MeasureTiming, Model, Request, Timing};
+use vnpu_driver::validate::validate_request;
 
 fn cases() -> &'static [TestCase] {
     static CASES: OnceLock<Vec<TestCase>> = OnceLock::new();

@@ -116,7 +116,8 @@ fuzz_target!(|data: &[u8]| {
             assert!(v4.location.padding >= 0);
         }
         // And the 1.3 validator takes the converted request without panicking.
-        let _ = hal::validate_request(&converted, &hal::Model::default(), true);
+        let model = hal::Model::default();
+        let _ = vnpu_driver::validate::validate_request(&converted, &model, true);
     }
     let pairs: Vec<TokenValuePair> = (0..b.count(4))
         .map(|_| TokenValuePair {

@@ -11,8 +11,8 @@ use std::sync::{Arc, OnceLock};
 
 use libfuzzer_sys::fuzz_target;
 use vnpu_driver::cache::{seal_body, Cache, CacheConfig, IoChoice};
-use vnpu_driver::device::{IDevice, PreparedModelSlot, VnpuDevice};
-use vnpu_driver::hal::{NativeHandle, OptionalTimePoint};
+use vnpu_driver::device::{IDevice, PrepareFromCacheArgs, PreparedModelSlot, VnpuDevice};
+use vnpu_driver::hal::NativeHandle;
 use vnpu_emu::DeviceConfig;
 
 const TOKEN: [u8; 32] = [3; 32];
@@ -69,13 +69,13 @@ fuzz_target!(|input: &[u8]| {
         model.to_vec()
     };
     let slot = PreparedModelSlot::new();
-    let ret = dev.prepare_model_from_cache_1_3(
-        OptionalTimePoint::NONE,
-        &[file(&model)],
-        &[file(data)],
+    let (model_cache, data_cache) = ([file(&model)], [file(data)]);
+    let ret = dev.prepare_model_from_cache_1_3(PrepareFromCacheArgs::new(
+        &model_cache,
+        &data_cache,
         &TOKEN,
         Some(slot.clone()),
-    );
+    ));
     let (status, prepared) = slot.wait();
     assert_eq!(ret, status);
     assert_eq!(slot.notifications(), 1);

@@ -7,7 +7,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use vnpu_delegate::bytecode::{decode, encode};
-use vnpu_driver::hal::validate_model;
+use vnpu_driver::validate::validate_model;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(code) = decode(data) else {

@@ -13,9 +13,9 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use vnpu_driver::hal::validate_model;
 use vnpu_driver::tflite::schema::{slot, Table};
 use vnpu_driver::tflite::{import, import_ops, run, Graph};
+use vnpu_driver::validate::validate_model;
 
 /// The largest input or output the target lets `run` allocate (the bound is checked by
 /// `tensor_bytes` for anything larger).

@@ -1,7 +1,7 @@
-//! Fuzz `hal::validate_model` (and `hal::validate_request` against the decoded model) with
-//! models decoded from arbitrary bytes by a small structured decoder: every byte string is
-//! a model, biased towards plausible values (known types, small indexes) so that the fuzzer
-//! reaches the deep checks. Neither validator may panic.
+//! Fuzz `validate::validate_model` (and `validate::validate_request` against the decoded
+//! model) with models decoded from arbitrary bytes by a small structured decoder: every
+//! byte string is a model, biased towards plausible values (known types, small indexes) so
+//! that the fuzzer reaches the deep checks. Neither validator may panic.
 //!
 //! Extension models too: the prefix map names the supported extensions, a foreign one and
 //! malformed names under small (sometimes repeated or 0) prefixes; operand and operation
@@ -16,10 +16,11 @@ use std::sync::OnceLock;
 use libfuzzer_sys::fuzz_target;
 use vnpu_driver::extensions::{canonical_model, encode_type};
 use vnpu_driver::hal::{
-    validate_model, validate_request, DataLocation, ExtensionNameAndPrefix, ExtraParams, Memory,
+    DataLocation, ExtensionNameAndPrefix, ExtraParams, Memory,
     Model, NativeHandle, Operand, OperandLifeTime, OperandType, Operation, OperationType, Request,
     RequestArgument, RequestMemoryPool, Subgraph, SymmPerChannelQuantParams,
 };
+use vnpu_driver::validate::{validate_model, validate_request};
 
 /// Reads values from the input; once exhausted, every read yields 0.
 struct Bytes<'a>(&'a [u8]);

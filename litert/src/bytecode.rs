@@ -16,10 +16,8 @@ use std::collections::HashMap;
 
 use vnpu_driver::cache::format::{decode_body, encode_body, ConstValue, Image, InlineBytes};
 use vnpu_driver::cache::wire::{Reader, Writer};
-use vnpu_driver::hal::{
-    validate::has_unspecified_dimensions, validate_model, DataLocation, Memory, Model,
-    OperandLifeTime,
-};
+use vnpu_driver::hal::{DataLocation, Memory, Model, OperandLifeTime};
+use vnpu_driver::validate::{has_unspecified_dimensions, validate_model};
 use vnpu_emu::tensor::Layout;
 
 /// The first eight bytes.

@@ -16,7 +16,7 @@ use super::types::{
 };
 use crate::hal::HalVersion;
 use crate::interface::IDevice as _;
-use crate::interface::{self, PrepareArgs, PreparedModelCallback};
+use crate::interface::{self, PrepareArgs, PrepareFromCacheArgs, PreparedModelCallback};
 
 /// The V4 face of a 1.3 device `D` (`&dyn IDevice`, `Arc<VnpuDevice>`, ...).
 pub struct AidlDevice<D> {
@@ -233,13 +233,16 @@ where
                 return Err(e);
             }
         };
-        let status = self.core.prepare_model_from_cache_1_3(
-            deadline,
-            &convert::cache_files(model_cache),
-            &convert::cache_files(data_cache),
-            &token,
-            Some(Arc::new(Notify(callback))),
+        let (model_cache, data_cache) = (
+            convert::cache_files(model_cache),
+            convert::cache_files(data_cache),
         );
+        let callback = Some(Arc::new(Notify(callback)) as Arc<dyn PreparedModelCallback>);
+        let args = PrepareFromCacheArgs {
+            deadline,
+            ..PrepareFromCacheArgs::new(&model_cache, &data_cache, &token, callback)
+        };
+        let status = self.core.prepare_model_from_cache_1_3(args);
         check(status)
     }
 

@@ -17,8 +17,10 @@ use std::sync::Arc;
 
 use std::time::Instant;
 
-use crate::hal::{ErrorStatus, HalVersion, Model, NativeHandle, OptionalTimePoint};
-use crate::interface::{IDevice, IPreparedModel, PrepareArgs, PreparedModelSlot};
+use crate::hal::{ErrorStatus, HalVersion, Model, NativeHandle};
+use crate::interface::{
+    IDevice, IPreparedModel, PrepareArgs, PrepareFromCacheArgs, PreparedModelSlot,
+};
 
 /// Why a save into the directory failed.
 #[derive(Debug, thiserror::Error)]
@@ -265,13 +267,8 @@ pub fn prepare_in_dir(
         Ok(Some((m, d))) => {
             let start = Instant::now();
             let slot = PreparedModelSlot::new();
-            let ret = dev.prepare_model_from_cache_1_3(
-                OptionalTimePoint::NONE,
-                &m,
-                &d,
-                token,
-                Some(slot.clone()),
-            );
+            let args = PrepareFromCacheArgs::new(&m, &d, token, Some(slot.clone()));
+            let ret = dev.prepare_model_from_cache_1_3(args);
             let (status, prepared) = slot.wait();
             if status == ErrorStatus::None {
                 let line = format!(

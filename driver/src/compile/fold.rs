@@ -12,8 +12,8 @@
 use vnpu_emu::kernels::{self, KernelOp};
 use vnpu_emu::tensor::{Staged, TensorType, View, ViewMut};
 
-use super::lower::{lower, Operands};
 use super::{bounded, operand_types};
+use super::{lower, Operands};
 use crate::hal::{Model, OperandLifeTime, Operation, Subgraph};
 
 /// Outputs larger than this are left to the device (folding them would move a large
@@ -233,7 +233,7 @@ mod tests {
     #[test]
     fn an_operation_on_constants_becomes_a_constant() {
         let m = model();
-        crate::hal::validate_model(&m).unwrap();
+        crate::validate::validate_model(&m).unwrap();
         let mut constants = super::super::constant_values(&m, &m.main, &[]).unwrap();
         let deferred = super::super::deferred_inputs(&m.main);
         assert_eq!(fold_constants(&m, &deferred, &mut constants), 1);

@@ -14,8 +14,8 @@
 use vnpu_emu::kernels::{Activation, Convert, ConvertKind, KernelOp, MinMaxKind};
 use vnpu_emu::tensor::DType;
 
-use super::lower::Lowered;
 use super::operand_types;
+use super::Lowered;
 use crate::hal::{OperandLifeTime, Subgraph};
 
 /// Readers, writers and the producing (op, output slot) of every operand of `ops`.
@@ -363,7 +363,7 @@ mod tests {
     }
 
     fn ops_of_shape(m: &Model, input: Vec<usize>) -> Vec<crate::compile::Lowered> {
-        crate::hal::validate_model(m).unwrap();
+        crate::validate::validate_model(m).unwrap();
         let plan = ModelPlan::new(m.clone()).unwrap();
         plan.instance(&[input], &[], &[], None).unwrap().ops
     }
@@ -586,7 +586,7 @@ mod tests {
         let mut m = model();
         quantise(&mut m, 0.25);
         // The model is invalid or keeps both ops; either way nothing is folded.
-        if crate::hal::validate_model(&m).is_ok() {
+        if crate::validate::validate_model(&m).is_ok() {
             let plan = ModelPlan::new(m).unwrap();
             if let Ok(c) = plan.instance(&[vec![2]], &[], &[], None) {
                 assert_eq!(c.ops.len(), 2);

@@ -11,113 +11,18 @@ pub mod lower;
 mod model_plan;
 pub mod plan;
 
-use thiserror::Error;
 use vnpu_emu::kernels::KernelOp;
 use vnpu_emu::program::{pack_int_panels, pack_panels, DType, OpDesc, Program, TensorDesc};
 use vnpu_emu::tensor::{Layout, PerChannel, Quant, TensorType};
 
 use crate::hal::{
-    ErrorStatus, ExtraParams, Model, Operand, OperandLifeTime, OperandType, OperationType, Subgraph,
+    ExtraParams, Model, Operand, OperandLifeTime, OperandType, OperationType, Subgraph,
 };
+pub use crate::ops::{CompileError, Lowered, Operands};
 use fold::fold_constants;
-pub use lower::{lower, Lowered, Operands};
+pub use lower::lower;
 pub use model_plan::{ModelPlan, PlanError};
 use plan::{Interval, ALIGN};
-
-/// Why a model does not compile for the device.
-#[derive(Debug, Error, Clone, PartialEq)]
-pub enum CompileError {
-    /// The operation has no lowering.
-    #[error("operation {0} is not supported")]
-    Unsupported(&'static str),
-    /// The operation's main operand type is one the device does not run it on.
-    #[error("{op} does not run on {type}")]
-    UnsupportedType {
-        /// The operation.
-        op: &'static str,
-        /// The main operand type.
-        r#type: OperandType,
-    },
-    /// The operands fit none of the operation's signatures.
-    #[error("{0}: operands fit none of its signatures")]
-    Signature(&'static str),
-    /// A parameter's value is out of range.
-    #[error("{op}: invalid parameter: {reason}")]
-    InvalidParam {
-        /// The operation.
-        op: &'static str,
-        /// What is wrong.
-        reason: String,
-    },
-    /// An operand index out of range.
-    #[error("operand {0} out of range")]
-    OperandRange(u32),
-    /// An operand of the wrong type.
-    #[error("operand {operand} must be {want}, is {got}")]
-    OperandType {
-        /// The operand.
-        operand: u32,
-        /// The type required.
-        want: OperandType,
-        /// The type it has.
-        got: OperandType,
-    },
-    /// A parameter that must be constant is not.
-    #[error("operand {0} must be a constant")]
-    NotConstant(u32),
-    /// A constant shorter than its type.
-    #[error("operand {0}: constant too short")]
-    ShortConstant(u32),
-    /// A tensor larger than the device takes.
-    #[error("operand {operand} would take {bytes} bytes, more than the device's limit")]
-    TooLarge {
-        /// The operand.
-        operand: u32,
-        /// Its size.
-        bytes: u64,
-    },
-    /// The shape of an operand is not known yet.
-    #[error("the shape of operand {0} is not known")]
-    UnknownShape(u32),
-    /// A parameter's value is known only at execution.
-    #[error("the value of operand {0} is known only at execution")]
-    UnknownValue(u32),
-    /// The model's shape contradicts the computed one.
-    #[error("operand {operand}: the model says {model:?}, the computation gives {inferred:?}")]
-    ShapeMismatch {
-        /// The operand.
-        operand: u32,
-        /// What the model says.
-        model: Vec<u32>,
-        /// What the kernel computes.
-        inferred: Vec<usize>,
-    },
-    /// The device kernel rejects the operation (parameters, shapes or types).
-    #[error("kernel rejects operation {index}: {reason}")]
-    Kernel {
-        /// Operation index.
-        index: usize,
-        /// The kernel's reason.
-        reason: String,
-    },
-    /// A constant's location is out of range.
-    #[error("cannot read constant operand {0}: location out of range")]
-    Constant(u32),
-    /// The operand type has no device element type.
-    #[error("operand {0}: {1} has no device element type")]
-    NoDeviceType(u32, OperandType),
-    /// A loop state changes shape across iterations: [`ModelPlan::instance`] compiles
-    /// again with it dynamic (never returned from it).
-    #[error("loop state {} grows", .0.operand)]
-    StateGrows(Box<Growth>),
-}
-
-impl CompileError {
-    /// The HAL status a preparation failing this way reports.
-    pub fn status(&self) -> ErrorStatus {
-        ErrorStatus::InvalidArgument
-    }
-}
 
 /// The device element type of an operand type.
 pub fn device_dtype(t: OperandType) -> Option<DType> {
@@ -506,15 +411,23 @@ fn compile_grown(
     mut grown: Vec<Growth>,
 ) -> Result<Compiled, CompileError> {
     for _ in 0..MAX_GROWTHS {
-        match compile_inner(model, constants, deferred, input_shapes, omitted, &grown) {
-            Err(CompileError::StateGrows(g)) => grown.push(*g),
-            r => return r,
+        match compile_inner(model, constants, deferred, input_shapes, omitted, &grown)? {
+            Pass::Grows(g) => grown.push(g),
+            Pass::Done(c) => return Ok(c),
         }
     }
     Err(CompileError::InvalidParam {
         op: "WHILE",
         reason: "too many growing loop states".into(),
     })
+}
+
+/// How one pass of [`compile_inner`] ends.
+enum Pass {
+    /// The compiled model.
+    Done(Compiled),
+    /// A loop state changes shape across iterations: compile again with it dynamic.
+    Grows(Growth),
 }
 
 fn compile_inner(
@@ -524,7 +437,7 @@ fn compile_inner(
     input_shapes: &[Vec<usize>],
     omitted: &[bool],
     grown: &[Growth],
-) -> Result<Compiled, CompileError> {
+) -> Result<Pass, CompileError> {
     let sg = &model.main;
     let n = sg.operands.len();
     let mut shapes: Vec<Option<Vec<usize>>> = vec![None; n];
@@ -618,12 +531,7 @@ fn compile_inner(
                                 reason: format!("loop state {o} changes rank"),
                             });
                         }
-                        return Err(CompileError::StateGrows(Box::new(Growth::new(
-                            o,
-                            prev,
-                            &s,
-                            FIRST_GROWTH,
-                        ))));
+                        return Ok(Pass::Grows(Growth::new(o, prev, &s, FIRST_GROWTH)));
                     }
                     dynamic[at] = true;
                     checked = false;
@@ -662,7 +570,7 @@ fn compile_inner(
         .enumerate()
         .any(|(k, l)| matches!(&l.op, KernelOp::Jump(j) if (j.target as usize) <= k));
     let (placement, arena_size) = place(sg, &lowered, &shapes, constants);
-    Ok(Compiled {
+    Ok(Pass::Done(Compiled {
         ops: lowered,
         shapes,
         placement,
@@ -671,7 +579,7 @@ fn compile_inner(
         dynamic,
         loops,
         grown: grown.to_vec(),
-    })
+    }))
 }
 
 /// Elements of a shape (saturating), to pick the larger of two.

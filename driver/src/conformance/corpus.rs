@@ -7,7 +7,7 @@
 //! operands carry their `referenced` index in `location.offset`, and `number_of_consumers`
 //! is computed from the operations. Input and output values are kept as little-endian bytes
 //! in the operand's element type. AIDL-only operations (BATCH_MATMUL, PACK, MIRROR_PAD,
-//! REVERSE, DENSIFY) are loaded with their AIDL values; `hal::validate_model` rejects them.
+//! REVERSE, DENSIFY) are loaded with their AIDL values; `validate::validate_model` rejects them.
 //!
 //! Vendor extensions: a model may carry `extension_name_to_prefix` (`[{"name": ..,
 //! "prefix": ..}]`, the HAL's `Model.extensionNameToPrefix`); an operand or operation type

@@ -183,7 +183,7 @@ pub const NEEDS_AIDL: &str = "needs AIDL";
 
 /// Whether `model` is no valid HAL 1.3 model but valid at a later level.
 fn needs_aidl(model: &Model) -> bool {
-    use crate::hal::{validate_model, validate_model_at};
+    use crate::validate::{validate_model, validate_model_at};
     validate_model(model).is_err() && validate_model_at(model, HalVersion::Experimental).is_ok()
 }
 

@@ -7,10 +7,11 @@ use std::sync::Arc;
 
 use thiserror::Error;
 
-use crate::hal::{known_byte_size, BufferDesc, BufferRole, ErrorStatus, Operand, OperandType};
+use crate::hal::{BufferDesc, BufferRole, ErrorStatus, Operand, OperandType};
 use crate::hw::Hardware;
 use crate::interface::IPreparedModel;
 pub use crate::interface::Io;
+use crate::validate::known_byte_size;
 
 /// One role of a buffer: an input or output of one prepared model (by its id).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -23,13 +23,14 @@ use crate::compile::{ConstantBlock, ModelPlan};
 use crate::domain::BufferRegistry;
 use crate::fence::{self, SyncFence};
 use crate::hal::{
-    validate_request, ErrorStatus, MeasureTiming, Model, NativeHandle, OptionalTimePoint,
-    OptionalTimeoutDuration, OutputShape, Request, Timing,
+    ErrorStatus, MeasureTiming, Model, NativeHandle, OptionalTimePoint, OptionalTimeoutDuration,
+    OutputShape, Request, Timing,
 };
 use crate::hw::{DramBlock, Hardware, HwError};
 use crate::interface::{
     DomainRole, ExecutionCallback, FencedResult, IFencedExecutionCallback, IPreparedModel, Io,
 };
+use crate::validate::validate_request;
 use crate::workers::{Job, WorkerPool};
 
 pub use burst::{BurstMemo, RunOptions};

@@ -12,10 +12,11 @@ use super::burst::{BurstMemo, RunOptions};
 use super::pools::PinnedPool;
 use super::{fenced, VnpuPreparedModel};
 use crate::hal::{
-    validate_request, ErrorStatus, MeasureTiming, NativeHandle, OptionalTimePoint,
-    OptionalTimeoutDuration, Request, RequestMemoryPool, Timing,
+    ErrorStatus, MeasureTiming, NativeHandle, OptionalTimePoint, OptionalTimeoutDuration, Request,
+    RequestMemoryPool, Timing,
 };
 use crate::interface::{ExecutionResult, FencedResult, IMemoryTokenBurst, IReusableExecution};
+use crate::validate::validate_request;
 
 /// The pins of `request`'s shared-memory pools (by pool index; `None` for a pool that
 /// cannot be pinned, which each run then maps itself, and for driver-managed buffers,

@@ -13,12 +13,13 @@ use super::{hw_status, VnpuPreparedModel};
 use crate::compile::Compiled;
 use crate::execute::staging::Span;
 use crate::hal::{
-    validate_request, ErrorStatus, MeasureTiming, OptionalTimePoint, OptionalTimeoutDuration,
-    OutputShape, Request, RequestArgument, RequestMemoryPool, Timing,
+    ErrorStatus, MeasureTiming, OptionalTimePoint, OptionalTimeoutDuration, OutputShape, Request,
+    RequestArgument, RequestMemoryPool, Timing,
 };
 use crate::hw::{Command, CompletionEntry, DramBlock, REPORT_ENTRY};
 use crate::hwbuf::HwUse;
 use crate::memory::open_pool;
+use crate::validate::validate_request;
 
 /// The bytes argument `a` may use in its pool.
 fn room(open: &[ReqPool<'_>], a: &RequestArgument) -> u64 {

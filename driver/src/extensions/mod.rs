@@ -26,10 +26,9 @@ use std::borrow::Cow;
 use vnpu_emu::tensor::DType;
 
 use crate::hal::{
-    extension_parts, ExtensionNameAndPrefix, Model, Operand, OperandType, OperationType,
-    ValidationError, ValidationKind, EXTENSION_LOW_BITS_TYPE,
+    extension_parts, Extension, ExtensionNameAndPrefix, ExtensionOperandTypeInformation, Model,
+    Operand, OperandType, OperationType, ValidationError, ValidationKind, EXTENSION_LOW_BITS_TYPE,
 };
-use crate::interface::{Extension, ExtensionOperandTypeInformation};
 
 /// How the values of an extension operand type are stored (little-endian elements).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,10 +1,12 @@
-//! NN HAL 1.3 types and their validation.
+//! NN HAL 1.3 types, the bottom of the driver: nothing here imports another module of it.
 //!
 //! - [`types`]: the HAL structures and open enums (invalid wire values are representable).
-//! - [`validate`]: `validate_model`, `validate_request` and friends, mirroring what NN's
-//!   `ValidateHal.cpp` checks for HAL 1.3, with INVALID_ARGUMENT as the HAL code.
+//! - [`validate`]: the validation error ([`ValidationError`], INVALID_ARGUMENT) and the
+//!   checks that need only these types (parameters, memory pools, operand sizes).
 //!
-//! Per-operation signatures live with each operation's definition in [`crate::ops`].
+//! Models and requests are validated by [`crate::validate`] (`validate_model`,
+//! `validate_request`), which reads the operation definitions of [`crate::ops`] and the
+//! extension registry of [`crate::extensions`].
 
 pub mod builder;
 pub mod types;

@@ -723,6 +723,28 @@ pub struct ExtensionNameAndPrefix {
     pub prefix: u16,
 }
 
+/// A vendor extension's operand type (`Extension::OperandTypeInformation`).
+#[cfg_attr(feature = "service", derive(serde::Serialize, serde::Deserialize))]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExtensionOperandTypeInformation {
+    /// The type within the extension (the low 16 bits).
+    pub r#type: u16,
+    /// A tensor type (else a scalar).
+    pub is_tensor: bool,
+    /// Bytes per element (per value for a scalar).
+    pub byte_size: u32,
+}
+
+/// A vendor extension (`Extension`), as `getSupportedExtensions` reports it.
+#[cfg_attr(feature = "service", derive(serde::Serialize, serde::Deserialize))]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Extension {
+    /// Its name, e.g. "com.example.fibonacci".
+    pub name: String,
+    /// The operand types it declares.
+    pub operand_types: Vec<ExtensionOperandTypeInformation>,
+}
+
 /// `Model` (1.3).
 #[cfg_attr(feature = "service", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Clone, Debug, Default, PartialEq)]

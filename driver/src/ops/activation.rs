@@ -4,7 +4,7 @@ use vnpu_emu::kernels::{Softmax, Unary, UnaryKind};
 
 use super::types::{FLOATS, FLOAT_QUANT8};
 use super::{arg, Args, HalVersion::*, OpDef, Signature, Ty};
-use crate::compile::{CompileError, Lowered};
+use super::{CompileError, Lowered};
 use crate::hal::OperationType;
 
 const UNARY_ARGS: &[super::Arg] = &[arg("input", Ty::T)];

@@ -4,7 +4,7 @@ use vnpu_emu::kernels::ArgMinMax;
 
 use super::types::FLOAT_QUANT8_INT32;
 use super::{arg, Arg, Args, HalVersion::*, OpDef, Signature, Ty};
-use crate::compile::{CompileError, Lowered};
+use super::{CompileError, Lowered};
 use crate::hal::{OperandType as T, OperationType};
 
 const SIGS: [Signature; 1] = [Signature::new(

@@ -3,7 +3,7 @@
 use vnpu_emu::kernels::Activation;
 
 use super::Arg;
-use crate::compile::{CompileError, Lowered, Operands};
+use super::{CompileError, Lowered, Operands};
 use crate::hal::{OperandType, OperationType};
 use vnpu_emu::kernels::KernelOp;
 

@@ -4,7 +4,7 @@ use vnpu_emu::kernels::{Binary, BinaryKind};
 
 use super::types::FLOAT_QUANT8_INT32;
 use super::{arg, Args, HalVersion::*, OpDef, Signature, Ty};
-use crate::compile::{CompileError, Lowered};
+use super::{CompileError, Lowered};
 use crate::hal::{OperandType as T, OperationType};
 
 const ARGS: &[super::Arg] = &[

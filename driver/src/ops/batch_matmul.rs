@@ -5,7 +5,7 @@
 use vnpu_emu::kernels::BatchMatMul;
 
 use super::{arg, Arg, Args, HalVersion::*, OpDef, Signature, Ty};
-use crate::compile::{CompileError, Lowered};
+use super::{CompileError, Lowered};
 use crate::hal::{OperandType as T, OperationType};
 
 /// The element types the HAL allows (not the unsigned 8-bit one).

@@ -4,7 +4,7 @@ use vnpu_emu::kernels::{Convert, ConvertKind};
 
 use super::types::FLOATS;
 use super::{arg, Args, HalVersion::*, OpDef, Signature, Ty};
-use crate::compile::{CompileError, Lowered};
+use super::{CompileError, Lowered};
 use crate::hal::{OperandType as T, OperationType};
 
 /// The types CAST converts between freely (1.2).

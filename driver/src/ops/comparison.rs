@@ -4,7 +4,7 @@
 use vnpu_emu::kernels::{Compare, CompareKind};
 
 use super::{arg, Args, HalVersion::*, OpDef, Signature, Ty};
-use crate::compile::{CompileError, Lowered};
+use super::{CompileError, Lowered};
 use crate::hal::{OperandType as T, OperationType};
 
 /// The input types the HAL allows (quant8 signed from 1.3); the device runs them all.

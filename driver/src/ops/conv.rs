@@ -7,7 +7,7 @@ use vnpu_emu::kernels::{
 
 use super::types::FLOAT_QUANT8;
 use super::{arg, channel_dim, Arg, Args, HalVersion::*, OpDef, Signature, Ty};
-use crate::compile::{CompileError, Lowered};
+use super::{CompileError, Lowered};
 use crate::hal::{Operand, OperandType, OperationType};
 
 const OUT: &[Arg] = &[arg("output", Ty::T)];

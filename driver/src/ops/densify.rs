@@ -12,7 +12,7 @@
 use vnpu_emu::kernels::{Scatter, MAX_ELEMENTS, MAX_RANK};
 
 use super::{arg, Arg, Args, HalVersion::*, OpDef, Signature, Ty};
-use crate::compile::{CompileError, Lowered};
+use super::{CompileError, Lowered};
 use crate::hal::{Operand, OperandType as T, OperationType};
 
 /// The element types the HAL allows.

@@ -14,7 +14,7 @@ use vnpu_emu::kernels::{
 
 use super::types::{FLOATS, FLOAT_QUANT8};
 use super::{arg, Arg, Args, HalVersion::*, OpDef, Signature, Ty};
-use crate::compile::{CompileError, Lowered};
+use super::{CompileError, Lowered};
 use crate::hal::{OperandType as T, OperationType};
 
 const INT32S: Ty = Ty::Is(T::TENSOR_INT32);

@@ -8,7 +8,7 @@
 use vnpu_emu::kernels::Fibonacci;
 
 use super::{arg, Args, HalVersion::*, OpDef, Signature, Ty};
-use crate::compile::{CompileError, Lowered};
+use super::{CompileError, Lowered};
 use crate::extensions::fibonacci::{Quant64Params, FIBONACCI, INT64, TENSOR_QUANT64_ASYMM};
 use crate::hal::{Operand, OperandType as T};
 

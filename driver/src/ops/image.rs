@@ -5,8 +5,8 @@ use vnpu_emu::kernels::ResizeBilinear;
 
 use super::conv::spatial;
 use super::types::FLOAT_QUANT8;
+use super::CompileError;
 use super::{arg, Arg, Args, HalVersion::*, OpDef, Signature, Ty};
-use crate::compile::CompileError;
 use crate::hal::OperationType;
 
 const OUT: &[Arg] = &[arg("output", Ty::T)];

@@ -3,7 +3,7 @@
 use vnpu_emu::kernels::{Logical, LogicalKind};
 
 use super::{arg, Args, HalVersion::*, OpDef, Signature, Ty};
-use crate::compile::{CompileError, Lowered};
+use super::{CompileError, Lowered};
 use crate::hal::{OperandType as T, OperationType};
 
 const BOOL: &[T] = &[T::TENSOR_BOOL8];

@@ -4,8 +4,8 @@
 use vnpu_emu::kernels::{EmbeddingLookup, HashtableLookup, LshProjection, RandomMultinomial};
 
 use super::types::FLOATS;
+use super::Lowered;
 use super::{arg, Arg, HalVersion::*, OpDef, Signature, Ty};
-use crate::compile::Lowered;
 use crate::hal::{OperandType as T, OperationType};
 
 const OUT: &[Arg] = &[arg("output", Ty::T)];

@@ -4,7 +4,7 @@ use vnpu_emu::kernels::{MinMax, MinMaxKind};
 
 use super::types::{FLOATS, FLOAT_QUANT8, FLOAT_QUANT8_INT32};
 use super::{arg, Args, HalVersion::*, OpDef, Signature, Ty};
-use crate::compile::{CompileError, Lowered};
+use super::{CompileError, Lowered};
 use crate::hal::OperationType;
 
 const OUT: &[super::Arg] = &[arg("output", Ty::T)];

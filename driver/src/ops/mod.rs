@@ -47,6 +47,7 @@ macro_rules! padded_signatures {
 }
 
 mod args;
+pub mod lowering;
 mod registry;
 #[cfg(test)]
 mod testing;
@@ -82,9 +83,9 @@ pub mod topk;
 pub mod unsupported;
 
 pub use args::Args;
+pub use lowering::{CompileError, Lowered, Operands};
 pub use registry::{definition, REGISTRY};
 
-use crate::compile::{CompileError, Lowered};
 use crate::hal::{ExtraParams, Operand, OperandType, OperationType};
 
 use OperandType as T;

@@ -14,7 +14,7 @@ use vnpu_emu::kernels::{
 use super::is_quant8;
 use super::types::{FLOATS, FLOAT_QUANT8, FLOAT_QUANT8_INT32, QUANT8};
 use super::{arg, Arg, Args, HalVersion::*, OpDef, Signature, Ty};
-use crate::compile::{CompileError, Lowered};
+use super::{CompileError, Lowered};
 use crate::hal::{Operand, OperandType, OperationType};
 
 const OUT: &[Arg] = &[arg("output", Ty::T)];

@@ -6,7 +6,7 @@ use vnpu_emu::kernels::{Pool, PoolKind};
 use super::conv::window;
 use super::types::{FLOATS, FLOAT_QUANT8};
 use super::{arg, Arg, Args, HalVersion::*, OpDef, Signature, Ty};
-use crate::compile::{CompileError, Lowered};
+use super::{CompileError, Lowered};
 use crate::hal::OperationType;
 
 const OUT: &[Arg] = &[arg("output", Ty::T)];

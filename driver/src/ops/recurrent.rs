@@ -13,7 +13,7 @@ use vnpu_emu::kernels::{
 
 use super::types::FLOATS;
 use super::{arg, Arg, Args, HalVersion::*, OpDef, Signature, Ty};
-use crate::compile::{CompileError, Lowered};
+use super::{CompileError, Lowered};
 use crate::hal::OperationType;
 
 const fn t(name: &'static str) -> Arg {

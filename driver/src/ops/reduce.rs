@@ -4,7 +4,7 @@ use vnpu_emu::kernels::{Reduce, ReduceKind};
 
 use super::types::{FLOATS, FLOAT_QUANT8};
 use super::{arg, Arg, Args, HalVersion::*, OpDef, Signature, Ty};
-use crate::compile::{CompileError, Lowered};
+use super::{CompileError, Lowered};
 use crate::hal::{OperandType as T, OperationType};
 
 const BOOLS: &[T] = &[T::TENSOR_BOOL8];

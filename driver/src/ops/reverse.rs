@@ -6,7 +6,7 @@ use vnpu_emu::kernels::Reverse;
 
 use super::types::FLOAT_QUANT8_INT32;
 use super::{arg, same_quantisation, Args, HalVersion::*, OpDef, Signature, Ty};
-use crate::compile::{CompileError, Lowered};
+use super::{CompileError, Lowered};
 use crate::hal::{Operand, OperationType};
 
 fn check(ins: &[&Operand], outs: &[&Operand]) -> Result<(), String> {

@@ -1,7 +1,8 @@
 //! Helpers for the definitions' unit tests: small models validated at a level.
 
 use crate::hal::builder::ModelBuilder;
-use crate::hal::{validate_model_at, HalVersion, Model, OperandType};
+use crate::hal::{HalVersion, Model, OperandType};
+use crate::validate::validate_model_at;
 
 /// The little-endian bytes of int32 values.
 pub fn i32_bytes(v: &[i32]) -> Vec<u8> {

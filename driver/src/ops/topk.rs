@@ -3,8 +3,8 @@
 use vnpu_emu::kernels::TopK;
 
 use super::types::FLOAT_QUANT8_INT32;
+use super::Lowered;
 use super::{arg, Arg, HalVersion::*, OpDef, Signature, Ty};
-use crate::compile::Lowered;
 use crate::hal::{OperandType as T, OperationType};
 
 const OUTS: &[Arg] = &[

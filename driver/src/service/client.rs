@@ -37,14 +37,14 @@ use super::transport::{self, TransportError};
 use crate::hal::{
     BufferDesc, BufferRole, Capabilities, DeviceStatus, DeviceType, ErrorStatus, HalVersion,
     MeasureTiming, Memory, Model, NativeHandle, OptionalTimePoint, OptionalTimeoutDuration,
-    OutputShape, Request as HalRequest, Timing, BYTE_SIZE_OF_CACHE_TOKEN,
+    OutputShape, Request as HalRequest, Timing,
 };
-use crate::interface::PrepareArgs;
 use crate::interface::{
     AllocateResult, BurstResult, ExecutionCallback, ExecutionResult, Extension, FencedResult,
     IBuffer, IBurstCallback, IBurstContext, IDevice, IFencedExecutionCallback, IMemoryTokenBurst,
     IPreparedModel, IReusableExecution, PreparedModelCallback,
 };
+use crate::interface::{PrepareArgs, PrepareFromCacheArgs};
 
 /// The default bound on waiting for one reply or notification.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -663,18 +663,12 @@ impl IDevice for RemoteDevice {
         self.link.launch(call, &out.fds, waiter)
     }
 
-    fn prepare_model_from_cache_1_3(
-        &self,
-        deadline: OptionalTimePoint,
-        model_cache: &[NativeHandle],
-        data_cache: &[NativeHandle],
-        token: &[u8; BYTE_SIZE_OF_CACHE_TOKEN],
-        callback: Option<Arc<dyn PreparedModelCallback>>,
-    ) -> ErrorStatus {
+    fn prepare_model_from_cache_1_3(&self, args: PrepareFromCacheArgs<'_>) -> ErrorStatus {
         let mut out = Outgoing::default();
-        let cache = out.cache(model_cache, data_cache, token);
+        let cache = out.cache(args.model_cache, args.data_cache, args.token);
+        let deadline = args.deadline;
         let call = Call::PrepareModelFromCache { deadline, cache };
-        let waiter = Waiter::Prepare(callback, self.link.clone());
+        let waiter = Waiter::Prepare(args.callback, self.link.clone());
         self.link.launch(call, &out.fds, waiter)
     }
 

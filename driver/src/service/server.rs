@@ -32,12 +32,12 @@ use crate::device::DeviceUsage;
 use crate::hal::{
     ErrorStatus, Memory, OutputShape, Request as HalRequest, RequestMemoryPool, Timing,
 };
-use crate::interface::PrepareArgs;
 use crate::interface::{
     ExecutionCallback, FencedResult, IBuffer, IBurstCallback, IBurstContext, IDevice,
     IFencedExecutionCallback, IMemoryTokenBurst, IPreparedModel, IReusableExecution,
     PreparedModelCallback,
 };
+use crate::interface::{PrepareArgs, PrepareFromCacheArgs};
 
 /// What one client may hold or have queued at once. Together they bound what a client
 /// costs the service, whatever it sends and however slowly it reads.
@@ -485,13 +485,10 @@ fn answer(
             let model_cache = fds.handles(cache.model_cache);
             let data_cache = fds.handles(cache.data_cache);
             plain(launch_preparation(conn, id, |cb| {
-                device.prepare_model_from_cache_1_3(
+                device.prepare_model_from_cache_1_3(PrepareFromCacheArgs {
                     deadline,
-                    &model_cache,
-                    &data_cache,
-                    &cache.token,
-                    Some(cb),
-                )
+                    ..PrepareFromCacheArgs::new(&model_cache, &data_cache, &cache.token, Some(cb))
+                })
             }))
         }
         Call::Allocate {

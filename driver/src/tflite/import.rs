@@ -91,7 +91,7 @@ const LEVELS: &[HalVersion] = &[
 pub fn model_level(model: &Model) -> Result<HalVersion, crate::hal::ValidationError> {
     let mut last = None;
     for &level in LEVELS {
-        match crate::hal::validate_model_at(model, level) {
+        match crate::validate::validate_model_at(model, level) {
             Ok(()) => return Ok(level),
             Err(e) => last = Some(e),
         }

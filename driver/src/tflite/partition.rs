@@ -156,7 +156,7 @@ fn check(imported: &Imported, device: &dyn IDevice) -> Result<(), String> {
     }
     let (status, supported) = device.get_supported_operations_at(imported.level, model);
     if status != ErrorStatus::None {
-        let why = crate::hal::validate_model_at(model, imported.level)
+        let why = crate::validate::validate_model_at(model, imported.level)
             .err()
             .map(|e| format!(": {e}"))
             .unwrap_or_default();
