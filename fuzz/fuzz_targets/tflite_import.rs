@@ -2,8 +2,8 @@
 //! shipped models (`models/*.tflite`; `scripts/fuzz.sh` seeds them): a hostile file gives
 //! an error, never a panic or a hang, and memory stays bounded by the file (the verifier's
 //! table and depth limits; no length read from the file allocates before it is checked
-//! against the file's size). A model that imports must also pass the HAL's validation, as
-//! the importer promises, and `vnpu run`'s sizing of its inputs and outputs
+//! against the file's size). A model that imports must also pass the HAL's validation at
+//! its level (1.3, or a later one with PACK or DENSIFY), as the importer promises, and `vnpu run`'s sizing of its inputs and outputs
 //! (`run::tensor_bytes`) must refuse what the device cannot take instead of allocating it.
 //! So must each operator imported alone, as the partitioner imports it.
 //!
@@ -15,7 +15,7 @@
 use libfuzzer_sys::fuzz_target;
 use vnpu_driver::tflite::schema::{slot, Table};
 use vnpu_driver::tflite::{import, import_ops, run, Graph};
-use vnpu_driver::validate::validate_model;
+use vnpu_driver::validate::validate_model_at;
 
 /// The largest input or output the target lets `run` allocate (the bound is checked by
 /// `tensor_bytes` for anything larger).
@@ -26,7 +26,7 @@ fn check(model: &[u8]) {
         let Ok(m) = import(model, partial) else {
             continue;
         };
-        assert!(validate_model(&m.model).is_ok());
+        assert!(validate_model_at(&m.model, m.level).is_ok());
         assert_eq!(m.inputs.len(), m.model.main.input_indexes.len());
         assert_eq!(m.outputs.len(), m.model.main.output_indexes.len());
         let sizes: Vec<_> = m.inputs.iter().chain(&m.outputs).map(run::tensor_bytes).collect();
@@ -74,7 +74,7 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(g) = Graph::read(data) {
         for k in 0..g.op_count().min(64) {
             if let Ok(m) = import_ops(&g, &[k]) {
-                assert!(validate_model(&m.model).is_ok());
+                assert!(validate_model_at(&m.model, m.level).is_ok());
                 assert_eq!(m.input_tensors.len(), m.inputs.len());
                 assert_eq!(m.output_tensors.len(), m.outputs.len());
             }

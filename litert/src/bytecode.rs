@@ -17,7 +17,8 @@ use std::collections::HashMap;
 use vnpu_driver::cache::format::{decode_body, encode_body, ConstValue, Image, InlineBytes};
 use vnpu_driver::cache::wire::{Reader, Writer};
 use vnpu_driver::hal::{DataLocation, Memory, Model, OperandLifeTime};
-use vnpu_driver::validate::{has_unspecified_dimensions, validate_model};
+use vnpu_driver::tflite::model_level;
+use vnpu_driver::validate::has_unspecified_dimensions;
 use vnpu_emu::tensor::Layout;
 
 /// The first eight bytes.
@@ -256,7 +257,8 @@ fn rebuild(image: Image, data: &[u8]) -> Result<Model, ByteCodeError> {
         model.pools =
             vec![Memory::ashmem_with(data).map_err(|e| ByteCodeError::Memory(e.to_string()))?];
     }
-    validate_model(&model).map_err(|e| bad(format!("the model: {e}")))?;
+    // At the lowest level it is valid at: a partition may hold AIDL V2's PACK, say.
+    model_level(&model).map_err(|e| bad(format!("the model: {e}")))?;
     Ok(model)
 }
 
@@ -327,6 +329,26 @@ mod tests {
             let _ = decode(&flipped);
             let _ = decode(&bytes[..cut % bytes.len()]);
         }
+    }
+
+    /// A partition holding an operation newer than HAL 1.3 (AIDL V2's PACK) decodes: the
+    /// model is valid at its own level.
+    #[test]
+    fn a_partition_newer_than_1_3_decodes() {
+        let mut b = ModelBuilder::default();
+        let x = b.input(OperandType::TENSOR_FLOAT32, &[2]);
+        let y = b.input(OperandType::TENSOR_FLOAT32, &[2]);
+        let axis = b.constant(OperandType::INT32, &[], &0i32.to_le_bytes());
+        let out = b.output(OperandType::TENSOR_FLOAT32, &[2, 2]);
+        b.op(OperationType::PACK, &[axis, x, y], &[out]);
+        let m = b.build(Vec::new());
+        let bytes = encode(&m, &[Some(0), Some(1)], &[0]).unwrap();
+        let code = decode(&bytes).unwrap();
+        assert_eq!(code.model.main.operations[0].r#type, OperationType::PACK);
+        assert_eq!(
+            model_level(&code.model).unwrap(),
+            vnpu_driver::hal::HalVersion::AidlV2
+        );
     }
 
     #[test]
