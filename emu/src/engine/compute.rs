@@ -135,7 +135,8 @@ impl Plan {
 /// the budget (a held one is written back then).
 #[derive(Default)]
 struct Sram {
-    entries: Vec<Entry>,
+    /// On the stack for the few a small program keeps (a run allocates nothing).
+    entries: smallvec::SmallVec<[Entry; 4]>,
 }
 
 struct Entry {
@@ -295,16 +296,25 @@ impl Spare {
 /// tensor's shape changes as ops write it).
 struct Tensors<'p> {
     table: &'p [TensorDesc],
-    /// Borrowed from the table until a dynamic tensor's shape changes (on the stack for
-    /// small programs).
+    /// Borrowed from the table until a dynamic tensor's shape changes; empty when no
+    /// tensor is dynamic (every type is then the table's, and a run allocates nothing).
     types: Vec<Cow<'p, TensorType>>,
 }
 
 impl<'p> Tensors<'p> {
     fn new(table: &'p [TensorDesc]) -> Self {
-        Tensors {
-            table,
-            types: table.iter().map(|t| Cow::Borrowed(&t.ty)).collect(),
+        let types = match table.iter().any(|t| t.dynamic) {
+            true => table.iter().map(|t| Cow::Borrowed(&t.ty)).collect(),
+            false => Vec::new(),
+        };
+        Tensors { table, types }
+    }
+
+    /// Tensor `i`'s current type.
+    fn ty(&self, i: u32) -> &TensorType {
+        match self.types.get(i as usize) {
+            Some(t) => t,
+            None => &self.table[i as usize].ty,
         }
     }
 
@@ -534,7 +544,8 @@ fn sequence_with(
     run: Run,
     req_id: u32,
 ) -> Outcome {
-    let started = Instant::now();
+    // Clock reads only where they are used: loops under a timeout, and the trace.
+    let started = (run.loop_timeout_ns > 0).then(Instant::now);
     let loop_timeout = Duration::from_nanos(run.loop_timeout_ns);
     let generation = bus.generation.load(std::sync::atomic::Ordering::SeqCst);
     let mut ns = 0u64;
@@ -549,7 +560,8 @@ fn sequence_with(
         match &op.op {
             KernelOp::Jump(j) => {
                 let target = j.target as usize;
-                if target <= pc && started.elapsed() > loop_timeout {
+                // Without a timeout (0), a back edge fails at once.
+                if target <= pc && started.is_none_or(|s| s.elapsed() > loop_timeout) {
                     tracing::debug!("loop at op {pc} ran past its timeout");
                     return fail(Status::LoopTimeout, 0);
                 }
@@ -568,11 +580,13 @@ fn sequence_with(
             }
             _ => {}
         }
-        let start = Instant::now();
+        let start = bus.trace.enabled().then(Instant::now);
         match run_kernel(bus, program, plan, tensors, (sram, spare), pc) {
             Ok(op_ns) => {
-                bus.trace
-                    .record("compute", op.op.name(), start, req_id, op_ns);
+                if let Some(start) = start {
+                    bus.trace
+                        .record("compute", op.op.name(), start, req_id, op_ns);
+                }
                 ns += op_ns;
             }
             Err((status, fault)) => return fail(status, fault),
@@ -637,11 +651,7 @@ fn run_kernel(
     // The inputs' current types, listed only when shapes or timing depend on them.
     let in_tys: PerOperand<&TensorType> = match wants_runtime_shapes || plan.fixed_ns[pc].is_none()
     {
-        true => op
-            .inputs
-            .iter()
-            .map(|&i| &*tensors.types[i as usize])
-            .collect(),
+        true => op.inputs.iter().map(|&i| tensors.ty(i)).collect(),
         false => PerOperand::new(),
     };
     let out_tys: PerOperand<Cow<'_, TensorType>> = if wants_runtime_shapes {
@@ -683,7 +693,7 @@ fn run_kernel(
             .iter()
             .zip(&loaded)
             .map(|(&i, l)| {
-                let ty = &*tensors.types[i as usize];
+                let ty = tensors.ty(i);
                 let held = match l {
                     Input::Local => sram.get(i, tensors.len(i)),
                     Input::Cached(s) => Some(&**s),
