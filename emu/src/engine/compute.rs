@@ -651,7 +651,7 @@ fn run_kernel(
     // The inputs' current types, listed only when shapes or timing depend on them.
     let in_tys: PerOperand<&TensorType> = match wants_runtime_shapes || plan.fixed_ns[pc].is_none()
     {
-        true => op.inputs.iter().map(|&i| tensors.ty(i)).collect(),
+        true => per_operand(op.inputs.iter().map(|&i| tensors.ty(i))),
         false => PerOperand::new(),
     };
     let out_tys: PerOperand<Cow<'_, TensorType>> = if wants_runtime_shapes {
@@ -673,26 +673,21 @@ fn run_kernel(
         }
         tys
     } else {
-        op.outputs
-            .iter()
-            .map(|&o| Cow::Borrowed(&program.tensors[o as usize].ty))
-            .collect()
+        per_operand(
+            op.outputs
+                .iter()
+                .map(|&o| Cow::Borrowed(&program.tensors[o as usize].ty)),
+        )
     };
     // Kernels that write every element of their float32 outputs get them uncleared.
     let overwrites = op.op.overwrites_f32_outputs();
-    let mut out_data: PerOperand<Staged> = out_tys
-        .iter()
-        .map(|t| {
-            let zero = !(overwrites && t.dtype == crate::tensor::DType::F32);
-            spare.take(t.numel() * t.dtype.size() as usize, zero)
-        })
-        .collect();
+    let mut out_data: PerOperand<Staged> = per_operand(out_tys.iter().map(|t| {
+        let zero = !(overwrites && t.dtype == crate::tensor::DType::F32);
+        spare.take(t.numel() * t.dtype.size() as usize, zero)
+    }));
     let real = {
-        let inputs: PerOperand<View<'_>> = op
-            .inputs
-            .iter()
-            .zip(&loaded)
-            .map(|(&i, l)| {
+        let inputs: PerOperand<View<'_>> =
+            per_operand(op.inputs.iter().zip(&loaded).map(|(&i, l)| {
                 let ty = tensors.ty(i);
                 let held = match l {
                     Input::Local => sram.get(i, tensors.len(i)),
@@ -703,16 +698,16 @@ fn run_kernel(
                     ty,
                     bytes: held.map_or(&[][..], |s| s.bytes()),
                 }
-            })
-            .collect();
-        let mut outputs: PerOperand<ViewMut<'_>> = out_tys
-            .iter()
-            .zip(out_data.iter_mut())
-            .map(|(ty, v)| ViewMut {
-                ty,
-                bytes: v.bytes_mut(),
-            })
-            .collect();
+            }));
+        let mut outputs: PerOperand<ViewMut<'_>> = per_operand(
+            out_tys
+                .iter()
+                .zip(out_data.iter_mut())
+                .map(|(ty, v)| ViewMut {
+                    ty,
+                    bytes: v.bytes_mut(),
+                }),
+        );
         match plan.fixed_ns[pc] {
             Some(_) => kernels::execute_checked(&op.op, &inputs, &mut outputs),
             None => kernels::execute(&op.op, &inputs, &mut outputs),
@@ -772,6 +767,17 @@ fn run_kernel(
         }
     }
     Ok(op_ns)
+}
+
+/// An op's per-operand list, by pushes: `SmallVec`'s `extend` (reserve, then a copy
+/// loop) costs several times more for the one to four items an op has.
+#[inline(always)]
+fn per_operand<T>(items: impl Iterator<Item = T>) -> PerOperand<T> {
+    let mut out = PerOperand::new();
+    for x in items {
+        out.push(x);
+    }
+    out
 }
 
 /// Whether `shape` fits dynamic tensor `t`'s capacity.
