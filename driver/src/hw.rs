@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::os::fd::BorrowedFd;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use thiserror::Error;
@@ -194,11 +194,34 @@ struct QueueState {
     next_req_id: u32,
     /// First request id of each batch in flight.
     batches: BTreeMap<u32, Arc<Batch>>,
+    /// The jobs in flight on the single-command path, by copy-list slot (their
+    /// completions go to `Hardware::cells`); request id 0 marks a free slot.
+    singles: [Single; JOB_SLOTS as usize],
+    /// How many `singles` are in flight.
+    single_count: usize,
+    /// The completion-ring drain's buffer, reused (reaping allocates nothing).
+    reaped: Vec<CompletionEntry>,
     /// Submitters sleeping on `room` for ring slots.
     room_waiters: usize,
     /// The last (PROGRESS, COMPLETED) seen, and when it last moved.
     progress: (u32, u64),
     progress_at: Instant,
+}
+
+/// A job in flight on the single-command path ([`Hardware::run_job`]).
+#[derive(Clone, Copy, Debug, Default)]
+struct Single {
+    /// Its request id (0: the slot is free).
+    req_id: u32,
+    /// The timing model's time for it (the watchdog's yardstick).
+    estimate_ns: u64,
+}
+
+impl QueueState {
+    /// Whether any work is in flight (batches or single jobs).
+    fn outstanding(&self) -> bool {
+        !self.batches.is_empty() || self.single_count > 0
+    }
 }
 
 /// What the driver knows of the device's health (getStatus reports it).
@@ -231,6 +254,9 @@ pub struct Hardware {
     job_lists: SharedRegion,
     /// Which of its slots are in use (bit k: slot k).
     job_slots: AtomicU64,
+    /// Where the completion of the job holding copy-list slot k goes: made once and
+    /// reused, so a job allocates nothing.
+    cells: Box<[Batch]>,
 }
 
 /// One execution as one device command ([`Hardware::run_job`]): the copies into the
@@ -300,6 +326,9 @@ impl Hardware {
                 queue: Some(queue),
                 next_req_id: 1,
                 batches: BTreeMap::new(),
+                singles: [Single::default(); JOB_SLOTS as usize],
+                single_count: 0,
+                reaped: Vec::with_capacity(QUEUE_ENTRIES as usize),
                 room_waiters: 0,
                 progress: (0, 0),
                 progress_at: Instant::now(),
@@ -316,6 +345,17 @@ impl Hardware {
             epoch: AtomicU64::new(0),
             job_lists,
             job_slots: AtomicU64::new(0),
+            cells: (0..JOB_SLOTS)
+                .map(|_| Batch {
+                    expected: 1,
+                    estimate_ns: 0,
+                    got: Mutex::new(BatchState {
+                        entries: Vec::with_capacity(1),
+                        ..BatchState::default()
+                    }),
+                    done: Condvar::new(),
+                })
+                .collect(),
         });
         let weak = Arc::downgrade(&hw);
         std::thread::Builder::new()
@@ -442,37 +482,139 @@ impl Hardware {
 
     /// Runs `job` as one JOB command in device epoch `epoch` (see [`Hardware::run`]); as
     /// a command list when its copy list does not fit a slot or every slot is taken.
-    pub fn run_job(&self, job: &Job, epoch: u64) -> Result<Vec<CompletionEntry>, HwError> {
+    /// Returns the device time its completions report (ns).
+    ///
+    /// The single-command path: no batch object, no completion vector, no map entry; the
+    /// copy-list slot's own completion cell ([`Hardware::cells`]) takes the completion
+    /// when the job is still running after the doorbell, and a job the device ran on the
+    /// doorbell is reaped right there, under the lock that queued it.
+    pub fn run_job(&self, job: &Job, epoch: u64) -> Result<u64, HwError> {
         let count = job.inputs.len() + job.outputs.len();
         let slot = match count as u64 * SG_ENTRY_SIZE <= JOB_SLOT_BYTES {
             true => self.take_job_slot(),
             false => None,
         };
         let Some(k) = slot else {
-            return self.run(job.commands(), job.program_ns, Some(epoch));
+            let done = self.run(job.commands(), job.program_ns, Some(epoch))?;
+            return Ok(device_ns(&done));
         };
         let list = k * JOB_SLOT_BYTES;
-        let mut written = Ok(());
-        for (i, c) in job.inputs.iter().chain(&job.outputs).enumerate() {
-            let at = list + i as u64 * SG_ENTRY_SIZE;
-            written = written.and_then(|()| self.job_lists.write(at, &c.encode()));
-        }
-        let cmd = Command::Job(JobArgs {
-            program: job.program.0,
-            program_len: job.program.1,
-            arena: job.arena.0,
-            arena_len: job.arena.1,
-            list: JOB_LIST_IOVA + list,
-            inputs: job.inputs.len() as u32,
-            outputs: job.outputs.len() as u32,
+        let result = self.write_job_list(list, job).and_then(|()| {
+            let cmd = Command::Job(JobArgs {
+                program: job.program.0,
+                program_len: job.program.1,
+                arena: job.arena.0,
+                arena_len: job.arena.1,
+                list: JOB_LIST_IOVA + list,
+                inputs: job.inputs.len() as u32,
+                outputs: job.outputs.len() as u32,
+            });
+            self.run_single(k as usize, cmd, job.program_ns, epoch)
         });
-        let result = match written {
-            Ok(()) => self.run_batch(&[cmd], job.program_ns, Some(epoch)),
-            Err(e) => Err(e.into()),
-        };
         // The device read the list when it fetched the command, long before completing it.
         self.job_slots.fetch_and(!(1 << k), Ordering::Release);
         result
+    }
+
+    /// Writes a job's copy list (inputs, then outputs) at `list` in the list region.
+    fn write_job_list(&self, list: u64, job: &Job) -> Result<(), HwError> {
+        const N: usize = 8;
+        let mut buf = [0u8; N * SG_ENTRY_SIZE as usize];
+        let all: Vec<_>;
+        let copies = job.inputs.iter().chain(&job.outputs);
+        // Small lists (nearly all) go from the stack in one write.
+        let bytes: &[u8] = match job.inputs.len() + job.outputs.len() <= N {
+            true => {
+                let mut n = 0;
+                for (chunk, c) in buf.chunks_exact_mut(SG_ENTRY_SIZE as usize).zip(copies) {
+                    chunk.copy_from_slice(&c.encode());
+                    n += chunk.len();
+                }
+                &buf[..n]
+            }
+            false => {
+                all = copies.flat_map(|c| c.encode()).collect();
+                &all
+            }
+        };
+        Ok(self.job_lists.write(list, bytes)?)
+    }
+
+    /// Queues one command for copy-list slot `k`'s job and waits for its completion.
+    fn run_single(
+        &self,
+        k: usize,
+        cmd: Command,
+        estimate_ns: u64,
+        epoch: u64,
+    ) -> Result<u64, HwError> {
+        if self.is_lost() {
+            return Err(HwError::Lost);
+        }
+        let cell = &self.cells[k];
+        {
+            // The slot is ours: whatever a watchdog left in its cell is stale.
+            let mut got = cell.got.lock().unwrap_or_else(|p| p.into_inner());
+            got.entries.clear();
+            got.hung = false;
+        }
+        let id = {
+            let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+            let Some(queue) = &q.queue else {
+                return Err(HwError::Lost);
+            };
+            if queue.free_slots(&self.device) < 1 {
+                // No room in the ring: the batch path waits for it.
+                drop(q);
+                let done = self.run_batch(&[cmd], estimate_ns, Some(epoch))?;
+                return Ok(device_ns(&done));
+            }
+            // Resets happen under this lock (see `submit_batch`).
+            if epoch != self.epoch() {
+                return Err(HwError::Reset);
+            }
+            let id = q.next_req_id;
+            q.next_req_id = id.wrapping_add(1).max(1);
+            let mut entry = cmd.entry(id);
+            entry.flags &= !FLAG_IRQ;
+            let Some(queue) = q.queue.as_mut() else {
+                return Err(HwError::Lost);
+            };
+            queue
+                .submit(&self.device, &[entry])
+                .map_err(|_| HwError::Timeout)?;
+            // Polled: a job the device ran on the doorbell is complete already.
+            if let Some(c) = self.reap(&mut q, id) {
+                drop(q);
+                return checked(c);
+            }
+            if !q.outstanding() {
+                // The watchdog measures stalls from when work was first outstanding.
+                q.progress_at = Instant::now();
+            }
+            q.singles[k] = Single {
+                req_id: id,
+                estimate_ns,
+            };
+            q.single_count += 1;
+            id
+        };
+        let got = self.wait_batch(cell).map(|mut got| {
+            let c = got.entries.first().copied();
+            got.entries.clear();
+            c
+        });
+        {
+            let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+            if q.singles[k].req_id == id {
+                q.singles[k].req_id = 0;
+                q.single_count -= 1;
+            }
+        }
+        match got? {
+            Some(c) => checked(c),
+            None => Err(HwError::Timeout),
+        }
     }
 
     /// A free copy-list slot, marked taken.
@@ -675,7 +817,7 @@ impl Hardware {
             if epoch.is_some_and(|e| e != self.epoch()) {
                 return Err(HwError::Reset);
             }
-            if q.batches.is_empty() {
+            if !q.outstanding() {
                 // The watchdog measures stalls from when work was first outstanding.
                 q.progress_at = Instant::now();
             }
@@ -691,7 +833,9 @@ impl Hardware {
 
     /// Waits for a submitted batch and checks its completions.
     fn finish_batch(&self, batch: &Batch, first: u32) -> Result<Vec<CompletionEntry>, HwError> {
-        let result = self.wait_batch(batch);
+        let result = self
+            .wait_batch(batch)
+            .map(|mut got| std::mem::take(&mut got.entries));
         self.queue
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -712,8 +856,13 @@ impl Hardware {
         Ok(got)
     }
 
-    fn wait_batch(&self, batch: &Batch) -> Result<Vec<CompletionEntry>, HwError> {
-        let deadline = Instant::now() + COMMAND_TIMEOUT;
+    /// Waits until `batch` has all its completions; they are in the returned guard.
+    fn wait_batch<'b>(
+        &self,
+        batch: &'b Batch,
+    ) -> Result<std::sync::MutexGuard<'b, BatchState>, HwError> {
+        // Read only when there is something to wait for (a clock read costs).
+        let mut deadline = None;
         // Polled completion (as blk-mq polls): a batch the device ran inline on the
         // doorbell is complete already; reaping it here saves an interrupt, the interrupt
         // thread's wake-up and its routing. (Not under the batch's lock: routing takes it.)
@@ -733,7 +882,9 @@ impl Hardware {
             if self.is_lost() {
                 return Err(HwError::Lost);
             }
-            let left = deadline.saturating_duration_since(Instant::now());
+            let now = Instant::now();
+            let deadline = *deadline.get_or_insert(now + COMMAND_TIMEOUT);
+            let left = deadline.saturating_duration_since(now);
             if left.is_zero() {
                 return Err(HwError::Timeout);
             }
@@ -751,7 +902,7 @@ impl Hardware {
                 got = batch.got.lock().unwrap_or_else(|p| p.into_inner());
             }
         }
-        Ok(std::mem::take(&mut got.entries))
+        Ok(got)
     }
 
     /// Queues a FENCE that raises an interrupt once everything before it is done (the
@@ -776,17 +927,39 @@ impl Hardware {
     /// Drains the completion ring and hands each entry to its batch.
     fn route_completions(&self) {
         let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(queue) = q.queue.as_mut() else {
-            return;
-        };
-        let done = queue.drain(&self.device);
-        if done.is_empty() {
-            return;
+        self.reap(&mut q, 0);
+    }
+
+    /// Drains the completion ring and hands each entry to its batch or single job, except
+    /// request `mine`'s, which it returns (0: none is the caller's).
+    fn reap(&self, q: &mut MutexGuard<'_, QueueState>, mine: u32) -> Option<CompletionEntry> {
+        let mut done = std::mem::take(&mut q.reaped);
+        done.clear();
+        if let Some(queue) = q.queue.as_mut() {
+            queue.drain_into(&self.device, &mut done);
         }
+        let mut found = None;
         // Completions come in order, a batch's together: each run of them goes to its
         // batch under one look-up and one lock.
         let mut rest = &done[..];
         while let Some(c) = rest.first() {
+            if mine != 0 && c.req_id == mine {
+                found = Some(*c);
+                rest = &rest[1..];
+                continue;
+            }
+            if q.single_count > 0 {
+                if let Some(k) = q.singles.iter().position(|s| s.req_id == c.req_id) {
+                    let cell = &self.cells[k];
+                    let mut got = cell.got.lock().unwrap_or_else(|p| p.into_inner());
+                    got.entries.push(*c);
+                    if got.sleeping {
+                        cell.done.notify_all();
+                    }
+                    rest = &rest[1..];
+                    continue;
+                }
+            }
             let owner = q
                 .batches
                 .range(..=c.req_id)
@@ -807,11 +980,32 @@ impl Hardware {
             }
             rest = &rest[ours..];
         }
-        let room_waiters = q.room_waiters > 0;
-        drop(q);
-        if room_waiters {
+        let drained = !done.is_empty();
+        q.reaped = done;
+        if drained && q.room_waiters > 0 {
             self.room.notify_all();
         }
+        found
+    }
+}
+
+/// The device time completions report (ns).
+fn device_ns(done: &[CompletionEntry]) -> u64 {
+    done.iter()
+        .map(|c| c.device_ns)
+        .fold(0, u64::saturating_add)
+}
+
+/// A single command's completion: its device time, or its failure.
+fn checked(c: CompletionEntry) -> Result<u64, HwError> {
+    match c.status == Status::Ok as u16 {
+        true => Ok(c.device_ns),
+        false => Err(HwError::Command {
+            index: 0,
+            status: Status::from_u16(c.status),
+            detail: c.detail,
+            addr: c.fault_addr,
+        }),
     }
 }
 
@@ -831,17 +1025,19 @@ impl Hardware {
             (self.device.read_reg(regs::COMPLETED_HI) as u64) << 32
                 | self.device.read_reg(regs::COMPLETED_LO) as u64,
         );
-        if seen != q.progress || q.batches.is_empty() {
+        if seen != q.progress || !q.outstanding() {
             q.progress = seen;
             q.progress_at = now;
         }
-        if q.batches.is_empty() && !faulted {
+        if !q.outstanding() && !faulted {
             return;
         }
+        let singles = q.singles.iter().filter(|s| s.req_id != 0);
         let in_flight_ns = q
             .batches
             .values()
             .map(|b| b.estimate_ns)
+            .chain(singles.map(|s| s.estimate_ns))
             .fold(0u64, u64::saturating_add);
         let bound = self.watchdog.floor
             + Duration::from_nanos(in_flight_ns.saturating_mul(self.watchdog.slack as u64));
@@ -862,6 +1058,13 @@ impl Hardware {
         for b in std::mem::take(&mut q.batches).into_values() {
             b.fail_hung();
         }
+        for (k, s) in q.singles.iter_mut().enumerate() {
+            if s.req_id != 0 {
+                s.req_id = 0;
+                self.cells[k].fail_hung();
+            }
+        }
+        q.single_count = 0;
         let dev = &self.device;
         dev.write_reg(regs::CONTROL, regs::CONTROL_RESET);
         let deadline = Instant::now() + RESET_TIMEOUT;

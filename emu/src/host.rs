@@ -96,6 +96,13 @@ impl HostQueue {
     /// Takes every completion the device has posted, and tells the device how far we read.
     pub fn drain(&mut self, dev: &Device) -> Vec<CompletionEntry> {
         let mut out = Vec::with_capacity(8);
+        self.drain_into(dev, &mut out);
+        out
+    }
+
+    /// [`HostQueue::drain`] appending to `out` (a buffer the caller reuses).
+    pub fn drain_into(&mut self, dev: &Device, out: &mut Vec<CompletionEntry>) {
+        let before = out.len();
         loop {
             let off = self.cq_head as u64 * CQ_ENTRY_SIZE;
             let Ok(word) = self.cq.load_u32(off + 4) else {
@@ -114,10 +121,9 @@ impl HostQueue {
                 self.phase = !self.phase;
             }
         }
-        if !out.is_empty() {
+        if out.len() > before {
             dev.write_reg(regs::CQ_HEAD, self.cq_head);
         }
-        out
     }
 
     /// Waits for the interrupt (or `timeout`), then drains. Returns what was drained.

@@ -3,7 +3,6 @@
 //! IOVA is translated and checked here, so a bad address is a reported fault, never a
 //! stray access.
 
-use std::collections::BTreeMap;
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -38,6 +37,8 @@ impl Perm {
 
 #[derive(Debug)]
 struct Mapping {
+    /// Where it starts (page-aligned).
+    iova: u64,
     len: u64,
     perm: Perm,
     region: Arc<SharedRegion>,
@@ -54,7 +55,9 @@ pub struct Window {
 
 #[derive(Debug, Default)]
 pub struct Iommu {
-    table: RwLock<BTreeMap<u64, Mapping>>,
+    /// The mappings, sorted by IOVA and disjoint: a translation is one binary search
+    /// (every device access to host memory makes one; mappings change far more rarely).
+    table: RwLock<Vec<Mapping>>,
     /// Bumped whenever a mapping goes (a translation made before may be stale): what an
     /// [`Iotlb`] checks.
     generation: AtomicU64,
@@ -175,9 +178,11 @@ impl Iommu {
         if Self::overlaps(&table, iova, end) {
             return Err(IommuError::Overlap { iova, len });
         }
+        let at = table.partition_point(|m| m.iova < iova);
         table.insert(
-            iova,
+            at,
             Mapping {
+                iova,
                 len,
                 perm,
                 region: Arc::new(region),
@@ -187,23 +192,32 @@ impl Iommu {
         Ok(())
     }
 
-    fn overlaps(table: &BTreeMap<u64, Mapping>, start: u64, end: u64) -> bool {
-        if let Some((&s, m)) = table.range(..end).next_back() {
-            if s + m.len.div_ceil(PAGE_SIZE) * PAGE_SIZE > start {
-                return true;
-            }
-        }
-        false
+    fn overlaps(table: &[Mapping], start: u64, end: u64) -> bool {
+        // The last mapping starting before `end`.
+        let below = table.partition_point(|m| m.iova < end);
+        below
+            .checked_sub(1)
+            .map(|k| &table[k])
+            .is_some_and(|m| m.iova + m.len.div_ceil(PAGE_SIZE) * PAGE_SIZE > start)
+    }
+
+    /// The mapping that starts at or below `addr` nearest to it.
+    fn at_or_below(table: &[Mapping], addr: u64) -> Option<&Mapping> {
+        let above = table.partition_point(|m| m.iova <= addr);
+        above.checked_sub(1).map(|k| &table[k])
     }
 
     /// Removes the mapping that starts at `iova`.
     pub fn unmap(&self, iova: u64) -> Result<(), IommuError> {
         let mut table = self.table.write().unwrap_or_else(|p| p.into_inner());
         self.generation.fetch_add(1, Ordering::AcqRel);
-        table
-            .remove(&iova)
-            .map(|_| ())
-            .ok_or(IommuError::NotMapped { iova })
+        match table.binary_search_by_key(&iova, |m| m.iova) {
+            Ok(k) => {
+                table.remove(k);
+                Ok(())
+            }
+            Err(_) => Err(IommuError::NotMapped { iova }),
+        }
     }
 
     /// Removes every mapping (device reset).
@@ -220,10 +234,8 @@ impl Iommu {
     /// Translates `[addr, addr + len)`, which must lie inside one mapping that allows `need`.
     pub fn translate(&self, addr: u64, len: u64, need: Perm) -> Result<Window, IommuError> {
         let table = self.table.read().unwrap_or_else(|p| p.into_inner());
-        let (&start, m) = table
-            .range(..=addr)
-            .next_back()
-            .ok_or(IommuError::NotMapped { iova: addr })?;
+        let m = Self::at_or_below(&table, addr).ok_or(IommuError::NotMapped { iova: addr })?;
+        let start = m.iova;
         let rel = addr - start;
         let end = rel
             .checked_add(len)

@@ -58,7 +58,10 @@ impl VnpuPreparedModel {
             let _arena = m.instance.lock().unwrap_or_else(|p| p.into_inner());
             let ran = match &m.work {
                 Work::Job(job) => self.hw.run_job(job, m.epoch),
-                Work::Commands(cmds) => self.hw.run(cmds.clone(), m.program_ns, Some(m.epoch)),
+                Work::Commands(cmds) => self
+                    .hw
+                    .run(cmds.clone(), m.program_ns, Some(m.epoch))
+                    .map(|done| done.iter().map(|c| c.device_ns).sum()),
             };
             if ran.is_ok() && opts.deadline.has_passed() {
                 return (
@@ -68,11 +71,9 @@ impl VnpuPreparedModel {
                 );
             }
             return match ran {
-                Ok(done) => {
+                Ok(device_ns) => {
                     let timing = match opts.measure == MeasureTiming::YES {
-                        true => {
-                            measured(start, done.iter().map(|c| c.device_ns).sum::<u64>() / 1000)
-                        }
+                        true => measured(start, device_ns / 1000),
                         false => Timing::NONE,
                     };
                     (ErrorStatus::None, m.shapes.clone(), timing)

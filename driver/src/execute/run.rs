@@ -16,7 +16,7 @@ use crate::hal::{
     ErrorStatus, MeasureTiming, OptionalTimePoint, OptionalTimeoutDuration, OutputShape, Request,
     RequestArgument, RequestMemoryPool, Timing,
 };
-use crate::hw::{Command, CompletionEntry, DramBlock, REPORT_ENTRY};
+use crate::hw::{Command, DramBlock, REPORT_ENTRY};
 use crate::hwbuf::HwUse;
 use crate::memory::open_pool;
 use crate::validate::validate_request;
@@ -54,9 +54,9 @@ struct Pools<'a> {
     pins: &'a [Option<Arc<PinnedPool>>],
 }
 
-/// One try of an instance: done (output shapes, completions), or its program must grow.
+/// One try of an instance: done (output shapes, device time in ns), or its program must grow.
 enum Attempt {
-    Done(Vec<OutputShape>, Vec<CompletionEntry>),
+    Done(Vec<OutputShape>, u64),
     Grow,
 }
 
@@ -89,7 +89,7 @@ impl VnpuPreparedModel {
         match run() {
             Ok((shapes, done)) => {
                 let timing = match measure == MeasureTiming::YES {
-                    true => measured(start, done.iter().map(|c| c.device_ns).sum::<u64>() / 1000),
+                    true => measured(start, done / 1000),
                     false => Timing::NONE,
                 };
                 (ErrorStatus::None, shapes, timing)
@@ -210,7 +210,7 @@ impl VnpuPreparedModel {
         epoch: u64,
         loop_timeout: OptionalTimeoutDuration,
         mut memo: Option<&mut Option<BurstMemo>>,
-    ) -> Result<(Vec<OutputShape>, Vec<CompletionEntry>), Outcome> {
+    ) -> Result<(Vec<OutputShape>, u64), Outcome> {
         let mut overflowed: Option<Compiled> = None;
         for _ in 0..MAX_REGROWS {
             let instance = match &overflowed {
@@ -305,13 +305,13 @@ impl VnpuPreparedModel {
         // One JOB when all the request's memory is host memory and the program needs no
         // loop timeout and no shape report.
         let as_job = !c.loops && report.is_none() && devpools.iter().all(DevicePool::is_host);
-        let mut done = Vec::new();
+        let mut done = 0u64;
         if let Some(report) = &report {
             // Run first, read the shapes the run produced, then size the outputs.
             let mut cmds: Vec<Command> = commands::dmas(&ins).collect();
             commands::run_program(&mut cmds, &inst, loop_ns, report.addr);
             match self.submit(cmds, program_ns, epoch)? {
-                Some(d) => done.extend(d),
+                Some(d) => done += d,
                 None => return Ok(Attempt::Grow),
             }
             let shapes = self.reported_shapes(c, report, static_shapes, epoch)?;
@@ -354,7 +354,7 @@ impl VnpuPreparedModel {
             false => None,
         };
         match self.run_work(work, program_ns, epoch)? {
-            Some(d) => done.extend(d),
+            Some(d) => done += d,
             None => return Ok(Attempt::Grow),
         }
         if let (Some(slot), Some((pins, work))) = (memo, again) {
@@ -401,28 +401,24 @@ impl VnpuPreparedModel {
         Ok(())
     }
 
-    /// Runs a command list in device epoch `epoch`: its completions, or `None` when a
-    /// dynamic tensor outgrew its capacity (the program must grow).
+    /// Runs a command list in device epoch `epoch`: the device time its completions
+    /// report (ns), or `None` when a dynamic tensor outgrew its capacity (the program
+    /// must grow).
     fn submit(
         &self,
         cmds: Vec<Command>,
         program_ns: u64,
         epoch: u64,
-    ) -> Result<Option<Vec<CompletionEntry>>, Outcome> {
+    ) -> Result<Option<u64>, Outcome> {
         match self.hw.run(cmds, program_ns, Some(epoch)) {
-            Ok(done) => Ok(Some(done)),
+            Ok(done) => Ok(Some(done.iter().map(|c| c.device_ns).sum())),
             Err(e) if grows(&e) => Ok(None),
             Err(e) => Err(fail(hw_status(&e))),
         }
     }
 
     /// Runs an execution's device work (see [`Self::submit`]).
-    fn run_work(
-        &self,
-        work: Work,
-        program_ns: u64,
-        epoch: u64,
-    ) -> Result<Option<Vec<CompletionEntry>>, Outcome> {
+    fn run_work(&self, work: Work, program_ns: u64, epoch: u64) -> Result<Option<u64>, Outcome> {
         match work {
             Work::Commands(cmds) => self.submit(cmds, program_ns, epoch),
             Work::Job(job) => match self.hw.run_job(&job, epoch) {

@@ -90,6 +90,8 @@ struct RouteState {
     probing: bool,
     /// A thread is reading the socket now.
     reading: bool,
+    /// Callers sleeping on `read_done` for their reply.
+    waiting: usize,
     /// Calls waiting for their reply (filled by whoever reads it).
     replies: HashMap<u64, Option<Delivered>>,
     /// Launched work waiting for its notification.
@@ -304,7 +306,14 @@ impl Link {
                 self.fail(&mut s);
             }
         }
-        self.read_done.notify_all();
+        // Wakes callers waiting for a reply, and the background thread when there is
+        // launched work or a burst to read for; not an idle background thread (a wake-up
+        // per call is a context switch, and on a small machine it takes the caller's
+        // core).
+        let background = !(s.callbacks.is_empty() && s.bursts.is_empty());
+        if s.waiting > 0 || background || s.broken {
+            self.read_done.notify_all();
+        }
         if !s.orphans.is_empty() && !s.broken {
             let orphans = std::mem::take(&mut s.orphans);
             drop(s);
@@ -502,10 +511,14 @@ impl Link {
                 ));
             }
             s = if s.reading {
-                self.read_done
+                s.waiting += 1;
+                let mut s = self
+                    .read_done
                     .wait_timeout(s, (deadline - now).min(SWEEP))
                     .unwrap_or_else(|p| p.into_inner())
-                    .0
+                    .0;
+                s.waiting -= 1;
+                s
             } else {
                 self.read_one(s)
             };

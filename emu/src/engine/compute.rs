@@ -135,7 +135,8 @@ impl Plan {
 /// the budget (a held one is written back then).
 #[derive(Default)]
 struct Sram {
-    entries: Vec<Entry>,
+    /// On the stack for the few a small program keeps (a run allocates nothing).
+    entries: smallvec::SmallVec<[Entry; 4]>,
 }
 
 struct Entry {
@@ -295,16 +296,25 @@ impl Spare {
 /// tensor's shape changes as ops write it).
 struct Tensors<'p> {
     table: &'p [TensorDesc],
-    /// Borrowed from the table until a dynamic tensor's shape changes (on the stack for
-    /// small programs).
+    /// Borrowed from the table until a dynamic tensor's shape changes; empty when no
+    /// tensor is dynamic (every type is then the table's, and a run allocates nothing).
     types: Vec<Cow<'p, TensorType>>,
 }
 
 impl<'p> Tensors<'p> {
     fn new(table: &'p [TensorDesc]) -> Self {
-        Tensors {
-            table,
-            types: table.iter().map(|t| Cow::Borrowed(&t.ty)).collect(),
+        let types = match table.iter().any(|t| t.dynamic) {
+            true => table.iter().map(|t| Cow::Borrowed(&t.ty)).collect(),
+            false => Vec::new(),
+        };
+        Tensors { table, types }
+    }
+
+    /// Tensor `i`'s current type.
+    fn ty(&self, i: u32) -> &TensorType {
+        match self.types.get(i as usize) {
+            Some(t) => t,
+            None => &self.table[i as usize].ty,
         }
     }
 
@@ -534,7 +544,8 @@ fn sequence_with(
     run: Run,
     req_id: u32,
 ) -> Outcome {
-    let started = Instant::now();
+    // Clock reads only where they are used: loops under a timeout, and the trace.
+    let started = (run.loop_timeout_ns > 0).then(Instant::now);
     let loop_timeout = Duration::from_nanos(run.loop_timeout_ns);
     let generation = bus.generation.load(std::sync::atomic::Ordering::SeqCst);
     let mut ns = 0u64;
@@ -549,7 +560,8 @@ fn sequence_with(
         match &op.op {
             KernelOp::Jump(j) => {
                 let target = j.target as usize;
-                if target <= pc && started.elapsed() > loop_timeout {
+                // Without a timeout (0), a back edge fails at once.
+                if target <= pc && started.is_none_or(|s| s.elapsed() > loop_timeout) {
                     tracing::debug!("loop at op {pc} ran past its timeout");
                     return fail(Status::LoopTimeout, 0);
                 }
@@ -568,11 +580,13 @@ fn sequence_with(
             }
             _ => {}
         }
-        let start = Instant::now();
+        let start = bus.trace.enabled().then(Instant::now);
         match run_kernel(bus, program, plan, tensors, (sram, spare), pc) {
             Ok(op_ns) => {
-                bus.trace
-                    .record("compute", op.op.name(), start, req_id, op_ns);
+                if let Some(start) = start {
+                    bus.trace
+                        .record("compute", op.op.name(), start, req_id, op_ns);
+                }
                 ns += op_ns;
             }
             Err((status, fault)) => return fail(status, fault),
@@ -637,11 +651,7 @@ fn run_kernel(
     // The inputs' current types, listed only when shapes or timing depend on them.
     let in_tys: PerOperand<&TensorType> = match wants_runtime_shapes || plan.fixed_ns[pc].is_none()
     {
-        true => op
-            .inputs
-            .iter()
-            .map(|&i| &*tensors.types[i as usize])
-            .collect(),
+        true => per_operand(op.inputs.iter().map(|&i| tensors.ty(i))),
         false => PerOperand::new(),
     };
     let out_tys: PerOperand<Cow<'_, TensorType>> = if wants_runtime_shapes {
@@ -663,27 +673,22 @@ fn run_kernel(
         }
         tys
     } else {
-        op.outputs
-            .iter()
-            .map(|&o| Cow::Borrowed(&program.tensors[o as usize].ty))
-            .collect()
+        per_operand(
+            op.outputs
+                .iter()
+                .map(|&o| Cow::Borrowed(&program.tensors[o as usize].ty)),
+        )
     };
     // Kernels that write every element of their float32 outputs get them uncleared.
     let overwrites = op.op.overwrites_f32_outputs();
-    let mut out_data: PerOperand<Staged> = out_tys
-        .iter()
-        .map(|t| {
-            let zero = !(overwrites && t.dtype == crate::tensor::DType::F32);
-            spare.take(t.numel() * t.dtype.size() as usize, zero)
-        })
-        .collect();
+    let mut out_data: PerOperand<Staged> = per_operand(out_tys.iter().map(|t| {
+        let zero = !(overwrites && t.dtype == crate::tensor::DType::F32);
+        spare.take(t.numel() * t.dtype.size() as usize, zero)
+    }));
     let real = {
-        let inputs: PerOperand<View<'_>> = op
-            .inputs
-            .iter()
-            .zip(&loaded)
-            .map(|(&i, l)| {
-                let ty = &*tensors.types[i as usize];
+        let inputs: PerOperand<View<'_>> =
+            per_operand(op.inputs.iter().zip(&loaded).map(|(&i, l)| {
+                let ty = tensors.ty(i);
                 let held = match l {
                     Input::Local => sram.get(i, tensors.len(i)),
                     Input::Cached(s) => Some(&**s),
@@ -693,16 +698,16 @@ fn run_kernel(
                     ty,
                     bytes: held.map_or(&[][..], |s| s.bytes()),
                 }
-            })
-            .collect();
-        let mut outputs: PerOperand<ViewMut<'_>> = out_tys
-            .iter()
-            .zip(out_data.iter_mut())
-            .map(|(ty, v)| ViewMut {
-                ty,
-                bytes: v.bytes_mut(),
-            })
-            .collect();
+            }));
+        let mut outputs: PerOperand<ViewMut<'_>> = per_operand(
+            out_tys
+                .iter()
+                .zip(out_data.iter_mut())
+                .map(|(ty, v)| ViewMut {
+                    ty,
+                    bytes: v.bytes_mut(),
+                }),
+        );
         match plan.fixed_ns[pc] {
             Some(_) => kernels::execute_checked(&op.op, &inputs, &mut outputs),
             None => kernels::execute(&op.op, &inputs, &mut outputs),
@@ -762,6 +767,17 @@ fn run_kernel(
         }
     }
     Ok(op_ns)
+}
+
+/// An op's per-operand list, by pushes: `SmallVec`'s `extend` (reserve, then a copy
+/// loop) costs several times more for the one to four items an op has.
+#[inline(always)]
+fn per_operand<T>(items: impl Iterator<Item = T>) -> PerOperand<T> {
+    let mut out = PerOperand::new();
+    for x in items {
+        out.push(x);
+    }
+    out
 }
 
 /// Whether `shape` fits dynamic tensor `t`'s capacity.

@@ -14,8 +14,9 @@ use crate::Bus;
 #[derive(Debug)]
 pub struct Job {
     run: Run,
-    /// The copies in, then the copies out.
-    copies: Vec<CopyDescriptor>,
+    /// The copies in, then the copies out (inline for small lists: a job allocates
+    /// nothing).
+    copies: smallvec::SmallVec<[CopyDescriptor; 4]>,
     inputs: usize,
 }
 
@@ -74,7 +75,7 @@ impl Job {
         if count > MAX_JOB_COPIES || !arena_ok {
             return Err(Outcome::fail(Status::InvalidCommand, 0, a.arena));
         }
-        let mut copies = Vec::with_capacity(count as usize);
+        let mut copies = smallvec::SmallVec::with_capacity(count as usize);
         if count > 0 {
             let bytes = count * SG_ENTRY_SIZE;
             let mut raw = [0u8; 16 * SG_ENTRY_SIZE as usize];
