@@ -41,14 +41,18 @@ fn lower(kind: ConvertKind, a: &Args<'_>) -> Result<Lowered, CompileError> {
 }
 
 /// The HAL's CAST check: when both shapes are known (and the output not empty), the
-/// element counts agree.
+/// element counts agree. A count past `u64` (a hostile shape) is refused, never wrapped.
 fn check_cast(ins: &[&crate::hal::Operand], outs: &[&crate::hal::Operand]) -> Result<(), String> {
-    let count = |d: &[u32]| d.iter().map(|&x| u64::from(x)).product::<u64>();
+    let count = |d: &[u32]| d.iter().try_fold(1u64, |a, &x| a.checked_mul(u64::from(x)));
     let (i, o) = (&ins[0].dimensions, &outs[0].dimensions);
-    if i.is_empty() || o.is_empty() || count(o) == 0 || count(i) == count(o) {
-        Ok(())
-    } else {
-        Err(format!("CAST output {o:?} does not match input {i:?}"))
+    if i.is_empty() || o.is_empty() {
+        return Ok(());
+    }
+    match (count(i), count(o)) {
+        (_, Some(0)) => Ok(()),
+        (Some(a), Some(b)) if a == b => Ok(()),
+        (Some(_), Some(_)) => Err(format!("CAST output {o:?} does not match input {i:?}")),
+        _ => Err(format!("CAST of {i:?} to {o:?}: too many elements")),
     }
 }
 
@@ -100,3 +104,30 @@ pub const DEQUANTIZE: OpDef = OpDef {
     runs: DEQUANTIZE_TYPES,
     lower: Some(|a| lower(ConvertKind::Dequantize, a)),
 };
+
+#[cfg(test)]
+mod tests {
+    use super::check_cast;
+    use crate::hal::Operand;
+
+    fn shaped(dimensions: &[u32]) -> Operand {
+        Operand {
+            dimensions: dimensions.to_vec(),
+            ..Operand::default()
+        }
+    }
+
+    /// Found by the tflite_import fuzz target: the element count of a hostile shape
+    /// overflowed (a panic with overflow checks, a wrong answer without).
+    #[test]
+    fn a_count_past_u64_is_refused_not_wrapped() {
+        let huge = shaped(&[u32::MAX; 3]);
+        let one = shaped(&[1]);
+        assert!(check_cast(&[&huge], &[&one]).is_err());
+        assert!(check_cast(&[&one], &[&huge]).is_err());
+        assert!(check_cast(&[&huge], &[&huge]).is_err());
+        assert!(check_cast(&[&shaped(&[2, 3])], &[&shaped(&[6])]).is_ok());
+        assert!(check_cast(&[&shaped(&[2, 3])], &[&shaped(&[5])]).is_err());
+        assert!(check_cast(&[&huge], &[&shaped(&[0])]).is_ok());
+    }
+}

@@ -44,7 +44,11 @@ pub fn resolve_reshape(want: &[i32], numel: usize) -> Option<Vec<usize>> {
 
 fn lower_reshape(a: &Args<'_>) -> Result<Lowered, CompileError> {
     let want = a.ints("shape")?;
-    let numel: usize = a.shape("input")?.iter().product();
+    let numel = a
+        .shape("input")?
+        .iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .ok_or_else(|| a.invalid("too many elements"))?;
     let shape = resolve_reshape(&want, numel)
         .ok_or_else(|| a.invalid(format!("cannot reshape {numel} elements to {want:?}")))?;
     a.kernel(Reshape { shape }, &["input"])
