@@ -11,7 +11,8 @@
 //! the reference's scalar loop.
 //!
 //! B (the filter) is packed once into panels of [`NR`] columns (see [`pack_b`]); A (im2col
-//! rows) into tiles of the chosen micro-kernel's row count ([`ATiles`]).
+//! rows) is a block of rows of pair words ([`ATiles`]), which the micro-kernels read in
+//! place, a tile of their row count at a time.
 
 use super::isa::{isa, Isa};
 
@@ -67,9 +68,10 @@ pub fn pack_b(k: usize, n: usize, at: impl Fn(usize, usize) -> i32, out: &mut [i
     Some(())
 }
 
-/// A micro-kernel: `out[r][l] = sum_p madd(a[p*R + r], b[p*NR + l])` for one tile of A
-/// (`k2 x R` pair words, row `r` of pair `p` at `p*R + r`) and one panel of B; `out` is
-/// `R * NR` words, row-major.
+/// A micro-kernel: `out[r][l] = sum_p madd(a[r*k2 + p], b[p*NR + l])` for one tile of A
+/// (`R` rows of `k2` pair words, row-major) and one panel of B (`k2 * NR` words); `out`
+/// is `R * NR` words, row-major. A tile shorter than `R * k2` words, or an `out` shorter
+/// than `R * NR`, leaves `out` unchanged.
 type Micro = fn(&[i32], &[i32], &mut [i32]);
 
 /// The micro-kernel the chosen [`Isa`] runs, and its row count R.
@@ -91,9 +93,10 @@ pub fn kernel() -> Kernel {
     kernel_for(isa())
 }
 
-/// The micro-kernel for `level` (which the CPU must have: see [`super::isa::detected`]).
+/// The micro-kernel for `level`, capped at what the CPU has ([`super::isa::detected`]):
+/// a level the CPU lacks never selects a kernel built for it.
 pub fn kernel_for(level: Isa) -> Kernel {
-    match level {
+    match level.min(super::isa::detected()) {
         Isa::Scalar => Kernel {
             rows: 4,
             run: tile_plain::<4>,
@@ -120,9 +123,13 @@ pub fn kernel_for(level: Isa) -> Kernel {
 
 /// The plain micro-kernel (also the reference of the vector ones).
 fn tile_plain<const R: usize>(a: &[i32], b: &[i32], out: &mut [i32]) {
+    let k2 = b.len() / NR;
+    if a.len() < R * k2 || out.len() < R * NR {
+        return;
+    }
     let mut acc = [[0i32; NR]; R];
-    for (ap, bp) in a.chunks_exact(R).zip(b.chunks_exact(NR)) {
-        for (row, &x) in acc.iter_mut().zip(ap) {
+    for (row, a) in acc.iter_mut().zip(a.chunks_exact(k2.max(1))) {
+        for (&x, bp) in a.iter().zip(b.chunks_exact(NR)) {
             let (xl, xh) = (i32::from(x as i16), x >> 16);
             for (s, &y) in row.iter_mut().zip(bp) {
                 let (yl, yh) = (i32::from(y as i16), y >> 16);
@@ -143,10 +150,22 @@ mod x86 {
     /// Rows of the AVX-512 tiles: twelve accumulators, one B register, a broadcast.
     pub(super) const ROWS512: usize = 12;
 
+    /// The first word of each of the `R` rows of a tile of `k2`-word rows (`a` holds at
+    /// least `R * k2` words: the callers check).
+    #[inline(always)]
+    fn row_starts<const R: usize>(a: &[i32], k2: usize) -> [*const i32; R] {
+        std::array::from_fn(|r| a.get(r * k2..).map_or(a.as_ptr(), <[i32]>::as_ptr))
+    }
+
     #[target_feature(enable = "avx2")]
     fn tile_avx2<const R: usize>(a: &[i32], b: &[i32], out: &mut [i32]) {
+        let k2 = b.len() / NR;
+        if a.len() < R * k2 || out.len() < R * NR {
+            return;
+        }
+        let rows = row_starts::<R>(a, k2);
         let mut acc = [[_mm256_setzero_si256(); 2]; R];
-        for (ap, bp) in a.chunks_exact(R).zip(b.chunks_exact(NR)) {
+        for (p, bp) in b.chunks_exact(NR).enumerate() {
             let Ok(bp) = <&[i32; NR]>::try_from(bp) else {
                 continue;
             };
@@ -157,8 +176,10 @@ mod x86 {
                     _mm256_loadu_si256(bp.as_ptr().add(8).cast()),
                 )
             };
-            for (s, &x) in acc.iter_mut().zip(ap) {
-                let x = _mm256_set1_epi32(x);
+            for (s, &row) in acc.iter_mut().zip(&rows) {
+                // SAFETY: row `r` starts at word `r * k2` of `a`, which holds `R * k2`
+                // words (checked above), and `p < k2` (the panel has `k2` pairs).
+                let x = _mm256_set1_epi32(unsafe { *row.add(p) });
                 s[0] = _mm256_add_epi32(s[0], _mm256_madd_epi16(x, b0));
                 s[1] = _mm256_add_epi32(s[1], _mm256_madd_epi16(x, b1));
             }
@@ -179,15 +200,23 @@ mod x86 {
         ($name:ident, $features:literal, $step:expr) => {
             #[target_feature(enable = $features)]
             fn $name<const R: usize>(a: &[i32], b: &[i32], out: &mut [i32]) {
+                let k2 = b.len() / NR;
+                if a.len() < R * k2 || out.len() < R * NR {
+                    return;
+                }
+                let rows = row_starts::<R>(a, k2);
                 let mut acc = [_mm512_setzero_si512(); R];
-                for (ap, bp) in a.chunks_exact(R).zip(b.chunks_exact(NR)) {
+                for (p, bp) in b.chunks_exact(NR).enumerate() {
                     let Ok(bp) = <&[i32; NR]>::try_from(bp) else {
                         continue;
                     };
                     // SAFETY: `bp` is 16 words, one unaligned 512-bit load.
                     let y = unsafe { _mm512_loadu_si512(bp.as_ptr().cast()) };
-                    for (s, &x) in acc.iter_mut().zip(ap) {
-                        *s = $step(*s, _mm512_set1_epi32(x), y);
+                    for (s, &row) in acc.iter_mut().zip(&rows) {
+                        // SAFETY: row `r` starts at word `r * k2` of `a`, which holds
+                        // `R * k2` words (checked above), and `p < k2`.
+                        let x = _mm512_set1_epi32(unsafe { *row.add(p) });
+                        *s = $step(*s, x, y);
                     }
                 }
                 for (o, s) in out.chunks_exact_mut(NR).zip(&acc) {
@@ -210,8 +239,8 @@ mod x86 {
     });
 
     pub(super) fn avx2(a: &[i32], b: &[i32], out: &mut [i32]) {
-        // SAFETY: chosen by `kernel_for` only at Isa::Avx2 or above, which `isa()` picks
-        // only where the CPU has AVX2.
+        // SAFETY: chosen by `kernel_for` only at Isa::Avx2 or above, after capping the
+        // level at the CPU's, so the CPU has AVX2.
         unsafe { tile_avx2::<6>(a, b, out) }
     }
 
@@ -226,8 +255,9 @@ mod x86 {
     }
 }
 
-/// A block of A's rows in the micro-kernel's tile order: tile `t` holds rows
-/// `t*R .. t*R + R`, pair `p` of row `r` at word `t*R*k2 + p*R + r`. Rows never set are 0.
+/// A block of A's rows as pair words, row `r`'s pair `p` at word `r*k2 + p` (written
+/// contiguously, so the element conversion vectorises; the micro-kernels read a tile of
+/// their row count in place). Rows never set are 0.
 pub struct ATiles {
     rows: usize,
     capacity: usize,
@@ -259,21 +289,27 @@ impl ATiles {
     /// removed, say, without an intermediate row).
     #[inline]
     pub fn set_row_map<V: Copy>(&mut self, r: usize, values: &[V], f: impl Fn(V) -> i32) {
-        let (t, i) = (r / self.rows, r % self.rows);
-        let Some(tile) = self
-            .data
-            .get_mut(t * self.rows * self.k2..(t + 1) * self.rows * self.k2)
-        else {
+        let Some(row) = self.data.get_mut(r * self.k2..(r + 1) * self.k2) else {
             return;
         };
-        let mut words = tile.iter_mut().skip(i).step_by(self.rows);
-        let mut two = values.chunks_exact(2);
-        // `two` first: zip then leaves `words` at the pair after the last full one.
-        for (v, w) in two.by_ref().zip(words.by_ref()) {
-            *w = pair(f(v[0]), f(v[1]));
+        // A pair word is its two `i16` halves, low first: on a little-endian machine the
+        // row is the values as consecutive `i16`s (a plain narrowing loop).
+        #[cfg(target_endian = "little")]
+        {
+            let halves: &mut [i16] = bytemuck::cast_slice_mut(row);
+            for (h, &v) in halves.iter_mut().zip(values) {
+                *h = f(v) as i16;
+            }
         }
-        if let (Some(w), [last]) = (words.next(), two.remainder()) {
-            *w = pair(f(*last), 0);
+        #[cfg(not(target_endian = "little"))]
+        {
+            let mut two = values.chunks_exact(2);
+            for (w, v) in row.iter_mut().zip(two.by_ref()) {
+                *w = pair(f(v[0]), f(v[1]));
+            }
+            if let ([last], Some(w)) = (two.remainder(), row.get_mut(values.len() / 2)) {
+                *w = pair(f(*last), 0);
+            }
         }
     }
 }
@@ -385,6 +421,17 @@ mod tests {
                     prop_assert_eq!(&c[i * ldc..i * ldc + n], &want[i * n..(i + 1) * n], "{:?}", level);
                 }
             }
+        }
+    }
+
+    #[test]
+    fn kernel_for_caps_the_level_at_the_cpu() {
+        let cpu = super::super::isa::detected();
+        for level in [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni] {
+            let want = kernel_for(level.min(cpu));
+            let got = kernel_for(level);
+            assert_eq!(got.rows(), want.rows(), "{level:?}");
+            assert!(std::ptr::fn_addr_eq(got.run, want.run), "{level:?}");
         }
     }
 

@@ -253,14 +253,14 @@ impl OutputStage {
             })
             .collect();
         let channels: Vec<Channel> = channels;
-        let rows = Requant {
-            bias: channels.iter().map(|c| c.bias).collect(),
-            mult: channels.iter().map(|c| c.multiplier).collect(),
-            shift: channels.iter().map(|c| c.shift).collect(),
-            zp: q.output_zero_point,
-            lo: q.act_min,
-            hi: q.act_max,
-        };
+        let rows = Requant::new(
+            channels.iter().map(|c| c.bias).collect(),
+            channels.iter().map(|c| c.multiplier).collect(),
+            channels.iter().map(|c| c.shift).collect(),
+            q.output_zero_point,
+            q.act_min,
+            q.act_max,
+        );
         Ok(Self {
             channels,
             rows,
@@ -586,7 +586,11 @@ fn igemm_rows<'x, T: QuantElem>(
     output: &mut [T],
 ) -> Result<()> {
     let r = kern.rows();
-    let block = (A_BLOCK_WORDS / igemm::pairs(k).max(1) / r * r).clamp(r, 24 * r);
+    // Never more rows than the layer has: the tiles and sums are zeroed on allocation, and
+    // a small layer's block of 144 rows was most of its time.
+    let block = (A_BLOCK_WORDS / igemm::pairs(k).max(1) / r * r)
+        .clamp(r, 24 * r)
+        .min(rows.div_ceil(r) * r);
     let mut a = igemm::ATiles::new(block, k, r);
     let mut c = vec![0i32; block * out_c];
     let mut patch = vec![0i32; k];

@@ -1,32 +1,101 @@
 //! The output stage of the quantised convolution family, vectorised: for one pixel's
 //! per-channel `i32` sums, `clamp(multiply_by_quantized_multiplier(acc + bias, m, shift)
-//! + zp, lo, hi)` with NNAPI's rounding, eight channels at a time on AVX2 (the 64-bit
-//! products of `vpmuldq`, the rounding of gemmlowp's `SaturatingRoundingDoublingHighMul` and
-//! `RoundingDivideByPOT` lane by lane), the same integers as
-//! [`multiply_by_quantized_multiplier`] for every input.
+//! + zp, lo, hi)` with NNAPI's rounding, eight channels per AVX2 step or sixteen per
+//! AVX-512 step, the same integers as [`multiply_by_quantized_multiplier`] for every input.
+//!
+//! The per-channel constants are prepared once ([`Requant::new`]), sixteen channels a
+//! group: the left and right shifts split, the rounding masks of the right shifts; a stage whose shifts are all
+//! right shifts, and whose multipliers are never `i32::MIN`, runs a loop without the left
+//! shift and the saturating case.
+//!
+//! gemmlowp's `SaturatingRoundingDoublingHighMul` nudges the 64-bit product `ab` by
+//! `2^30` (or `1 - 2^30` when negative) and divides by `2^31` truncating toward zero; both
+//! cases are `floor((ab + 2^30) / 2^31)`, so a lane is one add and one shift of its
+//! product ([`x86::srdhm_avx2`]). The lane primitives are shared with the quantised
+//! element-wise kernels.
 
 use super::isa::{isa, Isa};
 use super::quant::{multiply_by_quantized_multiplier, QuantElem};
 
-/// The per-channel constants, one entry per output channel (structure of arrays, so that a
-/// vector of channels loads each constant in one go).
+/// Sixteen channels' constants, prepared for the vector loops (one AVX-512 step, two
+/// AVX2 steps; channels past the last are zero and never stored).
+#[derive(Debug, Clone, Copy, Default)]
+#[repr(C)]
+struct Group {
+    /// Bias added to the sum.
+    bias: [[i32; 8]; 2],
+    /// Q31 multiplier.
+    mult: [[i32; 8]; 2],
+    /// `max(shift, 0)`.
+    left: [[i32; 8]; 2],
+    /// `max(-shift, 0)`.
+    right: [[i32; 8]; 2],
+    /// `2^right - 1`: the remainder mask of the rounding right shift.
+    mask: [[i32; 8]; 2],
+}
+
+/// The per-channel constants, one entry per output channel, and their vector form.
 #[derive(Debug, Clone, Default)]
 pub struct Requant {
     /// Bias added to the sum.
-    pub bias: Vec<i32>,
+    bias: Vec<i32>,
     /// Q31 multiplier.
-    pub mult: Vec<i32>,
+    mult: Vec<i32>,
     /// Shift, positive to the left.
-    pub shift: Vec<i32>,
+    shift: Vec<i32>,
+    /// The same, sixteen channels a group (empty unless every shift is within
+    /// `[-31, 31]`, the vector loops' range, and the three lists are as long).
+    groups: Vec<Group>,
     /// Output zero point.
-    pub zp: i32,
+    zp: i32,
     /// Lower clamp.
-    pub lo: i32,
+    lo: i32,
     /// Upper clamp.
-    pub hi: i32,
+    hi: i32,
+    /// Some shift is to the left, or some multiplier is `i32::MIN` (the one saturating
+    /// case of the high multiply).
+    full: bool,
 }
 
 impl Requant {
+    /// The stage for channels with these constants (`bias`, `mult` and `shift` one entry
+    /// per channel; a channel past the shortest of them is not written by the rows).
+    pub fn new(bias: Vec<i32>, mult: Vec<i32>, shift: Vec<i32>, zp: i32, lo: i32, hi: i32) -> Self {
+        let vector_ok = shift.iter().all(|s| (-31..=31).contains(s))
+            && bias.len() == mult.len()
+            && mult.len() == shift.len();
+        let mut groups = vec![
+            Group::default();
+            if vector_ok {
+                bias.len().div_ceil(16)
+            } else {
+                0
+            }
+        ];
+        for (c, ((&b, &m), &s)) in bias.iter().zip(&mult).zip(&shift).enumerate() {
+            let Some(g) = groups.get_mut(c / 16) else {
+                break;
+            };
+            let (h, l) = ((c / 8) % 2, c % 8);
+            let right = (-s).max(0);
+            g.bias[h][l] = b;
+            g.mult[h][l] = m;
+            g.left[h][l] = s.max(0);
+            g.right[h][l] = right;
+            g.mask[h][l] = ((1i64 << right) - 1) as i32;
+        }
+        Self {
+            full: shift.iter().any(|&s| s > 0) || mult.contains(&i32::MIN),
+            groups,
+            bias,
+            mult,
+            shift,
+            zp,
+            lo,
+            hi,
+        }
+    }
+
     /// One output, as the reference computes it.
     #[inline(always)]
     fn one<T: QuantElem>(&self, acc: i32, c: usize) -> T {
@@ -60,13 +129,16 @@ impl Requant {
         }
         let level = level.min(super::isa::detected());
         #[cfg(target_arch = "x86_64")]
-        if level >= Isa::Avx2 && self.shift.iter().all(|s| (-31..=31).contains(s)) {
-            if level >= Isa::Avx512 {
-                // SAFETY: the level is capped at the CPU's, so it has AVX-512 F and BW.
-                unsafe { x86::rows_avx512(self, sums, dst, width) };
-            } else {
-                // SAFETY: the level is capped at the CPU's, so it has AVX2.
-                unsafe { x86::rows_avx2(self, sums, dst, width) };
+        if level >= Isa::Avx2 && !self.groups.is_empty() {
+            // SAFETY: (each call) the level is capped at the CPU's, so it has AVX-512 F
+            // and BW at Isa::Avx512 and above, AVX2 at Isa::Avx2 and above.
+            unsafe {
+                match (level >= Isa::Avx512, self.full) {
+                    (true, false) => x86::rows_avx512::<T, false>(self, sums, dst, width),
+                    (true, true) => x86::rows_avx512::<T, true>(self, sums, dst, width),
+                    (false, false) => x86::rows_avx2::<T, false>(self, sums, dst, width),
+                    (false, true) => x86::rows_avx2::<T, true>(self, sums, dst, width),
+                }
             }
             return;
         }
@@ -83,242 +155,246 @@ impl Requant {
     }
 }
 
+/// Vector lanes of the output stage (and of the quantised element-wise kernels).
 #[cfg(target_arch = "x86_64")]
-mod x86 {
+pub(crate) mod x86 {
     use super::Requant;
     use crate::kernels::quant::QuantElem;
     use std::arch::x86_64::*;
 
-    /// Eight lanes of `v` from `s[at..at + 8]` (the caller checks the length).
+    /// gemmlowp's `SaturatingRoundingDoublingHighMul` of each lane, except that
+    /// `i32::MIN x i32::MIN` gives `i32::MIN` (the caller saturates it where it can occur):
+    /// `floor((x * m + 2^30) / 2^31)` over the 64-bit products of even and odd lanes.
     #[inline]
     #[target_feature(enable = "avx2")]
-    fn load(s: &[i32], at: usize) -> __m256i {
-        match <&[i32; 8]>::try_from(&s[at..at + 8]) {
-            // SAFETY: eight i32, one unaligned 256-bit load.
-            Ok(a) => unsafe { _mm256_loadu_si256(a.as_ptr().cast()) },
-            Err(_) => _mm256_setzero_si256(),
+    pub(crate) fn srdhm_avx2(x: __m256i, m: __m256i) -> __m256i {
+        let half = _mm256_set1_epi64x(1 << 30);
+        // A logical shift: its low 32 bits are the arithmetic shift's, and the quotient
+        // fits 32 bits.
+        let even = _mm256_srli_epi64(_mm256_add_epi64(_mm256_mul_epi32(x, m), half), 31);
+        // Odd lanes: bits 31..62 of the sum moved to the qword's high half.
+        let odd = _mm256_slli_epi64(
+            _mm256_add_epi64(
+                _mm256_mul_epi32(_mm256_srli_epi64(x, 32), _mm256_srli_epi64(m, 32)),
+                half,
+            ),
+            1,
+        );
+        _mm256_blend_epi32::<0b1010_1010>(even, odd)
+    }
+
+    /// gemmlowp's `RoundingDivideByPOT` of each lane by `right` (each in `0..=31`), `mask`
+    /// being `2^right - 1`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub(crate) fn rdbpot_avx2(r: __m256i, right: __m256i, mask: __m256i) -> __m256i {
+        let rem = _mm256_and_si256(r, mask);
+        // The threshold is half the mask, plus one for a negative value.
+        let thr = _mm256_sub_epi32(_mm256_srli_epi32(mask, 1), _mm256_srai_epi32(r, 31));
+        let up = _mm256_cmpgt_epi32(rem, thr);
+        _mm256_sub_epi32(_mm256_srav_epi32(r, right), up)
+    }
+
+    /// Eight lanes stored into `lanes` (eight elements), one-byte types by saturating
+    /// packs (the clamp of `saturate_from_i32` for i8 and u8).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub(crate) fn store8_avx2<T: QuantElem>(v: __m256i, lanes: &mut [T]) {
+        let Ok(lanes) = <&mut [T; 8]>::try_from(lanes) else {
+            return;
+        };
+        if std::mem::size_of::<T>() == 1 {
+            let v16 = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+            let v8 = if T::MIN < 0 {
+                _mm_packs_epi16(v16, v16)
+            } else {
+                _mm_packus_epi16(v16, v16)
+            };
+            // SAFETY: `lanes` is eight one-byte elements (T is u8 or i8: a one-byte
+            // QuantElem), one unaligned 64-bit store.
+            unsafe { _mm_storel_epi64(lanes.as_mut_ptr().cast(), v8) };
+        } else {
+            let mut out = [0i32; 8];
+            // SAFETY: `out` is eight i32, one unaligned 256-bit store.
+            unsafe { _mm256_storeu_si256(out.as_mut_ptr().cast(), v) };
+            for (d, &v) in lanes.iter_mut().zip(&out) {
+                *d = T::saturate_from_i32(v);
+            }
         }
     }
 
-    /// The 64-bit products `ab` of one parity, divided by 2^31 with gemmlowp's nudge and
-    /// truncation toward zero; the quotient in each qword's low half.
+    /// [`srdhm_avx2`] on 512-bit vectors.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub(crate) fn srdhm_avx512(x: __m512i, m: __m512i) -> __m512i {
+        let half = _mm512_set1_epi64(1 << 30);
+        let even = _mm512_srli_epi64(_mm512_add_epi64(_mm512_mul_epi32(x, m), half), 31);
+        let odd = _mm512_slli_epi64(
+            _mm512_add_epi64(
+                _mm512_mul_epi32(_mm512_srli_epi64(x, 32), _mm512_srli_epi64(m, 32)),
+                half,
+            ),
+            1,
+        );
+        _mm512_mask_blend_epi32(0xAAAA, even, odd)
+    }
+
+    /// [`rdbpot_avx2`] on 512-bit vectors.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub(crate) fn rdbpot_avx512(r: __m512i, right: __m512i, mask: __m512i) -> __m512i {
+        let rem = _mm512_and_si512(r, mask);
+        let thr = _mm512_sub_epi32(_mm512_srli_epi32(mask, 1), _mm512_srai_epi32(r, 31));
+        let up = _mm512_cmpgt_epi32_mask(rem, thr);
+        let v = _mm512_srav_epi32(r, right);
+        _mm512_mask_add_epi32(v, up, v, _mm512_set1_epi32(1))
+    }
+
+    /// The lanes of `mask` (at most 16, the first ones) stored into `lanes`, one-byte
+    /// types by saturating narrowing.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw")]
+    pub(crate) fn store16_avx512<T: QuantElem>(v: __m512i, lanes: &mut [T]) {
+        if std::mem::size_of::<T>() == 1 {
+            let v8 = if T::MIN < 0 {
+                _mm512_cvtsepi32_epi8(v)
+            } else {
+                _mm512_cvtusepi32_epi8(_mm512_max_epi32(v, _mm512_setzero_si512()))
+            };
+            let n = lanes.len().min(16);
+            let mask = ((1u32 << n) - 1) as u16;
+            // SAFETY: T is a one-byte QuantElem (u8 or i8), so `lanes` is at least `n`
+            // bytes, and the masked store writes only the first `n`.
+            unsafe { _mm_mask_storeu_epi8(lanes.as_mut_ptr().cast(), mask, v8) };
+        } else {
+            let mut out = [0i32; 16];
+            // SAFETY: `out` is sixteen i32, one unaligned 512-bit store.
+            unsafe { _mm512_storeu_si512(out.as_mut_ptr().cast(), v) };
+            for (d, &v) in lanes.iter_mut().zip(&out) {
+                *d = T::saturate_from_i32(v);
+            }
+        }
+    }
+
+    /// One 256-bit load of eight words.
     #[inline]
     #[target_feature(enable = "avx2")]
-    fn high_half(ab: __m256i) -> __m256i {
-        let neg = _mm256_cmpgt_epi64(_mm256_setzero_si256(), ab);
-        let nudge = _mm256_blendv_epi8(
-            _mm256_set1_epi64x(1 << 30),
-            _mm256_set1_epi64x(1 - (1 << 30)),
-            neg,
-        );
-        let v = _mm256_add_epi64(ab, nudge);
-        // Truncation toward zero: add 2^31 - 1 to negative values before a floor shift.
-        let v = _mm256_add_epi64(v, _mm256_and_si256(neg, _mm256_set1_epi64x((1 << 31) - 1)));
-        // A logical shift: its low 32 bits are the arithmetic shift's, and the quotient
-        // fits 32 bits.
-        _mm256_srli_epi64(v, 31)
+    fn ld8(a: &[i32; 8]) -> __m256i {
+        // SAFETY: eight i32, one unaligned 256-bit load.
+        unsafe { _mm256_loadu_si256(a.as_ptr().cast()) }
     }
 
-    /// [`high_half`] on 512-bit vectors.
+    /// One 512-bit load of sixteen words.
     #[inline]
     #[target_feature(enable = "avx512f")]
-    fn high_half_512(ab: __m512i) -> __m512i {
-        let neg = _mm512_cmplt_epi64_mask(ab, _mm512_setzero_si512());
-        let nudge = _mm512_mask_blend_epi64(
-            neg,
-            _mm512_set1_epi64(1 << 30),
-            _mm512_set1_epi64(1 - (1 << 30)),
-        );
-        let v = _mm512_add_epi64(ab, nudge);
-        let v = _mm512_mask_add_epi64(v, neg, v, _mm512_set1_epi64((1 << 31) - 1));
-        _mm512_srli_epi64(v, 31)
+    fn ld16(a: &[[i32; 8]; 2]) -> __m512i {
+        // SAFETY: two arrays of eight i32 back to back (an array has no padding): sixteen
+        // i32, one unaligned 512-bit load.
+        unsafe { _mm512_loadu_si512(a.as_ptr().cast()) }
     }
 
-    /// Sixteen lanes of `s[at..]`, zero past its end (a masked load touches no lane the
-    /// mask leaves out).
+    /// Sixteen lanes of `s` (at most sixteen words), zero past its end (a masked load
+    /// touches no lane the mask leaves out).
     #[inline]
     #[target_feature(enable = "avx512f")]
-    fn load_16(s: &[i32], at: usize, mask: __mmask16) -> __m512i {
-        let rest = s.get(at..).unwrap_or(&[]);
-        let mask = if rest.len() >= 16 {
-            mask
-        } else {
-            mask & ((1u32 << rest.len()) - 1) as u16
-        };
-        // SAFETY: only the lanes of `mask` are read, and each lies inside `rest`.
-        unsafe { _mm512_maskz_loadu_epi32(mask, rest.as_ptr().cast()) }
+    fn load_16(s: &[i32]) -> __m512i {
+        if let Ok(a) = <&[i32; 16]>::try_from(s) {
+            // SAFETY: sixteen i32, one unaligned 512-bit load.
+            return unsafe { _mm512_loadu_si512(a.as_ptr().cast()) };
+        }
+        let mask = ((1u32 << s.len().min(16)) - 1) as u16;
+        // SAFETY: only the lanes of `mask` are read, and each lies inside `s`.
+        unsafe { _mm512_maskz_loadu_epi32(mask, s.as_ptr().cast()) }
     }
 
-    /// [`row_avx2`] sixteen channels a step (the last step masked), over each row of
-    /// `width` channels.
+    /// The stage sixteen channels a step (the last step masked), over each row of
+    /// `width` channels; `FULL`: with the left shifts and the saturating case.
     #[target_feature(enable = "avx512f,avx512bw")]
-    pub(super) fn rows_avx512<T: QuantElem>(
+    pub(super) fn rows_avx512<T: QuantElem, const FULL: bool>(
         q: &Requant,
         sums: &[i32],
         dst: &mut [T],
         width: usize,
     ) {
-        for (s, d) in sums.chunks(width).zip(dst.chunks_mut(width)) {
-            row_avx512(q, s, d);
-        }
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw")]
-    fn row_avx512<T: QuantElem>(q: &Requant, sums: &[i32], dst: &mut [T]) {
-        let n = sums
-            .len()
-            .min(dst.len())
-            .min(q.bias.len())
-            .min(q.mult.len())
-            .min(q.shift.len());
-        let zero = _mm512_setzero_si512();
-        let one = _mm512_set1_epi32(1);
         let (zp, lo, hi) = (
             _mm512_set1_epi32(q.zp),
             _mm512_set1_epi32(q.lo),
             _mm512_set1_epi32(q.hi),
         );
         let min = _mm512_set1_epi32(i32::MIN);
-        let mut c = 0;
-        while c < n {
-            let mask: __mmask16 = if n - c >= 16 {
-                0xFFFF
-            } else {
-                ((1u32 << (n - c)) - 1) as u16
-            };
-            let x = _mm512_add_epi32(load_16(sums, c, mask), load_16(&q.bias, c, mask));
-            let m = load_16(&q.mult, c, mask);
-            let shift = load_16(&q.shift, c, mask);
-            let left = _mm512_max_epi32(shift, zero);
-            let right = _mm512_max_epi32(_mm512_sub_epi32(zero, shift), zero);
-            let x = _mm512_sllv_epi32(x, left);
-            let even = high_half_512(_mm512_mul_epi32(x, m));
-            let odd = high_half_512(_mm512_mul_epi32(
-                _mm512_srli_epi64(x, 32),
-                _mm512_srli_epi64(m, 32),
-            ));
-            let r = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
-            let both_min = _mm512_cmpeq_epi32_mask(x, min) & _mm512_cmpeq_epi32_mask(m, min);
-            let r = _mm512_mask_blend_epi32(both_min, r, _mm512_set1_epi32(i32::MAX));
-            let pot = _mm512_sub_epi32(_mm512_sllv_epi32(one, right), one);
-            let rem = _mm512_and_si512(r, pot);
-            let thr = _mm512_add_epi32(
-                _mm512_srli_epi32(pot, 1),
-                _mm512_and_si512(_mm512_srai_epi32(r, 31), one),
-            );
-            let up = _mm512_cmpgt_epi32_mask(rem, thr);
-            let v = _mm512_srav_epi32(r, right);
-            let v = _mm512_mask_add_epi32(v, up, v, one);
-            let v = _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(v, zp), lo), hi);
-            let lanes = &mut dst[c..(c + 16).min(n)];
-            if std::mem::size_of::<T>() == 1 {
-                // Saturating narrowing: the clamp of `saturate_from_i32` for i8 and u8.
-                let v8 = if T::MIN < 0 {
-                    _mm512_cvtsepi32_epi8(v)
-                } else {
-                    _mm512_cvtusepi32_epi8(_mm512_max_epi32(v, zero))
-                };
-                let mut out = [0u8; 16];
-                // SAFETY: `out` is sixteen bytes, one unaligned 128-bit store.
-                unsafe { _mm_storeu_si128(out.as_mut_ptr().cast(), v8) };
-                // SAFETY: T is a one-byte QuantElem (u8 or i8), so `lanes` is
-                // `lanes.len()` bytes, and `out` holds at least that many.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        out.as_ptr(),
-                        lanes.as_mut_ptr().cast::<u8>(),
-                        lanes.len(),
-                    )
-                };
-            } else {
-                let mut out = [0i32; 16];
-                // SAFETY: `out` is sixteen i32, one unaligned 512-bit store.
-                unsafe { _mm512_storeu_si512(out.as_mut_ptr().cast(), v) };
-                for (d, &v) in lanes.iter_mut().zip(&out) {
-                    *d = T::saturate_from_i32(v);
-                }
-            }
-            c += 16;
-        }
-    }
-
-    /// [`row_avx2`] over each row of `width` channels.
-    #[target_feature(enable = "avx2")]
-    pub(super) fn rows_avx2<T: QuantElem>(q: &Requant, sums: &[i32], dst: &mut [T], width: usize) {
         for (s, d) in sums.chunks(width).zip(dst.chunks_mut(width)) {
-            row_avx2(q, s, d);
+            let n = s.len().min(d.len()).min(q.bias.len());
+            let steps = s[..n].chunks(16).zip(d[..n].chunks_mut(16)).zip(&q.groups);
+            for ((s, d), g) in steps {
+                let x = _mm512_add_epi32(load_16(s), ld16(&g.bias));
+                let m = ld16(&g.mult);
+                let x = if FULL {
+                    _mm512_sllv_epi32(x, ld16(&g.left))
+                } else {
+                    x
+                };
+                let mut r = srdhm_avx512(x, m);
+                if FULL {
+                    let both = _mm512_cmpeq_epi32_mask(x, min) & _mm512_cmpeq_epi32_mask(m, min);
+                    r = _mm512_mask_blend_epi32(both, r, _mm512_set1_epi32(i32::MAX));
+                }
+                let v = rdbpot_avx512(r, ld16(&g.right), ld16(&g.mask));
+                let v = _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(v, zp), lo), hi);
+                store16_avx512(v, d);
+            }
         }
     }
 
-    #[inline]
+    /// The stage eight channels a step over each row of `width` channels (the last
+    /// channels of a row that are not eight by the plain loop); `FULL` as for
+    /// [`rows_avx512`].
     #[target_feature(enable = "avx2")]
-    fn row_avx2<T: QuantElem>(q: &Requant, sums: &[i32], dst: &mut [T]) {
-        let n = sums
-            .len()
-            .min(dst.len())
-            .min(q.bias.len())
-            .min(q.mult.len())
-            .min(q.shift.len());
-        let zero = _mm256_setzero_si256();
-        let one = _mm256_set1_epi32(1);
+    pub(super) fn rows_avx2<T: QuantElem, const FULL: bool>(
+        q: &Requant,
+        sums: &[i32],
+        dst: &mut [T],
+        width: usize,
+    ) {
         let (zp, lo, hi) = (
             _mm256_set1_epi32(q.zp),
             _mm256_set1_epi32(q.lo),
             _mm256_set1_epi32(q.hi),
         );
-        let mut c = 0;
-        while c + 8 <= n {
-            let x = _mm256_add_epi32(load(sums, c), load(&q.bias, c));
-            let m = load(&q.mult, c);
-            let shift = load(&q.shift, c);
-            let left = _mm256_max_epi32(shift, zero);
-            let right = _mm256_max_epi32(_mm256_sub_epi32(zero, shift), zero);
-            let x = _mm256_sllv_epi32(x, left);
-            // SaturatingRoundingDoublingHighMul, even and odd lanes.
-            let even = high_half(_mm256_mul_epi32(x, m));
-            let odd = high_half(_mm256_mul_epi32(
-                _mm256_srli_epi64(x, 32),
-                _mm256_srli_epi64(m, 32),
-            ));
-            let r = _mm256_blend_epi32::<0b1010_1010>(even, _mm256_slli_epi64(odd, 32));
-            let min = _mm256_set1_epi32(i32::MIN);
-            let both_min = _mm256_and_si256(_mm256_cmpeq_epi32(x, min), _mm256_cmpeq_epi32(m, min));
-            let r = _mm256_blendv_epi8(r, _mm256_set1_epi32(i32::MAX), both_min);
-            // RoundingDivideByPOT by `right` (0..=31).
-            let mask = _mm256_sub_epi32(_mm256_sllv_epi32(one, right), one);
-            let rem = _mm256_and_si256(r, mask);
-            let thr = _mm256_add_epi32(
-                _mm256_srli_epi32(mask, 1),
-                _mm256_and_si256(_mm256_srai_epi32(r, 31), one),
-            );
-            let up = _mm256_cmpgt_epi32(rem, thr);
-            let v = _mm256_sub_epi32(_mm256_srav_epi32(r, right), up);
-            let v = _mm256_min_epi32(_mm256_max_epi32(_mm256_add_epi32(v, zp), lo), hi);
-            let lanes = &mut dst[c..c + 8];
-            if std::mem::size_of::<T>() == 1 {
-                // Saturating packs: the clamp of `saturate_from_i32` for i8 and u8.
-                let v16 =
-                    _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
-                let v8 = if T::MIN < 0 {
-                    _mm_packs_epi16(v16, v16)
-                } else {
-                    _mm_packus_epi16(v16, v16)
+        let min = _mm256_set1_epi32(i32::MIN);
+        for (s, d) in sums.chunks(width).zip(dst.chunks_mut(width)) {
+            let n = s.len().min(d.len()).min(q.bias.len());
+            let steps = s[..n]
+                .chunks_exact(8)
+                .zip(d[..n].chunks_exact_mut(8))
+                .enumerate();
+            let mut done = 0;
+            for (j, (s, d)) in steps {
+                let (Some(g), Ok(s)) = (q.groups.get(j / 2), <&[i32; 8]>::try_from(s)) else {
+                    break;
                 };
-                // SAFETY: `lanes` is eight one-byte elements (T is u8 or i8: a one-byte
-                // QuantElem), one unaligned 64-bit store.
-                unsafe { _mm_storel_epi64(lanes.as_mut_ptr().cast(), v8) };
-            } else {
-                let mut out = [0i32; 8];
-                // SAFETY: `out` is eight i32, one unaligned 256-bit store.
-                unsafe { _mm256_storeu_si256(out.as_mut_ptr().cast(), v) };
-                for (d, &v) in lanes.iter_mut().zip(&out) {
-                    *d = T::saturate_from_i32(v);
+                let h = j % 2;
+                let x = _mm256_add_epi32(ld8(s), ld8(&g.bias[h]));
+                let m = ld8(&g.mult[h]);
+                let x = if FULL {
+                    _mm256_sllv_epi32(x, ld8(&g.left[h]))
+                } else {
+                    x
+                };
+                let mut r = srdhm_avx2(x, m);
+                if FULL {
+                    let both =
+                        _mm256_and_si256(_mm256_cmpeq_epi32(x, min), _mm256_cmpeq_epi32(m, min));
+                    r = _mm256_blendv_epi8(r, _mm256_set1_epi32(i32::MAX), both);
                 }
+                let v = rdbpot_avx2(r, ld8(&g.right[h]), ld8(&g.mask[h]));
+                let v = _mm256_min_epi32(_mm256_max_epi32(_mm256_add_epi32(v, zp), lo), hi);
+                store8_avx2(v, d);
+                done += 8;
             }
-            c += 8;
+            if done < n {
+                q.row_plain(s, d, done);
+            }
         }
-        q.row_plain(sums, dst, c);
     }
 }
 
@@ -340,15 +416,22 @@ mod tests {
             zp in -300i32..300,
             lo in -200i32..0,
             span in 0i32..400,
+            right_only in any::<bool>(),
         ) {
-            let q = Requant {
-                bias: consts.iter().map(|c| c.0).collect(),
-                mult: consts.iter().map(|c| c.1).collect(),
-                shift: consts.iter().map(|c| c.2).collect(),
+            // `right_only`: the stage of real layers (no left shift, no i32::MIN
+            // multiplier), which runs the vector loops without those cases.
+            let (mult, shift): (Vec<i32>, Vec<i32>) = consts
+                .iter()
+                .map(|c| if right_only { (c.1.max(0), -c.2.abs()) } else { (c.1, c.2) })
+                .unzip();
+            let q = Requant::new(
+                consts.iter().map(|c| c.0).collect(),
+                mult,
+                shift,
                 zp,
                 lo,
-                hi: lo + span,
-            };
+                lo + span,
+            );
             let sums: Vec<i32> = consts.iter().map(|c| c.3).collect();
             let mut got = vec![0i16; sums.len()];
             q.row(&sums, &mut got);

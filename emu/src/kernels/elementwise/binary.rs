@@ -10,7 +10,8 @@
 //! Parameter words: kind (Add 0, Sub 1, Mul 2, Div 3), act. Inputs: a, b. Output: one.
 
 use super::{decode_kind, kind_enum};
-use crate::kernels::elementwise::zip_f32;
+use crate::kernels::elementwise::{quant_binary_simd, zip_f32};
+use crate::kernels::isa::{isa, Isa};
 use crate::kernels::kernel::{same_dtype, Kernel, Words};
 use crate::kernels::layout::{broadcast_shape, for_each_broadcast};
 use crate::kernels::quant::{
@@ -157,8 +158,42 @@ fn run_quant<T: QuantElem>(
     sb: &[usize],
     so: &[usize],
 ) {
-    if p.kind != BinaryKind::Mul && sa == so && sb == so {
-        add_same_shape(p, x, y, o);
+    run_quant_at(isa(), p, x, y, o, sa, sb, so);
+}
+
+/// [`run_quant`] at the vector level `level` (capped at the CPU's): same shapes run the
+/// vector lanes (`quant_binary_simd`) as far as they go, ADD/SUB otherwise (and at the
+/// plain level) their tables, the rest element by element.
+#[allow(clippy::too_many_arguments)]
+fn run_quant_at<T: QuantElem>(
+    level: Isa,
+    p: &QuantParams,
+    x: &[T],
+    y: &[T],
+    o: &mut [T],
+    sa: &[usize],
+    sb: &[usize],
+    so: &[usize],
+) {
+    if sa == so && sb == so {
+        let consts = quant_binary_simd::Consts {
+            mul: p.kind == BinaryKind::Mul,
+            off: [p.off1, p.off2],
+            input: [p.m1, p.m2],
+            out: p.out,
+            zp: p.out_off,
+            lo: p.lo,
+            hi: p.hi,
+        };
+        let done = quant_binary_simd::same_shape(level, &consts, x, y, o);
+        let (x, y, o) = (&x[done..], &y[done..], &mut o[done..]);
+        if done == 0 && p.kind != BinaryKind::Mul {
+            add_same_shape(p, x, y, o);
+        } else {
+            for ((d, &a), &b) in o.iter_mut().zip(x).zip(y) {
+                *d = T::saturate_from_i32(quant_elem(p, a.to_i32(), b.to_i32()));
+            }
+        }
         return;
     }
     for_each_broadcast(sa, sb, so, |i, ia, ib| {
@@ -181,14 +216,14 @@ fn add_same_shape<T: QuantElem>(p: &QuantParams, x: &[T], y: &[T], o: &mut [T]) 
     let t1: Vec<i32> = (T::MIN..=T::MAX).map(|v| term(v, p.off1, p.m1)).collect();
     let t2: Vec<i32> = (T::MIN..=T::MAX).map(|v| term(v, p.off2, p.m2)).collect();
     let at = |t: &[i32], v: T| t.get((v.to_i32() - T::MIN) as usize).copied().unwrap_or(0);
-    let stage = Requant {
-        bias: vec![0; WIDTH],
-        mult: vec![p.out.0; WIDTH],
-        shift: vec![p.out.1; WIDTH],
-        zp: p.out_off,
-        lo: p.lo,
-        hi: p.hi,
-    };
+    let stage = Requant::new(
+        vec![0; WIDTH],
+        vec![p.out.0; WIDTH],
+        vec![p.out.1; WIDTH],
+        p.out_off,
+        p.lo,
+        p.hi,
+    );
     let mut sums = vec![0i32; BLOCK];
     for ((d, a), b) in o
         .chunks_mut(BLOCK)
@@ -431,6 +466,57 @@ mod tests {
             for i in 0..x.len() {
                 let want = i8::saturate_from_i32(quant_elem(&p, x[i].into(), y[i].into()));
                 prop_assert_eq!(got[i], want, "element {}", i);
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(crate::kernels::proptest_config(256))]
+        /// Same-shape ADD/SUB/MUL at every vector level this CPU has (and the plain one)
+        /// give the integers of the per-element path, int8 and uint8, every activation,
+        /// lengths around the vector widths.
+        #[test]
+        fn quant_binary_lanes_bit_identical(
+            kind in 0usize..3,
+            unsigned in any::<bool>(),
+            act in 0u32..4,
+            s1 in 0.001f32..2.0, s2 in 0.001f32..2.0, so in 0.001f32..4.0,
+            z1 in -128i32..128, z2 in -128i32..128, zo in -128i32..128,
+            data in proptest::collection::vec((any::<u8>(), any::<u8>()), 0..100),
+        ) {
+            let kind = BinaryKind::ALL[kind];
+            let act = [Activation::None, Activation::Relu, Activation::Relu1, Activation::Relu6]
+                [act as usize];
+            let (dt, shift) = if unsigned { (DType::U8, 128) } else { (DType::I8, 0) };
+            let n = [data.len()];
+            let ta = TensorType::quantized(dt, &n, s1, z1 + shift);
+            let tb = TensorType::quantized(dt, &n, s2, z2 + shift);
+            let to = TensorType::quantized(dt, &n, so, zo + shift);
+            let Ok(p) = (Binary { kind, act }).quant_params(&[&ta, &tb, &to]) else {
+                return Ok(());
+            };
+            let (x, y): (Vec<u8>, Vec<u8>) = data.into_iter().unzip();
+            let levels = [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni];
+            if unsigned {
+                let want: Vec<u8> = x.iter().zip(&y)
+                    .map(|(&a, &b)| u8::saturate_from_i32(quant_elem(&p, a.into(), b.into())))
+                    .collect();
+                for level in levels {
+                    let mut got = vec![0u8; x.len()];
+                    run_quant_at(level, &p, &x, &y, &mut got, &n, &n, &n);
+                    prop_assert_eq!(&got, &want, "{:?} {:?}", kind, level);
+                }
+            } else {
+                let (x, y): (Vec<i8>, Vec<i8>) =
+                    (x.iter().map(|&v| v as i8).collect(), y.iter().map(|&v| v as i8).collect());
+                let want: Vec<i8> = x.iter().zip(&y)
+                    .map(|(&a, &b)| i8::saturate_from_i32(quant_elem(&p, a.into(), b.into())))
+                    .collect();
+                for level in levels {
+                    let mut got = vec![0i8; x.len()];
+                    run_quant_at(level, &p, &x, &y, &mut got, &n, &n, &n);
+                    prop_assert_eq!(&got, &want, "{:?} {:?}", kind, level);
+                }
             }
         }
     }

@@ -6,6 +6,7 @@ pub mod convert;
 pub mod logical;
 pub mod math;
 pub mod minmax;
+mod quant_binary_simd;
 pub(crate) mod quantize_simd;
 pub mod unary;
 
