@@ -125,7 +125,7 @@ fn int8_models_run_integer_operations() {
 }
 
 /// A tiny TFLite writer: float32 tensors, builtin operators with no options.
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct Tiny {
     /// (shape, buffer data)
     tensors: Vec<(Vec<i32>, Vec<u8>)>,
@@ -1014,6 +1014,11 @@ fn hybrid_weights_are_dequantised_at_import() {
     assert_eq!(fc.r#type, OperationType::FULLY_CONNECTED);
     let weights = &imported.model.main.operands[fc.inputs[1] as usize];
     assert_eq!(weights.r#type, OperandType::TENSOR_FLOAT32);
+    // A hostile zero point (found by the tflite_import fuzz target: it overflowed).
+    let mut hostile = t.clone();
+    hostile.quant[w as usize] = Some((INT8, 0.5, i64::MIN));
+    let e = import(&hostile.bytes(), false).unwrap_err();
+    assert!(e.to_string().contains("zero point"), "{e}");
 
     // CONV_2D with per-channel int8 weights (scales 0.5 and 0.25 along the output axis).
     let mut t = Tiny::default();

@@ -421,7 +421,11 @@ fn dequantize_weights(
             i64::from(b as i8)
         };
         let z = zero_points.get(c).copied().unwrap_or(0);
-        out.extend_from_slice(&(((q - z) as f32) * scales[c]).to_le_bytes());
+        // The zero point is the file's: any i64 (a hostile one must not overflow).
+        let d = q
+            .checked_sub(z)
+            .ok_or_else(|| bad(format!("zero point {z}")))?;
+        out.extend_from_slice(&((d as f32) * scales[c]).to_le_bytes());
     }
     Ok(out)
 }
