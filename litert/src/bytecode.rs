@@ -16,7 +16,7 @@ use std::collections::HashMap;
 
 use vnpu_driver::cache::format::{decode_body, encode_body, ConstValue, Image, InlineBytes};
 use vnpu_driver::cache::wire::{Reader, Writer};
-use vnpu_driver::hal::{DataLocation, Memory, Model, OperandLifeTime};
+use vnpu_driver::hal::{DataLocation, HalVersion, Memory, Model, OperandLifeTime};
 use vnpu_driver::tflite::model_level;
 use vnpu_driver::validate::has_unspecified_dimensions;
 use vnpu_emu::tensor::Layout;
@@ -64,6 +64,8 @@ pub struct ByteCode {
     pub inputs: Vec<Option<u32>>,
     /// For each output of the dispatch op, the model output it is.
     pub outputs: Vec<u32>,
+    /// The lowest interface level the model is valid at (what it is prepared at).
+    pub level: HalVersion,
 }
 
 /// The bytes of every constant operand of the main subgraph.
@@ -171,7 +173,7 @@ pub fn decode(bytes: &[u8]) -> Result<ByteCode, ByteCodeError> {
     if !image.model.referenced.is_empty() {
         return Err(bad("referenced subgraphs (this version carries none)"));
     }
-    let model = rebuild(image, data)?;
+    let (model, level) = rebuild(image, data)?;
     let (n_in, n_out) = (
         model.main.input_indexes.len(),
         model.main.output_indexes.len(),
@@ -202,11 +204,12 @@ pub fn decode(bytes: &[u8]) -> Result<ByteCode, ByteCodeError> {
         model,
         inputs,
         outputs,
+        level,
     })
 }
 
 /// The model with its constants back in `operand_values` and one pool, then validated.
-fn rebuild(image: Image, data: &[u8]) -> Result<Model, ByteCodeError> {
+fn rebuild(image: Image, data: &[u8]) -> Result<(Model, HalVersion), ByteCodeError> {
     let mut model = image.model;
     let mut has_value = vec![false; model.main.operands.len()];
     for (i, v) in image.constants {
@@ -258,8 +261,8 @@ fn rebuild(image: Image, data: &[u8]) -> Result<Model, ByteCodeError> {
             vec![Memory::ashmem_with(data).map_err(|e| ByteCodeError::Memory(e.to_string()))?];
     }
     // At the lowest level it is valid at: a partition may hold AIDL V2's PACK, say.
-    model_level(&model).map_err(|e| bad(format!("the model: {e}")))?;
-    Ok(model)
+    let level = model_level(&model).map_err(|e| bad(format!("the model: {e}")))?;
+    Ok((model, level))
 }
 
 #[cfg(test)]

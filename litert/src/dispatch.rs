@@ -333,6 +333,7 @@ pub unsafe extern "C" fn invocation_create(
         let kernel = Kernel::prepare_model(
             dcr.device.as_ref(),
             &code.model,
+            code.level,
             &ins,
             &outs,
             dcr.cache_dir.as_deref(),

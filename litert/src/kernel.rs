@@ -11,11 +11,11 @@ use std::path::Path;
 use vnpu_driver::cache;
 use vnpu_driver::device::{IDevice, IPreparedModel};
 use vnpu_driver::hal::{
-    validate::operand_size, DataLocation, ErrorStatus, MeasureTiming, Memory, Model,
+    validate::operand_size, DataLocation, ErrorStatus, HalVersion, MeasureTiming, Memory, Model,
     OptionalTimePoint, OptionalTimeoutDuration, Request, RequestArgument, RequestMemoryPool,
     Timing,
 };
-use vnpu_driver::tflite::{model_level, Imported};
+use vnpu_driver::tflite::Imported;
 
 /// Why a partition could not be prepared or run.
 #[derive(Debug, thiserror::Error)]
@@ -64,18 +64,20 @@ impl Kernel {
         Kernel::prepare_model(
             device,
             &imported.model,
+            imported.level,
             &imported.input_tensors,
             &imported.output_tensors,
             cache_dir,
         )
     }
 
-    /// Prepares `model` on `device` (through `cache_dir` when given); `input_ids` and
-    /// `output_ids` name the model's inputs and outputs, in order, for
-    /// [`Kernel::invoke`]'s callbacks.
+    /// Prepares `model` on `device` at interface `level` (its `model_level`), through
+    /// `cache_dir` when given; `input_ids` and `output_ids` name the model's inputs and
+    /// outputs, in order, for [`Kernel::invoke`]'s callbacks.
     pub fn prepare_model(
         device: &dyn IDevice,
         model: &Model,
+        level: HalVersion,
         input_ids: &[usize],
         output_ids: &[usize],
         cache_dir: Option<&Path>,
@@ -104,8 +106,6 @@ impl Kernel {
                 "the model's inputs or outputs differ from those named".into(),
             ));
         }
-        // The lowest interface that takes the model (1.3 unless it needs PACK or DENSIFY).
-        let level = model_level(model).map_err(|e| KernelError::Memory(e.to_string()))?;
         let p = match cache_dir.map(|d| (d, cache::model_token(model))) {
             Some((dir, Ok(token))) => cache::dir::prepare_in_dir(device, model, level, dir, &token),
             Some((_, Err(e))) => return Err(KernelError::Memory(e.to_string())),
