@@ -417,7 +417,9 @@ impl Hardware {
     }
 
     pub fn alloc_dram(self: &Arc<Self>, len: u64) -> Result<DramBlock, HwError> {
-        let len = len.max(1).next_multiple_of(64);
+        // A size can come from a hostile cache file: rounding it must not overflow.
+        let len =
+            (len.max(1).checked_next_multiple_of(64)).ok_or(HwError::OutOfDeviceMemory(len))?;
         let addr = self
             .dram
             .lock()
@@ -440,7 +442,10 @@ impl Hardware {
         perm: Perm,
     ) -> Result<IoMapping, HwError> {
         let skew = offset % PAGE_SIZE;
-        let span = (len + skew).max(1).next_multiple_of(PAGE_SIZE);
+        let span = len
+            .checked_add(skew)
+            .and_then(|n| n.max(1).checked_next_multiple_of(PAGE_SIZE))
+            .ok_or(HwError::OutOfIova(len))?;
         let iova = self
             .iova
             .lock()
@@ -1160,6 +1165,23 @@ mod tests {
         assert!(hw.alloc_dram(3 << 18).is_err(), "only 1 MiB of DRAM");
         drop(d);
         assert!(hw.alloc_dram(3 << 18).is_ok());
+    }
+
+    /// Sizes read from a cache file or a request can be anything: rounding them up is
+    /// checked (`u64::MAX` overflowed `next_multiple_of`; found by the cache_load target).
+    #[test]
+    fn sizes_near_u64_max_are_refused_not_overflowed() {
+        let hw = hw();
+        for len in [u64::MAX, u64::MAX - 63, u64::MAX - 4096] {
+            assert!(matches!(
+                hw.alloc_dram(len),
+                Err(HwError::OutOfDeviceMemory(_))
+            ));
+        }
+        let buf = SharedRegion::new("t", 4096).unwrap();
+        for len in [u64::MAX, u64::MAX - 100] {
+            assert!(hw.map(buf.fd(), 100, len, Perm::READ).is_err());
+        }
     }
 
     #[test]
