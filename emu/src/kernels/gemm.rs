@@ -582,16 +582,15 @@ macro_rules! micro_body {
     }};
 }
 
-/// `d += sums` element by element (as far as the shorter goes), each result clamped to
-/// `clamp` as [`clamp_nan`] does.
+/// `d += sums` element by element (as far as the shorter goes), then each result clamped
+/// to `clamp` as [`clamp_nan`] does: two loops the compiler vectorises (one loop doing
+/// both took twice the instructions in the AVX2 build, callgrind).
 #[inline(always)]
 fn add_sums(d: &mut [f32], sums: &[f32], clamp: Option<(f32, f32)>) {
-    match clamp {
-        Some((lo, hi)) => d
-            .iter_mut()
-            .zip(sums)
-            .for_each(|(d, &v)| *d = clamp_nan(*d + v, lo, hi)),
-        None => d.iter_mut().zip(sums).for_each(|(d, &v)| *d += v),
+    d.iter_mut().zip(sums).for_each(|(d, &v)| *d += v);
+    if let Some((lo, hi)) = clamp {
+        let n = d.len().min(sums.len());
+        d[..n].iter_mut().for_each(|d| *d = clamp_nan(*d, lo, hi));
     }
 }
 

@@ -150,23 +150,27 @@ macro_rules! depthwise_body {
         }
 
         /// Sums output pixel `ox` of the row into `out`, skipping the taps outside the
-        /// input.
+        /// input (those of columns `kx` outside the range found first).
         #[target_feature(enable = $feat)]
         #[inline]
         fn pixel(r: &Row<'_>, out: &mut [f32], ox: usize) {
             let g = r.g;
             let (c, w, kh, kw) = (g.in_c, g.in_w, g.filter_h, g.filter_w);
+            let (dw, base) = (g.dilation_w, ox * g.stride_w);
+            // The taps `kx` whose column `base + kx * dw - pad_left` lies in `[0, w)`.
+            let kx0 = g.pad_left.saturating_sub(base).div_ceil(dw).min(kw);
+            let kx1 = match (w + g.pad_left).checked_sub(base + 1) {
+                Some(reach) => (reach / dw + 1).min(kw),
+                None => 0,
+            };
             let out = &mut out[ox * c..][..c];
             for cb in (0..c).step_by(LANES) {
                 let m = mask(c, cb);
                 let mut acc = load(r.bias, cb, m);
                 for ky in 0..kh {
                     let Some(row) = r.input(ky) else { continue };
-                    for kx in 0..kw {
-                        let ix = (ox * g.stride_w + kx * g.dilation_w).wrapping_sub(g.pad_left);
-                        if ix >= w {
-                            continue;
-                        }
+                    for kx in kx0..kx1 {
+                        let ix = base + kx * dw - g.pad_left;
                         let x = load(row, ix * c + cb, m);
                         let wv = load(r.filter, (ky * kw + kx) * c + cb, m);
                         acc = fma(x, wv, acc);
@@ -215,6 +219,12 @@ macro_rules! depthwise_body {
                     } else if ox >= x0 && ox + 4 <= x1 {
                         group::<4>(&r, out, ox);
                         ox += 4;
+                    } else if ox >= x0 && ox + 2 <= x1 {
+                        group::<2>(&r, out, ox);
+                        ox += 2;
+                    } else if ox >= x0 && ox < x1 {
+                        group::<1>(&r, out, ox);
+                        ox += 1;
                     } else {
                         pixel(&r, out, ox);
                         ox += 1;
