@@ -379,9 +379,14 @@ impl Staged {
     }
 
     /// This buffer's memory reused for `len` bytes: what it held stays (the caller
-    /// overwrites or [`Staged::clear`]s it); only bytes past its old length are zeroed.
+    /// overwrites or [`Staged::clear`]s it); only bytes past the most it ever held are
+    /// zeroed (a shorter use keeps the words past its end, so a longer one later does
+    /// not zero them again: that was a memset per operation).
     pub fn recycled(mut self, len: usize) -> Staged {
-        self.words.resize(len.div_ceil(8), 0);
+        let words = len.div_ceil(8);
+        if self.words.len() < words {
+            self.words.resize(words, 0);
+        }
         self.len = len;
         self
     }
@@ -393,7 +398,8 @@ impl Staged {
 
     /// Zeroes every byte.
     pub fn clear(&mut self) {
-        self.words.fill(0);
+        let words = self.len.div_ceil(8);
+        self.words[..words].fill(0);
     }
 
     /// The bytes.
@@ -478,4 +484,25 @@ where
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Staged;
+
+    #[test]
+    fn a_recycled_buffer_keeps_its_bytes_and_zeroes_only_new_ones() {
+        let mut s = Staged::zeroed(16);
+        s.bytes_mut().fill(7);
+        // Shorter, then longer again: the old bytes come back (nothing re-zeroed), bytes
+        // never held before are zero, and clear zeroes exactly the current length.
+        let s = s.recycled(4).recycled(24);
+        assert_eq!(s.bytes().len(), 24);
+        assert_eq!(&s.bytes()[..16], &[7; 16]);
+        assert_eq!(&s.bytes()[16..], &[0; 8]);
+        let mut s = s.recycled(8);
+        s.clear();
+        assert_eq!(s.bytes(), &[0; 8]);
+        assert_eq!(&s.recycled(16).bytes()[8..], &[7; 8]);
+    }
 }

@@ -2,7 +2,7 @@
 //! vector unit (the quantised kernels run on the integer GEMM, [`super::igemm`]).
 
 use super::simd::{vectorized, Body};
-use super::{KernelError, Result};
+use super::{clamp_nan, KernelError, Result};
 
 /// The largest index touched by a strided `rows x cols` matrix, checked.
 fn max_index(rows: usize, cols: usize, rs: usize, cs: usize) -> Option<usize> {
@@ -86,14 +86,18 @@ pub(crate) struct Packed<'a> {
 /// `C += A * B` in float32 with `B` packed into panels: A `m x k`, C `m x n` row-major with
 /// row stride `rsc`; with `bias`, `C = bias + A * B` instead (C's old contents unread; an
 /// empty bias is zeros), added to each row in the micro-kernel's store rather than in a
-/// pass of its own. Every float32 GEMM runs here (an unpacked B is packed first), so a
-/// product is bit-identical whether its B came packed or not.
+/// pass of its own. With `clamp` `(lo, hi)`, each finished sum is clamped as
+/// [`Activation::apply`](super::Activation::apply) does (NaN kept), in the same store:
+/// a fused activation without a pass over C of its own. Every float32 GEMM runs here (an
+/// unpacked B is packed first), so a product is bit-identical whether its B came packed or
+/// not.
 pub(crate) fn gemm_packed(
     m: usize,
     a: Mat<'_>,
     b: Packed<'_>,
     c: MatMut<'_>,
     bias: Option<&[f32]>,
+    clamp: Option<(f32, f32)>,
 ) -> Result<()> {
     if m == 0 || b.n == 0 {
         return Ok(());
@@ -102,17 +106,19 @@ pub(crate) fn gemm_packed(
     if !fits {
         return Err(KernelError::TooLarge);
     }
-    run_blocked(m, ASrc::Mat(a), b, c, bias)
+    run_blocked(kernels(), m, ASrc::Mat(a), b, c, bias, clamp)
 }
 
-/// Checks B, C and the bias against `m` rows and runs [`Blocked`] (A's rows were checked
-/// by the caller).
+/// Checks B, C and the bias against `m` rows and runs [`Blocked`] with `kernels` (A's
+/// rows were checked by the caller).
 fn run_blocked(
+    kernels: Kernels,
     m: usize,
     a: ASrc<'_>,
     b: Packed<'_>,
     c: MatMut<'_>,
     bias: Option<&[f32]>,
+    clamp: Option<(f32, f32)>,
 ) -> Result<()> {
     let Packed { data: bp, k, n } = b;
     let MatMut { data: c, rs: rsc } = c;
@@ -130,12 +136,14 @@ fn run_blocked(
         _ => return Err(KernelError::TooLarge),
     }
     vectorized(Blocked {
+        kernels,
         m,
         a,
         b,
         c,
         rsc,
         bias,
+        clamp,
     });
     Ok(())
 }
@@ -159,6 +167,7 @@ pub(crate) fn gemm_packed_rows(
     b: Packed<'_>,
     c: MatMut<'_>,
     bias: Option<&[f32]>,
+    clamp: Option<(f32, f32)>,
 ) -> Result<()> {
     let (k, seg, m) = (b.k, a.seg, a.rows.len());
     if m == 0 || b.n == 0 {
@@ -177,7 +186,7 @@ pub(crate) fn gemm_packed_rows(
     if short {
         return Err(KernelError::TooLarge);
     }
-    run_blocked(m, ASrc::Seg(a), b, c, bias)
+    run_blocked(kernels(), m, ASrc::Seg(a), b, c, bias, clamp)
 }
 
 /// A's rows as [`Blocked`] reads them.
@@ -192,12 +201,14 @@ enum ASrc<'a> {
 /// The blocked loops of [`gemm_packed`] on checked views; built for the widest vector
 /// unit, so packing A and adding the micro-kernels' sums into C use it too.
 struct Blocked<'a> {
+    kernels: Kernels,
     m: usize,
     a: ASrc<'a>,
     b: Packed<'a>,
     c: &'a mut [f32],
     rsc: usize,
     bias: Option<&'a [f32]>,
+    clamp: Option<(f32, f32)>,
 }
 
 impl Body for Blocked<'_> {
@@ -206,17 +217,17 @@ impl Body for Blocked<'_> {
     #[inline(always)]
     fn run(self) {
         let Blocked {
+            kernels,
             m,
             a,
             b,
             c,
             rsc,
             bias,
+            clamp,
         } = self;
         let Packed { data: bp, k, n } = b;
-        let micro = micro_kernel();
-        let wide = wide_kernel();
-        let tall = tall_kernels();
+        let Kernels { micro, wide, tall } = kernels;
         let zeros = vec![0.0f32; KC.min(k)];
         // A strided A (not row-contiguous) is copied row by row first; a contiguous one is
         // read where it is (as are segmented rows).
@@ -233,6 +244,8 @@ impl Body for Blocked<'_> {
         let mut k0 = 0;
         while k0 < k {
             let kc = KC.min(k - k0);
+            // The last block of the depth finishes the sums: its store clamps them.
+            let clamp = clamp.filter(|_| k0 + kc == k);
             let mut i0 = 0;
             while i0 < m {
                 let mc = MC.min(m - i0);
@@ -293,6 +306,7 @@ impl Body for Blocked<'_> {
                                     rsc,
                                     cols,
                                     start,
+                                    clamp,
                                 }),
                                 None => one(TallTile {
                                     a,
@@ -301,6 +315,7 @@ impl Body for Blocked<'_> {
                                     rsc,
                                     cols,
                                     start,
+                                    clamp,
                                 }),
                             }
                             r0 += TR;
@@ -317,6 +332,7 @@ impl Body for Blocked<'_> {
                                 rows,
                                 cols,
                                 start: z.as_ref(),
+                                clamp,
                             }),
                             None => micro(Tile {
                                 a: a_rows(at, rows),
@@ -326,6 +342,7 @@ impl Body for Blocked<'_> {
                                 rows,
                                 cols,
                                 start: z.as_ref().map(|z| &z[..NR]),
+                                clamp,
                             }),
                         }
                     }
@@ -339,6 +356,8 @@ impl Body for Blocked<'_> {
 }
 
 /// [`gemm_packed`] with an unpacked `B` (`k x n`): packs B first.
+// The shape and the bias and clamp of `gemm_packed`: a struct would only rename them.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn gemm_f32(
     m: usize,
     k: usize,
@@ -347,13 +366,14 @@ pub(crate) fn gemm_f32(
     b: Mat<'_>,
     c: MatMut<'_>,
     bias: Option<&[f32]>,
+    clamp: Option<(f32, f32)>,
 ) -> Result<()> {
     if m == 0 || n == 0 {
         return Ok(());
     }
     let mut bp = vec![0.0f32; packed_len(k, n).ok_or(KernelError::TooLarge)?];
     pack_b(k, n, b, &mut bp)?;
-    gemm_packed(m, a, Packed { data: &bp, k, n }, c, bias)
+    gemm_packed(m, a, Packed { data: &bp, k, n }, c, bias, clamp)
 }
 
 /// The `R` rows of a tile whose row `r` is `row(r)` (base and segment pitch), rows from
@@ -388,7 +408,7 @@ pub(crate) struct Rows<'a, const R: usize> {
 /// One `MR x NR` tile of `C += A * B`: `a` holds A's `MR` rows (each `kc` long; rows past
 /// `rows` are zeros), `b` a B panel (`kc` rows of [`NR`]), `c` the tile's first row of C
 /// (row stride `rsc`); only `rows x cols` of C are written: `C = start + sums` with a
-/// `start` row, else `C += sums`.
+/// `start` row, else `C += sums`; then, with `clamp`, clamped (the depth's last block).
 pub(crate) struct Tile<'a> {
     a: Rows<'a, MR>,
     b: &'a [f32],
@@ -397,6 +417,7 @@ pub(crate) struct Tile<'a> {
     rows: usize,
     cols: usize,
     start: Option<&'a [f32]>,
+    clamp: Option<(f32, f32)>,
 }
 
 /// A micro-kernel: one [`Tile`].
@@ -413,6 +434,7 @@ pub(crate) struct WideTile<'a> {
     rows: usize,
     cols: usize,
     start: Option<&'a [f32; 2 * NR]>,
+    clamp: Option<(f32, f32)>,
 }
 
 /// A wide micro-kernel: one [`WideTile`].
@@ -433,6 +455,7 @@ pub(crate) struct TallTile<'a, const P: usize> {
     rsc: usize,
     cols: usize,
     start: Option<&'a [f32]>,
+    clamp: Option<(f32, f32)>,
 }
 
 /// A tall micro-kernel over one panel: one [`TallTile`].
@@ -452,6 +475,7 @@ macro_rules! wide_body {
             rows,
             cols,
             start,
+            clamp,
         } = $t;
         let kc = b0.len() / NR;
         if let Some(z) = start {
@@ -500,12 +524,8 @@ macro_rules! wide_body {
         for r in 0..rows {
             let row = &mut c[r * rsc..][..cols];
             let (d_lo, d_hi) = row.split_at_mut(left);
-            for (d, &v) in d_lo.iter_mut().zip(&lo[r]) {
-                *d += v;
-            }
-            for (d, &v) in d_hi.iter_mut().zip(&hi[r]) {
-                *d += v;
-            }
+            crate::kernels::gemm::add_sums(d_lo, &lo[r], clamp);
+            crate::kernels::gemm::add_sums(d_hi, &hi[r], clamp);
         }
     }};
 }
@@ -520,6 +540,7 @@ macro_rules! micro_body {
             rows,
             cols,
             start,
+            clamp,
         } = $t;
         // C = start + sums is C = start, then C += sums (the same one addition).
         if let Some(z) = start {
@@ -556,11 +577,21 @@ macro_rules! micro_body {
             }
         }
         for (r, sums) in acc.iter().enumerate().take(rows) {
-            for (d, &v) in c[r * rsc..][..cols].iter_mut().zip(sums) {
-                *d += v;
-            }
+            crate::kernels::gemm::add_sums(&mut c[r * rsc..][..cols], sums, clamp);
         }
     }};
+}
+
+/// `d += sums` element by element (as far as the shorter goes), then each result clamped
+/// to `clamp` as [`clamp_nan`] does: two loops the compiler vectorises (one loop doing
+/// both took twice the instructions in the AVX2 build, callgrind).
+#[inline(always)]
+fn add_sums(d: &mut [f32], sums: &[f32], clamp: Option<(f32, f32)>) {
+    d.iter_mut().zip(sums).for_each(|(d, &v)| *d += v);
+    if let Some((lo, hi)) = clamp {
+        let n = d.len().min(sums.len());
+        d[..n].iter_mut().for_each(|d| *d = clamp_nan(*d, lo, hi));
+    }
 }
 
 fn micro_plain(t: Tile<'_>) {
@@ -572,9 +603,98 @@ mod x86 {
     use super::{Rows, TallTile, Tile, WideTile, MR, NR, TR};
     use std::arch::x86_64::*;
 
+    /// [`Tile`] with AVX2 intrinsics: the twelve accumulators (six rows of two 8-lane
+    /// halves) are registers, and the store adds the start (or C), clamps and writes in
+    /// one pass with masked loads and stores for a part-filled panel (the plain-Rust
+    /// body's store, clamp included, ran scalar).
+    // `l` indexes six rows' segments at once, not one slice.
+    #[allow(clippy::needless_range_loop)]
     #[target_feature(enable = "avx2,fma")]
-    pub(super) fn micro_avx2(t: Tile<'_>) {
-        micro_body!(t, |x: f32, y: f32, s: f32| x.mul_add(y, s))
+    fn tile_avx2(t: Tile<'_>) {
+        let Tile {
+            a,
+            b,
+            c,
+            rsc,
+            rows,
+            cols,
+            start,
+            clamp,
+        } = t;
+        let Rows { base, pitch, seg } = a;
+        let kc = b.len() / NR;
+        if seg == 0 || !kc.is_multiple_of(seg) {
+            return;
+        }
+        const H: usize = NR / 8;
+        let mut acc = [[_mm256_setzero_ps(); H]; MR];
+        for (s, bs) in b.chunks_exact(seg * NR).enumerate() {
+            let mut rows_s = [&base[0][..0]; MR];
+            for r in 0..MR {
+                rows_s[r] = &base[r][s * pitch[r]..][..seg];
+            }
+            for (l, brow) in bs.chunks_exact(NR).enumerate() {
+                let Ok(brow) = <&[f32; NR]>::try_from(brow) else {
+                    continue;
+                };
+                // SAFETY: `brow` is NR = 16 floats: two unaligned 256-bit loads.
+                let bv = unsafe {
+                    [
+                        _mm256_loadu_ps(brow.as_ptr()),
+                        _mm256_loadu_ps(brow.as_ptr().add(8)),
+                    ]
+                };
+                for r in 0..MR {
+                    let x = _mm256_set1_ps(rows_s[r][l]);
+                    for q in 0..H {
+                        acc[r][q] = _mm256_fmadd_ps(x, bv[q], acc[r][q]);
+                    }
+                }
+            }
+        }
+        let cols = cols.min(NR);
+        let start = start.map(|z| &z[..cols]);
+        let clamp = clamp.map(|(lo, hi)| (_mm256_set1_ps(lo), _mm256_set1_ps(hi)));
+        let iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        for (r, sums) in acc.iter().enumerate().take(rows) {
+            let row = &mut c[r * rsc..][..cols];
+            for (q, &sums) in sums.iter().enumerate() {
+                let lanes = cols.saturating_sub(q * 8).min(8);
+                if lanes == 0 {
+                    break;
+                }
+                let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes as i32), iota);
+                let dst = &mut row[q * 8..][..lanes];
+                // C = start + sums, else C += sums (the same one addition as the plain
+                // body's).
+                let from = match start {
+                    Some(z) => z[q * 8..][..lanes].as_ptr(),
+                    None => dst.as_ptr(),
+                };
+                // SAFETY: `from` is `lanes` floats (of a row of C or of start, sliced
+                // above); `mask` selects the lanes below `lanes` only.
+                let before = unsafe {
+                    if lanes == 8 {
+                        _mm256_loadu_ps(from)
+                    } else {
+                        _mm256_maskload_ps(from, mask)
+                    }
+                };
+                let mut v = _mm256_add_ps(before, sums);
+                if let Some((lo, hi)) = clamp {
+                    // Max and min return their second operand when one is NaN: NaN kept.
+                    v = _mm256_min_ps(hi, _mm256_max_ps(lo, v));
+                }
+                // SAFETY: `dst` is `lanes` floats; only the lanes below `lanes` are written.
+                unsafe {
+                    if lanes == 8 {
+                        _mm256_storeu_ps(dst.as_mut_ptr(), v)
+                    } else {
+                        _mm256_maskstore_ps(dst.as_mut_ptr(), mask, v)
+                    }
+                }
+            }
+        }
     }
 
     #[target_feature(enable = "avx512f,fma")]
@@ -600,6 +720,7 @@ mod x86 {
             rsc,
             cols,
             start,
+            clamp,
         } = t;
         let Rows { base, pitch, seg } = a;
         let kc = b[0].len() / NR;
@@ -632,6 +753,7 @@ mod x86 {
         }
         let cols = cols.min(P * NR);
         let start = start.map(|z| &z[..cols]);
+        let clamp = clamp.map(|(lo, hi)| (_mm512_set1_ps(lo), _mm512_set1_ps(hi)));
         for (r, sums) in acc.iter().enumerate() {
             let row = &mut c[r * rsc..][..cols];
             for (q, &sums) in sums.iter().enumerate() {
@@ -650,7 +772,11 @@ mod x86 {
                 // SAFETY: `from` is `lanes` floats (of a row of C or of start, sliced
                 // above); `mask` selects the lanes below `lanes` only.
                 let before = unsafe { _mm512_maskz_loadu_ps(mask, from) };
-                let v = _mm512_add_ps(before, sums);
+                let mut v = _mm512_add_ps(before, sums);
+                if let Some((lo, hi)) = clamp {
+                    // Max and min return their second operand when one is NaN: NaN kept.
+                    v = _mm512_min_ps(hi, _mm512_max_ps(lo, v));
+                }
                 // SAFETY: `dst` is `lanes` floats; only the lanes below `lanes` are written.
                 unsafe { _mm512_mask_storeu_ps(dst.as_mut_ptr(), mask, v) };
             }
@@ -658,119 +784,146 @@ mod x86 {
     }
 
     pub(super) fn tall512(t: TallTile<'_, 1>) {
-        // SAFETY: chosen by `tall_kernels` only where the CPU has AVX-512F and FMA.
+        // SAFETY: chosen by `kernels_for` only where the CPU has AVX-512F and FMA.
         unsafe { tall_avx512(t) }
     }
 
     pub(super) fn tall_wide512(t: TallTile<'_, 2>) {
-        // SAFETY: chosen by `tall_kernels` only where the CPU has AVX-512F and FMA.
+        // SAFETY: chosen by `kernels_for` only where the CPU has AVX-512F and FMA.
         unsafe { tall_avx512(t) }
     }
 
     pub(super) fn wide512(t: WideTile<'_>) {
-        // SAFETY: chosen by `wide_kernel` only where the CPU has AVX-512F and FMA.
+        // SAFETY: chosen by `kernels_for` only where the CPU has AVX-512F and FMA.
         unsafe { wide_avx512(t) }
     }
 
     pub(super) fn avx2(t: Tile<'_>) {
-        // SAFETY: chosen by `micro_kernel` only where the CPU has AVX2 and FMA.
-        unsafe { micro_avx2(t) }
+        // SAFETY: chosen by `kernels_for` only where the CPU has AVX2 and FMA.
+        unsafe { tile_avx2(t) }
     }
 
     pub(super) fn avx512(t: Tile<'_>) {
-        // SAFETY: chosen by `micro_kernel` only where the CPU has AVX-512F and FMA.
+        // SAFETY: chosen by `kernels_for` only where the CPU has AVX-512F and FMA.
         unsafe { micro_avx512(t) }
     }
 }
 
-/// The two-panel micro-kernel, where the CPU has the 32 vector registers its twelve
-/// accumulators need (AVX-512); it multiplies with fused multiply-adds as
-/// [`micro_kernel`]'s AVX-512 choice does.
-fn wide_kernel() -> Option<Wide> {
-    static CHOSEN: std::sync::OnceLock<Option<Wide>> = std::sync::OnceLock::new();
-    *CHOSEN.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if super::isa::isa() >= super::isa::Isa::Avx512 {
-                return Some(x86::wide512 as Wide);
-            }
-        }
-        None
-    })
+/// The micro-kernels one product runs with.
+#[derive(Clone, Copy)]
+struct Kernels {
+    /// The six-row kernel over one panel.
+    micro: Micro,
+    /// The six-row kernel over two panels, where the CPU has the 32 vector registers its
+    /// twelve accumulators need (AVX-512).
+    wide: Option<Wide>,
+    /// The twelve-row kernels over one and two panels, where the CPU has AVX-512 (its 32
+    /// registers).
+    tall: Option<(Tall, TallWide)>,
 }
 
-/// The twelve-row micro-kernels over one and two panels, where the CPU has AVX-512 (its
-/// 32 registers); they multiply with fused multiply-adds as [`micro_kernel`]'s AVX-512
-/// choice does.
-fn tall_kernels() -> Option<(Tall, TallWide)> {
-    static CHOSEN: std::sync::OnceLock<Option<(Tall, TallWide)>> = std::sync::OnceLock::new();
-    *CHOSEN.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if super::isa::isa() >= super::isa::Isa::Avx512 {
-                return Some((x86::tall512 as Tall, x86::tall_wide512 as TallWide));
+/// The kernels for instruction-set level `isa` (which the CPU must have). The vector
+/// levels multiply with fused multiply-adds, each sum in the same order, so every kernel
+/// of one level gives the same bits.
+fn kernels_for(isa: super::isa::Isa) -> Kernels {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use super::isa::{detected, Isa};
+        match isa.min(detected()) {
+            Isa::Avx512 | Isa::Avx512Vnni => {
+                return Kernels {
+                    micro: x86::avx512,
+                    wide: Some(x86::wide512),
+                    tall: Some((x86::tall512, x86::tall_wide512)),
+                }
             }
+            Isa::Avx2 => {
+                return Kernels {
+                    micro: x86::avx2,
+                    wide: None,
+                    tall: None,
+                }
+            }
+            Isa::Scalar => {}
         }
-        None
-    })
+    }
+    let _ = isa;
+    Kernels {
+        micro: micro_plain,
+        wide: None,
+        tall: None,
+    }
 }
 
-/// The widest micro-kernel this CPU runs (the same one for every product, packed or not).
-fn micro_kernel() -> Micro {
-    static CHOSEN: std::sync::OnceLock<Micro> = std::sync::OnceLock::new();
-    *CHOSEN.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
-        {
-            use super::isa::{isa, Isa};
-            match isa() {
-                Isa::Avx512 | Isa::Avx512Vnni => return x86::avx512,
-                Isa::Avx2 => return x86::avx2,
-                Isa::Scalar => {}
-            }
-        }
-        micro_plain
-    })
+/// The kernels of this CPU's level (the same ones for every product, packed or not).
+fn kernels() -> Kernels {
+    static CHOSEN: std::sync::OnceLock<Kernels> = std::sync::OnceLock::new();
+    *CHOSEN.get_or_init(|| kernels_for(super::isa::isa()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::isa::{detected, Isa};
     use proptest::prelude::*;
 
+    /// The instruction-set levels this CPU runs.
+    fn levels() -> Vec<Isa> {
+        [Isa::Scalar, Isa::Avx2, Isa::Avx512]
+            .into_iter()
+            .filter(|&l| l <= detected())
+            .collect()
+    }
+
     proptest! {
-        /// The packed float32 GEMM against a float64 reference, over shapes that cross
-        /// every block edge (MR, NR, KC, MC).
+        /// The packed float32 GEMM against a float64 reference at every level the CPU
+        /// has, over shapes that cross every block edge (MR, NR, KC, MC), with and
+        /// without a bias and a clamp.
         #[test]
         fn packed_gemm_matches_the_reference(
             m in 1usize..90, k in 1usize..300, n in 1usize..40, seed in any::<u32>(),
+            with_bias in any::<bool>(),
+            clamp in prop_oneof![Just(None), Just(Some((-30.0f32, 40.0f32))), Just(Some((0.0, 6.0)))],
         ) {
             let val = |i: usize, s: u32| ((i as u32).wrapping_mul(2654435761) ^ s) % 17;
             let a: Vec<f32> = (0..m * k).map(|i| val(i, seed) as f32 - 8.0).collect();
             let b: Vec<f32> = (0..n * k).map(|i| val(i, !seed) as f32 * 0.25).collect();
-            let mut c = vec![1.0f32; m * n];
+            let bias: Vec<f32> = (0..n).map(|j| val(j, seed ^ 3) as f32 - 5.0).collect();
             // B as the filter `[n, k]` (B = its transpose), as the convolutions give it.
-            gemm_f32(
-                m, k, n,
-                Mat { data: &a, rs: k, cs: 1 },
-                Mat { data: &b, rs: 1, cs: k },
-                MatMut { data: &mut c, rs: n },
-                None,
-            ).unwrap();
-            for i in 0..m {
-                for j in 0..n {
-                    let want: f64 = 1.0 + (0..k)
-                        .map(|l| f64::from(a[i * k + l]) * f64::from(b[j * k + l]))
-                        .sum::<f64>();
-                    // Small integers and quarters: exact in float32.
-                    prop_assert_eq!(f64::from(c[i * n + j]), want);
+            let mut bp = vec![0.0f32; packed_len(k, n).unwrap()];
+            pack_b(k, n, Mat { data: &b, rs: 1, cs: k }, &mut bp).unwrap();
+            for isa in levels() {
+                let mut c = vec![1.0f32; m * n];
+                run_blocked(
+                    kernels_for(isa), m,
+                    ASrc::Mat(Mat { data: &a, rs: k, cs: 1 }),
+                    Packed { data: &bp, k, n },
+                    MatMut { data: &mut c, rs: n },
+                    with_bias.then_some(&bias[..]),
+                    clamp,
+                ).unwrap();
+                for i in 0..m {
+                    for j in 0..n {
+                        let first = if with_bias { f64::from(bias[j]) } else { 1.0 };
+                        let sum: f64 = first + (0..k)
+                            .map(|l| f64::from(a[i * k + l]) * f64::from(b[j * k + l]))
+                            .sum::<f64>();
+                        let want = match clamp {
+                            Some((lo, hi)) => sum.clamp(f64::from(lo), f64::from(hi)),
+                            None => sum,
+                        };
+                        // Small integers and quarters: exact in float32.
+                        prop_assert_eq!(f64::from(c[i * n + j]), want, "{}", isa.name());
+                    }
                 }
             }
         }
     }
 
     proptest! {
-        /// The twelve-row kernels give the same bits as two six-row tiles, over one and
-        /// two panels, segmented rows, part-filled panels and both kinds of start.
+        /// The twelve-row kernels give the same bits as two six-row tiles of their level,
+        /// over one and two panels, segmented rows, part-filled panels, both kinds of
+        /// start and the clamp (NaN kept).
         #[test]
         fn tall_tiles_match_six_row_tiles(
             (seg, segs) in (1usize..12, 1usize..4),
@@ -779,51 +932,104 @@ mod tests {
                 (Just(true), NR + 1..=2 * NR),
             ],
             with_start in any::<bool>(),
+            clamp in prop_oneof![Just(None), Just(Some((-0.5f32, 0.75f32)))],
             seed in any::<u32>(),
         ) {
-            let (Some((tall, tall_wide)), Some(six_wide)) = (tall_kernels(), wide_kernel()) else {
-                return Ok(());
-            };
+            for isa in levels() {
+                let Kernels { micro, wide: Some(six_wide), tall: Some((tall, tall_wide)) } =
+                    kernels_for(isa) else { continue };
+                let kc = seg * segs;
+                let val = |i: usize, s: u32| {
+                    let v = (i as u32).wrapping_mul(2654435761).wrapping_add(s) >> 9;
+                    (v % 20011) as f32 / 7919.0 - 1.3
+                };
+                // Row r's segment t starts at r * 3 + t * pitch, pitch = seg + 5.
+                let pitch = seg + 5;
+                let mut a: Vec<f32> =
+                    (0..TR * 3 + segs * pitch + seg).map(|i| val(i, seed)).collect();
+                a[seed as usize % (TR * 3)] = f32::NAN;
+                let b: Vec<f32> = (0..2 * kc * NR).map(|i| val(i, !seed)).collect();
+                let (b0, b1) = b.split_at(kc * NR);
+                let z: [f32; 2 * NR] = std::array::from_fn(|i| val(i, seed ^ 77));
+                let rsc = 2 * NR;
+                let c0: Vec<f32> = (0..TR * rsc).map(|i| val(i, seed ^ 5)).collect();
+                let zeros = vec![0.0f32; kc];
+                let row = |r: usize| (&a[r * 3..], pitch);
+                let mut want = c0.clone();
+                for half in 0..2 {
+                    let a = tile_rows(&zeros, seg, MR, |r| row(half * MR + r));
+                    let c = &mut want[half * MR * rsc..];
+                    if wide {
+                        six_wide(WideTile {
+                            a, b: [b0, b1], c, rsc, rows: MR, cols,
+                            start: with_start.then_some(&z), clamp,
+                        });
+                    } else {
+                        micro(Tile {
+                            a, b: b0, c, rsc, rows: MR, cols,
+                            start: with_start.then_some(&z[..NR]), clamp,
+                        });
+                    }
+                }
+                let mut got = c0.clone();
+                let a = tile_rows(&zeros, seg, TR, row);
+                let start = with_start.then_some(&z[..]);
+                if wide {
+                    tall_wide(TallTile { a, b: [b0, b1], c: &mut got, rsc, cols, start, clamp });
+                } else {
+                    tall(TallTile { a, b: [b0], c: &mut got, rsc, cols, start, clamp });
+                }
+                let same = got.iter().zip(&want).all(|(g, w)| g.to_bits() == w.to_bits());
+                prop_assert!(same, "{}", isa.name());
+            }
+        }
+    }
+
+    /// The six-row body in plain Rust with `f32::mul_add`: the vector kernels' arithmetic
+    /// (one rounding per multiply-add), without vector code.
+    fn micro_fused(t: Tile<'_>) {
+        micro_body!(t, |x: f32, y: f32, s: f32| x.mul_add(y, s))
+    }
+
+    proptest! {
+        /// Every level's six-row kernel gives the bits of the plain body with fused
+        /// multiply-adds: part-filled tiles and panels, segmented rows, both kinds of
+        /// start, the clamp (NaN kept).
+        #[test]
+        fn six_row_tiles_match_the_fused_plain_body(
+            (seg, segs) in (1usize..12, 1usize..4),
+            rows in 1usize..=MR,
+            cols in 1usize..=NR,
+            with_start in any::<bool>(),
+            clamp in prop_oneof![Just(None), Just(Some((-0.5f32, 0.75f32)))],
+            seed in any::<u32>(),
+        ) {
             let kc = seg * segs;
             let val = |i: usize, s: u32| {
                 let v = (i as u32).wrapping_mul(2654435761).wrapping_add(s) >> 9;
                 (v % 20011) as f32 / 7919.0 - 1.3
             };
-            // Row r's segment t starts at r * 3 + t * pitch, pitch = seg + 5.
             let pitch = seg + 5;
-            let a: Vec<f32> = (0..TR * 3 + segs * pitch + seg).map(|i| val(i, seed)).collect();
-            let b: Vec<f32> = (0..2 * kc * NR).map(|i| val(i, !seed)).collect();
-            let (b0, b1) = b.split_at(kc * NR);
-            let z: [f32; 2 * NR] = std::array::from_fn(|i| val(i, seed ^ 77));
-            let rsc = 2 * NR;
-            let c0: Vec<f32> = (0..TR * rsc).map(|i| val(i, seed ^ 5)).collect();
+            let mut a: Vec<f32> = (0..MR * 3 + segs * pitch + seg).map(|i| val(i, seed)).collect();
+            a[seed as usize % (MR * 3)] = f32::NAN;
+            let b: Vec<f32> = (0..kc * NR).map(|i| val(i, !seed)).collect();
+            let z: [f32; NR] = std::array::from_fn(|i| val(i, seed ^ 77));
+            let rsc = NR + 3;
+            let c0: Vec<f32> = (0..MR * rsc).map(|i| val(i, seed ^ 5)).collect();
             let zeros = vec![0.0f32; kc];
             let row = |r: usize| (&a[r * 3..], pitch);
+            let tile = |c: &mut [f32], micro: Micro| {
+                let a = tile_rows(&zeros, seg, rows, row);
+                micro(Tile { a, b: &b, c, rsc, rows, cols, start: with_start.then_some(&z[..]), clamp });
+            };
             let mut want = c0.clone();
-            for half in 0..2 {
-                let a = tile_rows(&zeros, seg, MR, |r| row(half * MR + r));
-                let c = &mut want[half * MR * rsc..];
-                if wide {
-                    six_wide(WideTile {
-                        a, b: [b0, b1], c, rsc, rows: MR, cols,
-                        start: with_start.then_some(&z),
-                    });
-                } else {
-                    micro_kernel()(Tile {
-                        a, b: b0, c, rsc, rows: MR, cols,
-                        start: with_start.then_some(&z[..NR]),
-                    });
-                }
+            tile(&mut want, micro_fused);
+            for isa in levels().into_iter().filter(|&l| l > Isa::Scalar) {
+                let mut got = c0.clone();
+                tile(&mut got, kernels_for(isa).micro);
+                let same = got.iter().zip(&want).all(|(g, w)| g.to_bits() == w.to_bits());
+                prop_assert!(same, "{}", isa.name());
             }
-            let mut got = c0.clone();
-            let a = tile_rows(&zeros, seg, TR, row);
-            let start = with_start.then_some(&z[..]);
-            if wide {
-                tall_wide(TallTile { a, b: [b0, b1], c: &mut got, rsc, cols, start });
-            } else {
-                tall(TallTile { a, b: [b0], c: &mut got, rsc, cols, start });
-            }
-            prop_assert!(got.iter().zip(&want).all(|(g, w)| g.to_bits() == w.to_bits()));
         }
     }
 
@@ -849,6 +1055,7 @@ mod tests {
             },
             short,
             m,
+            None,
             None
         )
         .is_err());

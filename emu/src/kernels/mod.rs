@@ -751,6 +751,12 @@ impl Activation {
         }
     }
 
+    /// The clamp range, or `None` for no activation (what a kernel that clamps in its
+    /// store takes).
+    pub(crate) fn clamp(self) -> Option<(f32, f32)> {
+        (self != Activation::None).then(|| self.range())
+    }
+
     /// Applies the activation to one value (NaN passes through).
     #[inline]
     pub fn apply(self, x: f32) -> f32 {

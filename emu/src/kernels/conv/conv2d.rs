@@ -173,14 +173,14 @@ fn conv2d_f32_with(p: &Conv2d, a: ConvArgs<'_>, packed: bool) -> Result<()> {
                 rs: c,
                 cs: 1,
             };
-            gemm_packed(m, a, wmat, MatMut { data: dst, rs: o }, Some(bias))?;
+            let c = MatMut { data: dst, rs: o };
+            gemm_packed(m, a, wmat, c, Some(bias), p.act.clamp())?;
         } else {
             // Windows are read in place where the whole depth is one GEMM block and the
             // filter's rows are contiguous runs of the image (dilation 1).
             let in_place = k <= KC && dh == 1 && dw == 1;
-            conv_tiles(&g, o, src, dst, wmat, bias, in_place)?;
+            conv_tiles(&g, o, src, dst, wmat, bias, p.act, in_place)?;
         }
-        p.act.apply_slice(dst);
         Ok(())
     })
 }
@@ -189,7 +189,9 @@ fn conv2d_f32_with(p: &Conv2d, a: ConvArgs<'_>, packed: bool) -> Result<()> {
 /// `in_place`, a pixel whose window lies inside the image is A's row as it stands: `kh`
 /// segments of `kw * c` floats, an image row apart; only windows reaching into the padding
 /// are copied (into im2col rows). Else every pixel gets an im2col row. Either way each
-/// output sums the same products in the same order, so the bits are the same.
+/// output sums the same products in the same order, so the bits are the same. The GEMM
+/// applies `act` in its store.
+#[allow(clippy::too_many_arguments)]
 fn conv_tiles(
     g: &ConvGeometry,
     o: usize,
@@ -197,6 +199,7 @@ fn conv_tiles(
     dst: &mut [f32],
     wmat: Packed<'_>,
     bias: &[f32],
+    act: Activation,
     in_place: bool,
 ) -> Result<()> {
     let (n, h, w, c) = (g.batches, g.in_h, g.in_w, g.in_c);
@@ -247,7 +250,7 @@ fn conv_tiles(
                     rows: &a,
                     seg: kw * c,
                 };
-                gemm_packed_rows(a, wmat, cm, Some(bias))?;
+                gemm_packed_rows(a, wmat, cm, Some(bias), act.clamp())?;
             } else {
                 for (r, row) in scratch.chunks_exact_mut(k).take(rows).enumerate() {
                     im2col_row(g, img, (p0 + r) / ow, (p0 + r) % ow, row);
@@ -257,7 +260,7 @@ fn conv_tiles(
                     rs: k,
                     cs: 1,
                 };
-                gemm_packed(rows, a, wmat, cm, Some(bias))?;
+                gemm_packed(rows, a, wmat, cm, Some(bias), act.clamp())?;
             }
             p0 += rows;
         }
@@ -320,6 +323,7 @@ mod tests {
             (n, h, w, c, o) in (1usize..3, 1usize..10, 1usize..10, 1usize..9, 1usize..41),
             (kh, kw, sh, sw) in (1usize..6, 1usize..6, 1usize..4, 1usize..4),
             (pt, pb, pl, pr) in (0usize..3, 0usize..3, 0usize..3, 0usize..3),
+            act in prop_oneof![Just(Activation::None), Just(Activation::Relu1)],
             seed in any::<u32>(),
         ) {
             prop_assume!(h + pt + pb >= kh && w + pl + pr >= kw);
@@ -348,8 +352,8 @@ mod tests {
             let wmat = Packed { data: &panels, k, n: o };
             let len = n * g.out_h * g.out_w * o;
             let (mut want, mut got) = (vec![f32::NAN; len], vec![f32::NAN; len]);
-            conv_tiles(&g, o, &x, &mut want, wmat, &bias, false).unwrap();
-            conv_tiles(&g, o, &x, &mut got, wmat, &bias, true).unwrap();
+            conv_tiles(&g, o, &x, &mut want, wmat, &bias, act, false).unwrap();
+            conv_tiles(&g, o, &x, &mut got, wmat, &bias, act, true).unwrap();
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             prop_assert_eq!(bits(&want), bits(&got));
         }

@@ -134,8 +134,8 @@ pub(crate) fn depthwise_f32(p: &DepthwiseConv2d, a: ConvArgs<'_>) -> Result<()> 
         if oc == 0 {
             return Ok(());
         }
-        // Narrow rows are mostly border pixels, which the AVX-512 kernel sums one at a
-        // time: measured, it only wins from 16 output columns on.
+        // Narrow rows are mostly border pixels, which the vector kernel sums one at a
+        // time: measured (AVX-512), it only wins from 16 output columns on.
         let simd = if mult == 1 && g.out_w >= 16 {
             depthwise_simd::kernel()
         } else {
@@ -148,7 +148,9 @@ pub(crate) fn depthwise_f32(p: &DepthwiseConv2d, a: ConvArgs<'_>) -> Result<()> 
                 dst: &mut *dst,
                 filter: f.data,
                 bias,
+                act: p.act,
             });
+            return Ok(());
         } else if mult == 1 && g.stride_w == 1 && g.dilation_w == 1 {
             vectorized(DepthwiseRows::new(&g, src, dst, f.data, bias));
         } else {
@@ -167,7 +169,7 @@ pub(crate) fn depthwise_f32(p: &DepthwiseConv2d, a: ConvArgs<'_>) -> Result<()> 
     })
 }
 
-/// The portable per-pixel loops with multiplier 1 (what the AVX-512 kernel must equal).
+/// The portable per-pixel loops with multiplier 1 (what the vector kernels must equal).
 #[cfg(test)]
 pub(crate) fn pixels_f32(
     g: &ConvGeometry,

@@ -1,18 +1,21 @@
-//! The float32 depthwise convolution with multiplier 1 written with AVX-512F intrinsics:
-//! 16 channels per register, the sums of up to eight output pixels of a row held in
-//! registers across all the taps, so each tap costs one weight load and, per pixel, one
-//! input load and a fused multiply-add (no accumulator traffic through memory). The
-//! compiler did not find this blocking in plain Rust (it mixed vector widths and spilled).
+//! The float32 depthwise convolution with multiplier 1 written with vector intrinsics, in
+//! two builds from one body: AVX-512F (16 channels per register) and AVX2 + FMA (8). The
+//! sums of up to eight output pixels of a row are held in registers across all the taps,
+//! so each tap costs one weight load and, per pixel, one input load and a fused
+//! multiply-add (no accumulator traffic through memory); the fused activation's clamp is
+//! applied in the store. The compiler did not find this blocking in plain Rust (it mixed
+//! vector widths and spilled).
 //!
 //! Each sum is the bias, then `input * weight` added tap by tap in filter order, skipping
 //! taps outside the input, each as one fused multiply-add (one rounding): the same
 //! operations in the same order as the portable loops (`f32::mul_add`), so the bits are
-//! the same on every CPU. Channels past the last multiple of 16 go through masked loads and
-//! stores.
+//! the same on every CPU; the clamp is [`Activation::apply`]'s (NaN passes through).
+//! Channels past the last whole register go through masked loads and stores.
 
 use crate::kernels::qconv::ConvGeometry;
+use crate::kernels::Activation;
 
-/// One depthwise convolution with multiplier 1 in NHWC, before the activation.
+/// One depthwise convolution with multiplier 1 in NHWC, its activation applied.
 pub(crate) struct Args<'a> {
     /// The geometry; `in_c` is also the output channel count.
     pub(crate) g: &'a ConvGeometry,
@@ -24,24 +27,33 @@ pub(crate) struct Args<'a> {
     pub(crate) filter: &'a [f32],
     /// The bias, `[in_c]`.
     pub(crate) bias: &'a [f32],
+    /// The fused activation, applied to each sum as it is stored.
+    pub(crate) act: Activation,
 }
 
 /// A depthwise kernel: one [`Args`].
 pub(crate) type Depthwise = fn(Args<'_>);
 
-/// The AVX-512 kernel, where the CPU has AVX-512 and `VNPU_ISA` allows it (chosen once); else `None`, and the
-/// caller runs the portable loops.
+/// The widest kernel the CPU has and `VNPU_ISA` allows (AVX-512, else AVX2; chosen once);
+/// `None` without either, and the caller runs the portable loops.
 pub(crate) fn kernel() -> Option<Depthwise> {
     static CHOSEN: std::sync::OnceLock<Option<Depthwise>> = std::sync::OnceLock::new();
-    *CHOSEN.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if crate::kernels::isa::isa() >= crate::kernels::isa::Isa::Avx512 {
-                return Some(x86::avx512 as Depthwise);
-            }
+    *CHOSEN.get_or_init(|| kernel_for(crate::kernels::isa::isa()))
+}
+
+/// The kernel for instruction-set level `isa` (which the CPU must have), if any.
+fn kernel_for(isa: crate::kernels::isa::Isa) -> Option<Depthwise> {
+    use crate::kernels::isa::Isa;
+    #[cfg(target_arch = "x86_64")]
+    {
+        match isa {
+            Isa::Avx512 | Isa::Avx512Vnni => return Some(x86::avx512 as Depthwise),
+            Isa::Avx2 => return Some(x86::avx2 as Depthwise),
+            Isa::Scalar => {}
         }
-        None
-    })
+    }
+    let _ = isa;
+    None
 }
 
 /// The output columns `[x0, x1)` whose every tap lies inside the input row.
@@ -57,164 +69,341 @@ fn interior(g: &ConvGeometry) -> (usize, usize) {
     (x0, x1.max(x0))
 }
 
+/// The kernel's loops over the vector primitives of module `$v` (`LANES`, `V`, `Mask`,
+/// `mask`, `load`, `load_ptr`, `splat`, `fma`, `clamp`, `store`), built with `$feat`.
 #[cfg(target_arch = "x86_64")]
-mod x86 {
-    use super::{interior, Args};
-    use crate::kernels::qconv::ConvGeometry;
-    use std::arch::x86_64::*;
+macro_rules! depthwise_body {
+    ($v:ident, $feat:literal) => {
+        use super::super::{interior, Args};
+        use super::$v::{clamp, fma, load, load_ptr, mask, splat, store, Mask, LANES, V};
+        use crate::kernels::qconv::ConvGeometry;
 
-    /// What every pixel of one output row shares.
-    struct Row<'a> {
-        g: &'a ConvGeometry,
-        /// The batch's input image, `[in_h, in_w, in_c]`.
-        img: &'a [f32],
-        filter: &'a [f32],
-        bias: &'a [f32],
-        oy: usize,
-    }
-
-    impl Row<'_> {
-        /// The input row tap row `ky` reads, if it lies inside the input.
-        #[inline(always)]
-        fn input(&self, ky: usize) -> Option<&[f32]> {
-            let g = self.g;
-            let iy = (self.oy * g.stride_h + ky * g.dilation_h).checked_sub(g.pad_top)?;
-            let len = g.in_w * g.in_c;
-            (iy < g.in_h).then(|| &self.img[iy * len..][..len])
+        /// What every pixel of one output row shares.
+        struct Row<'a> {
+            g: &'a ConvGeometry,
+            /// The batch's input image, `[in_h, in_w, in_c]`.
+            img: &'a [f32],
+            filter: &'a [f32],
+            bias: &'a [f32],
+            oy: usize,
+            /// The activation's clamp, if it has one.
+            clamp: Option<(V, V)>,
         }
-    }
 
-    /// The lanes of the 16-channel block starting at `cb` that hold channels.
-    #[inline(always)]
-    fn block_mask(c: usize, cb: usize) -> __mmask16 {
-        let n = (c - cb).min(16);
-        ((1u32 << n) - 1) as __mmask16
-    }
+        impl Row<'_> {
+            /// The input row tap row `ky` reads, if it lies inside the input.
+            #[inline(always)]
+            fn input(&self, ky: usize) -> Option<&[f32]> {
+                let g = self.g;
+                let iy = (self.oy * g.stride_h + ky * g.dilation_h).checked_sub(g.pad_top)?;
+                let len = g.in_w * g.in_c;
+                (iy < g.in_h).then(|| &self.img[iy * len..][..len])
+            }
 
-    /// Loads the block of `s` at `at` (lanes outside `mask` read as zero, not touched).
-    #[target_feature(enable = "avx512f")]
-    #[inline]
-    fn load(s: &[f32], at: usize, mask: __mmask16) -> __m512 {
-        assert!(at + mask.count_ones() as usize <= s.len());
-        // SAFETY: the lanes `mask` selects are its low ones (`block_mask`), in bounds as
-        // just checked; masked-off lanes are not accessed.
-        unsafe { _mm512_maskz_loadu_ps(mask, s.as_ptr().add(at)) }
-    }
+            /// Stores sum `a` (clamped) at `at` of `out`, `m`'s lanes only.
+            #[target_feature(enable = $feat)]
+            #[inline]
+            fn put(&self, out: &mut [f32], at: usize, m: Mask, a: V) {
+                let a = match self.clamp {
+                    Some((lo, hi)) => clamp(a, lo, hi),
+                    None => a,
+                };
+                store(out, at, m, a);
+            }
+        }
 
-    /// Sums `N` adjacent output pixels from `ox` on, all in the row's interior (every tap
-    /// inside the input), into `out` (the row's output).
-    #[target_feature(enable = "avx512f")]
-    #[inline]
-    fn group<const N: usize>(r: &Row<'_>, out: &mut [f32], ox: usize) {
-        let g = r.g;
-        let (c, w, kh, kw) = (g.in_c, g.in_w, g.filter_h, g.filter_w);
-        let (sw, dw, pl) = (g.stride_w, g.dilation_w, g.pad_left);
-        // The input columns the group reads run from `first` to `last`: the pointer
-        // arithmetic below stays inside each input row.
-        let first = ox * sw - pl;
-        let last = (ox + N - 1) * sw + (kw - 1) * dw - pl;
-        assert!(last < w);
-        let out = &mut out[ox * c..][..N * c];
-        for cb in (0..c).step_by(16) {
-            let mask = block_mask(c, cb);
-            let mut acc = [load(r.bias, cb, mask); N];
-            for ky in 0..kh {
-                let Some(row) = r.input(ky) else { continue };
-                for kx in 0..kw {
-                    let wv = load(r.filter, (ky * kw + kx) * c + cb, mask);
-                    let at = (first + kx * dw) * c + cb;
-                    for (p, a) in acc.iter_mut().enumerate() {
-                        // Pixel `p` reads input column `first + kx * dw + p * sw`, at most
-                        // `last < w`, channels `cb..` that `mask` keeps below `c`.
-                        // SAFETY: so the load stays inside `row` (`w * c` floats).
-                        let x = unsafe {
-                            _mm512_maskz_loadu_ps(mask, row.as_ptr().add(at + p * sw * c))
-                        };
-                        *a = _mm512_fmadd_ps(x, wv, *a);
+        /// Sums `N` adjacent output pixels from `ox` on, all in the row's interior (every
+        /// tap inside the input), into `out` (the row's output).
+        #[target_feature(enable = $feat)]
+        #[inline]
+        fn group<const N: usize>(r: &Row<'_>, out: &mut [f32], ox: usize) {
+            let g = r.g;
+            let (c, w, kh, kw) = (g.in_c, g.in_w, g.filter_h, g.filter_w);
+            let (sw, dw, pl) = (g.stride_w, g.dilation_w, g.pad_left);
+            // The input columns the group reads run from `first` to `last`: the pointer
+            // arithmetic below stays inside each input row.
+            let first = ox * sw - pl;
+            let last = (ox + N - 1) * sw + (kw - 1) * dw - pl;
+            assert!(last < w);
+            let out = &mut out[ox * c..][..N * c];
+            for cb in (0..c).step_by(LANES) {
+                let m = mask(c, cb);
+                let mut acc = [load(r.bias, cb, m); N];
+                for ky in 0..kh {
+                    let Some(row) = r.input(ky) else { continue };
+                    for kx in 0..kw {
+                        let wv = load(r.filter, (ky * kw + kx) * c + cb, m);
+                        let at = (first + kx * dw) * c + cb;
+                        for (p, a) in acc.iter_mut().enumerate() {
+                            // Pixel `p` reads input column `first + kx * dw + p * sw`, at
+                            // most `last < w`, channels `cb..` that `m` keeps below `c`.
+                            // SAFETY: so the load stays inside `row` (`w * c` floats).
+                            let x = unsafe { load_ptr(row.as_ptr().add(at + p * sw * c), m) };
+                            *a = fma(x, wv, *a);
+                        }
                     }
                 }
-            }
-            for (p, &a) in acc.iter().enumerate() {
-                let at = p * c + cb;
-                assert!(at + mask.count_ones() as usize <= out.len());
-                // SAFETY: in bounds as just checked; only `mask`'s lanes are written.
-                unsafe { _mm512_mask_storeu_ps(out.as_mut_ptr().add(at), mask, a) };
-            }
-        }
-    }
-
-    /// Sums output pixel `ox` of the row into `out`, skipping the taps outside the input.
-    #[target_feature(enable = "avx512f")]
-    #[inline]
-    fn pixel(r: &Row<'_>, out: &mut [f32], ox: usize) {
-        let g = r.g;
-        let (c, w, kh, kw) = (g.in_c, g.in_w, g.filter_h, g.filter_w);
-        let out = &mut out[ox * c..][..c];
-        for cb in (0..c).step_by(16) {
-            let mask = block_mask(c, cb);
-            let mut acc = load(r.bias, cb, mask);
-            for ky in 0..kh {
-                let Some(row) = r.input(ky) else { continue };
-                for kx in 0..kw {
-                    let ix = (ox * g.stride_w + kx * g.dilation_w).wrapping_sub(g.pad_left);
-                    if ix >= w {
-                        continue;
-                    }
-                    let x = load(row, ix * c + cb, mask);
-                    let wv = load(r.filter, (ky * kw + kx) * c + cb, mask);
-                    acc = _mm512_fmadd_ps(x, wv, acc);
+                for (p, &a) in acc.iter().enumerate() {
+                    r.put(out, p * c + cb, m, a);
                 }
             }
-            assert!(cb + mask.count_ones() as usize <= out.len());
-            // SAFETY: in bounds as just checked; only `mask`'s lanes are written.
-            unsafe { _mm512_mask_storeu_ps(out.as_mut_ptr().add(cb), mask, acc) };
         }
-    }
 
-    #[target_feature(enable = "avx512f")]
-    fn run_avx512(a: Args<'_>) {
-        let Args {
-            g,
-            src,
-            dst,
-            filter,
-            bias,
-        } = a;
-        let (h, w, c, oh, ow) = (g.in_h, g.in_w, g.in_c, g.out_h, g.out_w);
-        if ow * c == 0 || oh == 0 {
-            return;
+        /// Sums output pixel `ox` of the row into `out`, skipping the taps outside the
+        /// input (those of columns `kx` outside the range found first).
+        #[target_feature(enable = $feat)]
+        #[inline]
+        fn pixel(r: &Row<'_>, out: &mut [f32], ox: usize) {
+            let g = r.g;
+            let (c, w, kh, kw) = (g.in_c, g.in_w, g.filter_h, g.filter_w);
+            let (dw, base) = (g.dilation_w, ox * g.stride_w);
+            // The taps `kx` whose column `base + kx * dw - pad_left` lies in `[0, w)`.
+            let kx0 = g.pad_left.saturating_sub(base).div_ceil(dw).min(kw);
+            let kx1 = match (w + g.pad_left).checked_sub(base + 1) {
+                Some(reach) => (reach / dw + 1).min(kw),
+                None => 0,
+            };
+            let out = &mut out[ox * c..][..c];
+            for cb in (0..c).step_by(LANES) {
+                let m = mask(c, cb);
+                let mut acc = load(r.bias, cb, m);
+                for ky in 0..kh {
+                    let Some(row) = r.input(ky) else { continue };
+                    for kx in kx0..kx1 {
+                        let ix = base + kx * dw - g.pad_left;
+                        let x = load(row, ix * c + cb, m);
+                        let wv = load(r.filter, (ky * kw + kx) * c + cb, m);
+                        acc = fma(x, wv, acc);
+                    }
+                }
+                r.put(out, cb, m, acc);
+            }
         }
-        let (filter, bias) = (&filter[..g.filter_h * g.filter_w * c], &bias[..c]);
-        let (x0, x1) = interior(g);
-        for (row, out) in dst.chunks_exact_mut(ow * c).enumerate() {
-            let (b, oy) = (row / oh, row % oh);
-            let img = &src[b * h * w * c..][..h * w * c];
-            let r = Row {
+
+        #[target_feature(enable = $feat)]
+        pub(in super::super) fn run(a: Args<'_>) {
+            let Args {
                 g,
-                img,
+                src,
+                dst,
                 filter,
                 bias,
-                oy,
-            };
-            let mut ox = 0;
-            while ox < ow {
-                if ox >= x0 && ox + 8 <= x1 {
-                    group::<8>(&r, out, ox);
-                    ox += 8;
-                } else if ox >= x0 && ox + 4 <= x1 {
-                    group::<4>(&r, out, ox);
-                    ox += 4;
-                } else {
-                    pixel(&r, out, ox);
-                    ox += 1;
+                act,
+            } = a;
+            let (h, w, c, oh, ow) = (g.in_h, g.in_w, g.in_c, g.out_h, g.out_w);
+            if ow * c == 0 || oh == 0 {
+                return;
+            }
+            let (filter, bias) = (&filter[..g.filter_h * g.filter_w * c], &bias[..c]);
+            let clamp = (act != crate::kernels::Activation::None).then(|| {
+                let (lo, hi) = act.range();
+                (splat(lo), splat(hi))
+            });
+            let (x0, x1) = interior(g);
+            for (row, out) in dst.chunks_exact_mut(ow * c).enumerate() {
+                let (b, oy) = (row / oh, row % oh);
+                let img = &src[b * h * w * c..][..h * w * c];
+                let r = Row {
+                    g,
+                    img,
+                    filter,
+                    bias,
+                    oy,
+                    clamp,
+                };
+                let mut ox = 0;
+                while ox < ow {
+                    if ox >= x0 && ox + 8 <= x1 {
+                        group::<8>(&r, out, ox);
+                        ox += 8;
+                    } else if ox >= x0 && ox + 4 <= x1 {
+                        group::<4>(&r, out, ox);
+                        ox += 4;
+                    } else if ox >= x0 && ox + 2 <= x1 {
+                        group::<2>(&r, out, ox);
+                        ox += 2;
+                    } else if ox >= x0 && ox < x1 {
+                        group::<1>(&r, out, ox);
+                        ox += 1;
+                    } else {
+                        pixel(&r, out, ox);
+                        ox += 1;
+                    }
                 }
             }
         }
+    };
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::Args;
+
+    /// AVX-512F primitives: 16 lanes, bit masks.
+    mod v512 {
+        use std::arch::x86_64::*;
+
+        pub(super) const LANES: usize = 16;
+        pub(super) type V = __m512;
+
+        /// The low lanes of a block that hold channels.
+        #[derive(Clone, Copy)]
+        pub(super) struct Mask(__mmask16);
+
+        /// The lanes of the block starting at channel `cb` (of `c`) that hold channels.
+        #[inline(always)]
+        pub(super) fn mask(c: usize, cb: usize) -> Mask {
+            let n = (c - cb).min(LANES);
+            Mask(((1u32 << n) - 1) as __mmask16)
+        }
+
+        /// Loads `m`'s lanes from `p` (the others read as zero, not touched).
+        ///
+        /// # Safety
+        /// `m`'s lanes from `p` on must be readable.
+        #[target_feature(enable = "avx512f")]
+        #[inline]
+        pub(super) unsafe fn load_ptr(p: *const f32, m: Mask) -> V {
+            // SAFETY: the caller's promise.
+            unsafe { _mm512_maskz_loadu_ps(m.0, p) }
+        }
+
+        /// Loads the block of `s` at `at`, `m`'s lanes.
+        #[target_feature(enable = "avx512f")]
+        #[inline]
+        pub(super) fn load(s: &[f32], at: usize, m: Mask) -> V {
+            assert!(at + m.0.count_ones() as usize <= s.len());
+            // SAFETY: `m`'s lanes are its low ones, in bounds as just checked.
+            unsafe { load_ptr(s.as_ptr().add(at), m) }
+        }
+
+        /// Stores `m`'s lanes of `v` at `at` of `s`.
+        #[target_feature(enable = "avx512f")]
+        #[inline]
+        pub(super) fn store(s: &mut [f32], at: usize, m: Mask, v: V) {
+            assert!(at + m.0.count_ones() as usize <= s.len());
+            // SAFETY: in bounds as just checked; only `m`'s (low) lanes are written.
+            unsafe { _mm512_mask_storeu_ps(s.as_mut_ptr().add(at), m.0, v) }
+        }
+
+        #[target_feature(enable = "avx512f")]
+        #[inline]
+        pub(super) fn splat(x: f32) -> V {
+            _mm512_set1_ps(x)
+        }
+
+        #[target_feature(enable = "avx512f")]
+        #[inline]
+        pub(super) fn fma(x: V, w: V, a: V) -> V {
+            _mm512_fmadd_ps(x, w, a)
+        }
+
+        /// `v` clamped to `[lo, hi]`, NaN kept (max and min return their second operand
+        /// when one is NaN).
+        #[target_feature(enable = "avx512f")]
+        #[inline]
+        pub(super) fn clamp(v: V, lo: V, hi: V) -> V {
+            _mm512_min_ps(hi, _mm512_max_ps(lo, v))
+        }
+    }
+
+    /// AVX2 + FMA primitives: 8 lanes, masks as lane vectors (a whole block unmasked).
+    mod v256 {
+        use std::arch::x86_64::*;
+
+        pub(super) const LANES: usize = 8;
+        pub(super) type V = __m256;
+
+        /// How many low lanes of a block hold channels, and the lane mask saying so.
+        #[derive(Clone, Copy)]
+        pub(super) struct Mask(usize, __m256i);
+
+        /// The lanes of the block starting at channel `cb` (of `c`) that hold channels.
+        #[target_feature(enable = "avx2")]
+        #[inline]
+        pub(super) fn mask(c: usize, cb: usize) -> Mask {
+            let n = (c - cb).min(LANES);
+            let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+            Mask(n, _mm256_cmpgt_epi32(_mm256_set1_epi32(n as i32), lanes))
+        }
+
+        /// Loads `m`'s lanes from `p` (the others read as zero, not touched).
+        ///
+        /// # Safety
+        /// `m`'s lanes from `p` on must be readable.
+        #[target_feature(enable = "avx2")]
+        #[inline]
+        pub(super) unsafe fn load_ptr(p: *const f32, m: Mask) -> V {
+            if m.0 == LANES {
+                // SAFETY: the caller's promise (all eight lanes).
+                unsafe { _mm256_loadu_ps(p) }
+            } else {
+                // SAFETY: the caller's promise; masked-off lanes are not accessed.
+                unsafe { _mm256_maskload_ps(p, m.1) }
+            }
+        }
+
+        /// Loads the block of `s` at `at`, `m`'s lanes.
+        #[target_feature(enable = "avx2")]
+        #[inline]
+        pub(super) fn load(s: &[f32], at: usize, m: Mask) -> V {
+            assert!(at + m.0 <= s.len());
+            // SAFETY: `m`'s lanes are its low ones, in bounds as just checked.
+            unsafe { load_ptr(s.as_ptr().add(at), m) }
+        }
+
+        /// Stores `m`'s lanes of `v` at `at` of `s`.
+        #[target_feature(enable = "avx2")]
+        #[inline]
+        pub(super) fn store(s: &mut [f32], at: usize, m: Mask, v: V) {
+            assert!(at + m.0 <= s.len());
+            let p = s[at..].as_mut_ptr();
+            if m.0 == LANES {
+                // SAFETY: eight floats in bounds as just checked.
+                unsafe { _mm256_storeu_ps(p, v) }
+            } else {
+                // SAFETY: in bounds as just checked; only `m`'s (low) lanes are written.
+                unsafe { _mm256_maskstore_ps(p, m.1, v) }
+            }
+        }
+
+        #[target_feature(enable = "avx2")]
+        #[inline]
+        pub(super) fn splat(x: f32) -> V {
+            _mm256_set1_ps(x)
+        }
+
+        #[target_feature(enable = "avx2,fma")]
+        #[inline]
+        pub(super) fn fma(x: V, w: V, a: V) -> V {
+            _mm256_fmadd_ps(x, w, a)
+        }
+
+        /// `v` clamped to `[lo, hi]`, NaN kept (max and min return their second operand
+        /// when one is NaN).
+        #[target_feature(enable = "avx2")]
+        #[inline]
+        pub(super) fn clamp(v: V, lo: V, hi: V) -> V {
+            _mm256_min_ps(hi, _mm256_max_ps(lo, v))
+        }
+    }
+
+    mod k512 {
+        depthwise_body!(v512, "avx512f");
+    }
+
+    mod k256 {
+        depthwise_body!(v256, "avx2,fma");
     }
 
     pub(super) fn avx512(a: Args<'_>) {
-        // SAFETY: chosen by `kernel` only where the CPU has AVX-512F.
-        unsafe { run_avx512(a) }
+        // SAFETY: chosen by `kernel_for` only where the CPU has AVX-512F.
+        unsafe { k512::run(a) }
+    }
+
+    pub(super) fn avx2(a: Args<'_>) {
+        // SAFETY: chosen by `kernel_for` only where the CPU has AVX2 and FMA.
+        unsafe { k256::run(a) }
     }
 }
 
@@ -222,23 +411,28 @@ mod x86 {
 mod tests {
     use super::*;
     use crate::kernels::conv::depthwise::pixels_f32;
+    use crate::kernels::isa::{detected, Isa};
     use proptest::prelude::*;
 
     proptest! {
         #![proptest_config(crate::kernels::proptest_config(96))]
 
-        /// The AVX-512 kernel gives bit-identical results to the portable per-pixel loop:
-        /// channels below, at and past 16-lane blocks, strides, dilations, padding on every
-        /// side, batches.
+        /// Every vector kernel the CPU can run (AVX2, AVX-512) gives bit-identical results
+        /// to the portable per-pixel loop then the activation: channels below, at and past
+        /// whole registers, strides, dilations, padding on every side, batches, every
+        /// activation (NaN inputs included).
         #[test]
-        fn avx512_matches_pixels_exactly(
+        fn simd_kernels_match_pixels_exactly(
             (n, h, w) in (1usize..3, 1usize..7, 1usize..30),
             c in prop_oneof![1usize..17, Just(17usize), Just(35usize), 30usize..70],
-            (kh, kw, sh, sw, dh, dw) in (1usize..4, 1usize..4, 1usize..3, 1usize..3, 1usize..3, 1usize..3),
+            (kh, kw, sh, sw, dh, dw) in (1usize..6, 1usize..6, 1usize..3, 1usize..3, 1usize..3, 1usize..3),
             (pt, pl, pb, pr) in (0usize..3, 0usize..3, 0usize..3, 0usize..3),
+            act in prop_oneof![
+                Just(Activation::None), Just(Activation::Relu),
+                Just(Activation::Relu1), Just(Activation::Relu6),
+            ],
             seed in any::<u32>(),
         ) {
-            let Some(k) = kernel() else { return Ok(()) };
             prop_assume!(h + pt + pb > (kh - 1) * dh && w + pl + pr > (kw - 1) * dw);
             let oh = (h + pt + pb - (kh - 1) * dh - 1) / sh + 1;
             let ow = (w + pl + pr - (kw - 1) * dw - 1) / sw + 1;
@@ -250,14 +444,24 @@ mod tests {
             let val = |i: usize, md: u32| {
                 ((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 7) % md
             };
-            let x: Vec<f32> = (0..n * h * w * c).map(|i| val(i, 97) as f32 * 0.013 - 0.6).collect();
+            let mut x: Vec<f32> =
+                (0..n * h * w * c).map(|i| val(i, 97) as f32 * 0.1 - 4.8).collect();
+            if seed % 4 == 0 {
+                let at = seed as usize % x.len();
+                x[at] = f32::NAN;
+            }
             let f: Vec<f32> = (0..kh * kw * c).map(|i| val(i + 7, 89) as f32 * 0.021 - 0.9).collect();
             let bias: Vec<f32> = (0..c).map(|i| val(i + 3, 13) as f32 * 0.1).collect();
-            let mut simd = vec![f32::NAN; n * oh * ow * c];
-            let mut pixels = vec![0.0f32; n * oh * ow * c];
-            k(Args { g: &g, src: &x, dst: &mut simd, filter: &f, bias: &bias });
-            pixels_f32(&g, &x, &mut pixels, &f, &bias);
-            prop_assert!(simd.iter().zip(&pixels).all(|(a, b)| a.to_bits() == b.to_bits()));
+            let mut want = vec![0.0f32; n * oh * ow * c];
+            pixels_f32(&g, &x, &mut want, &f, &bias);
+            act.apply_slice(&mut want);
+            for isa in [Isa::Avx2, Isa::Avx512].into_iter().filter(|&l| l <= detected()) {
+                let Some(k) = kernel_for(isa) else { continue };
+                let mut got = vec![f32::NAN; n * oh * ow * c];
+                k(Args { g: &g, src: &x, dst: &mut got, filter: &f, bias: &bias, act });
+                let same = got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits());
+                prop_assert!(same, "{} differs", isa.name());
+            }
         }
     }
 

@@ -106,8 +106,8 @@ impl ConvCore for FullyConnected {
                 rs: n,
             },
             Some(bias),
+            self.act.clamp(),
         )?;
-        self.act.apply_slice(out.data);
         Ok(())
     }
 
@@ -158,7 +158,7 @@ pub(crate) fn fully_connected_f32(
             rs: n,
         },
         Some(bias),
+        act.clamp(),
     )?;
-    act.apply_slice(out.data);
     Ok(())
 }
