@@ -19,9 +19,10 @@ use super::Lowered;
 use crate::hal::{OperandLifeTime, Subgraph};
 
 /// Readers, writers and the producing (op, output slot) of every operand of `ops`.
-type Uses = (Vec<u32>, Vec<u32>, Vec<Option<(usize, usize)>>);
+pub(super) type Uses = (Vec<u32>, Vec<u32>, Vec<Option<(usize, usize)>>);
 
-fn uses(n: usize, ops: &[Lowered]) -> Uses {
+/// The [`Uses`] of `ops` over `n` operands.
+pub(super) fn uses(n: usize, ops: &[Lowered]) -> Uses {
     let (mut readers, mut writers) = (vec![0u32; n], vec![0u32; n]);
     let mut producer = vec![None; n];
     for (k, l) in ops.iter().enumerate() {
@@ -41,7 +42,7 @@ fn uses(n: usize, ops: &[Lowered]) -> Uses {
 }
 
 /// Whether `ops` has control flow (then nothing is fused).
-fn has_control(ops: &[Lowered]) -> bool {
+pub(super) fn has_control(ops: &[Lowered]) -> bool {
     ops.iter()
         .any(|l| l.op.branch_target().is_some() || matches!(l.op, KernelOp::Copy(_)))
 }
@@ -257,7 +258,7 @@ pub(super) fn fuse_activations(
 
 /// Whether the fused op decodes and validates on the original op's operands (a kernel may
 /// refuse an activation on some element type, as ADD on int32 does).
-fn still_valid(
+pub(super) fn still_valid(
     sg: &Subgraph,
     shapes: &[Option<Vec<usize>>],
     original: &Lowered,
@@ -278,7 +279,7 @@ fn still_valid(
 }
 
 /// Removes the ops a fusion folded into another (`folded[i]` for op `i`).
-fn drop_folded(ops: &mut Vec<Lowered>, folded: &[bool]) {
+pub(super) fn drop_folded(ops: &mut Vec<Lowered>, folded: &[bool]) {
     let mut k = 0;
     ops.retain(|_| {
         k += 1;

@@ -7,6 +7,7 @@ pub mod constants;
 pub mod control;
 mod fold;
 mod fuse;
+mod fuse_pad;
 pub mod lower;
 mod model_plan;
 pub mod plan;
@@ -565,6 +566,7 @@ fn compile_inner(
     fuse::fuse_prelu(sg, &shapes, &dynamic, &mut lowered);
     fuse::fuse_requantize(sg, &shapes, &dynamic, &mut lowered);
     fuse::fuse_activations(sg, &shapes, &dynamic, &mut lowered);
+    fuse_pad::fuse_pads(sg, &shapes, &dynamic, constants, &mut lowered);
     let loops = lowered
         .iter()
         .enumerate()
