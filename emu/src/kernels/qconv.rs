@@ -26,7 +26,10 @@
 //! are free to reorder and factor it and stay bit-identical with the reference (whose
 //! overflow, undefined in C++, wraps in practice).
 
+mod depthwise_simd;
+
 use super::igemm;
+use super::isa::isa;
 use super::quant::{
     get_quantized_convolution_multiplier, multiply_by_quantized_multiplier, quantize_multiplier,
     QuantElem, QuantError,
@@ -730,10 +733,25 @@ impl<T: QuantElem, F: QuantElem> Body for DepthwiseLoops<'_, T, F> {
         // not needed for symmetric (per-channel) filters.
         let mut xsum = vec![0i32; g.in_c];
         let need_xsum = stage.channels.iter().any(|ch| ch.filter_zp != 0);
+        // A depth multiplier of 1 with symmetric one-byte filters: the vector rows.
+        let level = isa();
+        let rows_simd = m == 1 && !need_xsum && depthwise_simd::applies::<T, F>(level);
+        let mut taps = depthwise_simd::Taps::default();
         let mut out_rows = output.chunks_exact_mut(g.out_w * out_c);
         for n in 0..g.batches {
             let img = window(input, n * image, image)?;
             for oy in 0..g.out_h {
+                if rows_simd
+                    && depthwise_simd::row_sums(
+                        level, g, img, oy, filter, in_zp, &mut taps, &mut accs,
+                    )
+                {
+                    let row = out_rows
+                        .next()
+                        .ok_or(QuantError::InvalidParams("index out of bounds"))?;
+                    stage.rows.rows(&accs, row, out_c);
+                    continue;
+                }
                 for (ox, acc) in accs.chunks_exact_mut(out_c).enumerate() {
                     acc.fill(0);
                     xsum.fill(0);
