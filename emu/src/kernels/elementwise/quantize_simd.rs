@@ -133,7 +133,9 @@ pub(crate) fn prelu_at<T: Byte, U: Byte>(
     // fills whole vectors.
     let widened: Vec<f32>;
     let alpha = if alpha.len() < 64 || (!alpha.len().is_multiple_of(16) && alpha.len() < 1024) {
-        let unit = (1..=16).find(|r| (alpha.len() * r).is_multiple_of(16)).unwrap_or(16);
+        let unit = (1..=16)
+            .find(|r| (alpha.len() * r).is_multiple_of(16))
+            .unwrap_or(16);
         let runs = unit * 256usize.div_ceil(alpha.len() * unit);
         widened = alpha.repeat(runs);
         &widened[..]
