@@ -87,10 +87,29 @@ pub(super) fn row_sums<T: QuantElem, F: QuantElem>(
         }
     }
     let iy = |ky: usize| ConvGeometry::tap(oy, g.stride_h, ky, g.dilation_h, g.pad_top, g.in_h);
-    for (ox, acc) in accs.chunks_exact_mut(c).enumerate() {
-        let col_start = inside(ox, g.stride_w, g.filter_w, g.dilation_w, g.pad_left, g.in_w);
-        if let (Some(y), Some(x)) = (row_start, col_start) {
-            pixel(level, img, (y * g.in_w + x) * c, filter, whole, in_zp, acc);
+    let col_start =
+        |ox: usize| inside(ox, g.stride_w, g.filter_w, g.dilation_w, g.pad_left, g.in_w);
+    let mut ox = 0;
+    while ox < g.out_w {
+        if let (Some(y), Some(x)) = (row_start, col_start(ox)) {
+            // The run of windows inside the input from here (they are consecutive).
+            let end = (ox + 1..g.out_w)
+                .find(|&o| col_start(o).is_none())
+                .unwrap_or(g.out_w);
+            let step = g.stride_w * c;
+            let run = &mut accs[ox * c..end * c];
+            pixels(
+                level,
+                img,
+                (y * g.in_w + x) * c,
+                step,
+                filter,
+                whole,
+                in_zp,
+                c,
+                run,
+            );
+            ox = end;
             continue;
         }
         own.clear();
@@ -106,61 +125,75 @@ pub(super) fn row_sums<T: QuantElem, F: QuantElem>(
                 }
             }
         }
-        pixel(level, img, 0, filter, own, in_zp, acc);
+        let acc = &mut accs[ox * c..(ox + 1) * c];
+        pixels(level, img, 0, 0, filter, own, in_zp, c, acc);
+        ox += 1;
     }
     true
 }
 
-/// One pixel's sums: `acc[k] = sum over taps (img[base + src + k] - in_zp) *
-/// filter[filter + k]` for each channel `k < acc.len()`. The taps are in increasing order
-/// of both offsets (as listed above), so the last one bounds them all: where its channels
-/// are not inside both slices (unreachable), the plain loop runs (which reads only inside
-/// them).
-fn pixel<T: QuantElem, F: QuantElem>(
+/// The sums of `accs.len() / c` pixels, pixel `p`'s window starting at element
+/// `base + p * step` of `img`:
+/// `accs[p*c + k] = sum over taps (img[base + p*step + src + k] - in_zp) * filter[filter + k]`
+/// for each channel `k < c`. The taps are in increasing
+/// order of both offsets (as listed above), so the last pixel's last tap bounds them all:
+/// where its channels are not inside both slices (unreachable), the plain loop runs (which
+/// reads only inside them).
+#[allow(clippy::too_many_arguments)]
+fn pixels<T: QuantElem, F: QuantElem>(
     level: Isa,
     img: &[T],
     base: usize,
+    step: usize,
     filter: &[F],
     taps: &[Tap],
     in_zp: i32,
-    acc: &mut [i32],
+    c: usize,
+    accs: &mut [i32],
 ) {
-    let c = acc.len();
+    let n = accs.len() / c.max(1);
+    if n == 0 {
+        return;
+    }
+    let last = step.checked_mul(n - 1).and_then(|d| d.checked_add(base));
     let inside = taps.last().is_none_or(|t| {
-        base.checked_add(t.src)
+        last.and_then(|b| b.checked_add(t.src))
             .and_then(|e| e.checked_add(c))
             .is_some_and(|e| e <= img.len())
             && t.filter.checked_add(c).is_some_and(|e| e <= filter.len())
     });
+    let mut done = 0;
     #[cfg(target_arch = "x86_64")]
     if inside {
         let img = img.get(base..).unwrap_or_default();
         if level >= Isa::Avx512 {
             // SAFETY: `level` was capped at the CPU's and is a vector level only for
-            // one-byte T and F (`applies`), so the CPU has AVX-512 F and BW; every tap's
-            // `c` channels lie inside both slices (checked just above: the last tap's
-            // offsets are the largest).
-            let done = unsafe { x86::pixel_avx512(img, filter, taps, in_zp, acc) };
-            return plain(img, filter, taps, in_zp, acc, done);
-        }
-        if level >= Isa::Avx2 {
+            // one-byte T and F (`applies`), so the CPU has AVX-512 F and BW; every
+            // pixel's taps' `c` channels lie inside both slices (checked just above: the
+            // last pixel's last tap's offsets are the largest).
+            done = unsafe { x86::pixels_avx512(img, step, filter, taps, in_zp, c, accs) };
+        } else if level >= Isa::Avx2 {
             // SAFETY: as above, with AVX2.
-            let done = unsafe { x86::pixel_avx2(img, filter, taps, in_zp, acc) };
-            return plain(img, filter, taps, in_zp, acc, done);
+            done = unsafe { x86::pixels_avx2(img, step, filter, taps, in_zp, c, accs) };
         }
     }
     let _ = (level, inside);
-    plain(
-        img.get(base..).unwrap_or_default(),
-        filter,
-        taps,
-        in_zp,
-        acc,
-        0,
-    );
+    if done < c {
+        for (p, acc) in accs.chunks_exact_mut(c).enumerate() {
+            let at = base.saturating_add(p.saturating_mul(step));
+            plain(
+                img.get(at..).unwrap_or_default(),
+                filter,
+                taps,
+                in_zp,
+                acc,
+                done,
+            );
+        }
+    }
 }
 
-/// [`pixel`]'s plain loop, from channel `from` on.
+/// [`pixels`]' plain loop for one pixel, from channel `from` on.
 fn plain<T: QuantElem, F: QuantElem>(
     img: &[T],
     filter: &[F],
@@ -218,99 +251,117 @@ mod x86 {
         }
     }
 
-    /// [`super::pixel`] for the channels of whole 8-lane vectors (in blocks of 16, then
-    /// one of 8); returns how many channels it did.
+    /// [`super::pixels`] (from `base` = 0) for the channels of whole 8-lane vectors (in
+    /// blocks of 16, then one of 8); returns how many channels of each pixel it did.
     ///
     /// # Safety
-    /// The CPU has AVX2, T and F are one byte, and every tap's `acc.len()` elements lie
-    /// inside `img` and `filter`.
+    /// The CPU has AVX2, T and F are one byte, and for each pixel `p` every tap's `c`
+    /// elements from `p * step` lie inside `img` and `filter`.
     #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn pixel_avx2<T: QuantElem, F: QuantElem>(
+    pub(super) unsafe fn pixels_avx2<T: QuantElem, F: QuantElem>(
         img: &[T],
+        step: usize,
         filter: &[F],
         taps: &[Tap],
         in_zp: i32,
-        acc: &mut [i32],
+        c: usize,
+        accs: &mut [i32],
     ) -> usize {
-        let (x, w) = (img.as_ptr().cast::<u8>(), filter.as_ptr().cast::<u8>());
-        let zp = _mm256_set1_epi32(in_zp);
-        let c = acc.len();
-        let mut ch = 0;
-        while ch + 8 <= c {
-            // Two vectors a step where they fit, else one.
-            let two = ch + 16 <= c;
-            let mut s = [_mm256_setzero_si256(); 2];
-            for t in taps {
-                for (h, s) in s.iter_mut().enumerate().take(1 + usize::from(two)) {
-                    let at = ch + 8 * h;
-                    // SAFETY: `at + 8 <= c` and the tap's `c` elements (one byte each)
-                    // lie inside `img` and `filter` (the caller's contract).
-                    let (xv, wv) = unsafe {
-                        (
-                            widen8::<T>(x.add(t.src + at)),
-                            widen8::<F>(w.add(t.filter + at)),
-                        )
-                    };
-                    let xv = _mm256_sub_epi32(xv, zp);
-                    *s = _mm256_add_epi32(*s, _mm256_mullo_epi32(xv, wv));
+        let mut done = 0;
+        for (p, acc) in accs.chunks_exact_mut(c.max(1)).enumerate() {
+            // Inside (the caller's contract); were it not, the plain loop redoes them all.
+            let Some(img) = img.get(p * step..) else {
+                return 0;
+            };
+            let (x, w) = (img.as_ptr().cast::<u8>(), filter.as_ptr().cast::<u8>());
+            let zp = _mm256_set1_epi32(in_zp);
+            let mut ch = 0;
+            while ch + 8 <= c {
+                // Two vectors a step where they fit, else one.
+                let two = ch + 16 <= c;
+                let mut s = [_mm256_setzero_si256(); 2];
+                for t in taps {
+                    for (h, s) in s.iter_mut().enumerate().take(1 + usize::from(two)) {
+                        let at = ch + 8 * h;
+                        // SAFETY: `at + 8 <= c` and the tap's `c` elements (one byte each)
+                        // lie inside `img` and `filter` (the caller's contract).
+                        let (xv, wv) = unsafe {
+                            (
+                                widen8::<T>(x.add(t.src + at)),
+                                widen8::<F>(w.add(t.filter + at)),
+                            )
+                        };
+                        let xv = _mm256_sub_epi32(xv, zp);
+                        *s = _mm256_add_epi32(*s, _mm256_mullo_epi32(xv, wv));
+                    }
                 }
-            }
-            for (h, s) in s.iter().enumerate().take(1 + usize::from(two)) {
-                if let Some(out) = acc.get_mut(ch + 8 * h..ch + 8 * h + 8) {
-                    // SAFETY: `out` is eight i32, one unaligned 256-bit store.
-                    unsafe { _mm256_storeu_si256(out.as_mut_ptr().cast(), *s) };
+                for (h, s) in s.iter().enumerate().take(1 + usize::from(two)) {
+                    if let Some(out) = acc.get_mut(ch + 8 * h..ch + 8 * h + 8) {
+                        // SAFETY: `out` is eight i32, one unaligned 256-bit store.
+                        unsafe { _mm256_storeu_si256(out.as_mut_ptr().cast(), *s) };
+                    }
                 }
+                ch += if two { 16 } else { 8 };
             }
-            ch += if two { 16 } else { 8 };
+            done = ch;
         }
-        ch
+        done
     }
 
-    /// [`super::pixel`] for the channels of whole 16-lane vectors (in blocks of 32, then
-    /// one of 16); returns how many channels it did.
+    /// [`super::pixels`] (from `base` = 0) for the channels of whole 16-lane vectors (in
+    /// blocks of 32, then one of 16); returns how many channels of each pixel it did.
     ///
     /// # Safety
-    /// The CPU has AVX-512 F and BW, T and F are one byte, and every tap's `acc.len()`
-    /// elements lie inside `img` and `filter`.
+    /// The CPU has AVX-512 F and BW, T and F are one byte, and for each pixel `p` every
+    /// tap's `c` elements from `p * step` lie inside `img` and `filter`.
     #[target_feature(enable = "avx512f,avx512bw")]
-    pub(super) unsafe fn pixel_avx512<T: QuantElem, F: QuantElem>(
+    pub(super) unsafe fn pixels_avx512<T: QuantElem, F: QuantElem>(
         img: &[T],
+        step: usize,
         filter: &[F],
         taps: &[Tap],
         in_zp: i32,
-        acc: &mut [i32],
+        c: usize,
+        accs: &mut [i32],
     ) -> usize {
-        let (x, w) = (img.as_ptr().cast::<u8>(), filter.as_ptr().cast::<u8>());
-        let zp = _mm512_set1_epi32(in_zp);
-        let c = acc.len();
-        let mut ch = 0;
-        while ch + 16 <= c {
-            let two = ch + 32 <= c;
-            let mut s = [_mm512_setzero_si512(); 2];
-            for t in taps {
-                for (h, s) in s.iter_mut().enumerate().take(1 + usize::from(two)) {
-                    let at = ch + 16 * h;
-                    // SAFETY: `at + 16 <= c` and the tap's `c` elements (one byte each)
-                    // lie inside `img` and `filter` (the caller's contract).
-                    let (xv, wv) = unsafe {
-                        (
-                            widen16::<T>(x.add(t.src + at)),
-                            widen16::<F>(w.add(t.filter + at)),
-                        )
-                    };
-                    let xv = _mm512_sub_epi32(xv, zp);
-                    *s = _mm512_add_epi32(*s, _mm512_mullo_epi32(xv, wv));
+        let mut done = 0;
+        for (p, acc) in accs.chunks_exact_mut(c.max(1)).enumerate() {
+            // Inside (the caller's contract); were it not, the plain loop redoes them all.
+            let Some(img) = img.get(p * step..) else {
+                return 0;
+            };
+            let (x, w) = (img.as_ptr().cast::<u8>(), filter.as_ptr().cast::<u8>());
+            let zp = _mm512_set1_epi32(in_zp);
+            let mut ch = 0;
+            while ch + 16 <= c {
+                let two = ch + 32 <= c;
+                let mut s = [_mm512_setzero_si512(); 2];
+                for t in taps {
+                    for (h, s) in s.iter_mut().enumerate().take(1 + usize::from(two)) {
+                        let at = ch + 16 * h;
+                        // SAFETY: `at + 16 <= c` and the tap's `c` elements (one byte each)
+                        // lie inside `img` and `filter` (the caller's contract).
+                        let (xv, wv) = unsafe {
+                            (
+                                widen16::<T>(x.add(t.src + at)),
+                                widen16::<F>(w.add(t.filter + at)),
+                            )
+                        };
+                        let xv = _mm512_sub_epi32(xv, zp);
+                        *s = _mm512_add_epi32(*s, _mm512_mullo_epi32(xv, wv));
+                    }
                 }
-            }
-            for (h, s) in s.iter().enumerate().take(1 + usize::from(two)) {
-                if let Some(out) = acc.get_mut(ch + 16 * h..ch + 16 * h + 16) {
-                    // SAFETY: `out` is sixteen i32, one unaligned 512-bit store.
-                    unsafe { _mm512_storeu_si512(out.as_mut_ptr().cast(), *s) };
+                for (h, s) in s.iter().enumerate().take(1 + usize::from(two)) {
+                    if let Some(out) = acc.get_mut(ch + 16 * h..ch + 16 * h + 16) {
+                        // SAFETY: `out` is sixteen i32, one unaligned 512-bit store.
+                        unsafe { _mm512_storeu_si512(out.as_mut_ptr().cast(), *s) };
+                    }
                 }
+                ch += if two { 32 } else { 16 };
             }
-            ch += if two { 32 } else { 16 };
+            done = ch;
         }
-        ch
+        done
     }
 }
 
