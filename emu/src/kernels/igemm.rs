@@ -257,7 +257,9 @@ mod x86 {
 
 /// A block of A's rows as pair words, row `r`'s pair `p` at word `r*k2 + p` (written
 /// contiguously, so the element conversion vectorises; the micro-kernels read a tile of
-/// their row count in place). Rows never set are 0.
+/// their row count in place). Rows never set are 0 after [`ATiles::new`], and whatever
+/// the buffer held after [`ATiles::reuse`]: either way their sums are never stored, and
+/// the half word past an odd depth meets B's zero padding (any `i16` times 0 is 0).
 pub struct ATiles {
     rows: usize,
     capacity: usize,
@@ -276,6 +278,31 @@ impl ATiles {
             k2,
             data: vec![0; tiles * rows.max(1) * k2],
         }
+    }
+
+    /// [`ATiles::new`] in `buffer` (a block's worth of the last use, say: grown where
+    /// short, never cleared, so a layer neither allocates nor zeroes it).
+    pub fn reuse(m: usize, k: usize, rows: usize, mut buffer: Vec<i32>) -> Self {
+        let k2 = pairs(k);
+        let rows = rows.max(1);
+        let capacity = m.div_ceil(rows) * rows;
+        let len = capacity * k2;
+        if buffer.len() < len {
+            buffer.resize(len, 0);
+        } else {
+            buffer.truncate(len);
+        }
+        Self {
+            rows,
+            capacity,
+            k2,
+            data: buffer,
+        }
+    }
+
+    /// The buffer, for the next [`ATiles::reuse`].
+    pub fn into_buffer(self) -> Vec<i32> {
+        self.data
     }
 
     /// Sets row `r` from its `k` values (each within `[-MAX_OPERAND, MAX_OPERAND]`; the
@@ -314,6 +341,9 @@ impl ATiles {
     }
 }
 
+/// The largest row count of a micro-kernel (the AVX-512 tiles').
+const MAX_ROWS: usize = 12;
+
 /// `C[r][j] = sum_kk A[r][kk] * B[kk][j]` (wrapping) for the first `m` rows of `a` and the
 /// `n` columns of `b` (packed by [`pack_b`] for depth `k`), into `c` with row pitch `ldc`.
 /// Returns `None` if the sizes do not agree (nothing is then written).
@@ -326,36 +356,68 @@ pub fn igemm(
     c: &mut [i32],
     ldc: usize,
 ) -> Option<()> {
+    if n > ldc || (m > 0 && c.len() < (m - 1) * ldc + n) {
+        return None;
+    }
+    igemm_each(
+        kernel,
+        m,
+        a,
+        b,
+        n,
+        &mut vec![0; kernel.rows * n],
+        |row0, sums| {
+            for (i, row) in sums.chunks_exact(n.max(1)).enumerate() {
+                let at = (row0 + i) * ldc;
+                c[at..at + n].copy_from_slice(row);
+            }
+        },
+    )
+}
+
+/// The rows of [`igemm`] a tile at a time: for each tile of the kernel's row count,
+/// `sink(first_row, sums)` with `sums` the tile's rows of C (row-major, pitch `n`; the
+/// last tile's rows past `m` left out), from `tile` (at least `kernel.rows() * n` words,
+/// a small buffer that stays in the first-level cache). Returns `None` if the sizes do
+/// not agree (`sink` is then never called).
+pub fn igemm_each(
+    kernel: Kernel,
+    m: usize,
+    a: &ATiles,
+    b: &[i32],
+    n: usize,
+    tile: &mut [i32],
+    mut sink: impl FnMut(usize, &[i32]),
+) -> Option<()> {
     let (r, k2) = (kernel.rows, a.k2);
     let ok = a.rows == r
+        && r <= MAX_ROWS
         && Some(b.len()) == n.div_ceil(NR).checked_mul(k2 * NR)
         && m <= a.capacity
-        && n <= ldc
-        && (m == 0 || c.len() >= (m - 1) * ldc + n);
+        && tile.len() >= r * n;
     if !ok {
         return None;
     }
-    if k2 == 0 {
-        for row in c.chunks_mut(ldc).take(m) {
-            row[..n].fill(0);
-        }
-        return Some(());
-    }
-    let mut out = vec![0i32; r * NR];
-    for (t, tile) in a.data.chunks_exact(r * k2).enumerate() {
-        let row0 = t * r;
-        if row0 >= m {
-            break;
-        }
+    let mut out = [0i32; MAX_ROWS * NR];
+    for row0 in (0..m).step_by(r) {
         let rows = r.min(m - row0);
+        let sums = &mut tile[..rows * n];
+        if k2 == 0 {
+            // An empty depth: every sum is 0 (and B has no panel words to walk).
+            sums.fill(0);
+            sink(row0, sums);
+            continue;
+        }
+        let a_tile = a.data.get(row0 * k2..(row0 + r) * k2).unwrap_or_default();
         for (q, panel) in b.chunks_exact(k2 * NR).enumerate() {
-            (kernel.run)(tile, panel, &mut out);
+            (kernel.run)(a_tile, panel, &mut out);
             let cols = NR.min(n - q * NR);
-            for (i, sums) in out.chunks_exact(NR).take(rows).enumerate() {
-                let at = (row0 + i) * ldc + q * NR;
-                c[at..at + cols].copy_from_slice(&sums[..cols]);
+            for (i, got) in out.chunks_exact(NR).take(rows).enumerate() {
+                let at = i * n + q * NR;
+                sums[at..at + cols].copy_from_slice(&got[..cols]);
             }
         }
+        sink(row0, sums);
     }
     Some(())
 }

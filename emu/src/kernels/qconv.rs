@@ -26,7 +26,10 @@
 //! are free to reorder and factor it and stay bit-identical with the reference (whose
 //! overflow, undefined in C++, wraps in practice).
 
+mod depthwise_simd;
+
 use super::igemm;
+use super::isa::isa;
 use super::quant::{
     get_quantized_convolution_multiplier, multiply_by_quantized_multiplier, quantize_multiplier,
     QuantElem, QuantError,
@@ -360,6 +363,7 @@ impl ConvGeometry {
 
 /// Fills `patch` (`filter_h * filter_w * in_c`, tap-major like a filter row) with
 /// `x - in_zp` for the window of output pixel `(oy, ox)` of image `img`, 0 for padding.
+#[inline]
 fn gather<T: QuantElem>(
     g: &ConvGeometry,
     img: &[T],
@@ -369,6 +373,33 @@ fn gather<T: QuantElem>(
     patch: &mut [i32],
 ) -> Result<()> {
     let c = g.in_c;
+    // Every column of the window inside the input, one apart: each filter row's taps are
+    // one contiguous run of the input row (one loop of `filter_w * c`, not `filter_w`
+    // loops of `c`: a first layer's three channels made the per-tap work most of it).
+    let whole_cols = g.dilation_w == 1
+        && (ox * g.stride_w)
+            .checked_sub(g.pad_left)
+            .is_some_and(|x| x + g.filter_w <= g.in_w);
+    if whole_cols {
+        let x0 = ox * g.stride_w - g.pad_left;
+        let run = g.filter_w * c;
+        for (ky, dst) in patch
+            .chunks_exact_mut(run.max(1))
+            .enumerate()
+            .take(g.filter_h)
+        {
+            match ConvGeometry::tap(oy, g.stride_h, ky, g.dilation_h, g.pad_top, g.in_h) {
+                Some(iy) => {
+                    let src = window(img, (iy * g.in_w + x0) * c, run)?;
+                    for (d, &s) in dst.iter_mut().zip(src) {
+                        *d = s.to_i32().wrapping_sub(in_zp);
+                    }
+                }
+                None => dst.fill(0),
+            }
+        }
+        return Ok(());
+    }
     let mut taps = patch.chunks_exact_mut(c.max(1));
     for ky in 0..g.filter_h {
         let iy = ConvGeometry::tap(oy, g.stride_h, ky, g.dilation_h, g.pad_top, g.in_h);
@@ -556,17 +587,106 @@ fn conv_igemm<T: QuantElem>(
         && g.pad_left == 0
         && g.out_h.saturating_sub(1) * g.stride_h < g.in_h
         && g.out_w.saturating_sub(1) * g.stride_w < g.in_w;
-    let fill = |at: usize, patch: &mut [i32]| {
-        let (n, px) = (at / per_image, at % per_image);
-        let img = window(input, n * image, image)?;
-        let (oy, ox) = (px / g.out_w, px % g.out_w);
-        if one_pixel {
+    // A stride-1 1x1 window over an output as large as the input: row `at` is input
+    // pixel `at` (batches included).
+    let same_pixels =
+        one_pixel && g.stride_h == 1 && g.stride_w == 1 && g.out_h == g.in_h && g.out_w == g.in_w;
+    let fill = ConvRows {
+        g,
+        input,
+        image,
+        one_pixel,
+        same_pixels,
+        in_zp,
+        pos: Position::default(),
+    };
+    igemm_rows(kern, rows, k, out_c, fill, in_zp, packed, stage, output)
+}
+
+/// Where the rows of A come from (`row(at, patch)`: either writes row `at`'s `k` values
+/// into `patch` and returns `None`, or returns the `k` input values whose `x - in_zp` is
+/// the row). A trait (not a closure) so that its `#[inline(always)]` puts it inside the
+/// vectorised fill loop.
+trait RowSource<'x, T> {
+    /// Row `at` (rows are asked in increasing order within a block).
+    fn row(&mut self, at: usize, patch: &mut [i32]) -> Result<Option<&'x [T]>>;
+}
+
+/// The im2col rows of a convolution.
+struct ConvRows<'x, 'g, T> {
+    g: &'g ConvGeometry,
+    input: &'x [T],
+    image: usize,
+    /// A 1x1 window without padding: the row is the input pixel's channels.
+    one_pixel: bool,
+    /// Moreover stride 1 over an output as large as the input: row `at` is pixel `at`.
+    same_pixels: bool,
+    in_zp: i32,
+    pos: Position,
+}
+
+impl<'x, T: QuantElem> RowSource<'x, T> for ConvRows<'x, '_, T> {
+    #[inline(always)]
+    fn row(&mut self, at: usize, patch: &mut [i32]) -> Result<Option<&'x [T]>> {
+        let g = self.g;
+        if self.same_pixels {
+            return window(self.input, at * g.in_c, g.in_c).map(Some);
+        }
+        // The rows come in order: the output pixel is stepped, not divided out (two
+        // 64-bit divisions a row were a tenth of a 1x1 layer's time).
+        let (n, oy, ox) = self.pos.at(at, g.out_h, g.out_w);
+        let img = window(self.input, n * self.image, self.image)?;
+        if self.one_pixel {
             let at = (oy * g.stride_h * g.in_w + ox * g.stride_w) * g.in_c;
             return window(img, at, g.in_c).map(Some);
         }
-        gather(g, img, oy, ox, in_zp, patch).map(|()| None)
-    };
-    igemm_rows(kern, rows, k, out_c, fill, in_zp, packed, stage, output)
+        gather(g, img, oy, ox, self.in_zp, patch).map(|()| None)
+    }
+}
+
+/// The rows of FULLY_CONNECTED's input (`k` values each).
+struct FcRows<'x, T> {
+    input: &'x [T],
+    k: usize,
+}
+
+impl<'x, T: QuantElem> RowSource<'x, T> for FcRows<'x, T> {
+    #[inline(always)]
+    fn row(&mut self, at: usize, _: &mut [i32]) -> Result<Option<&'x [T]>> {
+        window(self.input, at * self.k, self.k).map(Some)
+    }
+}
+
+/// The (image, row, column) of an output pixel index, stepped from the last one asked.
+#[derive(Default)]
+struct Position {
+    /// The last index asked and its pixel, if any.
+    last: Option<(usize, [usize; 3])>,
+}
+
+impl Position {
+    /// The pixel of index `at` over `out_h x out_w` images (both at least 1).
+    #[inline]
+    fn at(&mut self, at: usize, out_h: usize, out_w: usize) -> (usize, usize, usize) {
+        let [n, oy, ox] = match self.last {
+            Some((prev, [n, oy, ox])) if prev + 1 == at => {
+                if ox + 1 < out_w {
+                    [n, oy, ox + 1]
+                } else if oy + 1 < out_h {
+                    [n, oy + 1, 0]
+                } else {
+                    [n + 1, 0, 0]
+                }
+            }
+            _ => {
+                let per_image = out_h * out_w;
+                let px = at % per_image;
+                [at / per_image, px / out_w, px % out_w]
+            }
+        };
+        self.last = Some((at, [n, oy, ox]));
+        (n, oy, ox)
+    }
 }
 
 /// `rows` rows of A (row `i` written by `fill(i, row)`, `k` values, or given by it as `k`
@@ -579,39 +699,86 @@ fn igemm_rows<'x, T: QuantElem>(
     rows: usize,
     k: usize,
     out_c: usize,
-    mut fill: impl FnMut(usize, &mut [i32]) -> Result<Option<&'x [T]>>,
+    mut fill: impl RowSource<'x, T>,
     in_zp: i32,
     packed: &[i32],
     stage: &OutputStage,
     output: &mut [T],
 ) -> Result<()> {
     let r = kern.rows();
-    // Never more rows than the layer has: the tiles and sums are zeroed on allocation, and
-    // a small layer's block of 144 rows was most of its time.
+    // Never more rows than the layer has (a small layer's block of 144 rows was most of
+    // its time when the block was allocated and zeroed per call).
     let block = (A_BLOCK_WORDS / igemm::pairs(k).max(1) / r * r)
         .clamp(r, 24 * r)
         .min(rows.div_ceil(r) * r);
-    let mut a = igemm::ATiles::new(block, k, r);
-    let mut c = vec![0i32; block * out_c];
+    let (a_buf, mut tile) = GEMM_SCRATCH.take();
+    let mut a = igemm::ATiles::reuse(block, k, r, a_buf);
+    // One tile of sums (the kernel's rows x out_c), requantised as soon as it is done,
+    // while it is in the first-level cache.
+    tile.resize(r * out_c, 0);
     let mut patch = vec![0i32; k];
     let mut start = 0;
     while start < rows {
         let m = block.min(rows - start);
-        for i in 0..m {
-            match fill(start + i, &mut patch)? {
-                Some(x) => a.set_row_map(i, x, |v| v.to_i32().wrapping_sub(in_zp)),
-                None => a.set_row(i, &patch),
-            }
-        }
-        igemm::igemm(kern, m, &a, packed, out_c, &mut c, out_c)
-            .ok_or(QuantError::InvalidParams("integer GEMM sizes"))?;
+        vectorized(FillRows {
+            fill: &mut fill,
+            a: &mut a,
+            patch: &mut patch,
+            start,
+            m,
+            in_zp,
+            input: std::marker::PhantomData,
+        })?;
         let px = output
             .get_mut(start * out_c..(start + m) * out_c)
             .ok_or(QuantError::InvalidParams("index out of bounds"))?;
-        stage.rows.rows(&c[..m * out_c], px, out_c);
+        igemm::igemm_each(kern, m, &a, packed, out_c, &mut tile, |row0, sums| {
+            if let Some(dst) = px.get_mut(row0 * out_c..row0 * out_c + sums.len()) {
+                stage.rows.rows(sums, dst, out_c);
+            }
+        })
+        .ok_or(QuantError::InvalidParams("integer GEMM sizes"))?;
         start += m;
     }
+    GEMM_SCRATCH.set((a.into_buffer(), tile));
     Ok(())
+}
+
+/// Rows `start..start + m` of A into `a` (from row 0), compiled for the widest vector
+/// unit (the zero point's removal and the narrowing to pair halves vectorise).
+struct FillRows<'a, 'x, T, G> {
+    fill: &'a mut G,
+    a: &'a mut igemm::ATiles,
+    patch: &'a mut [i32],
+    start: usize,
+    m: usize,
+    in_zp: i32,
+    input: std::marker::PhantomData<&'x [T]>,
+}
+
+impl<'x, T: QuantElem, G: RowSource<'x, T>> Body for FillRows<'_, 'x, T, G> {
+    type Out = Result<()>;
+
+    #[inline(always)]
+    fn run(self) -> Result<()> {
+        let in_zp = self.in_zp;
+        for i in 0..self.m {
+            match self.fill.row(self.start + i, self.patch)? {
+                Some(x) => self.a.set_row_map(i, x, |v| v.to_i32().wrapping_sub(in_zp)),
+                None => self.a.set_row(i, self.patch),
+            }
+        }
+        Ok(())
+    }
+}
+
+thread_local! {
+    /// The integer GEMM's A block and tile of sums, kept between layers on this thread
+    /// (the engine runs the layers of a model on one thread): a layer allocates and
+    /// zeroes neither. Taken out for the duration of a call (a nested call would find
+    /// them empty and grow its own).
+    static GEMM_SCRATCH: std::cell::Cell<(Vec<i32>, Vec<i32>)> =
+        const { std::cell::Cell::new((Vec::new(), Vec::new())) };
 }
 
 /// The convolution in plain wrapping `i32` (for zero points outside the GEMM's exact
@@ -730,10 +897,25 @@ impl<T: QuantElem, F: QuantElem> Body for DepthwiseLoops<'_, T, F> {
         // not needed for symmetric (per-channel) filters.
         let mut xsum = vec![0i32; g.in_c];
         let need_xsum = stage.channels.iter().any(|ch| ch.filter_zp != 0);
+        // A depth multiplier of 1 with symmetric one-byte filters: the vector rows.
+        let level = isa();
+        let rows_simd = m == 1 && !need_xsum && depthwise_simd::applies::<T, F>(level);
+        let mut taps = depthwise_simd::Taps::default();
         let mut out_rows = output.chunks_exact_mut(g.out_w * out_c);
         for n in 0..g.batches {
             let img = window(input, n * image, image)?;
             for oy in 0..g.out_h {
+                if rows_simd
+                    && depthwise_simd::row_sums(
+                        level, g, img, oy, filter, in_zp, &mut taps, &mut accs,
+                    )
+                {
+                    let row = out_rows
+                        .next()
+                        .ok_or(QuantError::InvalidParams("index out of bounds"))?;
+                    stage.rows.rows(&accs, row, out_c);
+                    continue;
+                }
                 for (ox, acc) in accs.chunks_exact_mut(out_c).enumerate() {
                     acc.fill(0);
                     xsum.fill(0);
@@ -854,7 +1036,7 @@ pub fn fully_connected<T: QuantElem, F: QuantElem>(
     if p.batches >= FC_GEMM_ROWS && input_fits::<T>(in_zp) {
         if let Some(packed) = stage.pack(weights, k) {
             // Each input row, its zero point removed, is A's row.
-            let fill = |b: usize, _: &mut [i32]| window(input, b * k, k).map(Some);
+            let fill = FcRows { input, k };
             let n = p.output_size;
             return igemm_rows(
                 igemm::kernel(),

@@ -256,16 +256,21 @@ pub(crate) mod x86 {
     #[target_feature(enable = "avx512f,avx512bw")]
     pub(crate) fn store16_avx512<T: QuantElem>(v: __m512i, lanes: &mut [T]) {
         if std::mem::size_of::<T>() == 1 {
-            let v8 = if T::MIN < 0 {
-                _mm512_cvtsepi32_epi8(v)
-            } else {
-                _mm512_cvtusepi32_epi8(_mm512_max_epi32(v, _mm512_setzero_si512()))
-            };
             let n = lanes.len().min(16);
             let mask = ((1u32 << n) - 1) as u16;
+            let at = lanes.as_mut_ptr().cast();
+            // The narrowing stores are AVX-512F (the 128-bit masked byte store would need
+            // AVX-512VL, which these functions do not enable: it ran as a call per store).
             // SAFETY: T is a one-byte QuantElem (u8 or i8), so `lanes` is at least `n`
             // bytes, and the masked store writes only the first `n`.
-            unsafe { _mm_mask_storeu_epi8(lanes.as_mut_ptr().cast(), mask, v8) };
+            unsafe {
+                if T::MIN < 0 {
+                    _mm512_mask_cvtsepi32_storeu_epi8(at, mask, v);
+                } else {
+                    let v = _mm512_max_epi32(v, _mm512_setzero_si512());
+                    _mm512_mask_cvtusepi32_storeu_epi8(at, mask, v);
+                }
+            }
         } else {
             let mut out = [0i32; 16];
             // SAFETY: `out` is sixteen i32, one unaligned 512-bit store.
