@@ -129,6 +129,54 @@ impl Iotlb {
     }
 }
 
+/// One access's translation kept across runs of the same work (a job's copy of a pinned
+/// range): reused while the access is the same and no mapping has gone since (the
+/// IOMMU's generation, as an [`Iotlb`] checks), so a job run again does not walk the
+/// IOMMU's table. A failed translation keeps nothing.
+#[derive(Debug, Default)]
+pub struct KeptTranslation(Option<Kept>);
+
+#[derive(Debug)]
+struct Kept {
+    generation: u64,
+    addr: u64,
+    len: u64,
+    need: Perm,
+    window: Window,
+}
+
+impl KeptTranslation {
+    /// `[addr, addr + len)` translated for `need`: the kept window if it is still good,
+    /// else a fresh translation (then kept).
+    pub fn translate(
+        &mut self,
+        iommu: &Iommu,
+        addr: u64,
+        len: u64,
+        need: Perm,
+    ) -> Result<&Window, IommuError> {
+        // Read before translating: a mapping that goes meanwhile leaves a stale generation.
+        let generation = iommu.generation.load(Ordering::Acquire);
+        let hit = matches!(&self.0, Some(k)
+            if k.generation == generation && k.addr == addr && k.len == len && k.need == need);
+        if !hit {
+            self.0 = None;
+            let window = iommu.translate(addr, len, need)?;
+            self.0 = Some(Kept {
+                generation,
+                addr,
+                len,
+                need,
+                window,
+            });
+        }
+        match &self.0 {
+            Some(k) => Ok(&k.window),
+            None => Err(IommuError::NotMapped { iova: addr }),
+        }
+    }
+}
+
 impl Iommu {
     /// Maps `len` bytes of `fd` starting at `fd_offset` at the page-aligned `iova`. The
     /// mapping takes whole pages of IOVA space, but only `len` bytes are accessible. The
@@ -292,6 +340,30 @@ mod tests {
         assert!(tlb
             .translate(&iommu, ring, 0x10064, 1, Perm::READ)
             .is_none());
+    }
+
+    #[test]
+    fn a_kept_translation_serves_the_same_access_until_a_mapping_goes() {
+        let iommu = Iommu::default();
+        let r = region(4096);
+        r.write(8, b"z").unwrap();
+        iommu.map(0x10000, r.fd(), 0, 4096, Perm::READ).unwrap();
+        let mut kept = KeptTranslation::default();
+        let w = kept.translate(&iommu, 0x10008, 1, Perm::READ).unwrap();
+        let mut b = [0u8];
+        w.region.read(w.offset, &mut b).unwrap();
+        assert_eq!(&b, b"z");
+        assert!(kept.translate(&iommu, 0x10008, 1, Perm::READ).is_ok());
+        assert!(
+            kept.translate(&iommu, 0x10008, 1, Perm::WRITE).is_err(),
+            "another permission is translated again, and refused"
+        );
+        assert!(kept.translate(&iommu, 0x10008, 1, Perm::READ).is_ok());
+        iommu.unmap(0x10000).unwrap();
+        assert!(
+            kept.translate(&iommu, 0x10008, 1, Perm::READ).is_err(),
+            "the mapping went: the kept window is not used"
+        );
     }
 
     #[test]

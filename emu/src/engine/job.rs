@@ -14,6 +14,8 @@ use crate::Bus;
 #[derive(Debug)]
 pub struct Job {
     run: Run,
+    /// The device memory its copies may touch: (address, length).
+    arena: (u64, u64),
     /// The copies in, then the copies out (inline for small lists: a job allocates
     /// nothing).
     copies: smallvec::SmallVec<[CopyDescriptor; 4]>,
@@ -115,6 +117,7 @@ impl Job {
                 loop_timeout_ns: 0,
                 report: 0,
             },
+            arena: (a.arena, a.arena_len),
             copies,
             inputs,
         })
@@ -137,7 +140,13 @@ impl Job {
             return Outcome::fail(Status::DmaFault, 0, at);
         }
         let (inputs, outputs) = self.copies.split_at(self.inputs);
-        let done = compute::run_job(bus, self.run, Copies { inputs, outputs }, req_id);
+        let done = compute::run_job(
+            bus,
+            self.run,
+            self.arena,
+            Copies { inputs, outputs },
+            req_id,
+        );
         if let (Some((Fault::BitFlip, r)), Status::Ok) = (fault, done.status) {
             // The flip lands in an output, and the transfer's check reports it.
             if let Some(c) = outputs.iter().find(|c| c.len > 0) {
