@@ -28,7 +28,7 @@ use crate::engine::programs::ProgramCache;
 use crate::engine::{compute, dma, job, Outcome};
 use crate::error::{IommuError, MemError};
 use crate::fault::{Fault, FaultInjector, FaultPlan};
-use crate::iommu::{Iommu, Iotlb, Perm, Window};
+use crate::iommu::{Iommu, Iotlb, KeptTranslation, Perm, Window};
 use crate::regs::{self, RegisterFile};
 use crate::ring::{
     Command, CompletionEntry, Status, SubmissionEntry, CQ_ENTRY_SIZE, FLAG_IRQ, SQ_ENTRY_SIZE,
@@ -575,6 +575,8 @@ struct CommandProcessor {
     inline_pass: bool,
     /// The rings' translations.
     tlb: Iotlb,
+    /// The translation of the last JOB's copy list.
+    job_list: KeptTranslation,
 }
 
 impl CommandProcessor {
@@ -600,6 +602,7 @@ impl CommandProcessor {
             completed: 0,
             inline_pass: false,
             tlb: Iotlb::default(),
+            job_list: KeptTranslation::default(),
         }
     }
 
@@ -907,7 +910,7 @@ impl CommandProcessor {
             }
             Command::DmaCopy { src, dst, len } => Task::Copy { src, dst, len },
             Command::DmaSg { list, count } => Task::Sg { list, count },
-            Command::Job(args) => match job::Job::fetch(&self.s.bus, args) {
+            Command::Job(args) => match job::Job::fetch(&self.s.bus, args, &mut self.job_list) {
                 Ok(j) => Task::Job(j),
                 Err(o) => {
                     self.complete(e.req_id, irq, o);

@@ -6,7 +6,7 @@
 use super::compute::{self, Copies, Run};
 use super::{dma, Outcome};
 use crate::fault::Fault;
-use crate::iommu::Perm;
+use crate::iommu::{KeptTranslation, Perm};
 use crate::ring::{CopyDescriptor, JobArgs, Status, MAX_JOB_COPIES, SG_ENTRY_SIZE};
 use crate::Bus;
 
@@ -66,8 +66,9 @@ pub fn check_copies(
 
 impl Job {
     /// Reads the job's copy list from host memory and checks it (an INVALID_COMMAND or
-    /// DMA_FAULT outcome otherwise).
-    pub fn fetch(bus: &Bus, a: JobArgs) -> Result<Job, Outcome> {
+    /// DMA_FAULT outcome otherwise). `kept` is the command processor's translation of
+    /// the last list it read (the host reuses a few list slots).
+    pub fn fetch(bus: &Bus, a: JobArgs, kept: &mut KeptTranslation) -> Result<Job, Outcome> {
         let count = a.inputs as u64 + a.outputs as u64;
         let dram_end = bus.dram_base + bus.dram.len() as u64;
         let arena_ok = a.arena >= bus.dram_base
@@ -80,7 +81,7 @@ impl Job {
         let mut copies = smallvec::SmallVec::with_capacity(count as usize);
         if count > 0 {
             let bytes = count * SG_ENTRY_SIZE;
-            let mut raw = [0u8; 16 * SG_ENTRY_SIZE as usize];
+            let mut raw = [0u8; 8 * SG_ENTRY_SIZE as usize];
             let mut heap = Vec::new();
             // Copied out first: the host may rewrite the list while the job runs.
             let buf: &mut [u8] = match bytes as usize <= raw.len() {
@@ -90,10 +91,16 @@ impl Job {
                     &mut heap
                 }
             };
-            let read = bus
-                .resolve(a.list, bytes, Perm::READ)
-                .ok()
-                .and_then(|w| w.region.read(w.offset, buf).ok());
+            let read = match a.list < bus.dram_base {
+                true => kept
+                    .translate(&bus.iommu, a.list, bytes, Perm::READ)
+                    .ok()
+                    .and_then(|w| w.region.read(w.offset, buf).ok()),
+                false => bus
+                    .resolve(a.list, bytes, Perm::READ)
+                    .ok()
+                    .and_then(|w| w.region.read(w.offset, buf).ok()),
+            };
             if read.is_none() {
                 return Err(Outcome::fail(Status::DmaFault, 0, a.list));
             }

@@ -25,7 +25,6 @@ use smallvec::SmallVec;
 use super::compute::{Copies, Decoded, Plan, Run};
 use super::{dma, Outcome};
 use crate::iommu::{KeptTranslation, Perm};
-use crate::kernels;
 use crate::program::Program;
 use crate::ring::{CopyDescriptor, Status};
 use crate::tensor::{DType, Staged, View, ViewMut};
@@ -65,12 +64,21 @@ impl Key {
     }
 
     fn matches(&self, arena: (u64, u64), copies: Copies<'_>) -> bool {
-        let ins = copies.inputs.iter().map(|c| (c.dst, c.len));
-        let outs = copies.outputs.iter().map(|c| (c.src, c.len));
-        self.arena == arena
-            && self.inputs == copies.inputs.len()
-            && self.ranges.len() == copies.inputs.len() + copies.outputs.len()
-            && ins.chain(outs).eq(self.ranges.iter().copied())
+        let n = copies.inputs.len();
+        if self.arena != arena || self.inputs != n || self.ranges.len() != n + copies.outputs.len()
+        {
+            return false;
+        }
+        let (ins, outs) = self.ranges.split_at(n);
+        let same_ins = ins
+            .iter()
+            .zip(copies.inputs)
+            .all(|(r, c)| *r == (c.dst, c.len));
+        same_ins
+            && outs
+                .iter()
+                .zip(copies.outputs)
+                .all(|(r, c)| *r == (c.src, c.len))
     }
 }
 
@@ -96,6 +104,8 @@ struct Fast {
 #[derive(Debug)]
 struct Step {
     op: usize,
+    /// Whether an input may come from the weight cache.
+    cached: bool,
     ins: SmallVec<[Src; 4]>,
     outs: SmallVec<[Out; 2]>,
 }
@@ -243,7 +253,15 @@ impl Fast {
                 });
             }
             ns = ns.saturating_add(plan.fixed_ns[k]?);
-            steps.push(Step { op: k, ins, outs });
+            let cached = ins
+                .iter()
+                .any(|s| matches!(s, Src::Dram { cache: true, .. }));
+            steps.push(Step {
+                op: k,
+                cached,
+                ins,
+                outs,
+            });
         }
         let leaves = copies
             .outputs
@@ -271,12 +289,10 @@ impl Fast {
     /// Copies in, runs the ops, copies out (what [`super::compute::run_job`] does, in
     /// the order it does it, with the same outcomes).
     fn run(&self, bus: &Bus, decoded: &Decoded, st: &mut State, copies: Copies<'_>) -> Outcome {
-        // The caches drop what the job's writes may touch, before them and after.
-        let dram = match bus.resolve(self.hull.0, self.hull.1, Perm::WRITE) {
-            Ok(w) => w.region,
-            Err(_) => return Outcome::fail(Status::DmaFault, 0, self.hull.0),
-        };
-        let outcome = self.body(bus, decoded, st, copies, &dram);
+        // The caches drop what the job's writes may touch, before them and after (as
+        // `Bus::resolve` and `Bus::wrote` do around each write of the general path).
+        bus.wrote(self.hull.0, self.hull.1);
+        let outcome = self.body(bus, decoded, st, copies, &bus.dram);
         bus.wrote(self.hull.0, self.hull.1);
         outcome
     }
@@ -350,37 +366,45 @@ impl Step {
     ) -> Result<(), (Status, u64)> {
         let op = &program.ops[self.op];
         let base = bus.dram_base;
+        // Weights from the weight cache (kept there across jobs), by input.
         let mut cached: SmallVec<[Option<Arc<Staged>>; 4]> = SmallVec::new();
         for src in &self.ins {
-            let mut held = None;
-            if let Src::Dram {
+            let Src::Dram {
                 tensor,
                 cache,
                 read,
             } = *src
-            {
-                let t = &program.tensors[tensor];
-                let probe = match cache {
-                    true => bus.weights.probe(t.addr, t.byte_len),
-                    false => Probe::Volatile,
-                };
-                match probe {
-                    Probe::Hit(s) => held = Some(s),
-                    Probe::Miss => {
-                        let ticket = bus.weights.ticket();
-                        let mut s = Staged::zeroed(t.byte_len as usize);
-                        dram.read(t.addr - base, s.bytes_mut())
-                            .map_err(|_| (Status::DmaFault, t.addr))?;
-                        let s = Arc::new(s);
-                        bus.weights.offer(t.addr, Arc::clone(&s), ticket);
-                        held = Some(s);
-                    }
-                    Probe::Volatile => dram
-                        .read(t.addr - base, st.reads[read].bytes_mut())
-                        .map_err(|_| (Status::DmaFault, t.addr))?,
+            else {
+                if self.cached {
+                    cached.push(None);
                 }
+                continue;
+            };
+            let t = &program.tensors[tensor];
+            let probe = match cache {
+                true => bus.weights.probe(t.addr, t.byte_len),
+                false => Probe::Volatile,
+            };
+            let held = match probe {
+                Probe::Hit(s) => Some(s),
+                Probe::Miss => {
+                    let ticket = bus.weights.ticket();
+                    let mut s = Staged::zeroed(t.byte_len as usize);
+                    dram.read(t.addr - base, s.bytes_mut())
+                        .map_err(|_| (Status::DmaFault, t.addr))?;
+                    let s = Arc::new(s);
+                    bus.weights.offer(t.addr, Arc::clone(&s), ticket);
+                    Some(s)
+                }
+                Probe::Volatile => {
+                    dram.read(t.addr - base, st.reads[read].bytes_mut())
+                        .map_err(|_| (Status::DmaFault, t.addr))?;
+                    None
+                }
+            };
+            if self.cached {
+                cached.push(held);
             }
-            cached.push(held);
         }
         // The outputs' buffers leave their slots while the kernel writes them (no slot
         // is both an input and an output of one op: the plan checked).
@@ -396,11 +420,13 @@ impl Step {
         let ran = {
             let st = &*st;
             let mut inputs: SmallVec<[View<'_>; 4]> = SmallVec::new();
-            for ((src, held), &i) in self.ins.iter().zip(&cached).zip(&op.inputs) {
-                let bytes = match (src, held) {
-                    (_, Some(s)) => s.bytes(),
-                    (Src::Slot(s), None) => st.slots[*s].bytes(),
-                    (Src::Dram { read, .. }, None) => st.reads[*read].bytes(),
+            for (k, (src, &i)) in self.ins.iter().zip(&op.inputs).enumerate() {
+                let bytes = match src {
+                    Src::Slot(s) => st.slots[*s].bytes(),
+                    Src::Dram { read, .. } => match cached.get(k).and_then(Option::as_ref) {
+                        Some(s) => s.bytes(),
+                        None => st.reads[*read].bytes(),
+                    },
                 };
                 inputs.push(View {
                     ty: &program.tensors[i as usize].ty,
@@ -414,7 +440,10 @@ impl Step {
                     bytes: s.bytes_mut(),
                 });
             }
-            kernels::execute_checked(&op.op, &inputs, &mut outputs)
+            // Every view holds exactly its tensor's bytes (a slot or read buffer is its
+            // tensor's range, whose length decoding checked against the type): what
+            // `kernels::execute_checked` would check per run is known already.
+            op.op.kernel().run_sized(&inputs, &mut outputs)
         };
         // Back into their slots, whatever happened.
         for (o, s) in self.outs.iter().zip(outs) {
