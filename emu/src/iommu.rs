@@ -91,41 +91,58 @@ impl Iotlb {
     pub fn translate(
         &mut self,
         iommu: &Iommu,
-        (base, span): (u64, u64),
+        ring: (u64, u64),
         addr: u64,
         len: u64,
         need: Perm,
     ) -> Option<Window> {
+        self.lookup(iommu, ring, addr, len, need)
+            .map(|(region, offset)| Window {
+                region: Arc::clone(region),
+                offset,
+            })
+    }
+
+    /// [`Iotlb::translate`] as the region and the offset in it, borrowed from the kept
+    /// translation (no reference count taken: what an access per ring entry costs).
+    pub fn lookup(
+        &mut self,
+        iommu: &Iommu,
+        (base, span): (u64, u64),
+        addr: u64,
+        len: u64,
+        need: Perm,
+    ) -> Option<(&Arc<SharedRegion>, u64)> {
         let inside = addr >= base && addr.checked_add(len)? <= base.checked_add(span)?;
         if !inside {
             return None;
         }
         // Read before translating: a mapping that goes meanwhile leaves a stale generation.
         let generation = iommu.generation.load(Ordering::Acquire);
-        let at = |w: &Window| Window {
-            region: Arc::clone(&w.region),
-            offset: w.offset + (addr - base),
-        };
-        if let Some(e) = self.entries.iter().find(|e| {
+        let kept = self.entries.iter().position(|e| {
             e.generation == generation && e.base == base && e.span == span && e.need == need
-        }) {
-            return Some(at(&e.window));
-        }
-        let window = iommu.translate(base, span, need).ok()?;
-        let got = at(&window);
-        self.entries
-            .retain(|e| e.generation == generation && e.base != base);
-        if self.entries.len() >= TLB_ENTRIES {
-            self.entries.remove(0);
-        }
-        self.entries.push(TlbEntry {
-            generation,
-            base,
-            span,
-            need,
-            window,
         });
-        Some(got)
+        let k = match kept {
+            Some(k) => k,
+            None => {
+                let window = iommu.translate(base, span, need).ok()?;
+                self.entries
+                    .retain(|e| e.generation == generation && e.base != base);
+                if self.entries.len() >= TLB_ENTRIES {
+                    self.entries.remove(0);
+                }
+                self.entries.push(TlbEntry {
+                    generation,
+                    base,
+                    span,
+                    need,
+                    window,
+                });
+                self.entries.len() - 1
+            }
+        };
+        let w = &self.entries[k].window;
+        Some((&w.region, w.offset + (addr - base)))
     }
 }
 

@@ -19,10 +19,9 @@ use std::time::Duration;
 
 use super::datum::{deserialize_request, serialize_result};
 use super::fmq::{Element, Fmq, FmqError};
-use crate::execute::{BurstMemo, PinnedPool, VnpuPreparedModel};
+use crate::execute::{BurstMemo, PinnedPool, Shapes, VnpuPreparedModel};
 use crate::hal::{
-    ErrorStatus, Memory, OptionalTimePoint, OptionalTimeoutDuration, OutputShape,
-    RequestMemoryPool, Timing,
+    ErrorStatus, Memory, OptionalTimePoint, OptionalTimeoutDuration, RequestMemoryPool, Timing,
 };
 use crate::interface::{BurstResult, IBurstCallback, IBurstContext, IPreparedModel};
 
@@ -164,8 +163,8 @@ fn execute(
     callback: &dyn IBurstCallback,
     shared: &Shared,
     packet: &[Element],
-) -> (ErrorStatus, Vec<OutputShape>, Timing) {
-    let fail = |s: ErrorStatus| (s, Vec::new(), Timing::NONE);
+) -> (ErrorStatus, Shapes, Timing) {
+    let fail = |s: ErrorStatus| (s, Shapes::from([]), Timing::NONE);
     let (mut request, slots, measure) = match deserialize_request(packet) {
         Ok(r) => r,
         Err(e) => {
@@ -189,12 +188,15 @@ fn execute(
             let mut memo = shared.memo.lock().unwrap_or_else(|p| p.into_inner());
             m.execute_pinned(&request, measure, &pins, &mut memo)
         }
-        None => model.execute_synchronously_1_3(
-            &request,
-            measure,
-            OptionalTimePoint::NONE,
-            OptionalTimeoutDuration::default(),
-        ),
+        None => {
+            let (status, shapes, timing) = model.execute_synchronously_1_3(
+                &request,
+                measure,
+                OptionalTimePoint::NONE,
+                OptionalTimeoutDuration::default(),
+            );
+            (status, shapes.into(), timing)
+        }
     };
     match status {
         ErrorStatus::None => (status, shapes, timing),

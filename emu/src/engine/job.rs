@@ -20,6 +20,8 @@ pub struct Job {
     /// nothing).
     copies: smallvec::SmallVec<[CopyDescriptor; 4]>,
     inputs: usize,
+    /// The bytes its copies move.
+    bytes: u64,
 }
 
 /// Why a job's copies are refused: the index of the first bad copy and the address at
@@ -104,10 +106,10 @@ impl Job {
             if read.is_none() {
                 return Err(Outcome::fail(Status::DmaFault, 0, a.list));
             }
-            copies.extend(
-                buf.chunks_exact(SG_ENTRY_SIZE as usize)
-                    .map(CopyDescriptor::decode),
-            );
+            // Pushes: SmallVec's `extend` costs more for the few copies a job has.
+            for entry in buf.chunks_exact(SG_ENTRY_SIZE as usize) {
+                copies.push(CopyDescriptor::decode(entry));
+            }
         }
         let inputs = a.inputs as usize;
         if let Err(b) = check_copies(&copies, inputs, (a.arena, a.arena_len), bus.dram_base) {
@@ -117,7 +119,9 @@ impl Job {
                 b.addr,
             ));
         }
+        let bytes = copies.iter().map(|c| c.len).fold(0, u64::saturating_add);
         Ok(Job {
+            bytes,
             run: Run {
                 addr: a.program,
                 len: a.program_len,
@@ -132,12 +136,7 @@ impl Job {
 
     /// The program's length and the bytes the job copies (what makes it small).
     pub fn size(&self) -> (u64, u64) {
-        let bytes = self
-            .copies
-            .iter()
-            .map(|c| c.len)
-            .fold(0, u64::saturating_add);
-        (self.run.len, bytes)
+        (self.run.len, self.bytes)
     }
 
     /// Copies in, runs, copies out ([`compute::run_job`]).

@@ -289,9 +289,11 @@ impl Fast {
     /// Copies in, runs the ops, copies out (what [`super::compute::run_job`] does, in
     /// the order it does it, with the same outcomes).
     fn run(&self, bus: &Bus, decoded: &Decoded, st: &mut State, copies: Copies<'_>) -> Outcome {
-        // The caches drop what the job's writes may touch, before them and after (as
-        // `Bus::resolve` and `Bus::wrote` do around each write of the general path).
-        bus.wrote(self.hull.0, self.hull.1);
+        // The caches drop what the job's writes may touch, once, when they are done (the
+        // general path does it around each write). Once is enough: while a job runs
+        // nothing else reads through the caches (they are the compute engine's, and a job
+        // runs on the doorbell's thread only while the engines are idle), and the job's
+        // own cached reads lie outside what it writes (the plan checked).
         let outcome = self.body(bus, decoded, st, copies, &bus.dram);
         bus.wrote(self.hull.0, self.hull.1);
         outcome
