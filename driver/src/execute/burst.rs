@@ -59,31 +59,7 @@ impl VnpuPreparedModel {
             .filter(|m| m.loop_timeout == opts.loop_timeout)
             .filter(|m| m.serves(request, pins, self.hw.epoch()))
         {
-            let _arena = m.instance.lock().unwrap_or_else(|p| p.into_inner());
-            let ran = match &m.work {
-                Work::Job(job) => self.hw.run_job(job, m.epoch),
-                Work::Commands(cmds) => self
-                    .hw
-                    .run(cmds.clone(), m.program_ns, Some(m.epoch))
-                    .map(|done| done.iter().map(|c| c.device_ns).sum()),
-            };
-            if ran.is_ok() && opts.deadline.has_passed() {
-                return (
-                    ErrorStatus::MissedDeadlineTransient,
-                    Shapes::from([]),
-                    Timing::NONE,
-                );
-            }
-            return match ran {
-                Ok(device_ns) => {
-                    let timing = match opts.measure == MeasureTiming::YES {
-                        true => measured(start, device_ns / 1000),
-                        false => Timing::NONE,
-                    };
-                    (ErrorStatus::None, Arc::clone(&m.shapes), timing)
-                }
-                Err(e) => (hw_status(&e), Shapes::from([]), Timing::NONE),
-            };
+            return self.run_memo(m, opts, start);
         }
         *memo = None;
         let (status, shapes, timing) = self.run(
@@ -99,6 +75,62 @@ impl VnpuPreparedModel {
             },
         );
         (status, shapes.into(), timing)
+    }
+}
+
+impl VnpuPreparedModel {
+    /// A burst's execution of the very request packet its memo was made for or last
+    /// served (see `burst::server`): the memo's work again, as [`Self::execute_pinned`]
+    /// would run it for that request, without reading the packet again. `None` when the
+    /// memo cannot serve (none, or made in an earlier device epoch): the caller takes
+    /// the full path.
+    pub fn execute_memo(
+        &self,
+        measure: MeasureTiming,
+        memo: &Option<BurstMemo>,
+    ) -> Option<(ErrorStatus, Shapes, Timing)> {
+        let opts = RunOptions {
+            measure,
+            ..RunOptions::default()
+        };
+        let m = memo
+            .as_ref()
+            .filter(|m| m.loop_timeout == opts.loop_timeout && m.epoch == self.hw.epoch())?;
+        Some(self.run_memo(m, opts, Instant::now()))
+    }
+
+    /// Runs memo `m`'s work again, as `opts` says.
+    fn run_memo(
+        &self,
+        m: &BurstMemo,
+        opts: RunOptions,
+        start: Instant,
+    ) -> (ErrorStatus, Shapes, Timing) {
+        let _arena = m.instance.lock().unwrap_or_else(|p| p.into_inner());
+        let ran = match &m.work {
+            Work::Job(job) => self.hw.run_job(job, m.epoch),
+            Work::Commands(cmds) => self
+                .hw
+                .run(cmds.clone(), m.program_ns, Some(m.epoch))
+                .map(|done| done.iter().map(|c| c.device_ns).sum()),
+        };
+        if ran.is_ok() && opts.deadline.has_passed() {
+            return (
+                ErrorStatus::MissedDeadlineTransient,
+                Shapes::from([]),
+                Timing::NONE,
+            );
+        }
+        match ran {
+            Ok(device_ns) => {
+                let timing = match opts.measure == MeasureTiming::YES {
+                    true => measured(start, device_ns / 1000),
+                    false => Timing::NONE,
+                };
+                (ErrorStatus::None, Arc::clone(&m.shapes), timing)
+            }
+            Err(e) => (hw_status(&e), Shapes::from([]), Timing::NONE),
+        }
     }
 }
 
