@@ -28,7 +28,7 @@ use crate::engine::programs::ProgramCache;
 use crate::engine::{compute, dma, job, Outcome};
 use crate::error::{IommuError, MemError};
 use crate::fault::{Fault, FaultInjector, FaultPlan};
-use crate::iommu::{Iommu, Iotlb, Perm, Window};
+use crate::iommu::{Iommu, Iotlb, KeptTranslation, Perm, Window};
 use crate::regs::{self, RegisterFile};
 use crate::ring::{
     Command, CompletionEntry, Status, SubmissionEntry, CQ_ENTRY_SIZE, FLAG_IRQ, SQ_ENTRY_SIZE,
@@ -575,6 +575,8 @@ struct CommandProcessor {
     inline_pass: bool,
     /// The rings' translations.
     tlb: Iotlb,
+    /// The translation of the last JOB's copy list.
+    job_list: KeptTranslation,
 }
 
 impl CommandProcessor {
@@ -600,6 +602,7 @@ impl CommandProcessor {
             completed: 0,
             inline_pass: false,
             tlb: Iotlb::default(),
+            job_list: KeptTranslation::default(),
         }
     }
 
@@ -839,30 +842,33 @@ impl CommandProcessor {
     fn fetch(&mut self, addr: u64) -> Option<SubmissionEntry> {
         let q = self.queues?;
         let ring = (q.sq_base, q.sq_size as u64 * SQ_ENTRY_SIZE);
-        let w = self
-            .ring_window(ring, addr, SQ_ENTRY_SIZE, Perm::READ)
-            .ok()?;
         let mut b = [0u8; 64];
-        w.region.read(w.offset, &mut b).ok()?;
+        self.in_ring(ring, addr, SQ_ENTRY_SIZE, Perm::READ, |r, at| {
+            r.read(at, &mut b).ok()
+        })?;
         Some(SubmissionEntry::decode(&b))
     }
 
-    /// An access inside one of the rings: in host memory through the IOTLB, else (device
-    /// memory, or a ring that does not translate whole) resolved on its own.
-    fn ring_window(
+    /// `access` on `[addr, addr + len)` inside one of the rings, given the region and the
+    /// offset in it: in host memory through the IOTLB, else (device memory, or a ring
+    /// that does not translate whole) resolved on its own. `None` if it does not
+    /// translate or `access` fails.
+    fn in_ring<T>(
         &mut self,
         ring: (u64, u64),
         addr: u64,
         len: u64,
         need: Perm,
-    ) -> Result<Window, IommuError> {
+        access: impl FnOnce(&SharedRegion, u64) -> Option<T>,
+    ) -> Option<T> {
         let bus = &self.s.bus;
         if ring.0.saturating_add(ring.1) <= bus.dram_base {
-            if let Some(w) = self.tlb.translate(&bus.iommu, ring, addr, len, need) {
-                return Ok(w);
+            if let Some((r, at)) = self.tlb.lookup(&bus.iommu, ring, addr, len, need) {
+                return access(r, at);
             }
         }
-        bus.resolve(addr, len, need)
+        let w = bus.resolve(addr, len, need).ok()?;
+        access(&w.region, w.offset)
     }
 
     fn dispatch(&mut self, e: SubmissionEntry) {
@@ -907,7 +913,7 @@ impl CommandProcessor {
             }
             Command::DmaCopy { src, dst, len } => Task::Copy { src, dst, len },
             Command::DmaSg { list, count } => Task::Sg { list, count },
-            Command::Job(args) => match job::Job::fetch(&self.s.bus, args) {
+            Command::Job(args) => match job::Job::fetch(&self.s.bus, args, &mut self.job_list) {
                 Ok(j) => Task::Job(j),
                 Err(o) => {
                     self.complete(e.req_id, irq, o);
@@ -988,20 +994,17 @@ impl CommandProcessor {
         };
         let addr = q.cq_base + self.cq_tail as u64 * CQ_ENTRY_SIZE;
         let ring = (q.cq_base, q.cq_size as u64 * CQ_ENTRY_SIZE);
-        let written = self
-            .ring_window(ring, addr, CQ_ENTRY_SIZE, Perm::WRITE)
-            .and_then(|w| {
-                // Write the body first and the word holding the phase bit last, so the
-                // host never sees a new phase with a stale body.
-                let b = entry.encode();
-                w.region.write(w.offset + 8, &b[8..])?;
-                w.region.write(w.offset, &b[..4])?;
-                let status_phase = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
-                w.region.store_u32(w.offset + 4, status_phase)?;
-                Ok(())
-            });
+        let written = self.in_ring(ring, addr, CQ_ENTRY_SIZE, Perm::WRITE, |r, at| {
+            // Write the body first and the word holding the phase bit last, so the host
+            // never sees a new phase with a stale body.
+            let b = entry.encode();
+            r.write(at + 8, &b[8..]).ok()?;
+            r.write(at, &b[..4]).ok()?;
+            let status_phase = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+            r.store_u32(at + 4, status_phase).ok()
+        });
         self.s.bus.wrote(addr, CQ_ENTRY_SIZE);
-        if written.is_err() {
+        if written.is_none() {
             self.queue_error(addr);
             return;
         }

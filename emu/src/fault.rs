@@ -36,10 +36,27 @@ pub struct FaultPlan {
     pub at: Option<(u64, Fault)>,
 }
 
+impl FaultPlan {
+    /// The plan that injects nothing.
+    pub const fn none(seed: u64) -> FaultPlan {
+        FaultPlan {
+            seed,
+            dma_fault_ppm: 0,
+            hang_ppm: 0,
+            bit_flip_ppm: 0,
+            lose_after: None,
+            engine_panic_ppm: 0,
+            at: None,
+        }
+    }
+}
+
 /// The plan's state as the device runs.
 #[derive(Debug)]
 pub struct FaultInjector {
     plan: FaultPlan,
+    /// The plan injects nothing.
+    inert: bool,
     state: u64,
     commands: u64,
 }
@@ -48,6 +65,7 @@ impl FaultInjector {
     pub fn new(plan: FaultPlan) -> Self {
         Self {
             plan,
+            inert: plan == FaultPlan::none(plan.seed),
             state: plan.seed ^ 0x9E37_79B9_7F4A_7C15,
             commands: 0,
         }
@@ -65,6 +83,10 @@ impl FaultInjector {
     /// Draws the fault (if any) for the next command; `is_dma` enables DMA-only faults.
     pub fn draw(&mut self, is_dma: bool) -> Option<Fault> {
         self.commands += 1;
+        // A plan that injects nothing draws nothing (its random sequence is never seen).
+        if self.inert {
+            return None;
+        }
         if self.plan.lose_after.is_some_and(|n| self.commands > n) {
             return Some(Fault::DeviceLost);
         }

@@ -91,41 +91,106 @@ impl Iotlb {
     pub fn translate(
         &mut self,
         iommu: &Iommu,
-        (base, span): (u64, u64),
+        ring: (u64, u64),
         addr: u64,
         len: u64,
         need: Perm,
     ) -> Option<Window> {
+        self.lookup(iommu, ring, addr, len, need)
+            .map(|(region, offset)| Window {
+                region: Arc::clone(region),
+                offset,
+            })
+    }
+
+    /// [`Iotlb::translate`] as the region and the offset in it, borrowed from the kept
+    /// translation (no reference count taken: what an access per ring entry costs).
+    pub fn lookup(
+        &mut self,
+        iommu: &Iommu,
+        (base, span): (u64, u64),
+        addr: u64,
+        len: u64,
+        need: Perm,
+    ) -> Option<(&Arc<SharedRegion>, u64)> {
         let inside = addr >= base && addr.checked_add(len)? <= base.checked_add(span)?;
         if !inside {
             return None;
         }
         // Read before translating: a mapping that goes meanwhile leaves a stale generation.
         let generation = iommu.generation.load(Ordering::Acquire);
-        let at = |w: &Window| Window {
-            region: Arc::clone(&w.region),
-            offset: w.offset + (addr - base),
-        };
-        if let Some(e) = self.entries.iter().find(|e| {
+        let kept = self.entries.iter().position(|e| {
             e.generation == generation && e.base == base && e.span == span && e.need == need
-        }) {
-            return Some(at(&e.window));
-        }
-        let window = iommu.translate(base, span, need).ok()?;
-        let got = at(&window);
-        self.entries
-            .retain(|e| e.generation == generation && e.base != base);
-        if self.entries.len() >= TLB_ENTRIES {
-            self.entries.remove(0);
-        }
-        self.entries.push(TlbEntry {
-            generation,
-            base,
-            span,
-            need,
-            window,
         });
-        Some(got)
+        let k = match kept {
+            Some(k) => k,
+            None => {
+                let window = iommu.translate(base, span, need).ok()?;
+                self.entries
+                    .retain(|e| e.generation == generation && e.base != base);
+                if self.entries.len() >= TLB_ENTRIES {
+                    self.entries.remove(0);
+                }
+                self.entries.push(TlbEntry {
+                    generation,
+                    base,
+                    span,
+                    need,
+                    window,
+                });
+                self.entries.len() - 1
+            }
+        };
+        let w = &self.entries[k].window;
+        Some((&w.region, w.offset + (addr - base)))
+    }
+}
+
+/// One access's translation kept across runs of the same work (a job's copy of a pinned
+/// range): reused while the access is the same and no mapping has gone since (the
+/// IOMMU's generation, as an [`Iotlb`] checks), so a job run again does not walk the
+/// IOMMU's table. A failed translation keeps nothing.
+#[derive(Debug, Default)]
+pub struct KeptTranslation(Option<Kept>);
+
+#[derive(Debug)]
+struct Kept {
+    generation: u64,
+    addr: u64,
+    len: u64,
+    need: Perm,
+    window: Window,
+}
+
+impl KeptTranslation {
+    /// `[addr, addr + len)` translated for `need`: the kept window if it is still good,
+    /// else a fresh translation (then kept).
+    pub fn translate(
+        &mut self,
+        iommu: &Iommu,
+        addr: u64,
+        len: u64,
+        need: Perm,
+    ) -> Result<&Window, IommuError> {
+        // Read before translating: a mapping that goes meanwhile leaves a stale generation.
+        let generation = iommu.generation.load(Ordering::Acquire);
+        let hit = matches!(&self.0, Some(k)
+            if k.generation == generation && k.addr == addr && k.len == len && k.need == need);
+        if !hit {
+            self.0 = None;
+            let window = iommu.translate(addr, len, need)?;
+            self.0 = Some(Kept {
+                generation,
+                addr,
+                len,
+                need,
+                window,
+            });
+        }
+        match &self.0 {
+            Some(k) => Ok(&k.window),
+            None => Err(IommuError::NotMapped { iova: addr }),
+        }
     }
 }
 
@@ -292,6 +357,30 @@ mod tests {
         assert!(tlb
             .translate(&iommu, ring, 0x10064, 1, Perm::READ)
             .is_none());
+    }
+
+    #[test]
+    fn a_kept_translation_serves_the_same_access_until_a_mapping_goes() {
+        let iommu = Iommu::default();
+        let r = region(4096);
+        r.write(8, b"z").unwrap();
+        iommu.map(0x10000, r.fd(), 0, 4096, Perm::READ).unwrap();
+        let mut kept = KeptTranslation::default();
+        let w = kept.translate(&iommu, 0x10008, 1, Perm::READ).unwrap();
+        let mut b = [0u8];
+        w.region.read(w.offset, &mut b).unwrap();
+        assert_eq!(&b, b"z");
+        assert!(kept.translate(&iommu, 0x10008, 1, Perm::READ).is_ok());
+        assert!(
+            kept.translate(&iommu, 0x10008, 1, Perm::WRITE).is_err(),
+            "another permission is translated again, and refused"
+        );
+        assert!(kept.translate(&iommu, 0x10008, 1, Perm::READ).is_ok());
+        iommu.unmap(0x10000).unwrap();
+        assert!(
+            kept.translate(&iommu, 0x10008, 1, Perm::READ).is_err(),
+            "the mapping went: the kept window is not used"
+        );
     }
 
     #[test]

@@ -289,6 +289,146 @@ fn a_job_copies_in_runs_and_copies_out() {
     assert_eq!(out, [11.0, 0.0, 0.0, 4.5]);
 }
 
+/// A job runs through the plan its program keeps ([`vnpu_emu::engine::job_plan`]) with
+/// the same outputs and the same arena bytes as through the general path (which a trace
+/// takes): an input read by two ops, a transient tensor whose bytes a later output
+/// reuses, a weight outside the arena. A kept host translation is not used once its
+/// mapping goes: a buffer mapped again at the same IOVA is read as it is now, and an
+/// unmapped one is a DMA fault.
+#[test]
+fn a_job_through_its_plan_does_what_the_general_path_does() {
+    use vnpu_emu::ring::{Command, CopyDescriptor, JobArgs};
+    let dev = device();
+    let mut q = HostQueue::create(&dev, 32, RING_IOVA).unwrap();
+    let t = |addr: u64| TensorDesc::new(TensorType::new(DType::F32, &[4]), DRAM_BASE + addr);
+    let op = |kind, inputs: Vec<u32>, output| OpDesc {
+        op: KernelOp::from(Binary {
+            kind,
+            act: Activation::None,
+        }),
+        inputs,
+        outputs: vec![output],
+    };
+    let mut sum = t(0x300);
+    sum.transient = true;
+    let program = Program {
+        // a, b, a + b (transient), the weight, (a + b) * w, (a + b) * w - a over a + b.
+        tensors: vec![t(0x100), t(0x200), sum, t(0x2000), t(0x000), t(0x300)],
+        ops: vec![
+            op(BinaryKind::Add, vec![0, 1], 2),
+            op(BinaryKind::Mul, vec![2, 3], 4),
+            op(BinaryKind::Sub, vec![4, 0], 5),
+        ],
+    }
+    .encode();
+    let plen = program.len() as u64;
+    let map = |buf: &SharedRegion| {
+        dev.iommu()
+            .map(BUF_IOVA, buf.fd(), 0, 8192, Perm::READ_WRITE)
+            .unwrap()
+    };
+    let buffer = |a: &[f32]| {
+        let buf = SharedRegion::new("buf", 8192).unwrap();
+        buf.write(0, &f32_bytes(a)).unwrap();
+        buf.write(16, &f32_bytes(&[10.0, 1.0, -30.0, 0.5])).unwrap();
+        buf.write(32, &f32_bytes(&[2.0; 4])).unwrap();
+        buf.write(1024, &program).unwrap();
+        let d = |src, dst| CopyDescriptor { src, dst, len: 16 };
+        let list = [
+            d(BUF_IOVA, DRAM_BASE + 0x100),
+            d(BUF_IOVA + 16, DRAM_BASE + 0x200),
+            d(DRAM_BASE, BUF_IOVA + 4096),
+            d(DRAM_BASE + 0x300, BUF_IOVA + 4112),
+        ];
+        for (k, c) in list.iter().enumerate() {
+            buf.write(2048 + 24 * k as u64, &c.encode()).unwrap();
+        }
+        buf
+    };
+    let mut buf = buffer(&[1.0, -2.0, 3.0, 4.0]);
+    map(&buf);
+    let mut id = 0;
+    // Runs the commands `e`, then a JOB whose list is at `job`; their statuses.
+    let mut submit = |q: &mut HostQueue, e: &[(Opcode, u64, u64, u64)], job: Option<u64>| {
+        let mut entries: Vec<_> = e
+            .iter()
+            .map(|&(op, a, b, c)| {
+                id += 1;
+                cmd(op, id, a, b, c)
+            })
+            .collect();
+        if let Some(list) = job {
+            id += 1;
+            let job = Command::Job(JobArgs {
+                program: DRAM_BASE + 0x1000,
+                program_len: plen,
+                arena: DRAM_BASE,
+                arena_len: 0x400,
+                list,
+                inputs: 2,
+                outputs: 2,
+            });
+            entries.push(job.entry(id));
+        }
+        q.submit(&dev, &entries).unwrap();
+        wait_for(q, &dev, entries.len())
+            .iter()
+            .map(|c| c.status)
+            .collect::<Vec<_>>()
+    };
+    let ok = Status::Ok as u16;
+    let setup = [
+        (Opcode::DmaCopy, BUF_IOVA + 1024, DRAM_BASE + 0x1000, plen),
+        (Opcode::DmaCopy, BUF_IOVA + 32, DRAM_BASE + 0x2000, 16),
+    ];
+    assert_eq!(submit(&mut q, &setup, None), [ok, ok]);
+    let list = Some(BUF_IOVA + 2048);
+    // One job; its outputs and the arena as it left it.
+    let mut run = |q: &mut HostQueue, buf: &SharedRegion| {
+        assert_eq!(submit(q, &[], list), [ok]);
+        let readback = (Opcode::DmaCopy, DRAM_BASE, BUF_IOVA + 6144, 0x400);
+        assert_eq!(submit(q, &[readback], None), [ok]);
+        let mut out = [0f32; 8];
+        buf.read_f32(4096, &mut out).unwrap();
+        let mut arena = vec![0u8; 0x400];
+        buf.read(6144, &mut arena).unwrap();
+        (out, arena)
+    };
+    let want = [22.0, -2.0, -54.0, 9.0, 21.0, 0.0, -57.0, 5.0];
+    let planned = run(&mut q, &buf);
+    assert_eq!(planned.0, want);
+    assert_eq!(run(&mut q, &buf), planned, "the kept plan, run again");
+    dev.set_tracing(true);
+    let general = run(&mut q, &buf);
+    dev.set_tracing(false);
+    assert_eq!(
+        general, planned,
+        "the general path leaves the same outputs and arena"
+    );
+    // The same IOVA mapped to another buffer: read as it is now, not as it was.
+    dev.iommu().unmap(BUF_IOVA).unwrap();
+    buf = buffer(&[0.0; 4]);
+    map(&buf);
+    assert_eq!(
+        run(&mut q, &buf).0,
+        [20.0, 2.0, -60.0, 1.0, 20.0, 2.0, -60.0, 1.0]
+    );
+    // A JOB naming unmapped memory is refused: its list (DMA_FAULT when fetched), or,
+    // with the list elsewhere, its first copy in (DMA_FAULT, copy 0).
+    dev.iommu().unmap(BUF_IOVA).unwrap();
+    let fault = Status::DmaFault as u16;
+    assert_eq!(submit(&mut q, &[], list), [fault]);
+    let lists = SharedRegion::new("lists", 4096).unwrap();
+    let mut bytes = vec![0u8; 4 * 24];
+    buf.read(2048, &mut bytes).unwrap();
+    lists.write(0, &bytes).unwrap();
+    let elsewhere = BUF_IOVA + 0x10000;
+    dev.iommu()
+        .map(elsewhere, lists.fd(), 0, 4096, Perm::READ)
+        .unwrap();
+    assert_eq!(submit(&mut q, &[], Some(elsewhere)), [fault]);
+}
+
 /// The engine keeps decoded programs across runs; a program rewritten in place (same
 /// address, same length, other op) runs as rewritten, not as kept.
 #[test]

@@ -14,6 +14,10 @@ use crate::hal::{
     RequestArgument, RequestMemoryPool, Timing,
 };
 
+/// Output shapes as bursts and reusable executions get them: shared with the memo, so
+/// an execution the memo runs again copies none.
+pub type Shapes = Arc<[OutputShape]>;
+
 impl VnpuPreparedModel {
     /// executeSynchronously_1_3 with the request's pools already mapped where `pins` has
     /// them (by pool index): a burst's executions. `memo` is the burst's last execution:
@@ -24,7 +28,7 @@ impl VnpuPreparedModel {
         measure: MeasureTiming,
         pins: &[Option<Arc<PinnedPool>>],
         memo: &mut Option<BurstMemo>,
-    ) -> (ErrorStatus, Vec<OutputShape>, Timing) {
+    ) -> (ErrorStatus, Shapes, Timing) {
         let opts = RunOptions {
             measure,
             ..RunOptions::default()
@@ -42,11 +46,11 @@ impl VnpuPreparedModel {
         start: Instant,
         pins: &[Option<Arc<PinnedPool>>],
         memo: &mut Option<BurstMemo>,
-    ) -> (ErrorStatus, Vec<OutputShape>, Timing) {
+    ) -> (ErrorStatus, Shapes, Timing) {
         if opts.deadline.has_passed() {
             return (
                 ErrorStatus::MissedDeadlinePersistent,
-                Vec::new(),
+                Shapes::from([]),
                 Timing::NONE,
             );
         }
@@ -55,34 +59,10 @@ impl VnpuPreparedModel {
             .filter(|m| m.loop_timeout == opts.loop_timeout)
             .filter(|m| m.serves(request, pins, self.hw.epoch()))
         {
-            let _arena = m.instance.lock().unwrap_or_else(|p| p.into_inner());
-            let ran = match &m.work {
-                Work::Job(job) => self.hw.run_job(job, m.epoch),
-                Work::Commands(cmds) => self
-                    .hw
-                    .run(cmds.clone(), m.program_ns, Some(m.epoch))
-                    .map(|done| done.iter().map(|c| c.device_ns).sum()),
-            };
-            if ran.is_ok() && opts.deadline.has_passed() {
-                return (
-                    ErrorStatus::MissedDeadlineTransient,
-                    Vec::new(),
-                    Timing::NONE,
-                );
-            }
-            return match ran {
-                Ok(device_ns) => {
-                    let timing = match opts.measure == MeasureTiming::YES {
-                        true => measured(start, device_ns / 1000),
-                        false => Timing::NONE,
-                    };
-                    (ErrorStatus::None, m.shapes.clone(), timing)
-                }
-                Err(e) => (hw_status(&e), Vec::new(), Timing::NONE),
-            };
+            return self.run_memo(m, opts, start);
         }
         *memo = None;
-        self.run(
+        let (status, shapes, timing) = self.run(
             request,
             opts.measure,
             opts.deadline,
@@ -93,7 +73,64 @@ impl VnpuPreparedModel {
                 pins,
                 memo: Some(memo),
             },
-        )
+        );
+        (status, shapes.into(), timing)
+    }
+}
+
+impl VnpuPreparedModel {
+    /// A burst's execution of the very request packet its memo was made for or last
+    /// served (see `burst::server`): the memo's work again, as [`Self::execute_pinned`]
+    /// would run it for that request, without reading the packet again. `None` when the
+    /// memo cannot serve (none, or made in an earlier device epoch): the caller takes
+    /// the full path.
+    pub fn execute_memo(
+        &self,
+        measure: MeasureTiming,
+        memo: &Option<BurstMemo>,
+    ) -> Option<(ErrorStatus, Shapes, Timing)> {
+        let opts = RunOptions {
+            measure,
+            ..RunOptions::default()
+        };
+        let m = memo
+            .as_ref()
+            .filter(|m| m.loop_timeout == opts.loop_timeout && m.epoch == self.hw.epoch())?;
+        Some(self.run_memo(m, opts, Instant::now()))
+    }
+
+    /// Runs memo `m`'s work again, as `opts` says.
+    fn run_memo(
+        &self,
+        m: &BurstMemo,
+        opts: RunOptions,
+        start: Instant,
+    ) -> (ErrorStatus, Shapes, Timing) {
+        let _arena = m.instance.lock().unwrap_or_else(|p| p.into_inner());
+        let ran = match &m.work {
+            Work::Job(job) => self.hw.run_job(job, m.epoch),
+            Work::Commands(cmds) => self
+                .hw
+                .run(cmds.clone(), m.program_ns, Some(m.epoch))
+                .map(|done| done.iter().map(|c| c.device_ns).sum()),
+        };
+        if ran.is_ok() && opts.deadline.has_passed() {
+            return (
+                ErrorStatus::MissedDeadlineTransient,
+                Shapes::from([]),
+                Timing::NONE,
+            );
+        }
+        match ran {
+            Ok(device_ns) => {
+                let timing = match opts.measure == MeasureTiming::YES {
+                    true => measured(start, device_ns / 1000),
+                    false => Timing::NONE,
+                };
+                (ErrorStatus::None, Arc::clone(&m.shapes), timing)
+            }
+            Err(e) => (hw_status(&e), Shapes::from([]), Timing::NONE),
+        }
     }
 }
 
@@ -125,7 +162,7 @@ pub struct BurstMemo {
     pub(super) work: Work,
     pub(super) program_ns: u64,
     pub(super) epoch: u64,
-    pub(super) shapes: Vec<OutputShape>,
+    pub(super) shapes: Shapes,
     /// The loop timeout its commands were built with.
     pub(super) loop_timeout: OptionalTimeoutDuration,
 }
@@ -134,8 +171,8 @@ impl BurstMemo {
     /// Whether this is the execution of `request` over `pins` in device epoch `epoch`.
     fn serves(&self, request: &Request, pins: &[Option<Arc<PinnedPool>>], epoch: u64) -> bool {
         self.epoch == epoch
-            && self.inputs == request.inputs
-            && self.outputs == request.outputs
+            && same_arguments(&self.inputs, &request.inputs)
+            && same_arguments(&self.outputs, &request.outputs)
             && request.pools.len() == self.pins.len()
             && request.pools.iter().zip(&self.pins).enumerate().all(|(k, (p, mine))| {
                 matches!(p, RequestMemoryPool::HidlMemory(m)
@@ -143,4 +180,16 @@ impl BurstMemo {
                         && mine.open(m).is_some())
             })
     }
+}
+
+/// `a == b`, compared field by field: the dimension lists are a few words each, which a
+/// loop compares in less than a `memcmp` call costs.
+fn same_arguments(a: &[RequestArgument], b: &[RequestArgument]) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| {
+            x.has_no_value == y.has_no_value
+                && x.location == y.location
+                && x.dimensions.len() == y.dimensions.len()
+                && x.dimensions.iter().zip(&y.dimensions).all(|(p, q)| p == q)
+        })
 }

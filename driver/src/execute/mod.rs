@@ -33,7 +33,7 @@ use crate::interface::{
 use crate::validate::validate_request;
 use crate::workers::{Job, WorkerPool};
 
-pub use burst::{BurstMemo, RunOptions};
+pub use burst::{BurstMemo, RunOptions, Shapes};
 pub use context::{ModelContext, ModelCount, ModelLease, StartBurst};
 pub use instances::BuiltProgram;
 use instances::Instances;

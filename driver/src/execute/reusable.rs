@@ -75,8 +75,10 @@ impl ReusableRun {
             loop_timeout: self.loop_timeout,
             fenced,
         };
-        self.model
-            .execute_reusing(&self.request, opts, start, &self.pins, &mut memo)
+        let (status, shapes, timing) =
+            self.model
+                .execute_reusing(&self.request, opts, start, &self.pins, &mut memo);
+        (status, shapes.to_vec(), timing)
     }
 }
 
@@ -175,8 +177,10 @@ impl IMemoryTokenBurst for MemoryTokenBurst {
             loop_timeout,
             fenced: false,
         };
-        self.model
-            .execute_reusing(request, opts, start, &pins, &mut memo)
+        let (status, shapes, timing) = self
+            .model
+            .execute_reusing(request, opts, start, &pins, &mut memo);
+        (status, shapes.to_vec(), timing)
     }
 
     fn release_memory_resource(&self, token: i64) -> ErrorStatus {

@@ -366,7 +366,7 @@ impl VnpuPreparedModel {
                 work,
                 program_ns,
                 epoch,
-                shapes: shapes_out.clone(),
+                shapes: shapes_out.as_slice().into(),
                 loop_timeout,
             });
         }

@@ -5,7 +5,7 @@
 //! tensor.
 
 use std::borrow::Cow;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::Outcome;
@@ -70,21 +70,23 @@ enum Input {
 /// by the [`super::programs::ProgramCache`] while DRAM holds its bytes).
 #[derive(Debug)]
 pub struct Decoded {
-    program: Program,
-    plan: Plan,
+    pub(super) program: Program,
+    pub(super) plan: Plan,
+    /// The plan of the last JOB that ran it ([`super::job_plan`]).
+    pub(super) job: Mutex<Option<super::job_plan::Kept>>,
 }
 
 /// What the engine works out from a program before running it.
 #[derive(Debug)]
-struct Plan {
+pub(super) struct Plan {
     /// Which tensors the weight cache may keep: those no op of the program writes (a
     /// dynamic tensor's bytes depend on the run, so never).
-    keep: Vec<bool>,
+    pub(super) keep: Vec<bool>,
     /// The last op that reads each tensor (in program order).
     last_reader: Vec<usize>,
     /// Each op's modelled time if its tensors are all static: its types were checked
     /// when the program was decoded and cannot change, so runs skip that check too.
-    fixed_ns: Vec<Option<u64>>,
+    pub(super) fixed_ns: Vec<Option<u64>>,
 }
 
 impl Plan {
@@ -369,7 +371,7 @@ pub fn run_program(bus: &Bus, run: Run, req_id: u32) -> Outcome {
         Ok(d) => d,
         Err(o) => return o,
     };
-    let Decoded { program, plan } = &*decoded;
+    let Decoded { program, plan, .. } = &*decoded;
     let mut tensors = Tensors::new(&program.tensors);
     let outcome = sequence(bus, program, plan, &mut tensors, run, req_id);
     if outcome.status != Status::Ok || run.report == 0 {
@@ -393,12 +395,20 @@ pub struct Copies<'a> {
 /// a tensor of the program lands in DRAM and in the engine's local memory, so the op
 /// that reads it skips the load; an output the local memory holds leaves from there. A
 /// failed copy reports its index in the list, a failed op its index.
-pub fn run_job(bus: &Bus, run: Run, copies: Copies<'_>, req_id: u32) -> Outcome {
+///
+/// A job whose program and copies have a plan ([`super::job_plan`]) runs through it (the
+/// same work, resolved once); this is the general path, and the one a trace records.
+pub fn run_job(bus: &Bus, run: Run, arena: (u64, u64), copies: Copies<'_>, req_id: u32) -> Outcome {
     let decoded = match decoded(bus, run) {
         Ok(d) => d,
         Err(o) => return o,
     };
-    let Decoded { program, plan } = &*decoded;
+    if !bus.trace.enabled() {
+        if let Some(done) = super::job_plan::run(bus, &decoded, run, arena, copies) {
+            return done;
+        }
+    }
+    let Decoded { program, plan, .. } = &*decoded;
     let mut spare = Spare::reclaim(bus);
     let mut sram = Sram::default();
     let mut ns = 0u64;
@@ -502,7 +512,11 @@ fn decode_program(bus: &Bus, addr: u64, len: u64) -> Result<Arc<Decoded>, Outcom
         Outcome::fail(Status::InvalidProgram, 0, addr)
     })?;
     let plan = Plan::new(&program, &bus.timing);
-    let decoded = Arc::new(Decoded { program, plan });
+    let decoded = Arc::new(Decoded {
+        program,
+        plan,
+        job: Mutex::new(None),
+    });
     bus.programs.offer(addr, len, Arc::clone(&decoded), ticket);
     Ok(decoded)
 }

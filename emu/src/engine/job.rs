@@ -6,7 +6,7 @@
 use super::compute::{self, Copies, Run};
 use super::{dma, Outcome};
 use crate::fault::Fault;
-use crate::iommu::Perm;
+use crate::iommu::{KeptTranslation, Perm};
 use crate::ring::{CopyDescriptor, JobArgs, Status, MAX_JOB_COPIES, SG_ENTRY_SIZE};
 use crate::Bus;
 
@@ -14,10 +14,14 @@ use crate::Bus;
 #[derive(Debug)]
 pub struct Job {
     run: Run,
+    /// The device memory its copies may touch: (address, length).
+    arena: (u64, u64),
     /// The copies in, then the copies out (inline for small lists: a job allocates
     /// nothing).
     copies: smallvec::SmallVec<[CopyDescriptor; 4]>,
     inputs: usize,
+    /// The bytes its copies move.
+    bytes: u64,
 }
 
 /// Why a job's copies are refused: the index of the first bad copy and the address at
@@ -64,8 +68,9 @@ pub fn check_copies(
 
 impl Job {
     /// Reads the job's copy list from host memory and checks it (an INVALID_COMMAND or
-    /// DMA_FAULT outcome otherwise).
-    pub fn fetch(bus: &Bus, a: JobArgs) -> Result<Job, Outcome> {
+    /// DMA_FAULT outcome otherwise). `kept` is the command processor's translation of
+    /// the last list it read (the host reuses a few list slots).
+    pub fn fetch(bus: &Bus, a: JobArgs, kept: &mut KeptTranslation) -> Result<Job, Outcome> {
         let count = a.inputs as u64 + a.outputs as u64;
         let dram_end = bus.dram_base + bus.dram.len() as u64;
         let arena_ok = a.arena >= bus.dram_base
@@ -78,7 +83,7 @@ impl Job {
         let mut copies = smallvec::SmallVec::with_capacity(count as usize);
         if count > 0 {
             let bytes = count * SG_ENTRY_SIZE;
-            let mut raw = [0u8; 16 * SG_ENTRY_SIZE as usize];
+            let mut raw = [0u8; 8 * SG_ENTRY_SIZE as usize];
             let mut heap = Vec::new();
             // Copied out first: the host may rewrite the list while the job runs.
             let buf: &mut [u8] = match bytes as usize <= raw.len() {
@@ -88,17 +93,23 @@ impl Job {
                     &mut heap
                 }
             };
-            let read = bus
-                .resolve(a.list, bytes, Perm::READ)
-                .ok()
-                .and_then(|w| w.region.read(w.offset, buf).ok());
+            let read = match a.list < bus.dram_base {
+                true => kept
+                    .translate(&bus.iommu, a.list, bytes, Perm::READ)
+                    .ok()
+                    .and_then(|w| w.region.read(w.offset, buf).ok()),
+                false => bus
+                    .resolve(a.list, bytes, Perm::READ)
+                    .ok()
+                    .and_then(|w| w.region.read(w.offset, buf).ok()),
+            };
             if read.is_none() {
                 return Err(Outcome::fail(Status::DmaFault, 0, a.list));
             }
-            copies.extend(
-                buf.chunks_exact(SG_ENTRY_SIZE as usize)
-                    .map(CopyDescriptor::decode),
-            );
+            // Pushes: SmallVec's `extend` costs more for the few copies a job has.
+            for entry in buf.chunks_exact(SG_ENTRY_SIZE as usize) {
+                copies.push(CopyDescriptor::decode(entry));
+            }
         }
         let inputs = a.inputs as usize;
         if let Err(b) = check_copies(&copies, inputs, (a.arena, a.arena_len), bus.dram_base) {
@@ -108,13 +119,16 @@ impl Job {
                 b.addr,
             ));
         }
+        let bytes = copies.iter().map(|c| c.len).fold(0, u64::saturating_add);
         Ok(Job {
+            bytes,
             run: Run {
                 addr: a.program,
                 len: a.program_len,
                 loop_timeout_ns: 0,
                 report: 0,
             },
+            arena: (a.arena, a.arena_len),
             copies,
             inputs,
         })
@@ -122,12 +136,7 @@ impl Job {
 
     /// The program's length and the bytes the job copies (what makes it small).
     pub fn size(&self) -> (u64, u64) {
-        let bytes = self
-            .copies
-            .iter()
-            .map(|c| c.len)
-            .fold(0, u64::saturating_add);
-        (self.run.len, bytes)
+        (self.run.len, self.bytes)
     }
 
     /// Copies in, runs, copies out ([`compute::run_job`]).
@@ -137,7 +146,13 @@ impl Job {
             return Outcome::fail(Status::DmaFault, 0, at);
         }
         let (inputs, outputs) = self.copies.split_at(self.inputs);
-        let done = compute::run_job(bus, self.run, Copies { inputs, outputs }, req_id);
+        let done = compute::run_job(
+            bus,
+            self.run,
+            self.arena,
+            Copies { inputs, outputs },
+            req_id,
+        );
         if let (Some((Fault::BitFlip, r)), Status::Ok) = (fault, done.status) {
             // The flip lands in an output, and the transfer's check reports it.
             if let Some(c) = outputs.iter().find(|c| c.len > 0) {

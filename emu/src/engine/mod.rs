@@ -4,6 +4,7 @@
 pub mod compute;
 pub mod dma;
 pub mod job;
+pub mod job_plan;
 pub mod programs;
 
 use crate::ring::Status;
