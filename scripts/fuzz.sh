@@ -39,8 +39,12 @@ if [ ${#targets[@]} -eq 0 ]; then
   mapfile -t targets < <(RUSTC_BOOTSTRAP=1 cargo fuzz list)
 fi
 mkdir -p logs
-# Files in the target's artifacts directory (its crash reproducers), 0 before the first.
-artifacts() { if [ -d "artifacts/$1" ]; then find "artifacts/$1" -type f | wc -l; else echo 0; fi; }
+# Crash, leak, timeout and out-of-memory reproducers in the target's artifacts directory
+# (not slow-unit-* files: an execution that was merely slow, e.g. while the fuzzer was
+# stopped with SIGSTOP), 0 before the first.
+artifacts() {
+  if [ -d "artifacts/$1" ]; then find "artifacts/$1" -type f ! -name 'slow-unit-*' | wc -l; else echo 0; fi
+}
 rows=()
 failed=0
 for t in "${targets[@]}"; do
