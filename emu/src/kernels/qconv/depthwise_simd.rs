@@ -167,10 +167,10 @@ fn pixels<T: QuantElem, F: QuantElem>(
     if inside {
         let img = img.get(base..).unwrap_or_default();
         if level >= Isa::Avx512 {
-            // SAFETY: `level` was capped at the CPU's and is a vector level only for
-            // one-byte T and F (`applies`), so the CPU has AVX-512 F and BW; every
-            // pixel's taps' `c` channels lie inside both slices (checked just above: the
-            // last pixel's last tap's offsets are the largest).
+            // `level` was capped at the CPU's and is a vector level only for one-byte T
+            // and F (`applies`); `inside` checked the last pixel's last tap, the largest.
+            // SAFETY: the CPU has AVX-512 F and BW, every pixel's taps' `c` channels lie
+            // inside both slices.
             done = unsafe { x86::pixels_avx512(img, step, filter, taps, in_zp, c, accs) };
         } else if level >= Isa::Avx2 {
             // SAFETY: as above, with AVX2.
