@@ -251,118 +251,99 @@ mod x86 {
         }
     }
 
-    /// [`super::pixels`] (from `base` = 0) for the channels of whole 8-lane vectors (in
-    /// blocks of 16, then one of 8); returns how many channels of each pixel it did.
-    ///
-    /// # Safety
-    /// The CPU has AVX2, T and F are one byte, and for each pixel `p` every tap's `c`
-    /// elements from `p * step` lie inside `img` and `filter`.
-    #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn pixels_avx2<T: QuantElem, F: QuantElem>(
-        img: &[T],
-        step: usize,
-        filter: &[F],
-        taps: &[Tap],
-        in_zp: i32,
-        c: usize,
-        accs: &mut [i32],
-    ) -> usize {
-        let mut done = 0;
-        for (p, acc) in accs.chunks_exact_mut(c.max(1)).enumerate() {
-            // Inside (the caller's contract); were it not, the plain loop redoes them all.
-            let Some(img) = img.get(p * step..) else {
-                return 0;
-            };
-            let (x, w) = (img.as_ptr().cast::<u8>(), filter.as_ptr().cast::<u8>());
-            let zp = _mm256_set1_epi32(in_zp);
-            let mut ch = 0;
-            while ch + 8 <= c {
-                // Two vectors a step where they fit, else one.
-                let two = ch + 16 <= c;
-                let mut s = [_mm256_setzero_si256(); 2];
-                for t in taps {
-                    for (h, s) in s.iter_mut().enumerate().take(1 + usize::from(two)) {
-                        let at = ch + 8 * h;
-                        // SAFETY: `at + 8 <= c` and the tap's `c` elements (one byte each)
-                        // lie inside `img` and `filter` (the caller's contract).
-                        let (xv, wv) = unsafe {
-                            (
-                                widen8::<T>(x.add(t.src + at)),
-                                widen8::<F>(w.add(t.filter + at)),
-                            )
-                        };
-                        let xv = _mm256_sub_epi32(xv, zp);
-                        *s = _mm256_add_epi32(*s, _mm256_mullo_epi32(xv, wv));
+    /// One body for both widths: [`super::pixels`] (from `base` = 0) for the channels of
+    /// whole `$lanes`-lane vectors (in blocks of two vectors, then one); returns how many
+    /// channels of each pixel it did.
+    macro_rules! pixels_body {
+        ($name:ident, $feature:literal, $lanes:literal, $vec:ty, $widen:ident,
+         $set1:ident, $zero:ident, $sub:ident, $add:ident, $mul:ident, $store:ident) => {
+            /// See [`pixels_body`].
+            ///
+            /// # Safety
+            /// The CPU has the target features, T and F are one byte, and for each pixel
+            /// `p` every tap's `c` elements from `p * step` lie inside `img` and `filter`.
+            #[target_feature(enable = $feature)]
+            pub(super) unsafe fn $name<T: QuantElem, F: QuantElem>(
+                img: &[T],
+                step: usize,
+                filter: &[F],
+                taps: &[Tap],
+                in_zp: i32,
+                c: usize,
+                accs: &mut [i32],
+            ) -> usize {
+                let mut done = 0;
+                for (p, acc) in accs.chunks_exact_mut(c.max(1)).enumerate() {
+                    // Inside (the caller's contract); were it not, the plain loop redoes
+                    // them all.
+                    let Some(img) = img.get(p * step..) else {
+                        return 0;
+                    };
+                    let (x, w) = (img.as_ptr().cast::<u8>(), filter.as_ptr().cast::<u8>());
+                    let zp = $set1(in_zp);
+                    let mut ch = 0;
+                    while ch + $lanes <= c {
+                        // Two vectors a step where they fit, else one.
+                        let two = ch + 2 * $lanes <= c;
+                        let mut s: [$vec; 2] = [$zero(); 2];
+                        for t in taps {
+                            for (h, s) in s.iter_mut().enumerate().take(1 + usize::from(two)) {
+                                let at = ch + $lanes * h;
+                                // SAFETY: `at + $lanes <= c` and the tap's `c` elements (one
+                                // byte each) lie inside `img` and `filter` (the caller's
+                                // contract).
+                                let (xv, wv) = unsafe {
+                                    (
+                                        $widen::<T>(x.add(t.src + at)),
+                                        $widen::<F>(w.add(t.filter + at)),
+                                    )
+                                };
+                                let xv = $sub(xv, zp);
+                                *s = $add(*s, $mul(xv, wv));
+                            }
+                        }
+                        for (h, s) in s.iter().enumerate().take(1 + usize::from(two)) {
+                            let at = ch + $lanes * h;
+                            if let Some(out) = acc.get_mut(at..at + $lanes) {
+                                // SAFETY: `out` is `$lanes` i32, one unaligned store.
+                                unsafe { $store(out.as_mut_ptr().cast(), *s) };
+                            }
+                        }
+                        ch += if two { 2 * $lanes } else { $lanes };
                     }
+                    done = ch;
                 }
-                for (h, s) in s.iter().enumerate().take(1 + usize::from(two)) {
-                    if let Some(out) = acc.get_mut(ch + 8 * h..ch + 8 * h + 8) {
-                        // SAFETY: `out` is eight i32, one unaligned 256-bit store.
-                        unsafe { _mm256_storeu_si256(out.as_mut_ptr().cast(), *s) };
-                    }
-                }
-                ch += if two { 16 } else { 8 };
+                done
             }
-            done = ch;
-        }
-        done
+        };
     }
 
-    /// [`super::pixels`] (from `base` = 0) for the channels of whole 16-lane vectors (in
-    /// blocks of 32, then one of 16); returns how many channels of each pixel it did.
-    ///
-    /// # Safety
-    /// The CPU has AVX-512 F and BW, T and F are one byte, and for each pixel `p` every
-    /// tap's `c` elements from `p * step` lie inside `img` and `filter`.
-    #[target_feature(enable = "avx512f,avx512bw")]
-    pub(super) unsafe fn pixels_avx512<T: QuantElem, F: QuantElem>(
-        img: &[T],
-        step: usize,
-        filter: &[F],
-        taps: &[Tap],
-        in_zp: i32,
-        c: usize,
-        accs: &mut [i32],
-    ) -> usize {
-        let mut done = 0;
-        for (p, acc) in accs.chunks_exact_mut(c.max(1)).enumerate() {
-            // Inside (the caller's contract); were it not, the plain loop redoes them all.
-            let Some(img) = img.get(p * step..) else {
-                return 0;
-            };
-            let (x, w) = (img.as_ptr().cast::<u8>(), filter.as_ptr().cast::<u8>());
-            let zp = _mm512_set1_epi32(in_zp);
-            let mut ch = 0;
-            while ch + 16 <= c {
-                let two = ch + 32 <= c;
-                let mut s = [_mm512_setzero_si512(); 2];
-                for t in taps {
-                    for (h, s) in s.iter_mut().enumerate().take(1 + usize::from(two)) {
-                        let at = ch + 16 * h;
-                        // SAFETY: `at + 16 <= c` and the tap's `c` elements (one byte each)
-                        // lie inside `img` and `filter` (the caller's contract).
-                        let (xv, wv) = unsafe {
-                            (
-                                widen16::<T>(x.add(t.src + at)),
-                                widen16::<F>(w.add(t.filter + at)),
-                            )
-                        };
-                        let xv = _mm512_sub_epi32(xv, zp);
-                        *s = _mm512_add_epi32(*s, _mm512_mullo_epi32(xv, wv));
-                    }
-                }
-                for (h, s) in s.iter().enumerate().take(1 + usize::from(two)) {
-                    if let Some(out) = acc.get_mut(ch + 16 * h..ch + 16 * h + 16) {
-                        // SAFETY: `out` is sixteen i32, one unaligned 512-bit store.
-                        unsafe { _mm512_storeu_si512(out.as_mut_ptr().cast(), *s) };
-                    }
-                }
-                ch += if two { 32 } else { 16 };
-            }
-            done = ch;
-        }
-        done
-    }
+    pixels_body!(
+        pixels_avx2,
+        "avx2",
+        8,
+        __m256i,
+        widen8,
+        _mm256_set1_epi32,
+        _mm256_setzero_si256,
+        _mm256_sub_epi32,
+        _mm256_add_epi32,
+        _mm256_mullo_epi32,
+        _mm256_storeu_si256
+    );
+    pixels_body!(
+        pixels_avx512,
+        "avx512f,avx512bw",
+        16,
+        __m512i,
+        widen16,
+        _mm512_set1_epi32,
+        _mm512_setzero_si512,
+        _mm512_sub_epi32,
+        _mm512_add_epi32,
+        _mm512_mullo_epi32,
+        _mm512_storeu_si512
+    );
 }
 
 #[cfg(test)]
