@@ -795,15 +795,17 @@ impl Activation {
     }
 }
 
-/// `min(max(x, lo), hi)` with the C++ `std::max`/`std::min` treatment of NaN: NaN stays NaN.
+/// `min(max(x, lo), hi)` with the C++ `std::max`/`std::min` treatment of NaN: NaN stays NaN
+/// (`lo <= hi`). Written as two one-comparison selects, which the compiler turns into a
+/// vector max and min; the chained `if x < lo .. else if x > hi` it left scalar (a fused
+/// ADD + RELU of the face detector ran one element at a time).
 #[inline]
 pub(crate) fn clamp_nan(x: f32, lo: f32, hi: f32) -> f32 {
-    if x < lo {
-        lo
-    } else if x > hi {
+    let v = if lo > x { lo } else { x };
+    if hi < v {
         hi
     } else {
-        x
+        v
     }
 }
 

@@ -719,3 +719,19 @@ fn nnapi_examples() {
     .unwrap();
     assert_eq!((s, d), (vec![1], vec![2.5]));
 }
+
+proptest! {
+    /// The select form of `clamp_nan` is the chained clamp for every float (NaN, signed
+    /// zeros and infinities included) and every ordered range.
+    #[test]
+    fn clamp_nan_is_the_chained_clamp(
+        bits in any::<u32>(),
+        special in prop_oneof![Just(None), Just(Some(f32::NAN)), Just(Some(-0.0f32)), Just(Some(f32::INFINITY)), Just(Some(f32::NEG_INFINITY)), Just(Some(6.0f32))],
+        range in prop_oneof![Just((0.0f32, f32::INFINITY)), Just((-1.0f32, 1.0)), Just((0.0f32, 6.0)), (-10.0f32..10.0, 0.0f32..10.0).prop_map(|(lo, d)| (lo, lo + d))],
+    ) {
+        let x = special.unwrap_or(f32::from_bits(bits));
+        let (lo, hi) = range;
+        let chained = if x < lo { lo } else if x > hi { hi } else { x };
+        prop_assert_eq!(clamp_nan(x, lo, hi).to_bits(), chained.to_bits());
+    }
+}
