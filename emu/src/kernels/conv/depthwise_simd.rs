@@ -149,6 +149,46 @@ macro_rules! depthwise_body {
             }
         }
 
+        /// [`group`] for stride 1, dilation 1 and `KW` filter columns: along a filter row the
+        /// `N` pixels read the `N + KW - 1` input columns from the first on, so each column
+        /// is loaded once and feeds every pixel whose window holds it (`N * KW` loads become
+        /// `N + KW - 1`). Each sum still takes its taps in filter order (for a pixel, column
+        /// `j` is tap `j - p`, rising with `j`): the same bits.
+        #[target_feature(enable = $feat)]
+        #[inline]
+        fn group_s1<const N: usize, const KW: usize>(r: &Row<'_>, out: &mut [f32], ox: usize) {
+            let g = r.g;
+            let (c, w, kh) = (g.in_c, g.in_w, g.filter_h);
+            let first = ox - g.pad_left;
+            assert!(first + N + KW - 1 <= w && g.filter_w == KW);
+            let out = &mut out[ox * c..][..N * c];
+            for cb in (0..c).step_by(LANES) {
+                let m = mask(c, cb);
+                let mut acc = [load(r.bias, cb, m); N];
+                for ky in 0..kh {
+                    let Some(row) = r.input(ky) else { continue };
+                    let mut wv = [splat(0.0); KW];
+                    for (kx, v) in wv.iter_mut().enumerate() {
+                        *v = load(r.filter, (ky * KW + kx) * c + cb, m);
+                    }
+                    for j in 0..N + KW - 1 {
+                        // Column `first + j < w` (asserted), channels `cb..` that `m` keeps
+                        // below `c`.
+                        // SAFETY: so the load stays inside `row` (`w * c` floats).
+                        let x = unsafe { load_ptr(row.as_ptr().add((first + j) * c + cb), m) };
+                        for (kx, &wk) in wv.iter().enumerate() {
+                            if let Some(p) = j.checked_sub(kx).filter(|&p| p < N) {
+                                acc[p] = fma(x, wk, acc[p]);
+                            }
+                        }
+                    }
+                }
+                for (p, &a) in acc.iter().enumerate() {
+                    r.put(out, p * c + cb, m, a);
+                }
+            }
+        }
+
         /// Sums output pixel `ox` of the row into `out`, skipping the taps outside the
         /// input (those of columns `kx` outside the range found first).
         #[target_feature(enable = $feat)]
@@ -211,9 +251,19 @@ macro_rules! depthwise_body {
                     oy,
                     clamp,
                 };
+                // Stride 1, dilation 1, three or five filter columns: the sliding group.
+                let slide = (g.stride_w == 1 && g.dilation_w == 1)
+                    .then_some(g.filter_w)
+                    .filter(|k| matches!(k, 3 | 5));
                 let mut ox = 0;
                 while ox < ow {
-                    if ox >= x0 && ox + 8 <= x1 {
+                    if ox >= x0 && ox + 8 <= x1 && slide == Some(3) {
+                        group_s1::<8, 3>(&r, out, ox);
+                        ox += 8;
+                    } else if ox >= x0 && ox + 8 <= x1 && slide == Some(5) {
+                        group_s1::<8, 5>(&r, out, ox);
+                        ox += 8;
+                    } else if ox >= x0 && ox + 8 <= x1 {
                         group::<8>(&r, out, ox);
                         ox += 8;
                     } else if ox >= x0 && ox + 4 <= x1 {
