@@ -85,6 +85,34 @@ impl PreluQuant {
         let p = if v >= 0.0 { v } else { v * alpha };
         self.out.one(p)
     }
+
+    /// Whether every quotient `p / scale` of these constants with the slopes `alpha` is
+    /// finite and below 2^22 in magnitude, the zero point and clamp being integers of
+    /// the same order: the vector lanes may then round with an integer conversion and
+    /// clamp in integers (no NaN, infinity or out-of-range conversion can occur, and
+    /// every sum is exact). Bounded in f64 with a margin for the three float32
+    /// roundings before the quotient's.
+    fn bounded<T: Byte, U: Byte>(&self, alpha: &[f32]) -> bool {
+        let q = &self.out;
+        let span = [T::MIN, T::MAX]
+            .iter()
+            .map(|&m| (f64::from(m) - f64::from(self.in_zp)).abs())
+            .fold(0.0, f64::max);
+        let slope = alpha.iter().map(|a| f64::from(a.abs())).fold(1.0, f64::max);
+        let bound = f64::from(self.in_scale.abs()) * span * slope / f64::from(q.scale);
+        let ints = [q.zp, q.lo, q.hi]
+            .iter()
+            .all(|&v| v.fract() == 0.0 && v.abs() <= 1048576.0);
+        self.in_scale.is_finite()
+            && alpha.iter().all(|a| a.is_finite())
+            && q.scale >= f32::MIN_POSITIVE
+            && q.scale.is_finite()
+            && bound * (1.0 + 1e-6) < 4194304.0
+            && ints
+            && q.lo <= q.hi
+            && q.lo >= U::MIN as f32
+            && q.hi <= U::MAX as f32
+    }
 }
 
 /// `dst[i] = q.one(src[i])`, vectorised.
@@ -144,15 +172,28 @@ pub(crate) fn prelu_at<T: Byte, U: Byte>(
         alpha
     };
     let level = level.min(super::super::isa::detected());
+    let bounded = p.bounded::<T, U>(alpha);
     #[cfg(target_arch = "x86_64")]
     {
         if level >= Isa::Avx512 {
             // SAFETY: the level is at most what the CPU has, so it has AVX-512F and BW.
-            return unsafe { x86::prelu_avx512(p, x, alpha, dst) };
+            return unsafe {
+                if bounded {
+                    x86::prelu_avx512::<T, U, true>(p, x, alpha, dst)
+                } else {
+                    x86::prelu_avx512::<T, U, false>(p, x, alpha, dst)
+                }
+            };
         }
         if level >= Isa::Avx2 {
             // SAFETY: the level is at most what the CPU has, so it has AVX2.
-            return unsafe { x86::prelu_avx2(p, x, alpha, dst) };
+            return unsafe {
+                if bounded {
+                    x86::prelu_avx2::<T, U, true>(p, x, alpha, dst)
+                } else {
+                    x86::prelu_avx2::<T, U, false>(p, x, alpha, dst)
+                }
+            };
         }
     }
     for (x, d) in x.chunks(alpha.len()).zip(dst.chunks_mut(alpha.len())) {
@@ -193,13 +234,17 @@ mod x86 {
         unsafe { std::slice::from_raw_parts_mut(x.as_mut_ptr().cast(), x.len()) }
     }
 
-    /// A quantiser's constants in 512-bit vectors.
+    /// A quantiser's constants in 512-bit vectors (the zero point and clamp also as
+    /// integers, for [`Q16::quantize_bounded`]).
     #[derive(Clone, Copy)]
     struct Q16 {
         scale: __m512,
         zp: __m512,
         lo: __m512,
         hi: __m512,
+        zp_i: __m512i,
+        lo_i: __m512i,
+        hi_i: __m512i,
     }
 
     impl Q16 {
@@ -211,7 +256,27 @@ mod x86 {
                 zp: _mm512_set1_ps(q.zp),
                 lo: _mm512_set1_ps(q.lo),
                 hi: _mm512_set1_ps(q.hi),
+                zp_i: _mm512_set1_epi32(q.zp as i32),
+                lo_i: _mm512_set1_epi32(q.lo as i32),
+                hi_i: _mm512_set1_epi32(q.hi as i32),
             }
+        }
+
+        /// [`Q16::quantize`] where every quotient is finite and below 2^22 and the zero
+        /// point and clamp are integers (`PreluQuant::bounded`): the truncation of the
+        /// rounding sum is the conversion itself, the zero point's addition and the clamp
+        /// are exact in integers.
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        fn quantize_bounded(&self, v: __m512) -> __m512i {
+            let d = _mm512_div_ps(v, self.scale);
+            let half = _mm512_or_si512(
+                _mm512_and_si512(_mm512_castps_si512(d), _mm512_set1_epi32(i32::MIN)),
+                _mm512_castps_si512(_mm512_set1_ps(HALF_BELOW)),
+            );
+            let r = _mm512_cvttps_epi32(_mm512_add_ps(d, _mm512_castsi512_ps(half)));
+            let x = _mm512_add_epi32(r, self.zp_i);
+            _mm512_min_epi32(_mm512_max_epi32(x, self.lo_i), self.hi_i)
         }
 
         /// QUANTIZE of sixteen floats to i32 lanes (in the type's range; NaN to 0).
@@ -299,8 +364,9 @@ mod x86 {
         }
     }
 
+    /// `BOUNDED`: the constants qualify for [`Q16::quantize_bounded`].
     #[target_feature(enable = "avx512f,avx512bw")]
-    pub(super) fn prelu_avx512<T: Byte, U: Byte>(
+    pub(super) fn prelu_avx512<T: Byte, U: Byte, const BOUNDED: bool>(
         p: &PreluQuant,
         x: &[T],
         alpha: &[f32],
@@ -325,19 +391,28 @@ mod x86 {
                     // Not `v >= 0` (NaN included) takes the slope, as the scalar branch does.
                     let neg = !_mm512_cmp_ps_mask::<_CMP_GE_OQ>(v, _mm512_setzero_ps());
                     let v = _mm512_mask_mul_ps(v, neg, v, load_16(a.add(at), m));
-                    store_16(k.quantize(v), out.add(at), m);
+                    let r = if BOUNDED {
+                        k.quantize_bounded(v)
+                    } else {
+                        k.quantize(v)
+                    };
+                    store_16(r, out.add(at), m);
                 }
             }
         }
     }
 
-    /// A quantiser's constants in 256-bit vectors.
+    /// A quantiser's constants in 256-bit vectors (the zero point and clamp also as
+    /// integers, for [`Q8::quantize_bounded`]).
     #[derive(Clone, Copy)]
     struct Q8 {
         scale: __m256,
         zp: __m256,
         lo: __m256,
         hi: __m256,
+        zp_i: __m256i,
+        lo_i: __m256i,
+        hi_i: __m256i,
     }
 
     impl Q8 {
@@ -349,7 +424,24 @@ mod x86 {
                 zp: _mm256_set1_ps(q.zp),
                 lo: _mm256_set1_ps(q.lo),
                 hi: _mm256_set1_ps(q.hi),
+                zp_i: _mm256_set1_epi32(q.zp as i32),
+                lo_i: _mm256_set1_epi32(q.lo as i32),
+                hi_i: _mm256_set1_epi32(q.hi as i32),
             }
+        }
+
+        /// [`Q16::quantize_bounded`] on eight lanes.
+        #[inline]
+        #[target_feature(enable = "avx2")]
+        fn quantize_bounded(&self, v: __m256) -> __m256i {
+            let d = _mm256_div_ps(v, self.scale);
+            let half = _mm256_or_ps(
+                _mm256_and_ps(d, _mm256_set1_ps(-0.0)),
+                _mm256_set1_ps(HALF_BELOW),
+            );
+            let r = _mm256_cvttps_epi32(_mm256_add_ps(d, half));
+            let x = _mm256_add_epi32(r, self.zp_i);
+            _mm256_min_epi32(_mm256_max_epi32(x, self.lo_i), self.hi_i)
         }
 
         /// QUANTIZE of eight floats to i32 lanes (in the type's range; NaN to 0).
@@ -464,8 +556,9 @@ mod x86 {
         }
     }
 
+    /// `BOUNDED`: the constants qualify for [`Q8::quantize_bounded`].
     #[target_feature(enable = "avx2")]
-    pub(super) fn prelu_avx2<T: Byte, U: Byte>(
+    pub(super) fn prelu_avx2<T: Byte, U: Byte, const BOUNDED: bool>(
         p: &PreluQuant,
         x: &[T],
         alpha: &[f32],
@@ -489,7 +582,12 @@ mod x86 {
                     let v = _mm256_mul_ps(scale, _mm256_cvtepi32_ps(q));
                     let ge = _mm256_cmp_ps::<_CMP_GE_OQ>(v, _mm256_setzero_ps());
                     let v = _mm256_blendv_ps(_mm256_mul_ps(v, load_8(a.add(at), m)), v, ge);
-                    store_8(narrow_8::<U>(k.quantize(v)), out.add(at), m);
+                    let r = if BOUNDED {
+                        k.quantize_bounded(v)
+                    } else {
+                        k.quantize(v)
+                    };
+                    store_8(narrow_8::<U>(r), out.add(at), m);
                 }
             }
         }
@@ -592,6 +690,27 @@ mod tests {
                 assert!(bad.is_none(), "{level:?}: {bad:?}");
             }
         }
+    }
+
+    /// Ordinary constants take the integer-rounding lanes (so the proptest below runs
+    /// them); a non-finite slope, a huge input scale or a tiny output scale do not.
+    #[test]
+    fn prelu_bounded_takes_ordinary_constants_only() {
+        let p = PreluQuant {
+            in_scale: 0.05,
+            in_zp: -3,
+            out: Quantizer::new::<i8>(0.04, 7),
+        };
+        assert!(p.bounded::<i8, i8>(&[0.25, -1.5, 0.0]));
+        assert!(!p.bounded::<i8, i8>(&[0.25, f32::NAN]));
+        assert!(!p.bounded::<i8, i8>(&[f32::INFINITY]));
+        assert!(!PreluQuant {
+            in_scale: 3e38,
+            ..p
+        }
+        .bounded::<u8, u8>(&[0.5]));
+        let tiny = Quantizer::new::<u8>(1e-30, 0);
+        assert!(!PreluQuant { out: tiny, ..p }.bounded::<u8, u8>(&[0.5]));
     }
 
     proptest! {
