@@ -134,6 +134,37 @@ mod x86 {
         });
     }
 
+    /// The AVX2 loop over every window at one vector width: `$load`/`$store` move
+    /// `$lanes` bytes, `$max`/`$min` are the signed and unsigned byte maxima and minima.
+    /// Whole blocks of channels, the last one ending at the pixel's last channel (the
+    /// caller has at least `$lanes` channels).
+    macro_rules! avx2_width {
+        ($g:expr, $src:expr, $dst:expr, ($lo:expr, $hi:expr), $lanes:literal,
+         $set1:ident, $load:ident, $store:ident, $max:ident / $maxu:ident, $min:ident / $minu:ident) => {{
+            let (_, _, w, c) = $g.input;
+            let max = |a, b| if SIGNED { $max(a, b) } else { $maxu(a, b) };
+            let min = |a, b| if SIGNED { $min(a, b) } else { $minu(a, b) };
+            let first = $set1(if SIGNED { i8::MIN } else { 0 });
+            let (lo, hi) = ($set1($lo as i8), $set1($hi as i8));
+            let (s, d) = ($src.as_ptr(), $dst.as_mut_ptr());
+            $g.for_each_window(|o, base, rows, cols| {
+                for j in (0..c).step_by($lanes).map(|j| j.min(c - $lanes)) {
+                    let mut m = first;
+                    for iy in rows.0..rows.1 {
+                        for ix in cols.0..cols.1 {
+                            let at = ((base + iy) * w + ix) * c + j;
+                            // SAFETY: `j + $lanes <= c`: inside the pixel's channels,
+                            // inside `src` (the caller's geometry).
+                            m = max(m, unsafe { $load(s.add(at).cast()) });
+                        }
+                    }
+                    // SAFETY: as above for the output pixel's channels in `dst`.
+                    unsafe { $store(d.add(o * c + j).cast(), min(max(m, lo), hi)) };
+                }
+            });
+        }};
+    }
+
     #[target_feature(enable = "avx2")]
     pub(super) fn max_pool_avx2<const SIGNED: bool>(
         g: &Geometry,
@@ -141,74 +172,32 @@ mod x86 {
         dst: &mut [u8],
         (lo, hi): (u8, u8),
     ) {
-        let (_, _, w, c) = g.input;
-        let first = if SIGNED { i8::MIN } else { 0 };
-        let (s, d) = (src.as_ptr(), dst.as_mut_ptr());
-        if c >= 32 {
-            let max = |a, b| {
-                if SIGNED {
-                    _mm256_max_epi8(a, b)
-                } else {
-                    _mm256_max_epu8(a, b)
-                }
-            };
-            let min = |a, b| {
-                if SIGNED {
-                    _mm256_min_epi8(a, b)
-                } else {
-                    _mm256_min_epu8(a, b)
-                }
-            };
-            let first = _mm256_set1_epi8(first);
-            let (lo, hi) = (_mm256_set1_epi8(lo as i8), _mm256_set1_epi8(hi as i8));
-            g.for_each_window(|o, base, rows, cols| {
-                // Whole blocks, the last one ending at the pixel's last channel.
-                for j in (0..c).step_by(32).map(|j| j.min(c - 32)) {
-                    let mut m = first;
-                    for iy in rows.0..rows.1 {
-                        for ix in cols.0..cols.1 {
-                            let at = ((base + iy) * w + ix) * c + j;
-                            // SAFETY: `j + 32 <= c`: inside the pixel's channels, inside
-                            // `src` (the caller's geometry).
-                            m = max(m, unsafe { _mm256_loadu_si256(s.add(at).cast()) });
-                        }
-                    }
-                    // SAFETY: as above for the output pixel's channels in `dst`.
-                    unsafe { _mm256_storeu_si256(d.add(o * c + j).cast(), min(max(m, lo), hi)) };
-                }
-            });
+        if g.input.3 >= 32 {
+            avx2_width!(
+                g,
+                src,
+                dst,
+                (lo, hi),
+                32,
+                _mm256_set1_epi8,
+                _mm256_loadu_si256,
+                _mm256_storeu_si256,
+                _mm256_max_epi8 / _mm256_max_epu8,
+                _mm256_min_epi8 / _mm256_min_epu8
+            )
         } else {
-            let max = |a, b| {
-                if SIGNED {
-                    _mm_max_epi8(a, b)
-                } else {
-                    _mm_max_epu8(a, b)
-                }
-            };
-            let min = |a, b| {
-                if SIGNED {
-                    _mm_min_epi8(a, b)
-                } else {
-                    _mm_min_epu8(a, b)
-                }
-            };
-            let first = _mm_set1_epi8(first);
-            let (lo, hi) = (_mm_set1_epi8(lo as i8), _mm_set1_epi8(hi as i8));
-            g.for_each_window(|o, base, rows, cols| {
-                for j in (0..c).step_by(16).map(|j| j.min(c - 16)) {
-                    let mut m = first;
-                    for iy in rows.0..rows.1 {
-                        for ix in cols.0..cols.1 {
-                            let at = ((base + iy) * w + ix) * c + j;
-                            // SAFETY: `j + 16 <= c` (the caller takes this path from
-                            // sixteen channels): inside the pixel's channels in `src`.
-                            m = max(m, unsafe { _mm_loadu_si128(s.add(at).cast()) });
-                        }
-                    }
-                    // SAFETY: as above for the output pixel's channels in `dst`.
-                    unsafe { _mm_storeu_si128(d.add(o * c + j).cast(), min(max(m, lo), hi)) };
-                }
-            });
+            avx2_width!(
+                g,
+                src,
+                dst,
+                (lo, hi),
+                16,
+                _mm_set1_epi8,
+                _mm_loadu_si128,
+                _mm_storeu_si128,
+                _mm_max_epi8 / _mm_max_epu8,
+                _mm_min_epi8 / _mm_min_epu8
+            )
         }
     }
 }
