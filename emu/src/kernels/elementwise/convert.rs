@@ -24,6 +24,7 @@
 
 use half::f16;
 
+use super::lut_simd;
 use super::quantize_simd::{self, Byte, PreluQuant, Quantizer};
 use super::{decode_kind, kind_enum, repeats_along_leading};
 use crate::kernels::kernel::{Kernel, Words};
@@ -311,19 +312,27 @@ impl Kernel for Convert {
             }
             ConvertKind::Requantize => {
                 let table = requantize_table(x.ty, o.ty, self.act);
-                // The table starts at the input type's minimum.
+                // Indexed by the stored byte's bits (the table starts at the input type's
+                // minimum), each entry the output's stored byte.
                 let first = if x.ty.dtype == DType::I8 { -128 } else { 0 };
-                let at = |v: i32| table[(v - first) as usize];
-                match (x.ty.dtype, o.ty.dtype) {
-                    (DType::U8, DType::U8) => {
-                        zip_map(x.u8s()?, o.u8s_mut()?, |v| at(v.into()) as u8)
+                let bytes: [u8; 256] = std::array::from_fn(|b| {
+                    let v = if first < 0 {
+                        i32::from(b as u8 as i8)
+                    } else {
+                        b as i32
+                    };
+                    table[(v - first) as usize] as u8
+                });
+                for t in [x.ty, o.ty] {
+                    if !matches!(t.dtype, DType::U8 | DType::I8) {
+                        return Err(KernelError::UnsupportedDType {
+                            op: self.name(),
+                            dtype: t.dtype,
+                        });
                     }
-                    (DType::U8, _) => zip_map(x.u8s()?, o.i8s_mut()?, |v| at(v.into()) as i8),
-                    (DType::I8, DType::U8) => {
-                        zip_map(x.i8s()?, o.u8s_mut()?, |v| at(v.into()) as u8)
-                    }
-                    _ => zip_map(x.i8s()?, o.i8s_mut()?, |v| at(v.into()) as i8),
                 }
+                // Both types are one-byte: the stored bytes.
+                lut_simd::lookup(&bytes, x.bytes, o.bytes);
                 Ok(())
             }
             ConvertKind::Dequantize => {

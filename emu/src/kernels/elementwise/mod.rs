@@ -4,6 +4,7 @@ pub mod binary;
 pub mod compare;
 pub mod convert;
 pub mod logical;
+mod lut_simd;
 pub mod math;
 pub mod minmax;
 mod quant_binary_simd;

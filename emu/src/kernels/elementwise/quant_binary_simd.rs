@@ -65,7 +65,9 @@ pub(crate) fn same_shape<T: QuantElem>(
     o: &mut [T],
 ) -> usize {
     let level = level.min(crate::kernels::isa::detected());
-    if std::mem::size_of::<T>() != 1 || level < Isa::Avx2 || !c.vector_ok() {
+    // The clamp inside the type's range: the AVX-512 store narrows by truncation.
+    let in_range = T::MIN <= c.lo && c.hi <= T::MAX;
+    if std::mem::size_of::<T>() != 1 || level < Isa::Avx2 || !c.vector_ok() || !in_range {
         return 0;
     }
     let n = x.len().min(y.len()).min(o.len());
@@ -95,7 +97,7 @@ mod x86 {
     use super::Consts;
     use crate::kernels::quant::QuantElem;
     use crate::kernels::requant::x86::{
-        rdbpot_avx2, rdbpot_avx512, srdhm_avx2, srdhm_avx512, store16_avx512, store8_avx2,
+        rdbpot_avx2, rdbpot_avx512, srdhm_avx2, srdhm_avx512, store8_avx2,
     };
     use std::arch::x86_64::*;
 
@@ -106,6 +108,38 @@ mod x86 {
         // SAFETY: T is one byte (checked by `same_shape`), so `v` is eight bytes: one
         // unaligned 64-bit load.
         unsafe { _mm_loadl_epi64(v.as_ptr().cast()) }
+    }
+
+    /// `srdhm_avx2(y << 20, m)` for `|y| <= 510` and `m` the same in every lane:
+    /// `floor((y * m * 2^20 + 2^30) / 2^31)` is `floor((y * m + 2^10) / 2^11)` (the shift
+    /// divides out of the 64-bit product), so the operand's shift and one of the odd
+    /// lanes' shifts go.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn shifted_srdhm_avx2(y: __m256i, m: __m256i) -> __m256i {
+        let half = _mm256_set1_epi64x(1 << 10);
+        // A logical shift: its low 32 bits are the arithmetic shift's, and the quotient
+        // fits 32 bits.
+        let even = _mm256_srli_epi64(_mm256_add_epi64(_mm256_mul_epi32(y, m), half), 11);
+        // Odd lanes: bits 11..42 of the sum moved to the qword's high half.
+        let odd = _mm256_slli_epi64(
+            _mm256_add_epi64(_mm256_mul_epi32(_mm256_srli_epi64(y, 32), m), half),
+            21,
+        );
+        _mm256_blend_epi32::<0b1010_1010>(even, odd)
+    }
+
+    /// [`shifted_srdhm_avx2`] on 512-bit vectors.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn shifted_srdhm_avx512(y: __m512i, m: __m512i) -> __m512i {
+        let half = _mm512_set1_epi64(1 << 10);
+        let even = _mm512_srli_epi64(_mm512_add_epi64(_mm512_mul_epi32(y, m), half), 11);
+        let odd = _mm512_slli_epi64(
+            _mm512_add_epi64(_mm512_mul_epi32(_mm512_srli_epi64(y, 32), m), half),
+            21,
+        );
+        _mm512_mask_blend_epi32(0xAAAA, even, odd)
     }
 
     /// The shift constants of a multiplier's shift: (left, right, right's mask).
@@ -152,8 +186,8 @@ mod x86 {
             let acc = if MUL {
                 _mm256_sllv_epi32(_mm256_mullo_epi32(a, b), lo_shift)
             } else {
-                let t1 = rdbpot_avx2(srdhm_avx2(_mm256_slli_epi32(a, 20), m1), r1, k1);
-                let t2 = rdbpot_avx2(srdhm_avx2(_mm256_slli_epi32(b, 20), m2), r2, k2);
+                let t1 = rdbpot_avx2(shifted_srdhm_avx2(a, m1), r1, k1);
+                let t2 = rdbpot_avx2(shifted_srdhm_avx2(b, m2), r2, k2);
                 _mm256_add_epi32(t1, t2)
             };
             let v = rdbpot_avx2(srdhm_avx2(acc, mo), ro, ko);
@@ -205,13 +239,17 @@ mod x86 {
             let acc = if MUL {
                 _mm512_sllv_epi32(_mm512_mullo_epi32(a, b), lo_shift)
             } else {
-                let t1 = rdbpot_avx512(srdhm_avx512(_mm512_slli_epi32(a, 20), m1), r1, k1);
-                let t2 = rdbpot_avx512(srdhm_avx512(_mm512_slli_epi32(b, 20), m2), r2, k2);
+                let t1 = rdbpot_avx512(shifted_srdhm_avx512(a, m1), r1, k1);
+                let t2 = rdbpot_avx512(shifted_srdhm_avx512(b, m2), r2, k2);
                 _mm512_add_epi32(t1, t2)
             };
             let v = rdbpot_avx512(srdhm_avx512(acc, mo), ro, ko);
             let v = _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(v, zp), lo), hi);
-            store16_avx512(v, d);
+            // The clamp is inside the type's range (checked by `same_shape`), so the
+            // narrowing only drops the high bytes: one plain store (a masked one is slower).
+            // SAFETY: `d` is sixteen one-byte elements (T is one byte, checked by
+            // `same_shape`), one unaligned 128-bit store.
+            unsafe { _mm_storeu_si128(d.as_mut_ptr().cast(), _mm512_cvtepi32_epi8(v)) };
             done += 16;
         }
         done

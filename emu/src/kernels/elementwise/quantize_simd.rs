@@ -3,8 +3,9 @@
 //! `x >= 0 ? x : x * alpha` (the three operations of a float PRELU between quantised
 //! tensors, fused). Sixteen lanes a step on AVX-512, eight on AVX2, the plain loop
 //! elsewhere; every path gives the scalar operations' bits: the division is IEEE's, the
-//! rounding half away from zero is built from a truncation and the exact remainder, the
-//! clamp lets NaN through as the scalar `clamp` does and NaN converts to 0 as `as` does.
+//! rounding half away from zero is a truncation of the quotient plus the float just below
+//! one half (exact, see the `x86` module), the clamp lets NaN through as the scalar
+//! `clamp` does and NaN converts to 0 as `as` does.
 
 use super::super::isa::{isa, Isa};
 use super::super::quant::QuantElem;
@@ -84,6 +85,34 @@ impl PreluQuant {
         let p = if v >= 0.0 { v } else { v * alpha };
         self.out.one(p)
     }
+
+    /// Whether every quotient `p / scale` of these constants with the slopes `alpha` is
+    /// finite and below 2^22 in magnitude, the zero point and clamp being integers of
+    /// the same order: the vector lanes may then round with an integer conversion and
+    /// clamp in integers (no NaN, infinity or out-of-range conversion can occur, and
+    /// every sum is exact). Bounded in f64 with a margin for the three float32
+    /// roundings before the quotient's.
+    fn bounded<T: Byte, U: Byte>(&self, alpha: &[f32]) -> bool {
+        let q = &self.out;
+        let span = [T::MIN, T::MAX]
+            .iter()
+            .map(|&m| (f64::from(m) - f64::from(self.in_zp)).abs())
+            .fold(0.0, f64::max);
+        let slope = alpha.iter().map(|a| f64::from(a.abs())).fold(1.0, f64::max);
+        let bound = f64::from(self.in_scale.abs()) * span * slope / f64::from(q.scale);
+        let ints = [q.zp, q.lo, q.hi]
+            .iter()
+            .all(|&v| v.fract() == 0.0 && v.abs() <= 1048576.0);
+        self.in_scale.is_finite()
+            && alpha.iter().all(|a| a.is_finite())
+            && q.scale >= f32::MIN_POSITIVE
+            && q.scale.is_finite()
+            && bound * (1.0 + 1e-6) < 4194304.0
+            && ints
+            && q.lo <= q.hi
+            && q.lo >= U::MIN as f32
+            && q.hi <= U::MAX as f32
+    }
 }
 
 /// `dst[i] = q.one(src[i])`, vectorised.
@@ -143,15 +172,28 @@ pub(crate) fn prelu_at<T: Byte, U: Byte>(
         alpha
     };
     let level = level.min(super::super::isa::detected());
+    let bounded = p.bounded::<T, U>(alpha);
     #[cfg(target_arch = "x86_64")]
     {
         if level >= Isa::Avx512 {
             // SAFETY: the level is at most what the CPU has, so it has AVX-512F and BW.
-            return unsafe { x86::prelu_avx512(p, x, alpha, dst) };
+            return unsafe {
+                if bounded {
+                    x86::prelu_avx512::<T, U, true>(p, x, alpha, dst)
+                } else {
+                    x86::prelu_avx512::<T, U, false>(p, x, alpha, dst)
+                }
+            };
         }
         if level >= Isa::Avx2 {
             // SAFETY: the level is at most what the CPU has, so it has AVX2.
-            return unsafe { x86::prelu_avx2(p, x, alpha, dst) };
+            return unsafe {
+                if bounded {
+                    x86::prelu_avx2::<T, U, true>(p, x, alpha, dst)
+                } else {
+                    x86::prelu_avx2::<T, U, false>(p, x, alpha, dst)
+                }
+            };
         }
     }
     for (x, d) in x.chunks(alpha.len()).zip(dst.chunks_mut(alpha.len())) {
@@ -163,46 +205,19 @@ pub(crate) fn prelu_at<T: Byte, U: Byte>(
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
+    //! Whole vectors are loaded and stored in place; the one short vector at the end of a
+    //! run is masked on AVX-512 and goes through a copy on AVX2. The rounding half away
+    //! from zero is `trunc(d + copysign(0.49999997, d))`, exact for every float: the
+    //! constant is the float just below one half, so a sum lands on the next integer only
+    //! when `d`'s fraction is at least one half (at or above 2^23 every float is an
+    //! integer and the sum rounds back to it).
     use super::{Byte, PreluQuant, Quantizer};
     use std::arch::x86_64::*;
 
     const TRUNC: i32 = _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC;
 
-    /// Up to `N` elements of `src` from `at`, the rest `fill` (a vector's worth, so the
-    /// tail of a slice runs through the same vector code).
-    #[inline(always)]
-    fn lanes<T: Copy, const N: usize>(src: &[T], at: usize, fill: T) -> [T; N] {
-        match src
-            .get(at..at + N)
-            .and_then(|s| <&[T; N]>::try_from(s).ok())
-        {
-            Some(full) => *full,
-            None => {
-                let mut out = [fill; N];
-                let rest = src.get(at..).unwrap_or(&[]);
-                let k = rest.len().min(N);
-                out[..k].copy_from_slice(&rest[..k]);
-                out
-            }
-        }
-    }
-
-    /// The first `N` bytes of `v` stored as `dst[at..]`, as far as it goes.
-    #[inline(always)]
-    fn put<T: Byte, const N: usize>(v: [u8; 16], dst: &mut [T], at: usize) {
-        if let Some(whole) = dst.get_mut(at..at + N) {
-            // A whole vector's copy has a constant length (one store, not a `memcpy`
-            // call: that call was most of the loop's time).
-            // SAFETY: T is a one-byte type (i8 or u8), so `whole` is N <= 16 bytes, and
-            // `v` holds sixteen.
-            unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), whole.as_mut_ptr().cast(), N) };
-            return;
-        }
-        let lanes = dst.get_mut(at..).unwrap_or_default();
-        let k = lanes.len().min(N);
-        // SAFETY: as above, `lanes` is at least `k` <= N <= 16 bytes.
-        unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), lanes.as_mut_ptr().cast(), k) };
-    }
+    /// The float just below 0.5.
+    const HALF_BELOW: f32 = 0.499_999_97;
 
     /// The bytes of one-byte elements.
     #[inline(always)]
@@ -212,60 +227,107 @@ mod x86 {
         unsafe { std::slice::from_raw_parts(x.as_ptr().cast(), x.len()) }
     }
 
-    /// QUANTIZE of sixteen floats to i32 lanes (already in the type's range; NaN to 0).
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    fn quantize_16(q: &Quantizer, v: __m512) -> __m512i {
-        let d = _mm512_div_ps(v, _mm512_set1_ps(q.scale));
-        let t = _mm512_roundscale_ps::<TRUNC>(d);
-        // The remainder of a truncation is exact; half or more rounds away from zero.
-        let up = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(
-            _mm512_abs_ps(_mm512_sub_ps(d, t)),
-            _mm512_set1_ps(0.5),
-        );
-        let sign = _mm512_and_si512(_mm512_castps_si512(d), _mm512_set1_epi32(i32::MIN));
-        let step = _mm512_castsi512_ps(_mm512_or_si512(
-            sign,
-            _mm512_castps_si512(_mm512_set1_ps(1.0)),
-        ));
-        let r = _mm512_mask_add_ps(t, up, t, step);
-        let x = _mm512_add_ps(_mm512_set1_ps(q.zp), r);
-        let (lo, hi) = (_mm512_set1_ps(q.lo), _mm512_set1_ps(q.hi));
-        let x = _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, lo), x, lo);
-        let x = _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, hi), x, hi);
-        _mm512_maskz_cvttps_epi32(_mm512_cmp_ps_mask::<_CMP_ORD_Q>(x, x), x)
+    /// The bytes of one-byte elements, writable.
+    #[inline(always)]
+    fn bytes_mut<T: Byte>(x: &mut [T]) -> &mut [u8] {
+        // SAFETY: T is a one-byte plain integer (i8 or u8): every byte is a valid value.
+        unsafe { std::slice::from_raw_parts_mut(x.as_mut_ptr().cast(), x.len()) }
     }
 
-    /// Sixteen i32 lanes (in the type's range) stored as `dst[at..]`, as far as it goes.
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    fn store_16<T: Byte>(v: __m512i, dst: &mut [T], at: usize) {
-        let mut out = [0u8; 16];
-        // SAFETY: `out` is sixteen bytes, one unaligned 128-bit store.
-        unsafe { _mm_storeu_si128(out.as_mut_ptr().cast(), _mm512_cvtepi32_epi8(v)) };
-        put::<T, 16>(out, dst, at);
+    /// A quantiser's constants in 512-bit vectors (the zero point and clamp also as
+    /// integers, for [`Q16::quantize_bounded`]).
+    #[derive(Clone, Copy)]
+    struct Q16 {
+        scale: __m512,
+        zp: __m512,
+        lo: __m512,
+        hi: __m512,
+        zp_i: __m512i,
+        lo_i: __m512i,
+        hi_i: __m512i,
     }
 
-    #[target_feature(enable = "avx512f,avx512bw")]
-    pub(super) fn quantize_avx512<T: Byte>(q: &Quantizer, src: &[f32], dst: &mut [T]) {
-        let n = src.len().min(dst.len());
-        let mut at = 0;
-        while at < n {
-            let v: [f32; 16] = lanes(&src[..n], at, 0.0);
-            // SAFETY: `v` is sixteen floats, one unaligned 512-bit load.
-            let v = unsafe { _mm512_loadu_ps(v.as_ptr()) };
-            store_16(quantize_16(q, v), &mut dst[..n], at);
-            at += 16;
+    impl Q16 {
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        fn new(q: &Quantizer) -> Self {
+            Q16 {
+                scale: _mm512_set1_ps(q.scale),
+                zp: _mm512_set1_ps(q.zp),
+                lo: _mm512_set1_ps(q.lo),
+                hi: _mm512_set1_ps(q.hi),
+                zp_i: _mm512_set1_epi32(q.zp as i32),
+                lo_i: _mm512_set1_epi32(q.lo as i32),
+                hi_i: _mm512_set1_epi32(q.hi as i32),
+            }
+        }
+
+        /// [`Q16::quantize`] where every quotient is finite and below 2^22 and the zero
+        /// point and clamp are integers (`PreluQuant::bounded`): the truncation of the
+        /// rounding sum is the conversion itself, the zero point's addition and the clamp
+        /// are exact in integers.
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        fn quantize_bounded(&self, v: __m512) -> __m512i {
+            let d = _mm512_div_ps(v, self.scale);
+            let half = _mm512_or_si512(
+                _mm512_and_si512(_mm512_castps_si512(d), _mm512_set1_epi32(i32::MIN)),
+                _mm512_castps_si512(_mm512_set1_ps(HALF_BELOW)),
+            );
+            let r = _mm512_cvttps_epi32(_mm512_add_ps(d, _mm512_castsi512_ps(half)));
+            let x = _mm512_add_epi32(r, self.zp_i);
+            _mm512_min_epi32(_mm512_max_epi32(x, self.lo_i), self.hi_i)
+        }
+
+        /// QUANTIZE of sixteen floats to i32 lanes (in the type's range; NaN to 0).
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        fn quantize(&self, v: __m512) -> __m512i {
+            let d = _mm512_div_ps(v, self.scale);
+            let half = _mm512_or_si512(
+                _mm512_and_si512(_mm512_castps_si512(d), _mm512_set1_epi32(i32::MIN)),
+                _mm512_castps_si512(_mm512_set1_ps(HALF_BELOW)),
+            );
+            let r = _mm512_roundscale_ps::<TRUNC>(_mm512_add_ps(d, _mm512_castsi512_ps(half)));
+            let x = _mm512_add_ps(self.zp, r);
+            // The bound first: a NaN (second operand) passes both, as `clamp` lets it.
+            let x = _mm512_min_ps(self.hi, _mm512_max_ps(self.lo, x));
+            _mm512_maskz_cvttps_epi32(_mm512_cmp_ps_mask::<_CMP_ORD_Q>(x, x), x)
         }
     }
 
-    /// Sixteen one-byte elements widened to i32 lanes.
+    /// The first `n` (at most 16) lanes of `v` (in the type's range) stored at `dst`.
+    ///
+    /// # Safety
+    /// `dst` is valid for `n` bytes of writes.
     #[inline]
     #[target_feature(enable = "avx512f")]
-    fn widen_16<T: Byte>(x: &[T], at: usize) -> __m512i {
-        let b: [u8; 16] = lanes(bytes(x), at, 0);
-        // SAFETY: `b` is sixteen bytes, one unaligned 128-bit load.
-        let b = unsafe { _mm_loadu_si128(b.as_ptr().cast()) };
+    unsafe fn store_16(v: __m512i, dst: *mut u8, n: usize) {
+        // SAFETY: the caller's `n` bytes at `dst`; the masked store writes only those.
+        unsafe {
+            if n >= 16 {
+                _mm_storeu_si128(dst.cast(), _mm512_cvtepi32_epi8(v));
+            } else {
+                _mm512_mask_cvtepi32_storeu_epi8(dst.cast(), ((1u32 << n) - 1) as u16, v);
+            }
+        }
+    }
+
+    /// Sixteen one-byte elements at `src` (the first `n`, the rest 0) widened to i32.
+    ///
+    /// # Safety
+    /// `src` is valid for `n` bytes of reads.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw")]
+    unsafe fn widen_16<T: Byte>(src: *const u8, n: usize) -> __m512i {
+        // SAFETY: the caller's `n` bytes at `src`; the masked load reads only those.
+        let b = unsafe {
+            if n >= 16 {
+                _mm_loadu_si128(src.cast())
+            } else {
+                _mm512_castsi512_si128(_mm512_maskz_loadu_epi8((1u64 << n) - 1, src.cast()))
+            }
+        };
         if T::SIGNED {
             _mm512_cvtepi8_epi32(b)
         } else {
@@ -273,91 +335,183 @@ mod x86 {
         }
     }
 
+    /// Sixteen floats at `src` (the first `n`, the rest 0).
+    ///
+    /// # Safety
+    /// `src` is valid for `n` floats of reads.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn load_16(src: *const f32, n: usize) -> __m512 {
+        // SAFETY: the caller's `n` floats at `src`; the masked load reads only those.
+        unsafe {
+            if n >= 16 {
+                _mm512_loadu_ps(src)
+            } else {
+                _mm512_maskz_loadu_ps(((1u32 << n) - 1) as u16, src)
+            }
+        }
+    }
+
     #[target_feature(enable = "avx512f,avx512bw")]
-    pub(super) fn prelu_avx512<T: Byte, U: Byte>(
+    pub(super) fn quantize_avx512<T: Byte>(q: &Quantizer, src: &[f32], dst: &mut [T]) {
+        let k = Q16::new(q);
+        let n = src.len().min(dst.len());
+        let (src, dst) = (src.as_ptr(), bytes_mut(dst).as_mut_ptr());
+        for at in (0..n).step_by(16) {
+            let m = (n - at).min(16);
+            // SAFETY: `at + m <= n`, within both slices.
+            unsafe { store_16(k.quantize(load_16(src.add(at), m)), dst.add(at), m) };
+        }
+    }
+
+    /// `BOUNDED`: the constants qualify for [`Q16::quantize_bounded`].
+    #[target_feature(enable = "avx512f,avx512bw")]
+    pub(super) fn prelu_avx512<T: Byte, U: Byte, const BOUNDED: bool>(
         p: &PreluQuant,
         x: &[T],
         alpha: &[f32],
         dst: &mut [U],
     ) {
+        let k = Q16::new(&p.out);
         let (scale, zp) = (_mm512_set1_ps(p.in_scale), _mm512_set1_epi32(p.in_zp));
         // One run of the slope vector a chunk (the caller repeats `alpha` whole).
         for (x, dst) in x.chunks(alpha.len()).zip(dst.chunks_mut(alpha.len())) {
             let n = x.len().min(alpha.len()).min(dst.len());
-            let mut at = 0;
-            while at < n {
-                let q = _mm512_sub_epi32(widen_16(&x[..n], at), zp);
-                let v = _mm512_mul_ps(scale, _mm512_cvtepi32_ps(q));
-                let a: [f32; 16] = lanes(&alpha[..n], at, 0.0);
-                // SAFETY: `a` is sixteen floats, one unaligned 512-bit load.
-                let a = unsafe { _mm512_loadu_ps(a.as_ptr()) };
-                // Not `v >= 0` (NaN included) takes the slope, as the scalar branch does.
-                let neg = !_mm512_cmp_ps_mask::<_CMP_GE_OQ>(v, _mm512_setzero_ps());
-                let v = _mm512_mask_mul_ps(v, neg, v, a);
-                store_16(quantize_16(&p.out, v), &mut dst[..n], at);
-                at += 16;
+            let (src, a, out) = (
+                bytes(x).as_ptr(),
+                alpha.as_ptr(),
+                bytes_mut(dst).as_mut_ptr(),
+            );
+            for at in (0..n).step_by(16) {
+                let m = (n - at).min(16);
+                // SAFETY: `at + m <= n`, within `x`, `alpha` and `dst`.
+                unsafe {
+                    let q = _mm512_sub_epi32(widen_16::<T>(src.add(at), m), zp);
+                    let v = _mm512_mul_ps(scale, _mm512_cvtepi32_ps(q));
+                    // Not `v >= 0` (NaN included) takes the slope, as the scalar branch does.
+                    let neg = !_mm512_cmp_ps_mask::<_CMP_GE_OQ>(v, _mm512_setzero_ps());
+                    let v = _mm512_mask_mul_ps(v, neg, v, load_16(a.add(at), m));
+                    let r = if BOUNDED {
+                        k.quantize_bounded(v)
+                    } else {
+                        k.quantize(v)
+                    };
+                    store_16(r, out.add(at), m);
+                }
             }
         }
     }
 
-    /// QUANTIZE of eight floats to i32 lanes (already in the type's range; NaN to 0).
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    fn quantize_8(q: &Quantizer, v: __m256) -> __m256i {
-        let d = _mm256_div_ps(v, _mm256_set1_ps(q.scale));
-        let t = _mm256_round_ps::<TRUNC>(d);
-        let sign = _mm256_set1_ps(-0.0);
-        let up = _mm256_cmp_ps::<_CMP_GE_OQ>(
-            _mm256_andnot_ps(sign, _mm256_sub_ps(d, t)),
-            _mm256_set1_ps(0.5),
-        );
-        let step = _mm256_or_ps(_mm256_and_ps(d, sign), _mm256_set1_ps(1.0));
-        let r = _mm256_blendv_ps(t, _mm256_add_ps(t, step), up);
-        let x = _mm256_add_ps(_mm256_set1_ps(q.zp), r);
-        let (lo, hi) = (_mm256_set1_ps(q.lo), _mm256_set1_ps(q.hi));
-        let x = _mm256_blendv_ps(x, lo, _mm256_cmp_ps::<_CMP_LT_OQ>(x, lo));
-        let x = _mm256_blendv_ps(x, hi, _mm256_cmp_ps::<_CMP_GT_OQ>(x, hi));
-        let x = _mm256_and_ps(x, _mm256_cmp_ps::<_CMP_ORD_Q>(x, x));
-        _mm256_cvttps_epi32(x)
+    /// A quantiser's constants in 256-bit vectors (the zero point and clamp also as
+    /// integers, for [`Q8::quantize_bounded`]).
+    #[derive(Clone, Copy)]
+    struct Q8 {
+        scale: __m256,
+        zp: __m256,
+        lo: __m256,
+        hi: __m256,
+        zp_i: __m256i,
+        lo_i: __m256i,
+        hi_i: __m256i,
     }
 
-    /// Eight i32 lanes (in the type's range) stored as `dst[at..]`, as far as it goes.
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    fn store_8<T: Byte>(v: __m256i, dst: &mut [T], at: usize) {
-        // In range already, so the saturating packs only narrow.
-        let v16 = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
-        let v8 = if T::SIGNED {
-            _mm_packs_epi16(v16, v16)
-        } else {
-            _mm_packus_epi16(v16, v16)
-        };
-        let mut out = [0u8; 16];
-        // SAFETY: `out` is sixteen bytes, one unaligned 128-bit store.
-        unsafe { _mm_storeu_si128(out.as_mut_ptr().cast(), v8) };
-        put::<T, 8>(out, dst, at);
-    }
+    impl Q8 {
+        #[inline]
+        #[target_feature(enable = "avx2")]
+        fn new(q: &Quantizer) -> Self {
+            Q8 {
+                scale: _mm256_set1_ps(q.scale),
+                zp: _mm256_set1_ps(q.zp),
+                lo: _mm256_set1_ps(q.lo),
+                hi: _mm256_set1_ps(q.hi),
+                zp_i: _mm256_set1_epi32(q.zp as i32),
+                lo_i: _mm256_set1_epi32(q.lo as i32),
+                hi_i: _mm256_set1_epi32(q.hi as i32),
+            }
+        }
 
-    #[target_feature(enable = "avx2")]
-    pub(super) fn quantize_avx2<T: Byte>(q: &Quantizer, src: &[f32], dst: &mut [T]) {
-        let n = src.len().min(dst.len());
-        let mut at = 0;
-        while at < n {
-            let v: [f32; 8] = lanes(&src[..n], at, 0.0);
-            // SAFETY: `v` is eight floats, one unaligned 256-bit load.
-            let v = unsafe { _mm256_loadu_ps(v.as_ptr()) };
-            store_8(quantize_8(q, v), &mut dst[..n], at);
-            at += 8;
+        /// [`Q16::quantize_bounded`] on eight lanes.
+        #[inline]
+        #[target_feature(enable = "avx2")]
+        fn quantize_bounded(&self, v: __m256) -> __m256i {
+            let d = _mm256_div_ps(v, self.scale);
+            let half = _mm256_or_ps(
+                _mm256_and_ps(d, _mm256_set1_ps(-0.0)),
+                _mm256_set1_ps(HALF_BELOW),
+            );
+            let r = _mm256_cvttps_epi32(_mm256_add_ps(d, half));
+            let x = _mm256_add_epi32(r, self.zp_i);
+            _mm256_min_epi32(_mm256_max_epi32(x, self.lo_i), self.hi_i)
+        }
+
+        /// QUANTIZE of eight floats to i32 lanes (in the type's range; NaN to 0).
+        #[inline]
+        #[target_feature(enable = "avx2")]
+        fn quantize(&self, v: __m256) -> __m256i {
+            let d = _mm256_div_ps(v, self.scale);
+            let half = _mm256_or_ps(
+                _mm256_and_ps(d, _mm256_set1_ps(-0.0)),
+                _mm256_set1_ps(HALF_BELOW),
+            );
+            let r = _mm256_round_ps::<TRUNC>(_mm256_add_ps(d, half));
+            let x = _mm256_add_ps(self.zp, r);
+            // The bound first: a NaN (second operand) passes both, as `clamp` lets it.
+            let x = _mm256_min_ps(self.hi, _mm256_max_ps(self.lo, x));
+            let x = _mm256_and_ps(x, _mm256_cmp_ps::<_CMP_ORD_Q>(x, x));
+            _mm256_cvttps_epi32(x)
         }
     }
 
-    /// Eight one-byte elements widened to i32 lanes.
+    /// Eight i32 lanes (in the type's range) narrowed to bytes (the low eight).
     #[inline]
     #[target_feature(enable = "avx2")]
-    fn widen_8<T: Byte>(x: &[T], at: usize) -> __m256i {
-        let b: [u8; 16] = lanes(bytes(x), at, 0);
-        // SAFETY: `b` is sixteen bytes; the load reads its first eight.
-        let b = unsafe { _mm_loadl_epi64(b.as_ptr().cast()) };
+    fn narrow_8<T: Byte>(v: __m256i) -> __m128i {
+        // In range already, so the saturating packs only narrow.
+        let v16 = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+        if T::SIGNED {
+            _mm_packs_epi16(v16, v16)
+        } else {
+            _mm_packus_epi16(v16, v16)
+        }
+    }
+
+    /// The first `n` (at most 8) bytes of `v` stored at `dst`.
+    ///
+    /// # Safety
+    /// `dst` is valid for `n` bytes of writes.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn store_8(v: __m128i, dst: *mut u8, n: usize) {
+        if n >= 8 {
+            // SAFETY: the caller's eight bytes at `dst`.
+            unsafe { _mm_storel_epi64(dst.cast(), v) };
+        } else {
+            let mut out = [0u8; 16];
+            // SAFETY: `out` is sixteen bytes; the caller's `n` < 8 bytes at `dst`.
+            unsafe {
+                _mm_storeu_si128(out.as_mut_ptr().cast(), v);
+                std::ptr::copy_nonoverlapping(out.as_ptr(), dst, n);
+            }
+        }
+    }
+
+    /// Eight one-byte elements at `src` (the first `n`, the rest 0) widened to i32.
+    ///
+    /// # Safety
+    /// `src` is valid for `n` bytes of reads.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn widen_8<T: Byte>(src: *const u8, n: usize) -> __m256i {
+        let mut tail = [0u8; 8];
+        let at = if n >= 8 {
+            src
+        } else {
+            // SAFETY: the caller's `n` < 8 bytes at `src`, into the eight of `tail`.
+            unsafe { std::ptr::copy_nonoverlapping(src, tail.as_mut_ptr(), n) };
+            tail.as_ptr()
+        };
+        // SAFETY: eight readable bytes at `at` (the caller's, or `tail`).
+        let b = unsafe { _mm_loadl_epi64(at.cast()) };
         if T::SIGNED {
             _mm256_cvtepi8_epi32(b)
         } else {
@@ -365,28 +519,76 @@ mod x86 {
         }
     }
 
+    /// Eight floats at `src` (the first `n`, the rest 0).
+    ///
+    /// # Safety
+    /// `src` is valid for `n` floats of reads.
+    #[inline]
     #[target_feature(enable = "avx2")]
-    pub(super) fn prelu_avx2<T: Byte, U: Byte>(
+    unsafe fn load_8(src: *const f32, n: usize) -> __m256 {
+        if n >= 8 {
+            // SAFETY: the caller's eight floats at `src`.
+            return unsafe { _mm256_loadu_ps(src) };
+        }
+        let mut tail = [0f32; 8];
+        // SAFETY: the caller's `n` < 8 floats at `src`, into the eight of `tail`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src, tail.as_mut_ptr(), n);
+            _mm256_loadu_ps(tail.as_ptr())
+        }
+    }
+
+    #[target_feature(enable = "avx2")]
+    pub(super) fn quantize_avx2<T: Byte>(q: &Quantizer, src: &[f32], dst: &mut [T]) {
+        let k = Q8::new(q);
+        let n = src.len().min(dst.len());
+        let (src, dst) = (src.as_ptr(), bytes_mut(dst).as_mut_ptr());
+        for at in (0..n).step_by(8) {
+            let m = (n - at).min(8);
+            // SAFETY: `at + m <= n`, within both slices.
+            unsafe {
+                store_8(
+                    narrow_8::<T>(k.quantize(load_8(src.add(at), m))),
+                    dst.add(at),
+                    m,
+                )
+            };
+        }
+    }
+
+    /// `BOUNDED`: the constants qualify for [`Q8::quantize_bounded`].
+    #[target_feature(enable = "avx2")]
+    pub(super) fn prelu_avx2<T: Byte, U: Byte, const BOUNDED: bool>(
         p: &PreluQuant,
         x: &[T],
         alpha: &[f32],
         dst: &mut [U],
     ) {
+        let k = Q8::new(&p.out);
         let (scale, zp) = (_mm256_set1_ps(p.in_scale), _mm256_set1_epi32(p.in_zp));
         // One run of the slope vector a chunk (the caller repeats `alpha` whole).
         for (x, dst) in x.chunks(alpha.len()).zip(dst.chunks_mut(alpha.len())) {
             let n = x.len().min(alpha.len()).min(dst.len());
-            let mut at = 0;
-            while at < n {
-                let q = _mm256_sub_epi32(widen_8(&x[..n], at), zp);
-                let v = _mm256_mul_ps(scale, _mm256_cvtepi32_ps(q));
-                let a: [f32; 8] = lanes(&alpha[..n], at, 0.0);
-                // SAFETY: `a` is eight floats, one unaligned 256-bit load.
-                let a = unsafe { _mm256_loadu_ps(a.as_ptr()) };
-                let ge = _mm256_cmp_ps::<_CMP_GE_OQ>(v, _mm256_setzero_ps());
-                let v = _mm256_blendv_ps(_mm256_mul_ps(v, a), v, ge);
-                store_8(quantize_8(&p.out, v), &mut dst[..n], at);
-                at += 8;
+            let (src, a, out) = (
+                bytes(x).as_ptr(),
+                alpha.as_ptr(),
+                bytes_mut(dst).as_mut_ptr(),
+            );
+            for at in (0..n).step_by(8) {
+                let m = (n - at).min(8);
+                // SAFETY: `at + m <= n`, within `x`, `alpha` and `dst`.
+                unsafe {
+                    let q = _mm256_sub_epi32(widen_8::<T>(src.add(at), m), zp);
+                    let v = _mm256_mul_ps(scale, _mm256_cvtepi32_ps(q));
+                    let ge = _mm256_cmp_ps::<_CMP_GE_OQ>(v, _mm256_setzero_ps());
+                    let v = _mm256_blendv_ps(_mm256_mul_ps(v, load_8(a.add(at), m)), v, ge);
+                    let r = if BOUNDED {
+                        k.quantize_bounded(v)
+                    } else {
+                        k.quantize(v)
+                    };
+                    store_8(narrow_8::<U>(r), out.add(at), m);
+                }
             }
         }
     }
@@ -451,6 +653,64 @@ mod tests {
             prop_assert_eq!(&got, &want, "{:?}", level);
         }
         Ok(())
+    }
+
+    /// The rounding of every level agrees with `f32::round` on the floats a few ulps
+    /// either side of each half-integer and integer (where a rounding built from an
+    /// addition could go wrong), at scale 1, with zero points that leave every quotient
+    /// in [-255, 255] visible through the clamp (and saturating beyond it, up to 2^24).
+    #[test]
+    fn quantize_rounds_the_neighbours_of_halves_exactly() {
+        let mut src = vec![];
+        let mut k = 0.25f32;
+        while k < 16_777_216.0 {
+            for base in [k, k + 0.5, k.floor() + 0.5] {
+                let mut v = base;
+                for _ in 0..4 {
+                    v = f32::from_bits(v.to_bits() - 1);
+                }
+                for _ in 0..9 {
+                    src.extend([v, -v]);
+                    v = f32::from_bits(v.to_bits() + 1);
+                }
+            }
+            k = if k < 300.0 { k + 0.25 } else { k * 1.37 };
+        }
+        // Scale 1 keeps the quotient the float itself.
+        for zp in [0i32, -128, 127] {
+            let q = Quantizer::new::<i8>(1.0, zp);
+            let want: Vec<i8> = src.iter().map(|&v| q.one(v)).collect();
+            for level in levels() {
+                let mut got = vec![0i8; src.len()];
+                quantize_at(level, &q, &src, &mut got);
+                let bad = src
+                    .iter()
+                    .zip(got.iter().zip(&want))
+                    .find(|(_, (g, w))| g != w);
+                assert!(bad.is_none(), "{level:?}: {bad:?}");
+            }
+        }
+    }
+
+    /// Ordinary constants take the integer-rounding lanes (so the proptest below runs
+    /// them); a non-finite slope, a huge input scale or a tiny output scale do not.
+    #[test]
+    fn prelu_bounded_takes_ordinary_constants_only() {
+        let p = PreluQuant {
+            in_scale: 0.05,
+            in_zp: -3,
+            out: Quantizer::new::<i8>(0.04, 7),
+        };
+        assert!(p.bounded::<i8, i8>(&[0.25, -1.5, 0.0]));
+        assert!(!p.bounded::<i8, i8>(&[0.25, f32::NAN]));
+        assert!(!p.bounded::<i8, i8>(&[f32::INFINITY]));
+        assert!(!PreluQuant {
+            in_scale: 3e38,
+            ..p
+        }
+        .bounded::<u8, u8>(&[0.5]));
+        let tiny = Quantizer::new::<u8>(1e-30, 0);
+        assert!(!PreluQuant { out: tiny, ..p }.bounded::<u8, u8>(&[0.5]));
     }
 
     proptest! {

@@ -1,3 +1,4 @@
 //! Pooling kernels.
 
 pub mod pool2d;
+mod qmax_simd;

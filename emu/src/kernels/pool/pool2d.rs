@@ -10,6 +10,8 @@
 //! Parameter words: kind (Average 0, Max 1, L2 2), pad(4), stride_w, stride_h, filter_w,
 //! filter_h, act, nchw.
 
+use super::qmax_simd;
+use crate::kernels::isa::isa;
 use crate::kernels::kernel::{enc, same_dtype, Cost, Kernel, Words};
 use crate::kernels::layout::{conv_out_size, image_dims, layout_shape, nhwc_dims, with_nhwc};
 use crate::kernels::quant::{quantized_activation_range, QuantElem};
@@ -158,6 +160,13 @@ impl Kernel for Pool {
         let (x, out) = (inputs[0], &mut outputs[0]);
         let q = out.ty.quant.clone();
         let oshape = out.ty.shape.clone();
+        if self.kind == PoolKind::Max && !self.nchw {
+            match x.ty.dtype {
+                DType::U8 => return max_q::<false>(self, x, out),
+                DType::I8 => return max_q::<true>(self, x, out),
+                _ => {}
+            }
+        }
         match x.ty.dtype {
             DType::U8 => pool_q(
                 self,
@@ -190,6 +199,30 @@ impl Kernel for Pool {
             }),
         }
     }
+}
+
+/// The quantised MAX_POOL_2D in NHWC on stored bytes (`SIGNED`: int8, else uint8),
+/// vectorised (`qmax_simd`); shapes were validated.
+fn max_q<const SIGNED: bool>(p: &Pool, x: View<'_>, out: &mut ViewMut<'_>) -> Result<()> {
+    let (n, h, w, c) = nhwc_dims(x.shape(), false).ok_or(KernelError::TooLarge)?;
+    let (_, oh, ow, _) = nhwc_dims(&out.ty.shape, false).ok_or(KernelError::TooLarge)?;
+    let (min, max) = if SIGNED { (-128, 127) } else { (0, 255) };
+    let q = &out.ty.quant;
+    let (lo, hi) = quantized_activation_range(p.act as u32, q.scale, q.zero_point, min, max);
+    // The reference clamps to `[lo, max(lo, hi)]`, then saturates to the type.
+    let (lo, hi) = (lo.clamp(min, max), hi.max(lo).clamp(min, max));
+    let g = qmax_simd::Geometry {
+        input: (n, h, w, c),
+        out_hw: (oh, ow),
+        stride: (p.stride_h as usize, p.stride_w as usize),
+        filter: (p.filter_h as usize, p.filter_w as usize),
+        pad: (p.pad.top as usize, p.pad.left as usize),
+    };
+    if x.bytes.len() < n * h * w * c || out.bytes.len() < n * oh * ow * c {
+        return Err(KernelError::TooLarge);
+    }
+    qmax_simd::max_pool_at::<SIGNED>(isa(), &g, x.bytes, out.bytes, (lo as u8, hi as u8));
+    Ok(())
 }
 
 /// The quantised pooling (AVERAGE, MAX) on stored integers; shapes were validated.
@@ -253,7 +286,7 @@ fn pool_q<T: QuantElem + Default>(
 }
 
 /// The in-bounds input range `[lo, hi)` of a window starting at padded position `start`.
-fn window(start: usize, len: usize, pad: usize, size: usize) -> (usize, usize) {
+pub(super) fn window(start: usize, len: usize, pad: usize, size: usize) -> (usize, usize) {
     let lo = start.max(pad) - pad;
     let hi = (start + len).min(pad + size).saturating_sub(pad);
     (lo, hi.max(lo))
