@@ -897,24 +897,31 @@ impl<T: QuantElem, F: QuantElem> Body for DepthwiseLoops<'_, T, F> {
         // not needed for symmetric (per-channel) filters.
         let mut xsum = vec![0i32; g.in_c];
         let need_xsum = stage.channels.iter().any(|ch| ch.filter_zp != 0);
-        // A depth multiplier of 1 with symmetric one-byte filters: the vector rows.
-        let level = isa();
-        let rows_simd = m == 1 && !need_xsum && depthwise_simd::applies::<T, F>(level);
-        let mut taps = depthwise_simd::Taps::default();
+        // A depth multiplier of 1 with one-byte operands: the vector rows (filter
+        // zero points included).
+        let mut simd = (m == 1)
+            .then(|| {
+                depthwise_simd::Prepared::<T>::new(
+                    isa(),
+                    g,
+                    filter,
+                    |c| stage.channels.get(c).map_or(0, |ch| ch.filter_zp),
+                    in_zp,
+                )
+            })
+            .flatten();
         let mut out_rows = output.chunks_exact_mut(g.out_w * out_c);
         for n in 0..g.batches {
             let img = window(input, n * image, image)?;
             for oy in 0..g.out_h {
-                if rows_simd
-                    && depthwise_simd::row_sums(
-                        level, g, img, oy, filter, in_zp, &mut taps, &mut accs,
-                    )
-                {
-                    let row = out_rows
-                        .next()
-                        .ok_or(QuantError::InvalidParams("index out of bounds"))?;
-                    stage.rows.rows(&accs, row, out_c);
-                    continue;
+                if let Some(simd) = simd.as_mut() {
+                    if simd.row_sums(g, img, oy, &mut accs) {
+                        let row = out_rows
+                            .next()
+                            .ok_or(QuantError::InvalidParams("index out of bounds"))?;
+                        stage.rows.rows(&accs, row, out_c);
+                        continue;
+                    }
                 }
                 for (ox, acc) in accs.chunks_exact_mut(out_c).enumerate() {
                     acc.fill(0);
@@ -1940,6 +1947,25 @@ mod quant_tests {
         })
     }
 
+    /// [`dw_case`] with a depth multiplier of 1 and 8 to 70 channels (the vector rows,
+    /// every step width and an overlapping last step).
+    fn wide_dw_case<T: Elem, F: Elem>(
+        per_channel: bool,
+    ) -> impl Strategy<Value = (ConvGeometry, usize, QuantCase, Vec<u8>, Vec<u8>)> {
+        (geometry(), 8usize..70).prop_flat_map(move |(g, in_c)| {
+            let g = ConvGeometry { in_c, ..g };
+            let n_in = g.batches * g.in_h * g.in_w * g.in_c;
+            let n_f = g.filter_h * g.filter_w * in_c;
+            (
+                Just(g),
+                Just(1),
+                quant_case::<T, F>(in_c, per_channel),
+                bytes(n_in),
+                bytes(n_f),
+            )
+        })
+    }
+
     fn check_depthwise<T: Elem, F: Elem>(
         (g, mult, qc, input, filter): (ConvGeometry, usize, QuantCase, Vec<u8>, Vec<u8>),
     ) -> std::result::Result<(), TestCaseError> {
@@ -2175,6 +2201,13 @@ mod quant_tests {
         fn quant_depthwise_u8_per_channel(case in dw_case::<u8, i8>(true)) { check_depthwise::<u8, i8>(case)?; }
         #[test]
         fn quant_depthwise_i8_per_channel(case in dw_case::<i8, i8>(true)) { check_depthwise::<i8, i8>(case)?; }
+
+        #[test]
+        fn quant_depthwise_wide_u8_per_tensor(case in wide_dw_case::<u8, u8>(false)) { check_depthwise::<u8, u8>(case)?; }
+        #[test]
+        fn quant_depthwise_wide_i8_per_channel(case in wide_dw_case::<i8, i8>(true)) { check_depthwise::<i8, i8>(case)?; }
+        #[test]
+        fn quant_depthwise_wide_u8_per_channel(case in wide_dw_case::<u8, i8>(true)) { check_depthwise::<u8, i8>(case)?; }
 
         #[test]
         fn quant_fc_u8(case in fc_case::<u8, u8>(false)) { check_fc::<u8, u8>(case)?; }

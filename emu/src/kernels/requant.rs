@@ -3,10 +3,14 @@
 //! + zp, lo, hi)` with NNAPI's rounding, eight channels per AVX2 step or sixteen per
 //! AVX-512 step, the same integers as [`multiply_by_quantized_multiplier`] for every input.
 //!
-//! The per-channel constants are prepared once ([`Requant::new`]), sixteen channels a
-//! group: the left and right shifts split, the rounding masks of the right shifts; a stage whose shifts are all
-//! right shifts, and whose multipliers are never `i32::MIN`, runs a loop without the left
-//! shift and the saturating case.
+//! The per-channel constants are prepared once ([`Requant::new`]): the left and right
+//! shifts split, the rounding masks of the right shifts and their halves; a stage whose
+//! shifts are all right shifts, and whose multipliers are never `i32::MIN`, runs a loop
+//! without the left shift and the saturating case. A call runs a block of rows (pixels),
+//! channel step by channel step, so each step's constants are loaded once per block, not
+//! once per row; on AVX2 a row whose channel count is not a multiple of eight ends with
+//! one step over its last eight channels (overlapping the one before: the same integers
+//! stored twice), not with plain code.
 //!
 //! gemmlowp's `SaturatingRoundingDoublingHighMul` nudges the 64-bit product `ab` by
 //! `2^30` (or `1 - 2^30` when negative) and divides by `2^31` truncating toward zero; both
@@ -17,21 +21,23 @@
 use super::isa::{isa, Isa};
 use super::quant::{multiply_by_quantized_multiplier, QuantElem};
 
-/// Sixteen channels' constants, prepared for the vector loops (one AVX-512 step, two
-/// AVX2 steps; channels past the last are zero and never stored).
-#[derive(Debug, Clone, Copy, Default)]
-#[repr(C)]
-struct Group {
+/// The per-channel constants in the vector loops' form: one entry per channel, padded
+/// with zeros to a multiple of sixteen (an AVX-512 step reads sixteen from any multiple of
+/// sixteen, an AVX2 step eight from any channel up to the last eight).
+#[derive(Debug, Clone, Default)]
+struct Lanes {
     /// Bias added to the sum.
-    bias: [[i32; 8]; 2],
+    bias: Vec<i32>,
     /// Q31 multiplier.
-    mult: [[i32; 8]; 2],
+    mult: Vec<i32>,
     /// `max(shift, 0)`.
-    left: [[i32; 8]; 2],
+    left: Vec<i32>,
     /// `max(-shift, 0)`.
-    right: [[i32; 8]; 2],
+    right: Vec<i32>,
     /// `2^right - 1`: the remainder mask of the rounding right shift.
-    mask: [[i32; 8]; 2],
+    mask: Vec<i32>,
+    /// `mask >> 1`: the rounding threshold of a non-negative value.
+    half: Vec<i32>,
 }
 
 /// The per-channel constants, one entry per output channel, and their vector form.
@@ -43,9 +49,9 @@ pub struct Requant {
     mult: Vec<i32>,
     /// Shift, positive to the left.
     shift: Vec<i32>,
-    /// The same, sixteen channels a group (empty unless every shift is within
-    /// `[-31, 31]`, the vector loops' range, and the three lists are as long).
-    groups: Vec<Group>,
+    /// The same for the vector loops (`None` unless every shift is within `[-31, 31]`,
+    /// the vector loops' range, and the three lists are as long).
+    lanes: Option<Lanes>,
     /// Output zero point.
     zp: i32,
     /// Lower clamp.
@@ -64,29 +70,26 @@ impl Requant {
         let vector_ok = shift.iter().all(|s| (-31..=31).contains(s))
             && bias.len() == mult.len()
             && mult.len() == shift.len();
-        let mut groups = vec![
-            Group::default();
-            if vector_ok {
-                bias.len().div_ceil(16)
-            } else {
-                0
-            }
-        ];
-        for (c, ((&b, &m), &s)) in bias.iter().zip(&mult).zip(&shift).enumerate() {
-            let Some(g) = groups.get_mut(c / 16) else {
-                break;
+        let lanes = vector_ok.then(|| {
+            let padded = |v: Vec<i32>| {
+                let mut v = v;
+                v.resize(v.len().div_ceil(16) * 16, 0);
+                v
             };
-            let (h, l) = ((c / 8) % 2, c % 8);
-            let right = (-s).max(0);
-            g.bias[h][l] = b;
-            g.mult[h][l] = m;
-            g.left[h][l] = s.max(0);
-            g.right[h][l] = right;
-            g.mask[h][l] = ((1i64 << right) - 1) as i32;
-        }
+            let right: Vec<i32> = shift.iter().map(|&s| (-s).max(0)).collect();
+            let mask: Vec<i32> = right.iter().map(|&r| ((1i64 << r) - 1) as i32).collect();
+            Lanes {
+                bias: padded(bias.clone()),
+                mult: padded(mult.clone()),
+                left: padded(shift.iter().map(|&s| s.max(0)).collect()),
+                half: padded(mask.iter().map(|&m| m >> 1).collect()),
+                right: padded(right),
+                mask: padded(mask),
+            }
+        });
         Self {
             full: shift.iter().any(|&s| s > 0) || mult.contains(&i32::MIN),
-            groups,
+            lanes,
             bias,
             mult,
             shift,
@@ -128,20 +131,38 @@ impl Requant {
             return;
         }
         let level = level.min(super::isa::detected());
+        // The whole rows, then a last partial row (as far as both go) as a block of one.
+        let len = sums.len().min(dst.len());
+        let whole = len / width * width;
+        let (sums, dst) = (&sums[..len], &mut dst[..len]);
+        let ((rows, last), (rows_dst, last_dst)) = (sums.split_at(whole), dst.split_at_mut(whole));
+        self.block_at(level, rows, rows_dst, width);
+        if whole < len {
+            self.block_at(level, last, last_dst, len - whole);
+        }
+    }
+
+    /// The stage over whole rows of `width` channels (`sums` and `dst` as long, a
+    /// multiple of `width`, at least 1).
+    fn block_at<T: QuantElem>(&self, level: Isa, sums: &[i32], dst: &mut [T], width: usize) {
         #[cfg(target_arch = "x86_64")]
-        if level >= Isa::Avx2 && !self.groups.is_empty() {
+        if let Some(lanes) = &self.lanes {
             // SAFETY: (each call) the level is capped at the CPU's, so it has AVX-512 F
             // and BW at Isa::Avx512 and above, AVX2 at Isa::Avx2 and above.
-            unsafe {
-                match (level >= Isa::Avx512, self.full) {
-                    (true, false) => x86::rows_avx512::<T, false>(self, sums, dst, width),
-                    (true, true) => x86::rows_avx512::<T, true>(self, sums, dst, width),
-                    (false, false) => x86::rows_avx2::<T, false>(self, sums, dst, width),
-                    (false, true) => x86::rows_avx2::<T, true>(self, sums, dst, width),
+            let done = unsafe {
+                match (level, self.full) {
+                    (Isa::Scalar, _) => false,
+                    (Isa::Avx2, false) => x86::rows_avx2::<T, false>(self, lanes, sums, dst, width),
+                    (Isa::Avx2, true) => x86::rows_avx2::<T, true>(self, lanes, sums, dst, width),
+                    (_, false) => x86::rows_avx512::<T, false>(self, lanes, sums, dst, width),
+                    (_, true) => x86::rows_avx512::<T, true>(self, lanes, sums, dst, width),
                 }
+            };
+            if done {
+                return;
             }
-            return;
         }
+        let _ = level;
         for (s, d) in sums.chunks(width).zip(dst.chunks_mut(width)) {
             self.row_plain(s, d, 0);
         }
@@ -158,7 +179,7 @@ impl Requant {
 /// Vector lanes of the output stage (and of the quantised element-wise kernels).
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86 {
-    use super::Requant;
+    use super::{Lanes, Requant};
     use crate::kernels::quant::QuantElem;
     use std::arch::x86_64::*;
 
@@ -281,21 +302,27 @@ pub(crate) mod x86 {
         }
     }
 
-    /// One 256-bit load of eight words.
+    /// Eight words of `v` from `at` (the caller keeps `at + 8 <= v.len()`; past it, zeros).
     #[inline]
     #[target_feature(enable = "avx2")]
-    fn ld8(a: &[i32; 8]) -> __m256i {
-        // SAFETY: eight i32, one unaligned 256-bit load.
-        unsafe { _mm256_loadu_si256(a.as_ptr().cast()) }
+    fn ld8(v: &[i32], at: usize) -> __m256i {
+        match v.get(at..at + 8) {
+            // SAFETY: eight i32, one unaligned 256-bit load.
+            Some(w) => unsafe { _mm256_loadu_si256(w.as_ptr().cast()) },
+            None => _mm256_setzero_si256(),
+        }
     }
 
-    /// One 512-bit load of sixteen words.
+    /// Sixteen words of `v` from `at` (the caller keeps `at + 16 <= v.len()`; past it,
+    /// zeros).
     #[inline]
     #[target_feature(enable = "avx512f")]
-    fn ld16(a: &[[i32; 8]; 2]) -> __m512i {
-        // SAFETY: two arrays of eight i32 back to back (an array has no padding): sixteen
-        // i32, one unaligned 512-bit load.
-        unsafe { _mm512_loadu_si512(a.as_ptr().cast()) }
+    fn ld16(v: &[i32], at: usize) -> __m512i {
+        match v.get(at..at + 16) {
+            // SAFETY: sixteen i32, one unaligned 512-bit load.
+            Some(w) => unsafe { _mm512_loadu_si512(w.as_ptr().cast()) },
+            None => _mm512_setzero_si512(),
+        }
     }
 
     /// Sixteen lanes of `s` (at most sixteen words), zero past its end (a masked load
@@ -312,94 +339,126 @@ pub(crate) mod x86 {
         unsafe { _mm512_maskz_loadu_epi32(mask, s.as_ptr().cast()) }
     }
 
-    /// The stage sixteen channels a step (the last step masked), over each row of
-    /// `width` channels; `FULL`: with the left shifts and the saturating case.
+    /// The stage over the whole rows of `width` channels in `sums` and `dst` (as long),
+    /// sixteen channels a step (the last step masked), each step's constants loaded once
+    /// for all the rows; `FULL`: with the left shifts and the saturating case. Returns
+    /// true (it always applies).
     #[target_feature(enable = "avx512f,avx512bw")]
     pub(super) fn rows_avx512<T: QuantElem, const FULL: bool>(
         q: &Requant,
+        l: &Lanes,
         sums: &[i32],
         dst: &mut [T],
         width: usize,
-    ) {
+    ) -> bool {
+        let n = width.min(q.bias.len());
         let (zp, lo, hi) = (
             _mm512_set1_epi32(q.zp),
             _mm512_set1_epi32(q.lo),
             _mm512_set1_epi32(q.hi),
         );
-        let min = _mm512_set1_epi32(i32::MIN);
-        for (s, d) in sums.chunks(width).zip(dst.chunks_mut(width)) {
-            let n = s.len().min(d.len()).min(q.bias.len());
-            let steps = s[..n].chunks(16).zip(d[..n].chunks_mut(16)).zip(&q.groups);
-            for ((s, d), g) in steps {
-                let x = _mm512_add_epi32(load_16(s), ld16(&g.bias));
-                let m = ld16(&g.mult);
-                let x = if FULL {
-                    _mm512_sllv_epi32(x, ld16(&g.left))
-                } else {
-                    x
+        let (min, max, one) = (
+            _mm512_set1_epi32(i32::MIN),
+            _mm512_set1_epi32(i32::MAX),
+            _mm512_set1_epi32(1),
+        );
+        for c0 in (0..n).step_by(16) {
+            let k = (n - c0).min(16);
+            let (bias, m) = (ld16(&l.bias, c0), ld16(&l.mult, c0));
+            let left = ld16(&l.left, c0);
+            let (right, mask, half) = (ld16(&l.right, c0), ld16(&l.mask, c0), ld16(&l.half, c0));
+            let m_odd = _mm512_srli_epi64(m, 32);
+            let rows = sums.chunks_exact(width).zip(dst.chunks_exact_mut(width));
+            for (s, d) in rows {
+                let (Some(s), Some(d)) = (s.get(c0..c0 + k), d.get_mut(c0..c0 + k)) else {
+                    continue;
                 };
-                let mut r = srdhm_avx512(x, m);
+                let x = _mm512_add_epi32(load_16(s), bias);
+                let x = if FULL { _mm512_sllv_epi32(x, left) } else { x };
+                // `srdhm_avx512` with the multiplier's odd lanes shifted once per step.
+                let h = _mm512_set1_epi64(1 << 30);
+                let even = _mm512_srli_epi64(_mm512_add_epi64(_mm512_mul_epi32(x, m), h), 31);
+                let odd = _mm512_slli_epi64(
+                    _mm512_add_epi64(_mm512_mul_epi32(_mm512_srli_epi64(x, 32), m_odd), h),
+                    1,
+                );
+                let mut r = _mm512_mask_blend_epi32(0xAAAA, even, odd);
                 if FULL {
                     let both = _mm512_cmpeq_epi32_mask(x, min) & _mm512_cmpeq_epi32_mask(m, min);
-                    r = _mm512_mask_blend_epi32(both, r, _mm512_set1_epi32(i32::MAX));
+                    r = _mm512_mask_blend_epi32(both, r, max);
                 }
-                let v = rdbpot_avx512(r, ld16(&g.right), ld16(&g.mask));
+                // `rdbpot_avx512` with the threshold's half precomputed.
+                let rem = _mm512_and_si512(r, mask);
+                let thr = _mm512_sub_epi32(half, _mm512_srai_epi32(r, 31));
+                let up = _mm512_cmpgt_epi32_mask(rem, thr);
+                let v = _mm512_srav_epi32(r, right);
+                let v = _mm512_mask_add_epi32(v, up, v, one);
                 let v = _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(v, zp), lo), hi);
                 store16_avx512(v, d);
             }
         }
+        true
     }
 
-    /// The stage eight channels a step over each row of `width` channels (the last
-    /// channels of a row that are not eight by the plain loop); `FULL` as for
-    /// [`rows_avx512`].
+    /// The stage over the whole rows of `width` channels eight channels a step (a row
+    /// of eight or more that is not a multiple of eight ending with a step over its last
+    /// eight), each step's constants loaded once for all the rows; `FULL` as for
+    /// [`rows_avx512`]. Returns false (nothing written) for rows of fewer than eight
+    /// channels.
     #[target_feature(enable = "avx2")]
     pub(super) fn rows_avx2<T: QuantElem, const FULL: bool>(
         q: &Requant,
+        l: &Lanes,
         sums: &[i32],
         dst: &mut [T],
         width: usize,
-    ) {
+    ) -> bool {
+        let n = width.min(q.bias.len());
+        if n < 8 {
+            return false;
+        }
         let (zp, lo, hi) = (
             _mm256_set1_epi32(q.zp),
             _mm256_set1_epi32(q.lo),
             _mm256_set1_epi32(q.hi),
         );
-        let min = _mm256_set1_epi32(i32::MIN);
-        for (s, d) in sums.chunks(width).zip(dst.chunks_mut(width)) {
-            let n = s.len().min(d.len()).min(q.bias.len());
-            let steps = s[..n]
-                .chunks_exact(8)
-                .zip(d[..n].chunks_exact_mut(8))
-                .enumerate();
-            let mut done = 0;
-            for (j, (s, d)) in steps {
-                let (Some(g), Ok(s)) = (q.groups.get(j / 2), <&[i32; 8]>::try_from(s)) else {
-                    break;
+        let (min, max) = (_mm256_set1_epi32(i32::MIN), _mm256_set1_epi32(i32::MAX));
+        for step in 0..n.div_ceil(8) {
+            let c0 = (step * 8).min(n - 8);
+            let (bias, m) = (ld8(&l.bias, c0), ld8(&l.mult, c0));
+            let left = ld8(&l.left, c0);
+            let (right, mask, half) = (ld8(&l.right, c0), ld8(&l.mask, c0), ld8(&l.half, c0));
+            let m_odd = _mm256_srli_epi64(m, 32);
+            let rows = sums.chunks_exact(width).zip(dst.chunks_exact_mut(width));
+            for (s, d) in rows {
+                let (Some(s), Some(d)) = (s.get(c0..c0 + 8), d.get_mut(c0..c0 + 8)) else {
+                    continue;
                 };
-                let h = j % 2;
-                let x = _mm256_add_epi32(ld8(s), ld8(&g.bias[h]));
-                let m = ld8(&g.mult[h]);
-                let x = if FULL {
-                    _mm256_sllv_epi32(x, ld8(&g.left[h]))
-                } else {
-                    x
-                };
-                let mut r = srdhm_avx2(x, m);
+                let x = _mm256_add_epi32(ld8(s, 0), bias);
+                let x = if FULL { _mm256_sllv_epi32(x, left) } else { x };
+                // `srdhm_avx2` with the multiplier's odd lanes shifted once per step.
+                let h = _mm256_set1_epi64x(1 << 30);
+                let even = _mm256_srli_epi64(_mm256_add_epi64(_mm256_mul_epi32(x, m), h), 31);
+                let odd = _mm256_slli_epi64(
+                    _mm256_add_epi64(_mm256_mul_epi32(_mm256_srli_epi64(x, 32), m_odd), h),
+                    1,
+                );
+                let mut r = _mm256_blend_epi32::<0b1010_1010>(even, odd);
                 if FULL {
                     let both =
                         _mm256_and_si256(_mm256_cmpeq_epi32(x, min), _mm256_cmpeq_epi32(m, min));
-                    r = _mm256_blendv_epi8(r, _mm256_set1_epi32(i32::MAX), both);
+                    r = _mm256_blendv_epi8(r, max, both);
                 }
-                let v = rdbpot_avx2(r, ld8(&g.right[h]), ld8(&g.mask[h]));
+                // `rdbpot_avx2` with the threshold's half precomputed.
+                let rem = _mm256_and_si256(r, mask);
+                let thr = _mm256_sub_epi32(half, _mm256_srai_epi32(r, 31));
+                let up = _mm256_cmpgt_epi32(rem, thr);
+                let v = _mm256_sub_epi32(_mm256_srav_epi32(r, right), up);
                 let v = _mm256_min_epi32(_mm256_max_epi32(_mm256_add_epi32(v, zp), lo), hi);
                 store8_avx2(v, d);
-                done += 8;
-            }
-            if done < n {
-                q.row_plain(s, d, done);
             }
         }
+        true
     }
 }
 
@@ -468,7 +527,22 @@ mod tests {
             for (s, d) in block.chunks(width).zip(want.chunks_mut(width)) {
                 q.row_plain(s, d, 0);
             }
-            prop_assert_eq!(got, want);
+            prop_assert_eq!(&got, &want);
+            // The same block at each level, into a longer output (the rows go as far as
+            // both do) and an output of an i16 type.
+            for level in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
+                let mut got = vec![3i8; block.len() + 5];
+                q.rows_at(level, &block, &mut got, width);
+                prop_assert_eq!(&got[..block.len()], &want[..], "{:?}", level);
+                prop_assert!(got[block.len()..].iter().all(|&v| v == 3));
+                let mut got16 = vec![0i16; block.len()];
+                q.rows_at(level, &block, &mut got16, width);
+                let mut want16 = vec![0i16; block.len()];
+                for (s, d) in block.chunks(width).zip(want16.chunks_mut(width)) {
+                    q.row_plain(s, d, 0);
+                }
+                prop_assert_eq!(&got16, &want16, "{:?}", level);
+            }
             // One-byte outputs (stored by packs); the clamp may leave their range.
             let mut got = vec![0i8; sums.len()];
             q.row(&sums, &mut got);

@@ -1,348 +1,454 @@
 //! Quantised DEPTHWISE_CONV_2D's sums with a depth multiplier of 1 and one-byte operands,
-//! vectorised: per output pixel the valid taps are listed once, then each block of
-//! channels keeps its sums in registers over all the taps (`(x - in_zp) * w`, widened to
-//! `i32` lanes, wrapping multiply and add), sixteen channels a step on AVX2, thirty-two on
-//! AVX-512, the last channels in plain code. Wrapping `i32` sums do not depend on the
-//! order of their terms, so every level gives the plain loop's integers.
+//! vectorised as *pair sums*: the taps of a window are taken two at a time, each
+//! channel's two inputs (`x - in_zp`, as `i16`) interleaved next to its two filter
+//! values (`w - w_zp`, prepared once per layer as pair words, see
+//! [`igemm::pair`](crate::kernels::igemm::pair)), and `vpmaddwd` gives
+//! `x_a * w_a + x_b * w_b` per `i32` lane, exact because each operand is within
+//! `[-32767, 32767]`. Eight, sixteen or thirty-two channels a step (SSE-width and AVX2
+//! steps on AVX2, AVX-512BW steps where there are 32 channels or more); a channel count
+//! that is not a whole number of steps ends with one step over the last channels, which
+//! overlaps the one before (its sums are the same integers, stored twice).
 //!
-//! The filter's zero-point correction (`w_zp * sum(x - in_zp)`) is not done here: the
-//! caller takes this path only when every filter zero point is 0 (int8 filters are
-//! symmetric).
+//! A tap outside the input reads a row of `in_zp` (so `x - in_zp` is 0), and a window's
+//! odd last tap meets a filter word whose high half is 0: every pixel runs the same
+//! loop. Wrapping `i32` sums do not depend on the order of their terms, so every level
+//! gives the plain loop's integers.
 
 use super::{ConvGeometry, QuantElem};
+use crate::kernels::igemm::pair;
 use crate::kernels::isa::Isa;
 
-/// One valid tap of an output pixel: where its input pixel's channels start in the image
-/// and where its filter row starts in the filter (both in elements).
-#[derive(Clone, Copy, Debug)]
-struct Tap {
-    src: usize,
-    filter: usize,
-}
+/// The largest magnitude of an operand for the pair sums to be exact (as the integer
+/// GEMM's).
+const MAX_OPERAND: i64 = crate::kernels::igemm::MAX_OPERAND as i64;
 
-/// The tap lists, kept between rows and pixels (no allocation per pixel): the taps of a
-/// window wholly inside the input (relative to its first pixel), and of one that is not.
-#[derive(Default)]
-pub(super) struct Taps {
-    whole: Vec<Tap>,
-    own: Vec<Tap>,
-}
-
-/// Whether [`row_sums`] has a vector path for these element types at `level`.
-pub(super) fn applies<T: QuantElem, F: QuantElem>(level: Isa) -> bool {
-    std::mem::size_of::<T>() == 1
-        && std::mem::size_of::<F>() == 1
-        && level.min(crate::kernels::isa::detected()) >= Isa::Avx2
-}
-
-/// The sums of output row `oy` of image `img` (`[in_h, in_w, in_c]`), every channel of
-/// every pixel, into `accs` (`out_w * in_c`, overwritten), for a depth multiplier of 1
-/// and filter `[filter_h, filter_w, in_c]`. Writes nothing and returns false where a
-/// length disagrees with the geometry (the caller validated them: unreachable). At a
-/// level without a vector path (see [`applies`]) the sums are the plain loop's.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn row_sums<T: QuantElem, F: QuantElem>(
+/// One layer's filter and input zero point, prepared for the vector rows, and the tap
+/// lists kept between rows and pixels (no allocation per pixel).
+pub(super) struct Prepared<T> {
+    /// The level the steps run at (AVX2 or wider, capped at the CPU's).
     level: Isa,
-    g: &ConvGeometry,
-    img: &[T],
-    oy: usize,
-    filter: &[F],
-    in_zp: i32,
-    taps: &mut Taps,
-    accs: &mut [i32],
-) -> bool {
-    let c = g.in_c;
-    let sizes_ok = g.in_h.checked_mul(g.in_w).and_then(|p| p.checked_mul(c)) == Some(img.len())
-        && g.filter_h
-            .checked_mul(g.filter_w)
-            .and_then(|p| p.checked_mul(c))
-            == Some(filter.len())
-        && g.out_w.checked_mul(c) == Some(accs.len());
-    if !sizes_ok || c == 0 {
-        return false;
-    }
-    let level = if applies::<T, F>(level) {
-        level.min(crate::kernels::isa::detected())
-    } else {
-        Isa::Scalar
-    };
-    // A window wholly inside the input has the same taps as any other, relative to its
-    // first input pixel: listed once per row; a window over the padding lists its own.
-    let inside = |o: usize, stride: usize, f: usize, d: usize, pad: usize, size: usize| {
-        (o * stride)
-            .checked_sub(pad)
-            .filter(|&i| i + (f - 1) * d < size)
-    };
-    let row_start = inside(oy, g.stride_h, g.filter_h, g.dilation_h, g.pad_top, g.in_h);
-    let (whole, own) = (&mut taps.whole, &mut taps.own);
-    whole.clear();
-    if row_start.is_some() {
-        for ky in 0..g.filter_h {
-            for kx in 0..g.filter_w {
-                whole.push(Tap {
-                    src: (ky * g.dilation_h * g.in_w + kx * g.dilation_w) * c,
-                    filter: (ky * g.filter_w + kx) * c,
-                });
-            }
+    /// Channels per step: 8, 16 or 32.
+    block: usize,
+    /// Channels of the input (and output).
+    c: usize,
+    /// The filter as pair words, step by step: for step `b` and tap pair `q`, `block`
+    /// words in the lanes' order (see [`Prepared::new`]).
+    filter: Vec<i32>,
+    /// `c` copies of the input zero point: what a tap outside the input reads.
+    zp_row: Vec<T>,
+    /// The input zero point.
+    zp: i16,
+    /// Per tap, where a window wholly inside the input reads (for the current run).
+    whole: Vec<*const u8>,
+    /// Per tap, where a window over the padding reads.
+    own: Vec<*const u8>,
+}
+
+impl<T: QuantElem> Prepared<T> {
+    /// The prepared layer for filter `[filter_h, filter_w, in_c]` with per-channel filter
+    /// zero points `filter_zp(channel)` and input zero point `in_zp`, or `None` where the
+    /// vector rows do not apply: no vector level, operands wider than a byte, fewer than
+    /// eight channels, no taps, a zero point outside the element type's range (a filter
+    /// value minus its zero point outside `[-32767, 32767]`), or lengths that disagree.
+    pub(super) fn new<F: QuantElem>(
+        level: Isa,
+        g: &ConvGeometry,
+        filter: &[F],
+        filter_zp: impl Fn(usize) -> i32,
+        in_zp: i32,
+    ) -> Option<Self> {
+        let level = level.min(crate::kernels::isa::detected());
+        let c = g.in_c;
+        let taps = g.filter_h.checked_mul(g.filter_w)?;
+        let one_byte = std::mem::size_of::<T>() == 1 && std::mem::size_of::<F>() == 1;
+        let zp_fits = T::saturate_from_i32(in_zp).to_i32() == in_zp;
+        if !cfg!(target_arch = "x86_64")
+            || level < Isa::Avx2
+            || !one_byte
+            || !zp_fits
+            || c < 8
+            || taps == 0
+            || taps.checked_mul(c) != Some(filter.len())
+        {
+            return None;
         }
-    }
-    let iy = |ky: usize| ConvGeometry::tap(oy, g.stride_h, ky, g.dilation_h, g.pad_top, g.in_h);
-    let col_start =
-        |ox: usize| inside(ox, g.stride_w, g.filter_w, g.dilation_w, g.pad_left, g.in_w);
-    let mut ox = 0;
-    while ox < g.out_w {
-        if let (Some(y), Some(x)) = (row_start, col_start(ox)) {
-            // The run of windows inside the input from here (they are consecutive).
-            let end = (ox + 1..g.out_w)
-                .find(|&o| col_start(o).is_none())
-                .unwrap_or(g.out_w);
-            let step = g.stride_w * c;
-            let run = &mut accs[ox * c..end * c];
-            pixels(
-                level,
-                img,
-                (y * g.in_w + x) * c,
-                step,
-                filter,
-                whole,
-                in_zp,
-                c,
-                run,
-            );
-            ox = end;
-            continue;
+        let fits = |zp: i32| {
+            let r = -MAX_OPERAND..=MAX_OPERAND;
+            r.contains(&(i64::from(F::MIN) - i64::from(zp)))
+                && r.contains(&(i64::from(F::MAX) - i64::from(zp)))
+        };
+        if !(0..c).all(|ch| fits(filter_zp(ch))) {
+            return None;
         }
-        own.clear();
-        for ky in 0..g.filter_h {
-            let Some(iy) = iy(ky) else { continue };
-            for kx in 0..g.filter_w {
-                let ix = ConvGeometry::tap(ox, g.stride_w, kx, g.dilation_w, g.pad_left, g.in_w);
-                if let Some(ix) = ix {
-                    own.push(Tap {
-                        src: (iy * g.in_w + ix) * c,
-                        filter: (ky * g.filter_w + kx) * c,
-                    });
+        let block = if level >= Isa::Avx512 && c >= 32 {
+            32
+        } else if c >= 16 {
+            16
+        } else {
+            8
+        };
+        let pairs = taps.div_ceil(2);
+        let steps = c.div_ceil(block);
+        let mut words = Vec::with_capacity(steps * pairs * block);
+        // Lane order of a step (see `x86`): the low half of the words is channels
+        // `8j..8j+4` of each group `j` of eight, the high half channels `8j+4..8j+8`.
+        for b in 0..steps {
+            let s = (b * block).min(c - block);
+            for q in 0..pairs {
+                for h in 0..2 {
+                    for j in 0..block / 8 {
+                        for i in 0..4 {
+                            let ch = s + 8 * j + 4 * h + i;
+                            let w = |t: usize| {
+                                filter
+                                    .get(t * c + ch)
+                                    .map_or(0, |w| w.to_i32() - filter_zp(ch))
+                            };
+                            words.push(pair(w(2 * q), w(2 * q + 1)));
+                        }
+                    }
                 }
             }
         }
-        let acc = &mut accs[ox * c..(ox + 1) * c];
-        pixels(level, img, 0, 0, filter, own, in_zp, c, acc);
-        ox += 1;
+        Some(Self {
+            level,
+            block,
+            c,
+            filter: words,
+            zp_row: vec![T::saturate_from_i32(in_zp); c],
+            zp: in_zp as i16,
+            whole: Vec::with_capacity(taps),
+            own: Vec::with_capacity(taps),
+        })
     }
-    true
-}
 
-/// The sums of `accs.len() / c` pixels, pixel `p`'s window starting at element
-/// `base + p * step` of `img`:
-/// `accs[p*c + k] = sum over taps (img[base + p*step + src + k] - in_zp) * filter[filter + k]`
-/// for each channel `k < c`. The taps are in increasing
-/// order of both offsets (as listed above), so the last pixel's last tap bounds them all:
-/// where its channels are not inside both slices (unreachable), the plain loop runs (which
-/// reads only inside them).
-#[allow(clippy::too_many_arguments)]
-fn pixels<T: QuantElem, F: QuantElem>(
-    level: Isa,
-    img: &[T],
-    base: usize,
-    step: usize,
-    filter: &[F],
-    taps: &[Tap],
-    in_zp: i32,
-    c: usize,
-    accs: &mut [i32],
-) {
-    let n = accs.len() / c.max(1);
-    if n == 0 {
-        return;
-    }
-    let last = step.checked_mul(n - 1).and_then(|d| d.checked_add(base));
-    let inside = taps.last().is_none_or(|t| {
-        last.and_then(|b| b.checked_add(t.src))
-            .and_then(|e| e.checked_add(c))
-            .is_some_and(|e| e <= img.len())
-            && t.filter.checked_add(c).is_some_and(|e| e <= filter.len())
-    });
-    let mut done = 0;
-    #[cfg(target_arch = "x86_64")]
-    if inside {
-        let img = img.get(base..).unwrap_or_default();
-        if level >= Isa::Avx512 {
-            // `level` was capped at the CPU's and is a vector level only for one-byte T
-            // and F (`applies`); `inside` checked the last pixel's last tap, the largest.
-            // SAFETY: the CPU has AVX-512 F and BW, every pixel's taps' `c` channels lie
-            // inside both slices.
-            done = unsafe { x86::pixels_avx512(img, step, filter, taps, in_zp, c, accs) };
-        } else if level >= Isa::Avx2 {
-            // SAFETY: as above, with AVX2.
-            done = unsafe { x86::pixels_avx2(img, step, filter, taps, in_zp, c, accs) };
+    /// The sums of output row `oy` of image `img` (`[in_h, in_w, in_c]`), every channel of
+    /// every pixel, into `accs` (`out_w * in_c`, overwritten):
+    /// `sum over valid taps (x - in_zp) * (w - w_zp)` per channel. Writes nothing and
+    /// returns false where a length disagrees with the geometry (the caller validated
+    /// them: unreachable).
+    pub(super) fn row_sums(
+        &mut self,
+        g: &ConvGeometry,
+        img: &[T],
+        oy: usize,
+        accs: &mut [i32],
+    ) -> bool {
+        let c = self.c;
+        let sizes_ok = g.in_c == c
+            && g.in_h.checked_mul(g.in_w).and_then(|p| p.checked_mul(c)) == Some(img.len())
+            && g.out_w.checked_mul(c) == Some(accs.len())
+            && g.filter_h
+                .checked_mul(g.filter_w)
+                .map(|t| t.div_ceil(2))
+                .and_then(|p| p.checked_mul(c.div_ceil(self.block) * self.block))
+                == Some(self.filter.len());
+        if !sizes_ok {
+            return false;
         }
-    }
-    let _ = (level, inside);
-    if done < c {
-        for (p, acc) in accs.chunks_exact_mut(c).enumerate() {
-            let at = base.saturating_add(p.saturating_mul(step));
-            plain(
-                img.get(at..).unwrap_or_default(),
-                filter,
-                taps,
-                in_zp,
-                acc,
-                done,
-            );
+        // A window wholly inside the input reads the same taps as any other, relative to
+        // its first input pixel; consecutive such windows are one run.
+        let inside = |o: usize, stride: usize, f: usize, d: usize, pad: usize, size: usize| {
+            (o * stride)
+                .checked_sub(pad)
+                .filter(|&i| i + (f - 1) * d < size)
+        };
+        let row_start = inside(oy, g.stride_h, g.filter_h, g.dilation_h, g.pad_top, g.in_h);
+        let col_start =
+            |ox: usize| inside(ox, g.stride_w, g.filter_w, g.dilation_w, g.pad_left, g.in_w);
+        let step = g.stride_w * c;
+        let mut ox = 0;
+        while ox < g.out_w {
+            if let (Some(y), Some(x)) = (row_start, col_start(ox)) {
+                let end = (ox + 1..g.out_w)
+                    .find(|&o| col_start(o).is_none())
+                    .unwrap_or(g.out_w);
+                let first = (y * g.in_w + x) * c;
+                let last_tap = ((g.filter_h - 1) * g.dilation_h * g.in_w
+                    + (g.filter_w - 1) * g.dilation_w)
+                    * c;
+                // The taps' offsets grow, so the last pixel's last tap is the furthest read.
+                let furthest = (end - ox - 1)
+                    .checked_mul(step)
+                    .and_then(|d| d.checked_add(first + last_tap + c));
+                if furthest.is_none_or(|e| e > img.len()) {
+                    return false;
+                }
+                self.whole.clear();
+                for ky in 0..g.filter_h {
+                    for kx in 0..g.filter_w {
+                        let at = first + (ky * g.dilation_h * g.in_w + kx * g.dilation_w) * c;
+                        self.whole.push(img[at..].as_ptr().cast());
+                    }
+                }
+                let run = &mut accs[ox * c..end * c];
+                self.run(true, step, end - ox, run);
+                ox = end;
+                continue;
+            }
+            self.own.clear();
+            for ky in 0..g.filter_h {
+                let iy = ConvGeometry::tap(oy, g.stride_h, ky, g.dilation_h, g.pad_top, g.in_h);
+                for kx in 0..g.filter_w {
+                    let ix =
+                        ConvGeometry::tap(ox, g.stride_w, kx, g.dilation_w, g.pad_left, g.in_w);
+                    let src = match (iy, ix) {
+                        (Some(iy), Some(ix)) => img.get((iy * g.in_w + ix) * c..),
+                        _ => None,
+                    };
+                    // Checked lengths: every pixel's channels are inside the image.
+                    let src = src.filter(|s| s.len() >= c).unwrap_or(&self.zp_row);
+                    self.own.push(src.as_ptr().cast());
+                }
+            }
+            self.run(false, 0, 1, &mut accs[ox * c..(ox + 1) * c]);
+            ox += 1;
         }
+        true
     }
-}
 
-/// [`pixels`]' plain loop for one pixel, from channel `from` on.
-fn plain<T: QuantElem, F: QuantElem>(
-    img: &[T],
-    filter: &[F],
-    taps: &[Tap],
-    in_zp: i32,
-    acc: &mut [i32],
-    from: usize,
-) {
-    for (k, a) in acc.iter_mut().enumerate().skip(from) {
-        *a = taps.iter().fold(0i32, |s, t| {
-            let x = img
-                .get(t.src + k)
-                .map_or(0, |v| v.to_i32().wrapping_sub(in_zp));
-            let w = filter.get(t.filter + k).map_or(0, |v| v.to_i32());
-            s.wrapping_add(x.wrapping_mul(w))
-        });
+    /// The sums of `n` pixels into `accs` (`n * c`), pixel `p`'s tap `t` reading the `c`
+    /// elements from `taps[t] + p * step` (the whole-window list, or this pixel's own).
+    fn run(&self, whole: bool, step: usize, n: usize, accs: &mut [i32]) {
+        let taps = if whole { &self.whole } else { &self.own };
+        #[cfg(target_arch = "x86_64")]
+        {
+            let (f, c, zp) = (&self.filter[..], self.c, self.zp);
+            // SAFETY: (each call) `Prepared::new` gave a vector level capped at the CPU's
+            // (AVX2 at least; AVX-512F and BW for 32-channel steps, chosen only at
+            // Isa::Avx512 and above), one-byte T, `c >= block` and `filter` of `steps *
+            // pairs * block` words (checked again by `row_sums`); every tap pointer of
+            // every pixel was taken from a slice of at least `c` elements (`row_sums`
+            // checked the run's furthest read), and `accs` is `n * c` words.
+            unsafe {
+                match self.block {
+                    32 if self.level >= Isa::Avx512 => {
+                        x86::pixels32::<T>(taps, step, n, c, f, zp, accs)
+                    }
+                    16 => x86::pixels16::<T>(taps, step, n, c, f, zp, accs),
+                    _ => x86::pixels8::<T>(taps, step, n, c, f, zp, accs),
+                }
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (taps, step, n, accs);
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{QuantElem, Tap};
+    use super::QuantElem;
     use std::arch::x86_64::*;
 
-    /// Eight one-byte elements at `p` widened to `i32` lanes (sign-extended for a signed
-    /// type).
+    /// Eight one-byte elements at `p` as `i16` lanes (sign-extended for a signed type).
     ///
     /// # Safety
     /// `p` points at eight readable bytes.
     #[inline]
     #[target_feature(enable = "avx2")]
-    unsafe fn widen8<E: QuantElem>(p: *const u8) -> __m256i {
+    unsafe fn widen8<E: QuantElem>(p: *const u8) -> __m128i {
         // SAFETY: eight readable bytes (the caller's contract), one unaligned 64-bit load.
         let b = unsafe { _mm_loadl_epi64(p.cast()) };
         if E::MIN < 0 {
-            _mm256_cvtepi8_epi32(b)
+            _mm_cvtepi8_epi16(b)
         } else {
-            _mm256_cvtepu8_epi32(b)
+            _mm_cvtepu8_epi16(b)
         }
     }
 
-    /// Sixteen one-byte elements at `p` widened to `i32` lanes.
+    /// Sixteen one-byte elements at `p` as `i16` lanes.
     ///
     /// # Safety
     /// `p` points at sixteen readable bytes.
     #[inline]
-    #[target_feature(enable = "avx512f")]
-    unsafe fn widen16<E: QuantElem>(p: *const u8) -> __m512i {
+    #[target_feature(enable = "avx2")]
+    unsafe fn widen16<E: QuantElem>(p: *const u8) -> __m256i {
         // SAFETY: sixteen readable bytes (the caller's contract), one unaligned load.
         let b = unsafe { _mm_loadu_si128(p.cast()) };
         if E::MIN < 0 {
-            _mm512_cvtepi8_epi32(b)
+            _mm256_cvtepi8_epi16(b)
         } else {
-            _mm512_cvtepu8_epi32(b)
+            _mm256_cvtepu8_epi16(b)
         }
     }
 
-    /// One body for both widths: [`super::pixels`] (from `base` = 0) for the channels of
-    /// whole `$lanes`-lane vectors (in blocks of two vectors, then one); returns how many
-    /// channels of each pixel it did.
+    /// Thirty-two one-byte elements at `p` as `i16` lanes.
+    ///
+    /// # Safety
+    /// `p` points at thirty-two readable bytes.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw")]
+    unsafe fn widen32<E: QuantElem>(p: *const u8) -> __m512i {
+        // SAFETY: thirty-two readable bytes (the caller's contract), one unaligned load.
+        let b = unsafe { _mm256_loadu_si256(p.cast()) };
+        if E::MIN < 0 {
+            _mm512_cvtepi8_epi16(b)
+        } else {
+            _mm512_cvtepu8_epi16(b)
+        }
+    }
+
+    /// The eight sums of a step (`lo`: channels 0..4, `hi`: 4..8) stored in order.
+    ///
+    /// # Safety
+    /// `p` points at eight writable `i32`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn store8(p: *mut i32, lo: __m128i, hi: __m128i) {
+        // SAFETY: eight writable words (the caller's contract), two unaligned stores.
+        unsafe {
+            _mm_storeu_si128(p.cast(), lo);
+            _mm_storeu_si128(p.add(4).cast(), hi);
+        }
+    }
+
+    /// The sixteen sums of a step (`lo`: channels 0..4 and 8..12, `hi`: 4..8 and 12..16,
+    /// the 128-bit lanes' order of the interleaving) stored in order.
+    ///
+    /// # Safety
+    /// `p` points at sixteen writable `i32`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn store16(p: *mut i32, lo: __m256i, hi: __m256i) {
+        let first = _mm256_permute2x128_si256::<0x20>(lo, hi);
+        let second = _mm256_permute2x128_si256::<0x31>(lo, hi);
+        // SAFETY: sixteen writable words (the caller's contract), two unaligned stores.
+        unsafe {
+            _mm256_storeu_si256(p.cast(), first);
+            _mm256_storeu_si256(p.add(8).cast(), second);
+        }
+    }
+
+    /// The thirty-two sums of a step (`lo`: channels `8j..8j+4` of each 128-bit lane `j`,
+    /// `hi`: `8j+4..8j+8`) stored in order.
+    ///
+    /// # Safety
+    /// `p` points at thirty-two writable `i32`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw")]
+    unsafe fn store32(p: *mut i32, lo: __m512i, hi: __m512i) {
+        // Quadwords: 0-7 from `lo`, 8-15 from `hi`.
+        let first = _mm512_permutex2var_epi64(lo, _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0), hi);
+        let second =
+            _mm512_permutex2var_epi64(lo, _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4), hi);
+        // SAFETY: thirty-two writable words (the caller's contract), two unaligned stores.
+        unsafe {
+            _mm512_storeu_si512(p.cast(), first);
+            _mm512_storeu_si512(p.add(16).cast(), second);
+        }
+    }
+
+    /// One body for the three widths: [`super::Prepared::run`]'s sums, `$lanes` channels
+    /// a step (the last step ending at channel `c`).
     macro_rules! pixels_body {
-        ($name:ident, $feature:literal, $lanes:literal, $vec:ty, $widen:ident,
-         $set1:ident, $zero:ident, $sub:ident, $add:ident, $mul:ident, $store:ident) => {
+        ($name:ident, $feature:literal, $lanes:literal, $vec:ty, $widen:ident, $store:ident,
+         $set1:ident, $zero:ident, $sub:ident, $add:ident, $madd:ident, $lo:ident, $hi:ident,
+         $load:ident) => {
             /// See [`pixels_body`].
             ///
             /// # Safety
-            /// The CPU has the target features, T and F are one byte, and for each pixel
-            /// `p` every tap's `c` elements from `p * step` lie inside `img` and `filter`.
+            /// The CPU has the target features, T is one byte, and for each pixel
+            /// `p < n` every tap's `c` elements from `p * step` are readable.
             #[target_feature(enable = $feature)]
-            pub(super) unsafe fn $name<T: QuantElem, F: QuantElem>(
-                img: &[T],
+            #[allow(clippy::too_many_arguments)]
+            pub(super) unsafe fn $name<T: QuantElem>(
+                taps: &[*const u8],
                 step: usize,
-                filter: &[F],
-                taps: &[Tap],
-                in_zp: i32,
+                n: usize,
                 c: usize,
+                filter: &[i32],
+                zp: i16,
                 accs: &mut [i32],
-            ) -> usize {
-                let mut done = 0;
-                for (p, acc) in accs.chunks_exact_mut(c.max(1)).enumerate() {
-                    // Inside (the caller's contract); were it not, the plain loop redoes
-                    // them all.
-                    let Some(img) = img.get(p * step..) else {
-                        return 0;
-                    };
-                    let (x, w) = (img.as_ptr().cast::<u8>(), filter.as_ptr().cast::<u8>());
-                    let zp = $set1(in_zp);
-                    let mut ch = 0;
-                    while ch + $lanes <= c {
-                        // Two vectors a step where they fit, else one.
-                        let two = ch + 2 * $lanes <= c;
-                        let mut s: [$vec; 2] = [$zero(); 2];
-                        for t in taps {
-                            for (h, s) in s.iter_mut().enumerate().take(1 + usize::from(two)) {
-                                let at = ch + $lanes * h;
-                                // SAFETY: `at + $lanes <= c` and the tap's `c` elements (one
-                                // byte each) lie inside `img` and `filter` (the caller's
-                                // contract).
-                                let (xv, wv) = unsafe {
-                                    (
-                                        $widen::<T>(x.add(t.src + at)),
-                                        $widen::<F>(w.add(t.filter + at)),
-                                    )
-                                };
-                                let xv = $sub(xv, zp);
-                                *s = $add(*s, $mul(xv, wv));
-                            }
-                        }
-                        for (h, s) in s.iter().enumerate().take(1 + usize::from(two)) {
-                            let at = ch + $lanes * h;
-                            if let Some(out) = acc.get_mut(at..at + $lanes) {
-                                // SAFETY: `out` is `$lanes` i32, one unaligned store.
-                                unsafe { $store(out.as_mut_ptr().cast(), *s) };
-                            }
-                        }
-                        ch += if two { 2 * $lanes } else { $lanes };
-                    }
-                    done = ch;
+            ) {
+                let pairs = taps.len().div_ceil(2);
+                let steps = c.div_ceil($lanes);
+                let ok = !taps.is_empty()
+                    && c >= $lanes
+                    && filter.len() >= steps * pairs * $lanes
+                    && n.checked_mul(c).is_some_and(|e| e <= accs.len());
+                if !ok {
+                    return;
                 }
-                done
+                let last = taps.len() - 1;
+                let zp = $set1(zp);
+                for (p, acc) in accs.chunks_exact_mut(c).take(n).enumerate() {
+                    let at = p * step;
+                    for b in 0..steps {
+                        let s = (b * $lanes).min(c - $lanes);
+                        let words = &filter[b * pairs * $lanes..(b + 1) * pairs * $lanes];
+                        let (mut lo, mut hi) = ($zero(), $zero());
+                        for (q, w) in words.chunks_exact($lanes).enumerate() {
+                            let (ta, tb) = (taps[2 * q], taps[(2 * q + 1).min(last)]);
+                            // SAFETY: `s + $lanes <= c`, and each tap's `c` elements (one
+                            // byte each) from `at` are readable (the caller's contract);
+                            // `w` is `$lanes` words.
+                            let (xa, xb, wl, wh) = unsafe {
+                                (
+                                    $widen::<T>(ta.add(at + s)),
+                                    $widen::<T>(tb.add(at + s)),
+                                    $load(w.as_ptr().cast()),
+                                    $load(w.as_ptr().add($lanes / 2).cast()),
+                                )
+                            };
+                            let (xa, xb) = ($sub(xa, zp), $sub(xb, zp));
+                            lo = $add(lo, $madd($lo(xa, xb), wl));
+                            hi = $add(hi, $madd($hi(xa, xb), wh));
+                        }
+                        // SAFETY: `acc` is `c` words and `s + $lanes <= c`.
+                        unsafe { $store(acc.as_mut_ptr().add(s), lo, hi) };
+                    }
+                }
             }
         };
     }
 
     pixels_body!(
-        pixels_avx2,
+        pixels8,
         "avx2",
         8,
-        __m256i,
+        __m128i,
         widen8,
-        _mm256_set1_epi32,
-        _mm256_setzero_si256,
-        _mm256_sub_epi32,
-        _mm256_add_epi32,
-        _mm256_mullo_epi32,
-        _mm256_storeu_si256
+        store8,
+        _mm_set1_epi16,
+        _mm_setzero_si128,
+        _mm_sub_epi16,
+        _mm_add_epi32,
+        _mm_madd_epi16,
+        _mm_unpacklo_epi16,
+        _mm_unpackhi_epi16,
+        _mm_loadu_si128
     );
     pixels_body!(
-        pixels_avx512,
-        "avx512f,avx512bw",
+        pixels16,
+        "avx2",
         16,
-        __m512i,
+        __m256i,
         widen16,
-        _mm512_set1_epi32,
+        store16,
+        _mm256_set1_epi16,
+        _mm256_setzero_si256,
+        _mm256_sub_epi16,
+        _mm256_add_epi32,
+        _mm256_madd_epi16,
+        _mm256_unpacklo_epi16,
+        _mm256_unpackhi_epi16,
+        _mm256_loadu_si256
+    );
+    pixels_body!(
+        pixels32,
+        "avx512f,avx512bw",
+        32,
+        __m512i,
+        widen32,
+        store32,
+        _mm512_set1_epi16,
         _mm512_setzero_si512,
-        _mm512_sub_epi32,
+        _mm512_sub_epi16,
         _mm512_add_epi32,
-        _mm512_mullo_epi32,
-        _mm512_storeu_si512
+        _mm512_madd_epi16,
+        _mm512_unpacklo_epi16,
+        _mm512_unpackhi_epi16,
+        _mm512_loadu_si512
     );
 }
 
@@ -351,14 +457,6 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    /// Every level this CPU has.
-    fn levels() -> Vec<Isa> {
-        [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni]
-            .into_iter()
-            .filter(|&l| l <= crate::kernels::isa::detected())
-            .collect()
-    }
-
     /// The sums straight from the definition (taps outside the input skipped).
     fn want<T: QuantElem, F: QuantElem>(
         g: &ConvGeometry,
@@ -366,6 +464,7 @@ mod tests {
         oy: usize,
         filter: &[F],
         in_zp: i32,
+        w_zp: &[i32],
     ) -> Vec<i32> {
         let c = g.in_c;
         let mut out = vec![0i32; g.out_w * c];
@@ -382,9 +481,9 @@ mod tests {
                         if iy >= g.in_h || ix >= g.in_w {
                             continue;
                         }
-                        let x = img[(iy * g.in_w + ix) * c + k].to_i32().wrapping_sub(in_zp);
-                        let w = filter[(ky * g.filter_w + kx) * c + k].to_i32();
-                        s = s.wrapping_add(x.wrapping_mul(w));
+                        let x = img[(iy * g.in_w + ix) * c + k].to_i32() - in_zp;
+                        let w = filter[(ky * g.filter_w + kx) * c + k].to_i32() - w_zp[k];
+                        s = s.wrapping_add(x * w);
                     }
                 }
                 out[ox * c + k] = s;
@@ -393,20 +492,29 @@ mod tests {
         out
     }
 
+    /// Every vector level this CPU has gives the definition's sums, or declines (only
+    /// where the rows do not apply).
     fn check<T: QuantElem, F: QuantElem>(
         g: &ConvGeometry,
         img: &[T],
         filter: &[F],
         in_zp: i32,
+        w_zp: &[i32],
     ) -> Result<(), TestCaseError> {
-        for oy in 0..g.out_h {
-            let want = want(g, img, oy, filter, in_zp);
-            for level in levels() {
+        for level in [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni] {
+            let prepared = Prepared::<T>::new(level, g, filter, |c| w_zp[c], in_zp);
+            let applies = cfg!(target_arch = "x86_64")
+                && level.min(crate::kernels::isa::detected()) >= Isa::Avx2
+                && g.in_c >= 8
+                && (T::MIN..=T::MAX).contains(&in_zp);
+            prop_assert_eq!(prepared.is_some(), applies, "{:?}", level);
+            let Some(mut prepared) = prepared else {
+                continue;
+            };
+            for oy in 0..g.out_h {
+                let want = want(g, img, oy, filter, in_zp, w_zp);
                 let mut got = vec![7i32; g.out_w * g.in_c];
-                let mut taps = Taps::default();
-                prop_assert!(row_sums(
-                    level, g, img, oy, filter, in_zp, &mut taps, &mut got
-                ));
+                prop_assert!(prepared.row_sums(g, img, oy, &mut got));
                 prop_assert_eq!(&got, &want, "{:?} row {}", level, oy);
             }
         }
@@ -415,20 +523,21 @@ mod tests {
 
     proptest! {
         #![proptest_config(crate::kernels::proptest_config(128))]
-        /// Every level gives the definition's wrapping sums: odd channel counts (vector
-        /// blocks and a plain tail), padding, strides, dilations, any input zero point
-        /// (also far outside the byte range), signed and unsigned operands.
+        /// Every level gives the definition's sums: channel counts across the step
+        /// widths (an overlapping last step), padding, strides, dilations, odd and even
+        /// tap counts, input and filter zero points, signed and unsigned operands.
         #[test]
         fn quant_depthwise_row_sums_match_the_definition(
-            c in 1usize..70,
+            c in 1usize..80,
             in_h in 1usize..7,
-            in_w in 1usize..7,
+            in_w in 1usize..8,
             fh in 1usize..4,
-            fw in 1usize..4,
+            fw in 1usize..6,
             stride in 1usize..3,
             dilation in 1usize..3,
             pad in 0usize..3,
-            zp in prop_oneof![-128i32..=255, Just(i32::MIN), Just(i32::MAX)],
+            zp in prop_oneof![-128i32..=255, Just(i32::MIN), Just(1000)],
+            w_zp in prop_oneof![Just(0i32), -128i32..=255],
             seed in any::<u64>(),
         ) {
             let out = |n: usize, f: usize| (n + 2 * pad).saturating_sub((f - 1) * dilation + 1) / stride + 1;
@@ -444,11 +553,12 @@ mod tests {
             let mut byte = || { s ^= s << 13; s ^= s >> 7; s ^= s << 17; s as u8 };
             let img: Vec<u8> = (0..in_h * in_w * c).map(|_| byte()).collect();
             let filter: Vec<u8> = (0..fh * fw * c).map(|_| byte()).collect();
+            let w_zps: Vec<i32> = (0..c).map(|k| if k % 3 == 0 { w_zp } else { 0 }).collect();
             let simg: Vec<i8> = img.iter().map(|&v| v as i8).collect();
             let sfilter: Vec<i8> = filter.iter().map(|&v| v as i8).collect();
-            check::<i8, i8>(&g, &simg, &sfilter, zp)?;
-            check::<u8, i8>(&g, &img, &sfilter, zp)?;
-            check::<u8, u8>(&g, &img, &filter, zp)?;
+            check::<i8, i8>(&g, &simg, &sfilter, zp, &vec![0; c])?;
+            check::<u8, i8>(&g, &img, &sfilter, zp, &vec![0; c])?;
+            check::<u8, u8>(&g, &img, &filter, zp, &w_zps)?;
         }
     }
 
@@ -458,7 +568,7 @@ mod tests {
             batches: 1,
             in_h: 2,
             in_w: 2,
-            in_c: 3,
+            in_c: 8,
             out_h: 1,
             out_w: 1,
             filter_h: 2,
@@ -470,39 +580,17 @@ mod tests {
             pad_top: 0,
             pad_left: 0,
         };
-        let mut taps = Taps::default();
-        let mut acc = [5i32; 3];
-        assert!(!row_sums(
-            Isa::Avx2,
-            &g,
-            &[0i8; 11],
-            0,
-            &[0i8; 12],
-            0,
-            &mut taps,
-            &mut acc
-        ));
-        assert!(!row_sums(
-            Isa::Avx2,
-            &g,
-            &[0i8; 12],
-            0,
-            &[0i8; 13],
-            0,
-            &mut taps,
-            &mut acc
-        ));
-        assert_eq!(acc, [5; 3]);
-        assert!(row_sums(
-            Isa::Avx2,
-            &g,
-            &[1i8; 12],
-            0,
-            &[1i8; 12],
-            0,
-            &mut taps,
-            &mut acc
-        ));
-        assert_eq!(acc, [4; 3]);
+        assert!(Prepared::<i8>::new(Isa::Avx2, &g, &[0i8; 31], |_| 0, 0).is_none());
+        let Some(mut p) = Prepared::<i8>::new(Isa::Avx2, &g, &[1i8; 32], |_| 0, 0) else {
+            // No vector level on this CPU: nothing to refuse.
+            assert!(crate::kernels::isa::detected() < Isa::Avx2);
+            return;
+        };
+        let mut acc = [5i32; 8];
+        assert!(!p.row_sums(&g, &[0i8; 31], 0, &mut acc));
+        assert!(!p.row_sums(&g, &[0i8; 32], 0, &mut acc[..7]));
+        assert_eq!(acc, [5; 8]);
+        assert!(p.row_sums(&g, &[1i8; 32], 0, &mut acc));
+        assert_eq!(acc, [4; 8]);
     }
 }
