@@ -693,10 +693,9 @@ fn run_kernel(
                 .map(|&o| Cow::Borrowed(&program.tensors[o as usize].ty)),
         )
     };
-    // Kernels that write every element of their float32 outputs get them uncleared.
-    let overwrites = op.op.overwrites_f32_outputs();
+    // Kernels that write every element of an output get it uncleared.
     let mut out_data: PerOperand<Staged> = per_operand(out_tys.iter().map(|t| {
-        let zero = !(overwrites && t.dtype == crate::tensor::DType::F32);
+        let zero = !op.op.overwrites_outputs_of(t.dtype);
         spare.take(t.numel() * t.dtype.size() as usize, zero)
     }));
     let real = {

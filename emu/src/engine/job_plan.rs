@@ -27,7 +27,7 @@ use super::{dma, Outcome};
 use crate::iommu::{KeptTranslation, Perm};
 use crate::program::Program;
 use crate::ring::{CopyDescriptor, Status};
-use crate::tensor::{DType, Staged, View, ViewMut};
+use crate::tensor::{Staged, View, ViewMut};
 use crate::weights::Probe;
 use crate::Bus;
 
@@ -410,11 +410,13 @@ impl Step {
         }
         // The outputs' buffers leave their slots while the kernel writes them (no slot
         // is both an input and an output of one op: the plan checked).
-        let overwrites = op.op.overwrites_f32_outputs();
         let mut outs: SmallVec<[Staged; 2]> = SmallVec::new();
         for o in &self.outs {
             let mut s = std::mem::replace(&mut st.slots[o.slot], Staged::zeroed(0));
-            if !(overwrites && program.tensors[o.tensor].ty.dtype == DType::F32) {
+            if !op
+                .op
+                .overwrites_outputs_of(program.tensors[o.tensor].ty.dtype)
+            {
                 s.clear();
             }
             outs.push(s);

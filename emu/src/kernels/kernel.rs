@@ -69,6 +69,12 @@ pub trait Kernel: Clone + Debug + PartialEq + Sized {
         false
     }
 
+    /// Whether `run` writes every element of every uint8/int8 output (as
+    /// [`Kernel::overwrites_f32_outputs`] for quantised outputs; default: no).
+    fn overwrites_quant8_outputs(&self) -> bool {
+        false
+    }
+
     /// The activation this kernel clamps its output with, for the kernels that fuse one
     /// (NNAPI's fused activation code): the compiler may fold a following RELU* into it.
     fn fused_activation(&self) -> Option<Activation> {

@@ -276,6 +276,8 @@ pub trait DynKernel {
     fn shapes_depend_on_values(&self) -> bool;
     /// See [`Kernel::overwrites_f32_outputs`].
     fn overwrites_f32_outputs(&self) -> bool;
+    /// See [`Kernel::overwrites_quant8_outputs`].
+    fn overwrites_quant8_outputs(&self) -> bool;
     /// See [`Kernel::fused_activation`].
     fn fused_activation(&self) -> Option<Activation>;
     /// See [`Kernel::set_fused_activation`].
@@ -321,6 +323,9 @@ impl<K: Kernel> DynKernel for K {
     fn overwrites_f32_outputs(&self) -> bool {
         Kernel::overwrites_f32_outputs(self)
     }
+    fn overwrites_quant8_outputs(&self) -> bool {
+        Kernel::overwrites_quant8_outputs(self)
+    }
     fn fused_activation(&self) -> Option<Activation> {
         Kernel::fused_activation(self)
     }
@@ -359,6 +364,17 @@ impl KernelOp {
     /// See [`Kernel::overwrites_f32_outputs`].
     pub fn overwrites_f32_outputs(&self) -> bool {
         self.kernel().overwrites_f32_outputs()
+    }
+
+    /// Whether the kernel writes every element of its outputs of element type `dtype`, so
+    /// the engine may hand it uncleared buffers ([`Kernel::overwrites_f32_outputs`],
+    /// [`Kernel::overwrites_quant8_outputs`]).
+    pub fn overwrites_outputs_of(&self, dtype: DType) -> bool {
+        match dtype {
+            DType::F32 => self.overwrites_f32_outputs(),
+            DType::U8 | DType::I8 => self.kernel().overwrites_quant8_outputs(),
+            _ => false,
+        }
     }
 
     /// The op's name, for errors and traces.

@@ -37,6 +37,11 @@ impl Kernel for DepthwiseConv2d {
         true
     }
 
+    /// The integer cores write every output element too (each from its bias and taps).
+    fn overwrites_quant8_outputs(&self) -> bool {
+        true
+    }
+
     crate::kernels::kernel::fused_activation_field!();
 
     fn name(&self) -> &'static str {
