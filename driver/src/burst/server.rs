@@ -149,6 +149,9 @@ fn serve(
     spin: Duration,
 ) {
     let stop = || shared.stop.load(Ordering::Acquire);
+    // The last result and its packet: a memo run again gives the very same shapes (the
+    // same allocation), so an equal result is sent without being encoded again.
+    let mut last: Option<(ErrorStatus, Shapes, Timing, Vec<Element>)> = None;
     loop {
         let packet = match requests.read_blocking(spin, None, &stop) {
             Ok(p) => p,
@@ -161,8 +164,15 @@ fn serve(
             }
         };
         let (status, shapes, timing) = execute(model, callback, shared, packet);
-        let out = serialize_result(status, &shapes, timing);
-        if let Err(e) = results.write(&out) {
+        let same = last
+            .as_ref()
+            .is_some_and(|l| l.0 == status && Arc::ptr_eq(&l.1, &shapes) && l.2 == timing);
+        if !same {
+            let out = serialize_result(status, &shapes, timing);
+            last = Some((status, shapes, timing, out));
+        }
+        let out = last.as_ref().map_or(&[][..], |l| &l.3[..]);
+        if let Err(e) = results.write(out) {
             tracing::debug!("burst result does not fit ({e}): sending a failure instead");
             let _ = results.write(&failure());
         }

@@ -36,6 +36,31 @@ impl VnpuPreparedModel {
         self.execute_reusing(request, opts, Instant::now(), pins, memo)
     }
 
+    /// executeSynchronously_1_3 with the request's pools already mapped where `pins` has
+    /// them (by pool index): the service's executions over memories its client
+    /// registered. Exactly the synchronous execution otherwise (no memo).
+    pub fn execute_synchronously_pinned(
+        &self,
+        request: &Request,
+        measure: MeasureTiming,
+        deadline: OptionalTimePoint,
+        loop_timeout: OptionalTimeoutDuration,
+        pins: &[Option<Arc<PinnedPool>>],
+    ) -> (ErrorStatus, Vec<OutputShape>, Timing) {
+        let via = Via {
+            pins,
+            ..Via::default()
+        };
+        self.run(
+            request,
+            measure,
+            deadline,
+            loop_timeout,
+            Instant::now(),
+            via,
+        )
+    }
+
     /// One execution of `request` as `opts` says over the pools `pins` maps (by pool
     /// index), running `memo` again when it serves this request and replacing it
     /// otherwise: the shared core of bursts and reusable executions.
