@@ -173,8 +173,16 @@ pub struct BurstController {
     spin: Duration,
     /// The longest wait for one result.
     timeout: Duration,
-    /// Held by the execution under way; keeps the last request packet sent.
-    busy: Mutex<Option<Sent>>,
+    /// Held by the execution under way.
+    busy: Mutex<Busy>,
+}
+
+/// What executions reuse, one at a time: the last request packet sent, and the buffer
+/// result packets are read into.
+#[derive(Default)]
+struct Busy {
+    sent: Option<Sent>,
+    reply: Vec<Element>,
 }
 
 /// A request packet as sent, and what it was made from: the same request again is sent
@@ -224,7 +232,7 @@ impl BurstController {
                 context,
                 spin,
                 timeout,
-                busy: Mutex::new(None),
+                busy: Mutex::new(Busy::default()),
             }),
             (ErrorStatus::None, None) => Err(ErrorStatus::GeneralFailure),
             (s, _) => Err(s),
@@ -240,7 +248,8 @@ impl BurstController {
         measure: MeasureTiming,
     ) -> (ErrorStatus, Vec<OutputShape>, Timing) {
         let fail = |s| (s, Vec::new(), Timing::NONE);
-        let mut last = self.busy.lock().unwrap_or_else(|p| p.into_inner());
+        let mut busy = self.busy.lock().unwrap_or_else(|p| p.into_inner());
+        let Busy { sent: last, reply } = &mut *busy;
         let slots = match self.slots_of(&request.pools) {
             Ok(s) => s,
             Err(s) => return fail(s),
@@ -261,7 +270,7 @@ impl BurstController {
             tracing::warn!("burst request: {e}");
             return fail(ErrorStatus::GeneralFailure);
         }
-        self.result()
+        self.result(reply)
     }
 
     /// The slots of request pools (assigned on first sight); a pool that is not a memory
@@ -292,20 +301,17 @@ impl BurstController {
             .read_blocking(self.spin, Some(self.timeout), &|| false)
     }
 
-    /// Waits for and reads one result packet.
-    fn result(&self) -> (ErrorStatus, Vec<OutputShape>, Timing) {
+    /// Waits for and reads one result packet (into `packet`).
+    fn result(&self, packet: &mut Vec<Element>) -> (ErrorStatus, Vec<OutputShape>, Timing) {
         let fail = |s| (s, Vec::new(), Timing::NONE);
-        let packet = match self
-            .results
-            .read_blocking(self.spin, Some(self.timeout), &|| false)
-        {
-            Ok(p) => p,
-            Err(e) => {
-                tracing::warn!("burst result: {e}");
-                return fail(ErrorStatus::GeneralFailure);
-            }
-        };
-        deserialize_result(&packet).unwrap_or_else(|e| {
+        let read =
+            self.results
+                .read_blocking_into(self.spin, Some(self.timeout), &|| false, packet);
+        if let Err(e) = read {
+            tracing::warn!("burst result: {e}");
+            return fail(ErrorStatus::GeneralFailure);
+        }
+        deserialize_result(packet).unwrap_or_else(|e| {
             tracing::warn!("burst result: {e}");
             fail(ErrorStatus::GeneralFailure)
         })
