@@ -84,7 +84,7 @@ impl VnpuPreparedModel {
             .filter(|m| m.loop_timeout == opts.loop_timeout)
             .filter(|m| m.serves(request, pins, self.hw.epoch()))
         {
-            return self.run_memo(m, opts, start);
+            return self.run_memo(m, opts, Some(start));
         }
         *memo = None;
         let (status, shapes, timing) = self.run(
@@ -121,15 +121,18 @@ impl VnpuPreparedModel {
         let m = memo
             .as_ref()
             .filter(|m| m.loop_timeout == opts.loop_timeout && m.epoch == self.hw.epoch())?;
-        Some(self.run_memo(m, opts, Instant::now()))
+        // The clock is read only for a measured execution.
+        let start = (measure == MeasureTiming::YES).then(Instant::now);
+        Some(self.run_memo(m, opts, start))
     }
 
-    /// Runs memo `m`'s work again, as `opts` says.
+    /// Runs memo `m`'s work again, as `opts` says (`start`: when the execution began,
+    /// for a measured one).
     fn run_memo(
         &self,
         m: &BurstMemo,
         opts: RunOptions,
-        start: Instant,
+        start: Option<Instant>,
     ) -> (ErrorStatus, Shapes, Timing) {
         let _arena = m.instance.lock().unwrap_or_else(|p| p.into_inner());
         let ran = match &m.work {
@@ -149,7 +152,7 @@ impl VnpuPreparedModel {
         match ran {
             Ok(device_ns) => {
                 let timing = match opts.measure == MeasureTiming::YES {
-                    true => measured(start, device_ns / 1000),
+                    true => measured(start.unwrap_or_else(Instant::now), device_ns / 1000),
                     false => Timing::NONE,
                 };
                 (ErrorStatus::None, Arc::clone(&m.shapes), timing)
