@@ -818,3 +818,169 @@ fn hung_service_fails_outstanding_calls() {
     // SAFETY: as above; let it run again so that dropping `service` can kill and reap it.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
 }
+
+/// Prepares `model` on a raw connection (the handshake done) and returns its id there.
+fn prepare_raw(sock: &std::os::fd::OwnedFd, model: &vnpu_driver::hal::Model) -> u64 {
+    use vnpu_driver::hal::{ExecutionPreference, HalVersion, Priority};
+    use vnpu_driver::service::protocol::{Notification, WireCache};
+    assert!(model.pools.is_empty(), "a model with its values inline");
+    let call = Call::PrepareModel {
+        level: HalVersion::V1_3,
+        model: Box::new(model.clone()),
+        pools: Vec::new(),
+        preference: ExecutionPreference::FAST_SINGLE_ANSWER,
+        priority: Priority::MEDIUM,
+        deadline: OptionalTimePoint::NONE,
+        cache: WireCache {
+            model_cache: Vec::new(),
+            data_cache: Vec::new(),
+            token: [0; vnpu_driver::hal::BYTE_SIZE_OF_CACHE_TOKEN],
+        },
+    };
+    let bytes = transport::encode(&Request { id: 1, call }).unwrap();
+    transport::send(sock.as_fd(), &bytes, &[]).unwrap();
+    // The reply and the notification, in either order.
+    let mut model_id = None;
+    for _ in 0..2 {
+        match reply(sock).reply {
+            Reply::Launched(s) => assert_eq!(s, ErrorStatus::None),
+            Reply::Notified(Notification::Prepared(ErrorStatus::None, Some(id))) => {
+                model_id = Some(id)
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    model_id.expect("a prepared model")
+}
+
+/// Memories registered for executions on a connection, from a client that breaks the
+/// rules: naming an id never registered, registering out of range, or naming a
+/// forgotten one is refused (the connection carries on); a registered memory runs like
+/// the memory itself, named by id on later executions without its descriptor.
+#[test]
+fn registered_memories_are_checked() {
+    use vnpu_driver::service::protocol::{
+        WireHandle, WireMemory, WirePool, WireRequest, REGISTERED_POOLS,
+    };
+    let service = Service::start("registered");
+    let sock = raw_client(&service);
+    transport::handshake_client(sock.as_fd()).unwrap();
+    let case = vnpu_driver::conformance::lookup(&[common::corpus_path("V1_0.jsonl.gz")], "add")
+        .expect("the ADD case");
+    let model = prepare_raw(&sock, &case.model);
+    let (request, pool, _) = case.make_request().unwrap();
+    let wire_memory = || WireMemory {
+        name: pool.name.clone(),
+        size: pool.size,
+        handle: WireHandle {
+            fd_count: 1,
+            ints: pool.handle.ints.clone(),
+        },
+    };
+    let mut next = 10;
+    let mut execute = |pools: Vec<WirePool>, forget: Vec<i32>| {
+        let with_fd = pools.iter().any(|p| matches!(p, WirePool::Register(..)));
+        let exec = WireRequest {
+            model,
+            request: Box::new(vnpu_driver::hal::Request {
+                pools: Vec::new(),
+                ..request.clone()
+            }),
+            pools,
+            measure: MeasureTiming::NO,
+            deadline: OptionalTimePoint::NONE,
+            loop_timeout: OptionalTimeoutDuration::default(),
+            forget,
+        };
+        next += 1;
+        let bytes = transport::encode(&Request {
+            id: next,
+            call: Call::ExecuteSynchronously(exec),
+        })
+        .unwrap();
+        let fds: Vec<_> = match with_fd {
+            true => vec![pool.handle.fds[0].as_fd()],
+            false => vec![],
+        };
+        transport::send(sock.as_fd(), &bytes, &fds).unwrap();
+        let r = reply(&sock);
+        assert_eq!(r.id, next);
+        r.reply
+    };
+    let refused = |r: &Reply| matches!(r, Reply::Refused(_));
+    let executed = |r: &Reply| matches!(r, Reply::Executed(ErrorStatus::None, ..));
+    // Never registered.
+    assert!(refused(&execute(vec![WirePool::Registered(0)], vec![])));
+    // Out of range.
+    for k in [-1, REGISTERED_POOLS, i32::MAX] {
+        let r = execute(vec![WirePool::Register(k, wire_memory())], vec![]);
+        assert!(refused(&r), "id {k}: {r:?}");
+        assert!(refused(&execute(vec![WirePool::Registered(k)], vec![])));
+    }
+    // Registered, then named by id (again and again).
+    let first = execute(vec![WirePool::Register(3, wire_memory())], vec![]);
+    assert!(executed(&first), "{first:?}");
+    for _ in 0..3 {
+        assert_eq!(execute(vec![WirePool::Registered(3)], vec![]), first);
+    }
+    // Forgotten: refused from then on, even in the same message.
+    let r = execute(vec![WirePool::Registered(3)], vec![3]);
+    assert!(refused(&r), "{r:?}");
+    assert!(refused(&execute(vec![WirePool::Registered(3)], vec![])));
+    // Forgetting what is not registered is harmless; registering again works.
+    let r = execute(vec![WirePool::Register(3, wire_memory())], vec![7, -5]);
+    assert_eq!(r, first);
+    // The connection still answers.
+    let bytes = transport::encode(&Request {
+        id: 99,
+        call: Call::GetStatus,
+    })
+    .unwrap();
+    transport::send(sock.as_fd(), &bytes, &[]).unwrap();
+    assert_eq!(reply(&sock).reply, Reply::Status(DeviceStatus::Available));
+}
+
+/// A `RemoteDevice`'s synchronous executions register their memories: repeated
+/// executions leave the service's descriptors as they were, and a memory the client drops
+/// is let go of by the service at the client's next execution.
+#[test]
+fn registered_memories_are_forgotten_when_dropped() {
+    let service = Service::start("forgotten");
+    let remote = service.connect();
+    let case = vnpu_driver::conformance::lookup(&[common::corpus_path("V1_0.jsonl.gz")], "add")
+        .expect("the ADD case");
+    let (_, status, prepared) = prepare_plain(&remote, &case.model);
+    assert_eq!(status, ErrorStatus::None);
+    let prepared = prepared.unwrap();
+    let run = |request: &vnpu_driver::hal::Request| {
+        let (s, _, _) = prepared.execute_synchronously_1_3(
+            request,
+            MeasureTiming::NO,
+            OptionalTimePoint::NONE,
+            OptionalTimeoutDuration(None),
+        );
+        assert_eq!(s, ErrorStatus::None);
+    };
+    let (request, pool, _) = case.make_request().unwrap();
+    let before = service.open_fds();
+    run(&request);
+    let held = service.open_fds();
+    // Its own descriptor, and the device's mapping of it.
+    assert!(
+        held > before,
+        "the service keeps the memory ({before} -> {held})"
+    );
+    for _ in 0..20 {
+        run(&request);
+    }
+    assert_eq!(service.open_fds(), held, "no descriptor per execution");
+    // Dropped by the client: the next execution (over another memory) forgets it.
+    drop((request, pool));
+    let (again, _pool, _) = case.make_request().unwrap();
+    run(&again);
+    assert_eq!(
+        service.open_fds(),
+        held,
+        "the old memory's descriptor is closed"
+    );
+}

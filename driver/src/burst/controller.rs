@@ -14,8 +14,8 @@ use std::time::Duration;
 use super::datum::{deserialize_result, serialize_request};
 use super::fmq::{Element, Fmq, FmqError};
 use crate::hal::{
-    ErrorStatus, MeasureTiming, Memory, NativeHandle, OutputShape, Request, RequestMemoryPool,
-    Timing,
+    ErrorStatus, MeasureTiming, Memory, NativeHandle, OutputShape, Request, RequestArgument,
+    RequestMemoryPool, Timing,
 };
 use crate::interface::{IBurstCallback, IBurstContext, IPreparedModel};
 
@@ -37,11 +37,18 @@ struct SlotEntry {
 }
 
 impl SlotEntry {
-    /// Whether this entry is `memory` (the same first descriptor and size).
+    /// Whether this entry is `memory` (the same first descriptor, size, kind and
+    /// integers). The descriptor is compared by address: a weak reference keeps its
+    /// allocation, so no other descriptor can come to live there.
     fn is(&self, memory: &Memory) -> bool {
-        let key = memory.handle.fds.first().map(Arc::downgrade);
         self.size == memory.size
-            && key.is_some_and(|k| self.fds.first().is_some_and(|f| f.ptr_eq(&k)))
+            && memory.handle.fds.first().is_some_and(|k| {
+                self.fds
+                    .first()
+                    .is_some_and(|f| std::ptr::eq(f.as_ptr(), Arc::as_ptr(k)))
+            })
+            && self.ints == memory.handle.ints
+            && self.name == memory.name
     }
 
     /// The memory, if the client still holds it, with descriptors of its own (as if it
@@ -72,12 +79,23 @@ impl Slots {
     /// The slot of `memory` (which has a descriptor), assigning a free one the first time
     /// it is seen.
     fn slot_of(&self, memory: &Memory) -> i32 {
+        match self.slot_within(memory, i32::MAX) {
+            Some((slot, _)) => slot,
+            // Unreachable: a process cannot hold 2^31 memories.
+            None => i32::MAX,
+        }
+    }
+
+    /// The slot of `memory` (which has a descriptor), assigning it a free one below
+    /// `limit` the first time it is seen (`None`: every slot below `limit` is taken);
+    /// with whether it was assigned just now.
+    pub(crate) fn slot_within(&self, memory: &Memory, limit: i32) -> Option<(i32, bool)> {
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(i) = entries
             .iter()
             .position(|e| e.as_ref().is_some_and(|e| e.is(memory)))
         {
-            return i as i32;
+            return Some((i as i32, false));
         }
         let entry = SlotEntry {
             name: memory.name.clone(),
@@ -85,20 +103,34 @@ impl Slots {
             fds: memory.handle.fds.iter().map(Arc::downgrade).collect(),
             ints: memory.handle.ints.clone(),
         };
-        match entries.iter().position(Option::is_none) {
-            Some(i) => {
-                entries[i] = Some(entry);
-                i as i32
-            }
+        let i = match entries.iter().position(Option::is_none) {
+            Some(i) => i,
             None => {
-                entries.push(Some(entry));
-                entries.len() as i32 - 1
+                entries.push(None);
+                entries.len() - 1
             }
+        };
+        if i >= usize::try_from(limit).unwrap_or(0) {
+            // Only a trailing empty entry can have been added: take it back.
+            if i + 1 == entries.len() && entries[i].is_none() {
+                entries.pop();
+            }
+            return None;
+        }
+        entries[i] = Some(entry);
+        Some((i as i32, true))
+    }
+
+    /// Forgets `slot` here only (its memory is then given a slot again when next seen).
+    pub(crate) fn forget_slot(&self, slot: i32) {
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = usize::try_from(slot).ok().and_then(|i| entries.get_mut(i)) {
+            *e = None;
         }
     }
 
     /// Slots whose memory the client has dropped: forgotten here, to free in the service.
-    fn reap(&self) -> Vec<i32> {
+    pub(crate) fn reap(&self) -> Vec<i32> {
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         let mut dead = Vec::new();
         for (i, e) in entries.iter_mut().enumerate() {
@@ -141,7 +173,35 @@ pub struct BurstController {
     spin: Duration,
     /// The longest wait for one result.
     timeout: Duration,
-    busy: Mutex<()>,
+    /// Held by the execution under way.
+    busy: Mutex<Busy>,
+}
+
+/// What executions reuse, one at a time: the last request packet sent, and the buffer
+/// result packets are read into.
+#[derive(Default)]
+struct Busy {
+    sent: Option<Sent>,
+    reply: Vec<Element>,
+}
+
+/// A request packet as sent, and what it was made from: the same request again is sent
+/// as is, without being encoded again.
+struct Sent {
+    inputs: Vec<RequestArgument>,
+    outputs: Vec<RequestArgument>,
+    slots: Vec<i32>,
+    measure: MeasureTiming,
+    packet: Vec<Element>,
+}
+
+impl Sent {
+    fn serves(&self, request: &Request, slots: &[i32], measure: MeasureTiming) -> bool {
+        self.measure == measure
+            && self.slots == slots
+            && self.inputs == request.inputs
+            && self.outputs == request.outputs
+    }
 }
 
 impl BurstController {
@@ -172,7 +232,7 @@ impl BurstController {
                 context,
                 spin,
                 timeout,
-                busy: Mutex::new(()),
+                busy: Mutex::new(Busy::default()),
             }),
             (ErrorStatus::None, None) => Err(ErrorStatus::GeneralFailure),
             (s, _) => Err(s),
@@ -188,18 +248,29 @@ impl BurstController {
         measure: MeasureTiming,
     ) -> (ErrorStatus, Vec<OutputShape>, Timing) {
         let fail = |s| (s, Vec::new(), Timing::NONE);
-        let _one = self.busy.lock().unwrap_or_else(|p| p.into_inner());
+        let mut busy = self.busy.lock().unwrap_or_else(|p| p.into_inner());
+        let Busy { sent: last, reply } = &mut *busy;
         let slots = match self.slots_of(&request.pools) {
             Ok(s) => s,
             Err(s) => return fail(s),
         };
         // The pools travel as slots (the packet carries no pools).
-        let packet = serialize_request(request, &slots, measure);
-        if let Err(e) = self.requests.write(&packet) {
+        let sent = match last.take() {
+            Some(l) if l.serves(request, &slots, measure) => l,
+            _ => Sent {
+                packet: serialize_request(request, &slots, measure),
+                inputs: request.inputs.clone(),
+                outputs: request.outputs.clone(),
+                slots,
+                measure,
+            },
+        };
+        let sent = last.insert(sent);
+        if let Err(e) = self.requests.write(&sent.packet) {
             tracing::warn!("burst request: {e}");
             return fail(ErrorStatus::GeneralFailure);
         }
-        self.result()
+        self.result(reply)
     }
 
     /// The slots of request pools (assigned on first sight); a pool that is not a memory
@@ -230,20 +301,17 @@ impl BurstController {
             .read_blocking(self.spin, Some(self.timeout), &|| false)
     }
 
-    /// Waits for and reads one result packet.
-    fn result(&self) -> (ErrorStatus, Vec<OutputShape>, Timing) {
+    /// Waits for and reads one result packet (into `packet`).
+    fn result(&self, packet: &mut Vec<Element>) -> (ErrorStatus, Vec<OutputShape>, Timing) {
         let fail = |s| (s, Vec::new(), Timing::NONE);
-        let packet = match self
-            .results
-            .read_blocking(self.spin, Some(self.timeout), &|| false)
-        {
-            Ok(p) => p,
-            Err(e) => {
-                tracing::warn!("burst result: {e}");
-                return fail(ErrorStatus::GeneralFailure);
-            }
-        };
-        deserialize_result(&packet).unwrap_or_else(|e| {
+        let read =
+            self.results
+                .read_blocking_into(self.spin, Some(self.timeout), &|| false, packet);
+        if let Err(e) = read {
+            tracing::warn!("burst result: {e}");
+            return fail(ErrorStatus::GeneralFailure);
+        }
+        deserialize_result(packet).unwrap_or_else(|e| {
             tracing::warn!("burst result: {e}");
             fail(ErrorStatus::GeneralFailure)
         })

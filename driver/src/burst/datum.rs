@@ -275,37 +275,45 @@ pub fn serialize_request(request: &Request, slots: &[i32], measure: MeasureTimin
             .chain(&request.outputs)
             .map(|a| 1 + a.dimensions.len())
             .sum::<usize>();
+    // Encoded as they are made: one allocation, no list of data in between.
     let mut out = Vec::with_capacity(count);
-    out.push(RequestDatum::PacketInformation {
-        packet_size: count as u32,
-        inputs: request.inputs.len() as u32,
-        outputs: request.outputs.len() as u32,
-        pools: slots.len() as u32,
-    });
+    out.push(
+        RequestDatum::PacketInformation {
+            packet_size: count as u32,
+            inputs: request.inputs.len() as u32,
+            outputs: request.outputs.len() as u32,
+            pools: slots.len() as u32,
+        }
+        .encode(),
+    );
     let info = |a: &RequestArgument| OperandInformation {
         has_no_value: a.has_no_value,
         location: a.location,
         number_of_dimensions: a.dimensions.len() as u32,
     };
     for a in &request.inputs {
-        out.push(RequestDatum::InputOperandInformation(info(a)));
+        out.push(RequestDatum::InputOperandInformation(info(a)).encode());
         out.extend(
             a.dimensions
                 .iter()
-                .map(|&d| RequestDatum::InputOperandDimensionValue(d)),
+                .map(|&d| RequestDatum::InputOperandDimensionValue(d).encode()),
         );
     }
     for a in &request.outputs {
-        out.push(RequestDatum::OutputOperandInformation(info(a)));
+        out.push(RequestDatum::OutputOperandInformation(info(a)).encode());
         out.extend(
             a.dimensions
                 .iter()
-                .map(|&d| RequestDatum::OutputOperandDimensionValue(d)),
+                .map(|&d| RequestDatum::OutputOperandDimensionValue(d).encode()),
         );
     }
-    out.extend(slots.iter().map(|&s| RequestDatum::PoolIdentifier(s)));
-    out.push(RequestDatum::MeasureTiming(measure.0));
-    out.iter().map(RequestDatum::encode).collect()
+    out.extend(
+        slots
+            .iter()
+            .map(|&s| RequestDatum::PoolIdentifier(s).encode()),
+    );
+    out.push(RequestDatum::MeasureTiming(measure.0).encode());
+    out
 }
 
 /// What a request packet carries: the arguments (the request's pools empty), the slots
@@ -398,24 +406,30 @@ pub fn serialize_result(
 ) -> Vec<Element> {
     let count = 2 + shapes.iter().map(|s| 1 + s.dimensions.len()).sum::<usize>();
     let mut out = Vec::with_capacity(count);
-    out.push(ResultDatum::PacketInformation {
-        packet_size: count as u32,
-        error_status: status as i32,
-        operands: shapes.len() as u32,
-    });
+    out.push(
+        ResultDatum::PacketInformation {
+            packet_size: count as u32,
+            error_status: status as i32,
+            operands: shapes.len() as u32,
+        }
+        .encode(),
+    );
     for s in shapes {
-        out.push(ResultDatum::OperandInformation {
-            is_sufficient: s.is_sufficient,
-            number_of_dimensions: s.dimensions.len() as u32,
-        });
+        out.push(
+            ResultDatum::OperandInformation {
+                is_sufficient: s.is_sufficient,
+                number_of_dimensions: s.dimensions.len() as u32,
+            }
+            .encode(),
+        );
         out.extend(
             s.dimensions
                 .iter()
-                .map(|&d| ResultDatum::OperandDimensionValue(d)),
+                .map(|&d| ResultDatum::OperandDimensionValue(d).encode()),
         );
     }
-    out.push(ResultDatum::ExecutionTiming(timing));
-    out.iter().map(ResultDatum::encode).collect()
+    out.push(ResultDatum::ExecutionTiming(timing).encode());
+    out
 }
 
 /// What a result packet carries.
@@ -423,11 +437,13 @@ pub type ResultPacket = (ErrorStatus, Vec<OutputShape>, Timing);
 
 /// Reads a result packet strictly (the service is not trusted either).
 pub fn deserialize_result(packet: &[Element]) -> Result<ResultPacket, PacketError> {
-    let mut data = Vec::with_capacity(packet.len());
-    for (i, e) in packet.iter().enumerate() {
-        data.push(ResultDatum::decode(e).ok_or(PacketError::Datum(i))?);
+    // Every element is decoded before the packet is read (a malformed one anywhere is
+    // that error, whatever else is wrong), without a list of data in between.
+    if let Some(i) = packet.iter().position(|e| ResultDatum::decode(e).is_none()) {
+        return Err(PacketError::Datum(i));
     }
-    let mut it = data.iter().copied();
+    let len = packet.len();
+    let mut it = packet.iter().filter_map(ResultDatum::decode);
     let Some(ResultDatum::PacketInformation {
         packet_size,
         error_status,
@@ -436,7 +452,7 @@ pub fn deserialize_result(packet: &[Element]) -> Result<ResultPacket, PacketErro
     else {
         return Err(PacketError::Packet("no packet information first"));
     };
-    if packet_size as usize != data.len() || operands as usize + 2 > data.len() {
+    if packet_size as usize != len || operands as usize + 2 > len {
         return Err(PacketError::Packet(
             "packetSize differs from the elements received",
         ));
@@ -452,7 +468,7 @@ pub fn deserialize_result(packet: &[Element]) -> Result<ResultPacket, PacketErro
         else {
             return Err(PacketError::Packet("operand information expected"));
         };
-        if number_of_dimensions as usize > data.len() {
+        if number_of_dimensions as usize > len {
             return Err(PacketError::Packet("dimension count exceeds the packet"));
         }
         let mut dimensions = Vec::with_capacity(number_of_dimensions as usize);

@@ -84,6 +84,10 @@ pub enum FmqError {
 pub struct Fmq {
     region: SharedRegion,
     capacity: u32,
+    /// The read counter as this end last loaded it (checked then): a producer's bound on
+    /// the room it has, so a write that fits does not load the consumer's counter, whose
+    /// cache line the consumer last wrote (a transfer between cores before every write).
+    seen_read: AtomicU32,
 }
 
 impl Fmq {
@@ -97,7 +101,11 @@ impl Fmq {
         region.store_u32(OFF_CAPACITY, capacity)?;
         region.store_u32(OFF_ELEMENT, ELEMENT as u32)?;
         region.store_u32(OFF_MAGIC, MAGIC)?;
-        Ok(Fmq { region, capacity })
+        Ok(Fmq {
+            region,
+            capacity,
+            seen_read: AtomicU32::new(0),
+        })
     }
 
     /// Opens a queue another party created (its memfd, e.g. received over a socket):
@@ -131,7 +139,11 @@ impl Fmq {
         if OFF_RING as usize + capacity as usize * ELEMENT > size {
             return Err(FmqError::NotAQueue("capacity larger than the file"));
         }
-        Ok(Fmq { region, capacity })
+        Ok(Fmq {
+            region,
+            capacity,
+            seen_read: AtomicU32::new(0),
+        })
     }
 
     /// The queue's memfd (to pass to the other end).
@@ -184,17 +196,29 @@ impl Fmq {
 
     /// Producer: writes the whole packet or nothing, then wakes a sleeping consumer.
     pub fn write(&self, packet: &[Element]) -> Result<(), FmqError> {
-        let (w, _, used) = self.used()?;
-        let free = (self.capacity - used) as usize;
-        if packet.len() > free {
-            return Err(FmqError::Full {
-                needed: packet.len(),
-                free,
-            });
+        // The read counter only grows: room under the last one seen is there still.
+        let mut w = self.word(OFF_WRITE).load(Ordering::Relaxed);
+        let seen = w.wrapping_sub(self.seen_read.load(Ordering::Relaxed));
+        if seen > self.capacity || ((self.capacity - seen) as usize) < packet.len() {
+            let (w_now, r, used) = self.used()?;
+            w = w_now;
+            self.seen_read.store(r, Ordering::Relaxed);
+            let free = (self.capacity - used) as usize;
+            if packet.len() > free {
+                return Err(FmqError::Full {
+                    needed: packet.len(),
+                    free,
+                });
+            }
         }
-        for (i, e) in packet.iter().enumerate() {
-            let at = self.slot_offset(w.wrapping_add(i as u32));
-            self.region.write(at, e)?;
+        // At most two copies: up to the ring's end, and on from its start.
+        let start = (w % self.capacity) as usize;
+        let first = packet.len().min(self.capacity as usize - start);
+        self.region
+            .write(self.slot_offset(w), packet[..first].as_flattened())?;
+        if first < packet.len() {
+            self.region
+                .write(OFF_RING, packet[first..].as_flattened())?;
         }
         self.word(OFF_WRITE)
             .store(w.wrapping_add(packet.len() as u32), Ordering::Release);
@@ -209,18 +233,31 @@ impl Fmq {
 
     /// Consumer: takes every element available now (at least one), in order.
     pub fn try_read_all(&self) -> Result<Option<Vec<Element>>, FmqError> {
+        let mut out = Vec::new();
+        Ok(self.try_read_into(&mut out)?.then_some(out))
+    }
+
+    /// [`Fmq::try_read_all`] into `out` (replacing what it held; its allocation is
+    /// reused): whether anything was there.
+    pub fn try_read_into(&self, out: &mut Vec<Element>) -> Result<bool, FmqError> {
         let (_, r, used) = self.used()?;
         if used == 0 {
-            return Ok(None);
+            return Ok(false);
         }
-        let mut out = vec![[0u8; ELEMENT]; used as usize];
-        for (i, e) in out.iter_mut().enumerate() {
-            self.region
-                .read(self.slot_offset(r.wrapping_add(i as u32)), e)?;
+        out.clear();
+        out.resize(used as usize, [0u8; ELEMENT]);
+        // At most two copies, as in `write`.
+        let start = (r % self.capacity) as usize;
+        let first = out.len().min(self.capacity as usize - start);
+        let (head, tail) = out.split_at_mut(first);
+        self.region
+            .read(self.slot_offset(r), head.as_flattened_mut())?;
+        if !tail.is_empty() {
+            self.region.read(OFF_RING, tail.as_flattened_mut())?;
         }
         self.word(OFF_READ)
             .store(r.wrapping_add(used), Ordering::Release);
-        Ok(Some(out))
+        Ok(true)
     }
 
     /// Consumer: waits for a packet and takes every element available. Spins for
@@ -232,12 +269,30 @@ impl Fmq {
         timeout: Option<Duration>,
         stop: &dyn Fn() -> bool,
     ) -> Result<Vec<Element>, FmqError> {
+        let mut out = Vec::new();
+        self.read_blocking_into(spin, timeout, stop, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`Fmq::read_blocking`] into `out` (replacing what it held; its allocation is
+    /// reused).
+    pub fn read_blocking_into(
+        &self,
+        spin: Duration,
+        timeout: Option<Duration>,
+        stop: &dyn Fn() -> bool,
+        out: &mut Vec<Element>,
+    ) -> Result<(), FmqError> {
         let start = Instant::now();
+        let mut spins = 0u32;
         loop {
-            if let Some(p) = self.try_read_all()? {
-                return Ok(p);
+            if self.try_read_into(out)? {
+                return Ok(());
             }
-            if start.elapsed() >= spin {
+            // The clock is read every 64 turns: a turn is then a few loads, and a packet
+            // is seen that much sooner after it lands.
+            spins = spins.wrapping_add(1);
+            if spin.is_zero() || (spins.is_multiple_of(64) && start.elapsed() >= spin) {
                 break;
             }
             std::hint::spin_loop();
@@ -255,10 +310,10 @@ impl Fmq {
             };
             let seq = self.word(OFF_DATA_SEQ).load(Ordering::SeqCst);
             self.word(OFF_WAITING).store(1, Ordering::SeqCst);
-            let ready = self.try_read_all();
-            if !matches!(ready, Ok(None)) {
+            let ready = self.try_read_into(out);
+            if !matches!(ready, Ok(false)) {
                 self.word(OFF_WAITING).store(0, Ordering::SeqCst);
-                return ready?.ok_or(FmqError::Corrupt);
+                return ready.map(drop);
             }
             futex_wait(
                 self.word(OFF_DATA_SEQ),

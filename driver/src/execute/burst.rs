@@ -36,6 +36,31 @@ impl VnpuPreparedModel {
         self.execute_reusing(request, opts, Instant::now(), pins, memo)
     }
 
+    /// executeSynchronously_1_3 with the request's pools already mapped where `pins` has
+    /// them (by pool index): the service's executions over memories its client
+    /// registered. Exactly the synchronous execution otherwise (no memo).
+    pub fn execute_synchronously_pinned(
+        &self,
+        request: &Request,
+        measure: MeasureTiming,
+        deadline: OptionalTimePoint,
+        loop_timeout: OptionalTimeoutDuration,
+        pins: &[Option<Arc<PinnedPool>>],
+    ) -> (ErrorStatus, Vec<OutputShape>, Timing) {
+        let via = Via {
+            pins,
+            ..Via::default()
+        };
+        self.run(
+            request,
+            measure,
+            deadline,
+            loop_timeout,
+            Instant::now(),
+            via,
+        )
+    }
+
     /// One execution of `request` as `opts` says over the pools `pins` maps (by pool
     /// index), running `memo` again when it serves this request and replacing it
     /// otherwise: the shared core of bursts and reusable executions.
@@ -59,7 +84,7 @@ impl VnpuPreparedModel {
             .filter(|m| m.loop_timeout == opts.loop_timeout)
             .filter(|m| m.serves(request, pins, self.hw.epoch()))
         {
-            return self.run_memo(m, opts, start);
+            return self.run_memo(m, opts, Some(start));
         }
         *memo = None;
         let (status, shapes, timing) = self.run(
@@ -96,15 +121,18 @@ impl VnpuPreparedModel {
         let m = memo
             .as_ref()
             .filter(|m| m.loop_timeout == opts.loop_timeout && m.epoch == self.hw.epoch())?;
-        Some(self.run_memo(m, opts, Instant::now()))
+        // The clock is read only for a measured execution.
+        let start = (measure == MeasureTiming::YES).then(Instant::now);
+        Some(self.run_memo(m, opts, start))
     }
 
-    /// Runs memo `m`'s work again, as `opts` says.
+    /// Runs memo `m`'s work again, as `opts` says (`start`: when the execution began,
+    /// for a measured one).
     fn run_memo(
         &self,
         m: &BurstMemo,
         opts: RunOptions,
-        start: Instant,
+        start: Option<Instant>,
     ) -> (ErrorStatus, Shapes, Timing) {
         let _arena = m.instance.lock().unwrap_or_else(|p| p.into_inner());
         let ran = match &m.work {
@@ -124,7 +152,7 @@ impl VnpuPreparedModel {
         match ran {
             Ok(device_ns) => {
                 let timing = match opts.measure == MeasureTiming::YES {
-                    true => measured(start, device_ns / 1000),
+                    true => measured(start.unwrap_or_else(Instant::now), device_ns / 1000),
                     false => Timing::NONE,
                 };
                 (ErrorStatus::None, Arc::clone(&m.shapes), timing)

@@ -31,13 +31,14 @@ use nix::sys::socket::{setsockopt, sockopt};
 
 use super::protocol::{
     Call, Incoming, Notification, Object, Outgoing, Reply, Request, Response, ServiceUsage,
-    WireHandle, WireRequest,
+    WireHandle, WirePool, WireRequest, REGISTERED_POOLS,
 };
 use super::transport::{self, TransportError};
+use crate::burst::controller::Slots;
 use crate::hal::{
     BufferDesc, BufferRole, Capabilities, DeviceStatus, DeviceType, ErrorStatus, HalVersion,
     MeasureTiming, Memory, Model, NativeHandle, OptionalTimePoint, OptionalTimeoutDuration,
-    OutputShape, Request as HalRequest, Timing,
+    OutputShape, Request as HalRequest, RequestMemoryPool, Timing,
 };
 use crate::interface::{
     AllocateResult, BurstResult, ExecutionCallback, ExecutionResult, Extension, FencedResult,
@@ -78,6 +79,12 @@ struct Link {
     deliver: Mutex<Sender<Job>>,
     /// Itself, for work queued on the delivery thread.
     me: Weak<Link>,
+    /// Memories registered with the service ([`WirePool::Register`]), held weakly so a
+    /// memory the caller drops is forgotten there at the next execution.
+    pools: Slots,
+    /// Held from choosing a request's registrations until it is sent: the service reads
+    /// registrations, uses and forgettings in the order they were decided.
+    pool_order: Mutex<()>,
 }
 
 #[derive(Default)]
@@ -186,6 +193,8 @@ impl RemoteDevice {
             read_done: Condvar::new(),
             deliver: Mutex::new(deliver_tx),
             me: me.clone(),
+            pools: Slots::default(),
+            pool_order: Mutex::new(()),
         });
         let weak = Arc::downgrade(&link);
         std::thread::Builder::new()
@@ -478,6 +487,17 @@ impl Link {
         call: Call,
         fds: &[BorrowedFd<'_>],
     ) -> Result<Delivered, TransportError> {
+        self.exchange_after(id, call, fds, None)
+    }
+
+    /// [`Link::exchange`], letting go of `held` once the call is sent.
+    fn exchange_after(
+        &self,
+        id: u64,
+        call: Call,
+        fds: &[BorrowedFd<'_>],
+        held: Option<MutexGuard<'_, ()>>,
+    ) -> Result<Delivered, TransportError> {
         {
             let mut s = self.state();
             if s.broken {
@@ -485,7 +505,9 @@ impl Link {
             }
             s.replies.insert(id, None);
         }
-        if let Err(e) = self.send(id, call, fds) {
+        let sent = self.send(id, call, fds);
+        drop(held);
+        if let Err(e) = sent {
             self.state().replies.remove(&id);
             return Err(e);
         }
@@ -773,18 +795,62 @@ impl RemotePreparedModel {
         out: &mut Outgoing<'a>,
     ) -> WireRequest {
         let pools = out.pools(&request.pools);
+        self.wire_with(request, pools, measure, deadline, loop_timeout)
+    }
+
+    /// The request's wire form with its pools' wire forms `pools`.
+    fn wire_with(
+        &self,
+        request: &HalRequest,
+        pools: Vec<WirePool>,
+        measure: MeasureTiming,
+        deadline: OptionalTimePoint,
+        loop_timeout: OptionalTimeoutDuration,
+    ) -> WireRequest {
         WireRequest {
             model: self.remote.id,
             request: Box::new(HalRequest {
                 pools: Vec::new(),
-                ..request.clone()
+                inputs: request.inputs.clone(),
+                outputs: request.outputs.clone(),
             }),
             pools,
             measure,
             deadline,
             loop_timeout,
+            forget: Vec::new(),
         }
     }
+}
+
+/// The wire forms of `pools`, with shared memories registered with the service: one
+/// registered before is named by its id (its descriptors stay out of the message), a new
+/// one is registered under a free id while there is one (else it travels as a plain
+/// memory). Returns them and the ids registered now.
+fn registered_pools<'a>(
+    slots: &Slots,
+    pools: &'a [RequestMemoryPool],
+    out: &mut Outgoing<'a>,
+) -> (Vec<WirePool>, Vec<i32>) {
+    let mut now = Vec::new();
+    let wire = pools
+        .iter()
+        .map(|p| match p {
+            RequestMemoryPool::HidlMemory(m) if !m.handle.fds.is_empty() => {
+                match slots.slot_within(m, REGISTERED_POOLS) {
+                    Some((k, false)) => WirePool::Registered(k),
+                    Some((k, true)) => {
+                        now.push(k);
+                        WirePool::Register(k, out.memory(m))
+                    }
+                    None => WirePool::Memory(out.memory(m)),
+                }
+            }
+            RequestMemoryPool::HidlMemory(m) => WirePool::Memory(out.memory(m)),
+            RequestMemoryPool::Token(t) => WirePool::Token(*t),
+        })
+        .collect();
+    (wire, now)
 }
 
 impl IPreparedModel for RemotePreparedModel {
@@ -803,6 +869,8 @@ impl IPreparedModel for RemotePreparedModel {
             .launch(Call::Execute(exec), &out.fds, Waiter::Execute(callback))
     }
 
+    /// The request's shared memories travel once: registered with the service on their
+    /// first execution (which keeps them mapped in its device), named by id after that.
     fn execute_synchronously_1_3(
         &self,
         request: &HalRequest,
@@ -810,19 +878,38 @@ impl IPreparedModel for RemotePreparedModel {
         deadline: OptionalTimePoint,
         loop_timeout: OptionalTimeoutDuration,
     ) -> (ErrorStatus, Vec<OutputShape>, Timing) {
+        let link = &self.remote.link;
+        let order = link.pool_order.lock().unwrap_or_else(|p| p.into_inner());
+        let forget = link.pools.reap();
         let mut out = Outgoing::default();
-        let exec = self.wire(request, measure, deadline, loop_timeout, &mut out);
-        match self
-            .remote
-            .link
-            .call(Call::ExecuteSynchronously(exec), &out.fds)
-        {
+        let (pools, registered) = registered_pools(&link.pools, &request.pools, &mut out);
+        let exec = WireRequest {
+            forget,
+            ..self.wire_with(request, pools, measure, deadline, loop_timeout)
+        };
+        let id = link.fresh_id();
+        let call = Call::ExecuteSynchronously(exec);
+        let r = match link.exchange_after(id, call, &out.fds, Some(order)) {
+            Ok((reply, fds)) if fds.is_empty() => Ok(reply),
+            Ok((_, fds)) => Err(TransportError::FdCount {
+                declared: 0,
+                carried: fds.len(),
+            }),
+            Err(e) => Err(e),
+        };
+        match r {
             Ok(Reply::Executed(s, shapes, timing)) => (s, shapes, timing),
-            r => (
-                failed("executeSynchronously_1_3", r),
-                Vec::new(),
-                Timing::NONE,
-            ),
+            r => {
+                // The service may not have kept them: registered again when next used.
+                for slot in registered {
+                    link.pools.forget_slot(slot);
+                }
+                (
+                    failed("executeSynchronously_1_3", r),
+                    Vec::new(),
+                    Timing::NONE,
+                )
+            }
         }
     }
 
@@ -1022,6 +1109,7 @@ impl IMemoryTokenBurst for RemoteTokenBurst {
             measure,
             deadline,
             loop_timeout,
+            forget: Vec::new(),
         };
         let call = Call::ExecuteTokenBurst {
             burst: self.remote.id,

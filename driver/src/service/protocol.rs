@@ -49,7 +49,18 @@ pub enum WirePool {
     Memory(WireMemory),
     /// A driver-managed buffer's token (one this connection allocated).
     Token(u32),
+    /// A shared memory the service keeps for this connection under an id (in
+    /// `0..REGISTERED_POOLS`; an id in use is replaced), mapped in its device while kept,
+    /// so later executions name it by [`WirePool::Registered`] and it is neither passed
+    /// nor mapped again.
+    Register(i32, WireMemory),
+    /// A memory registered earlier on this connection (and not forgotten since).
+    Registered(i32),
 }
+
+/// The most memories one connection may have registered ([`WirePool::Register`]): ids
+/// run from 0 to this, exclusive.
+pub const REGISTERED_POOLS: i32 = 256;
 
 /// What an execution is given, on the wire: the request without its pools, and the pools.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -66,6 +77,8 @@ pub struct WireRequest {
     pub deadline: OptionalTimePoint,
     /// Loop timeout.
     pub loop_timeout: OptionalTimeoutDuration,
+    /// Registered memories the client let go of: forgotten before `pools` is read.
+    pub forget: Vec<i32>,
 }
 
 /// Compilation cache files and token, on the wire.
@@ -290,8 +303,8 @@ impl Call {
         }
         fn pools(p: &[WirePool]) -> usize {
             sum(p.iter().filter_map(|p| match p {
-                WirePool::Memory(m) => Some(&m.handle),
-                WirePool::Token(_) => None,
+                WirePool::Memory(m) | WirePool::Register(_, m) => Some(&m.handle),
+                WirePool::Token(_) | WirePool::Registered(_) => None,
             }))
         }
         fn cache(c: &WireCache) -> usize {
@@ -480,6 +493,20 @@ impl<'a> Outgoing<'a> {
     }
 }
 
+/// A request pool as received: a memory (its descriptors taken), a buffer's token, a
+/// memory to register, or the id of one registered before.
+#[derive(Debug)]
+pub enum ReceivedPool {
+    /// A shared memory.
+    Memory(Memory),
+    /// A driver-managed buffer's token.
+    Token(u32),
+    /// A memory to keep under an id ([`WirePool::Register`]; the id is not checked yet).
+    Register(i32, Memory),
+    /// A registered memory's id (not checked yet).
+    Registered(i32),
+}
+
 /// Hands a received message's descriptors to the handles its body names, in order.
 pub struct Incoming {
     fds: std::vec::IntoIter<OwnedFd>,
@@ -532,12 +559,14 @@ impl Incoming {
         h.into_iter().map(|h| self.handle(h)).collect()
     }
 
-    /// Request pools.
-    pub fn pools(&mut self, p: Vec<WirePool>) -> Vec<RequestMemoryPool> {
+    /// Request pools, each memory taking its descriptors.
+    pub fn pools(&mut self, p: Vec<WirePool>) -> Vec<ReceivedPool> {
         p.into_iter()
             .map(|p| match p {
-                WirePool::Memory(m) => RequestMemoryPool::HidlMemory(self.memory(m)),
-                WirePool::Token(t) => RequestMemoryPool::Token(t),
+                WirePool::Memory(m) => ReceivedPool::Memory(self.memory(m)),
+                WirePool::Token(t) => ReceivedPool::Token(t),
+                WirePool::Register(k, m) => ReceivedPool::Register(k, self.memory(m)),
+                WirePool::Registered(k) => ReceivedPool::Registered(k),
             })
             .collect()
     }
@@ -566,6 +595,7 @@ mod tests {
             measure: MeasureTiming::NO,
             deadline: OptionalTimePoint::NONE,
             loop_timeout: OptionalTimeoutDuration::default(),
+            forget: Vec::new(),
         }
     }
 
@@ -584,9 +614,16 @@ mod tests {
             unreachable!()
         };
         let got = Incoming::exact(2, fds).unwrap().pools(e.pools);
-        assert!(matches!(&got[0], RequestMemoryPool::Token(3)));
-        assert!(matches!(&got[1], RequestMemoryPool::HidlMemory(m) if m.handle.fds.len() == 2));
+        assert!(matches!(&got[0], ReceivedPool::Token(3)));
+        assert!(matches!(&got[1], ReceivedPool::Memory(m) if m.handle.fds.len() == 2));
         drop(got);
+        // A registration carries its memory's descriptors; naming one carries none.
+        let call = Call::ExecuteSynchronously(execution(vec![
+            WirePool::Registered(4),
+            WirePool::Register(5, memory(1)),
+            WirePool::Token(1),
+        ]));
+        assert_eq!(call.fd_count(), 1);
 
         let fds = vec![r.try_clone().unwrap(), r.try_clone().unwrap()];
         assert!(matches!(

@@ -24,11 +24,12 @@ use nix::sys::socket::{setsockopt, sockopt};
 
 use super::admission::{Admission, AdmissionLimits, Idle, Ticket};
 use super::protocol::{
-    Call, Incoming, Notification, Object, Reply, Request, Response, ServiceUsage, WireHandle,
-    WirePool,
+    Call, Incoming, Notification, Object, ReceivedPool, Reply, Request, Response, ServiceUsage,
+    WireHandle, WirePool, REGISTERED_POOLS,
 };
 use super::transport::{self, PeerPolicy, TransportError};
 use crate::device::DeviceUsage;
+use crate::execute::{PinnedPool, VnpuPreparedModel};
 use crate::hal::{
     ErrorStatus, Memory, OutputShape, Request as HalRequest, RequestMemoryPool, Timing,
 };
@@ -237,6 +238,15 @@ struct Session {
     executions: HashMap<u64, Arc<dyn IReusableExecution>>,
     /// V4 bursts with memory tokens, with the id of their prepared model.
     token_bursts: HashMap<u64, (u64, Arc<dyn IMemoryTokenBurst>)>,
+    /// Memories the client registered ([`WirePool::Register`]), by id.
+    pools: HashMap<i32, RegisteredPool>,
+}
+
+/// A registered memory, and its mapping in the device while it stays registered (for a
+/// model of this driver's own device and a mappable memory).
+struct RegisteredPool {
+    memory: Memory,
+    pin: Option<Arc<PinnedPool>>,
 }
 
 impl Session {
@@ -350,6 +360,7 @@ fn connection(sock: Arc<OwnedFd>, shared: &Shared, ticket: &Ticket) -> Result<()
             std::mem::take(&mut s.fenced),
             std::mem::take(&mut s.executions),
             std::mem::take(&mut s.token_bursts),
+            std::mem::take(&mut s.pools),
         )
     };
     // Bursts first: a burst thread waiting for memories is failed and stops.
@@ -541,10 +552,11 @@ fn answer(
             plain(Reply::Copied(b.copy_from(&fds.memory(src), &dimensions)))
         }
         Call::Execute(exec) => {
-            let (prepared, request) = match execution(conn, exec.model, exec.pools, &mut fds) {
-                Ok(x) => x,
-                Err(why) => return refused(why),
-            };
+            let (prepared, request, _) =
+                match execution(conn, exec.model, exec.pools, exec.forget, &mut fds) {
+                    Ok(x) => x,
+                    Err(why) => return refused(why),
+                };
             let request = HalRequest {
                 pools: request,
                 ..*exec.request
@@ -569,20 +581,35 @@ fn answer(
             plain(Reply::Launched(returned))
         }
         Call::ExecuteSynchronously(exec) => {
-            let (prepared, pools) = match execution(conn, exec.model, exec.pools, &mut fds) {
-                Ok(x) => x,
-                Err(why) => return refused(why),
-            };
+            let (prepared, pools, pins) =
+                match execution(conn, exec.model, exec.pools, exec.forget, &mut fds) {
+                    Ok(x) => x,
+                    Err(why) => return refused(why),
+                };
             let request = HalRequest {
                 pools,
                 ..*exec.request
             };
-            let (s, shapes, timing) = prepared.execute_synchronously_1_3(
-                &request,
-                exec.measure,
-                exec.deadline,
-                exec.loop_timeout,
-            );
+            // Over registered memories the device keeps mapped: not mapped again.
+            let local = prepared
+                .as_any()
+                .and_then(|a| a.downcast_ref::<VnpuPreparedModel>())
+                .filter(|_| pins.iter().any(Option::is_some));
+            let (s, shapes, timing) = match local {
+                Some(m) => m.execute_synchronously_pinned(
+                    &request,
+                    exec.measure,
+                    exec.deadline,
+                    exec.loop_timeout,
+                    &pins,
+                ),
+                None => prepared.execute_synchronously_1_3(
+                    &request,
+                    exec.measure,
+                    exec.deadline,
+                    exec.loop_timeout,
+                ),
+            };
             plain(Reply::Executed(s, shapes, timing))
         }
         Call::ExecuteFenced {
@@ -590,10 +617,11 @@ fn answer(
             wait_for,
             duration,
         } => {
-            let (prepared, pools) = match execution(conn, exec.model, exec.pools, &mut fds) {
-                Ok(x) => x,
-                Err(why) => return refused(why),
-            };
+            let (prepared, pools, _) =
+                match execution(conn, exec.model, exec.pools, exec.forget, &mut fds) {
+                    Ok(x) => x,
+                    Err(why) => return refused(why),
+                };
             let wait_for = fds.handles(wait_for);
             if conn.session().fenced.len() >= limits.fenced {
                 return plain(Reply::Fenced(
@@ -624,10 +652,11 @@ fn answer(
             plain(Reply::FencedInfo(s, launched, fenced))
         }
         Call::CreateReusableExecution(exec) => {
-            let (prepared, pools) = match execution(conn, exec.model, exec.pools, &mut fds) {
-                Ok(x) => x,
-                Err(why) => return refused(why),
-            };
+            let (prepared, pools, _) =
+                match execution(conn, exec.model, exec.pools, exec.forget, &mut fds) {
+                    Ok(x) => x,
+                    Err(why) => return refused(why),
+                };
             if conn.session().executions.len() >= limits.bursts {
                 let s = ErrorStatus::ResourceExhaustedTransient;
                 return plain(Reply::Reusable(s, None));
@@ -700,7 +729,7 @@ fn answer(
             let Some((model, b)) = conn.session().token_bursts.get(&burst).cloned() else {
                 return refused(format!("no burst {burst}"));
             };
-            let (_, pools) = match execution(conn, model, exec.pools, &mut fds) {
+            let (_, pools, _) = match execution(conn, model, exec.pools, exec.forget, &mut fds) {
                 Ok(x) => x,
                 Err(why) => return refused(why),
             };
@@ -805,28 +834,84 @@ fn answer(
     }
 }
 
-/// The prepared model and the request pools of an execution on this connection: the
-/// model must be one of its own, and so must every buffer a token names.
+/// What an execution on this connection runs: the prepared model, the request pools and
+/// their pins (by pool index; registered memories the device keeps mapped).
+type Execution = (
+    Arc<dyn IPreparedModel>,
+    Vec<RequestMemoryPool>,
+    Vec<Option<Arc<PinnedPool>>>,
+);
+
+/// The prepared model, request pools and pins of an execution on this connection: the
+/// model must be one of its own, and so must every buffer a token names and every
+/// registered memory an id names. `forget`'s memories are forgotten first; the pools'
+/// registrations are kept even when the call is then refused (the client counts on
+/// them), each pinned in the model's device when it is this driver's own.
 fn execution(
     conn: &Conn,
     model: u64,
     pools: Vec<WirePool>,
+    forget: Vec<i32>,
     fds: &mut Incoming,
-) -> Result<(Arc<dyn IPreparedModel>, Vec<RequestMemoryPool>), String> {
-    let s = conn.session();
-    let prepared = s
-        .models
-        .get(&model)
-        .cloned()
-        .ok_or_else(|| format!("no prepared model {model} on this connection"))?;
-    for p in &pools {
-        if let WirePool::Token(t) = p {
-            if !s.buffers.values().any(|(_, token)| token == t) {
-                return Err(format!("no buffer with token {t} on this connection"));
-            }
-        }
+) -> Result<Execution, String> {
+    let mut s = conn.session();
+    for k in forget {
+        s.pools.remove(&k);
     }
-    Ok((prepared, fds.pools(pools)))
+    let prepared = s.models.get(&model).cloned();
+    let local = prepared
+        .as_ref()
+        .and_then(|p| p.as_any())
+        .and_then(|a| a.downcast_ref::<VnpuPreparedModel>());
+    let mut bad = None;
+    let mut out = Vec::with_capacity(pools.len());
+    let mut pins = Vec::with_capacity(pools.len());
+    for p in fds.pools(pools) {
+        let (pool, pin) = match p {
+            ReceivedPool::Memory(m) => (RequestMemoryPool::HidlMemory(m), None),
+            ReceivedPool::Token(t) => {
+                if !s.buffers.values().any(|(_, token)| *token == t) {
+                    bad.get_or_insert_with(|| {
+                        format!("no buffer with token {t} on this connection")
+                    });
+                }
+                (RequestMemoryPool::Token(t), None)
+            }
+            ReceivedPool::Register(k, memory) => {
+                if !(0..REGISTERED_POOLS).contains(&k) {
+                    bad.get_or_insert_with(|| format!("registered memory id {k} out of range"));
+                    continue;
+                }
+                let pin = local.and_then(|m| m.pin(&memory));
+                let kept = RegisteredPool {
+                    memory: memory.clone(),
+                    pin: pin.clone(),
+                };
+                s.pools.insert(k, kept);
+                (RequestMemoryPool::HidlMemory(memory), pin)
+            }
+            ReceivedPool::Registered(k) => match s.pools.get(&k) {
+                Some(r) => (
+                    RequestMemoryPool::HidlMemory(r.memory.clone()),
+                    r.pin.clone(),
+                ),
+                None => {
+                    bad.get_or_insert_with(|| {
+                        format!("no registered memory {k} on this connection")
+                    });
+                    continue;
+                }
+            },
+        };
+        out.push(pool);
+        pins.push(pin);
+    }
+    let prepared =
+        prepared.ok_or_else(|| format!("no prepared model {model} on this connection"))?;
+    match bad {
+        Some(why) => Err(why),
+        None => Ok((prepared, out, pins)),
+    }
 }
 
 /// A fenced execution's reply: its callback kept under a new id, its fence's descriptors
