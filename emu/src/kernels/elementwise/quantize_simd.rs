@@ -222,15 +222,18 @@ mod x86 {
     /// The bytes of one-byte elements.
     #[inline(always)]
     fn bytes<T: Byte>(x: &[T]) -> &[u8] {
-        // SAFETY: T is a one-byte plain integer (i8 or u8), so its slice is as many
-        // initialised bytes.
+        const { assert!(size_of::<T>() == 1) };
+        // SAFETY: T is a one-byte plain integer (i8 or u8; asserted above at compile
+        // time), so its slice is as many initialised bytes.
         unsafe { std::slice::from_raw_parts(x.as_ptr().cast(), x.len()) }
     }
 
     /// The bytes of one-byte elements, writable.
     #[inline(always)]
     fn bytes_mut<T: Byte>(x: &mut [T]) -> &mut [u8] {
-        // SAFETY: T is a one-byte plain integer (i8 or u8): every byte is a valid value.
+        const { assert!(size_of::<T>() == 1) };
+        // SAFETY: T is a one-byte plain integer (i8 or u8; asserted above at compile
+        // time): every byte is a valid value.
         unsafe { std::slice::from_raw_parts_mut(x.as_mut_ptr().cast(), x.len()) }
     }
 
