@@ -122,9 +122,9 @@ mod x86 {
                 for iy in rows.0..rows.1 {
                     for ix in cols.0..cols.1 {
                         let at = ((base + iy) * w + ix) * c + j;
-                        // SAFETY: the pixel's channels `at - j .. at - j + c` are inside
-                        // `src` (the caller's geometry); the masked load reads only the
-                        // block's channels among them.
+                        // The pixel's channels `at - j .. at - j + c` are inside `src`
+                        // (the caller's geometry).
+                        // SAFETY: the masked load reads only the block's channels of them.
                         m = max(m, unsafe { _mm512_maskz_loadu_epi8(k, s.add(at).cast()) });
                     }
                 }

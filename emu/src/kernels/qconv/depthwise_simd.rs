@@ -214,12 +214,13 @@ impl<T: QuantElem> Prepared<T> {
         #[cfg(target_arch = "x86_64")]
         {
             let (f, c, zp) = (&self.filter[..], self.c, self.zp);
-            // SAFETY: (each call) `Prepared::new` gave a vector level capped at the CPU's
-            // (AVX2 at least; AVX-512F and BW for 32-channel steps, chosen only at
-            // Isa::Avx512 and above), one-byte T, `c >= block` and `filter` of `steps *
+            // Each call's contract holds: `Prepared::new` gave a vector level capped at
+            // the CPU's (AVX2 at least; AVX-512F and BW for 32-channel steps, chosen only
+            // at Isa::Avx512 and above), one-byte T, `c >= block` and `filter` of `steps *
             // pairs * block` words (checked again by `row_sums`); every tap pointer of
             // every pixel was taken from a slice of at least `c` elements (`row_sums`
             // checked the run's furthest read), and `accs` is `n * c` words.
+            // SAFETY: the contract of `pixels8/16/32`, as just listed.
             unsafe {
                 match self.block {
                     32 if self.level >= Isa::Avx512 => {
@@ -379,9 +380,10 @@ mod x86 {
                         let (mut lo, mut hi) = ($zero(), $zero());
                         for (q, w) in words.chunks_exact($lanes).enumerate() {
                             let (ta, tb) = (taps[2 * q], taps[(2 * q + 1).min(last)]);
-                            // SAFETY: `s + $lanes <= c`, and each tap's `c` elements (one
-                            // byte each) from `at` are readable (the caller's contract);
-                            // `w` is `$lanes` words.
+                            // `s + $lanes <= c`, each tap's `c` elements (one byte each)
+                            // from `at` are readable (the caller's contract), `w` is
+                            // `$lanes` words.
+                            // SAFETY: so every load stays inside what it reads.
                             let (xa, xb, wl, wh) = unsafe {
                                 (
                                     $widen::<T>(ta.add(at + s)),
