@@ -194,6 +194,46 @@ fn main() {
         true,
     );
     time(
+        "pw 32x32x32->64",
+        conv(Padding::default(), 1),
+        vec![
+            (vec![1, 32, 32, 32], pseudo(32 * 32 * 32, 1)),
+            (vec![64, 1, 1, 32], pseudo(64 * 32, 2)),
+            (vec![64], pseudo(64, 3)),
+        ],
+        true,
+    );
+    time(
+        "pw 32x32x64->32",
+        conv(Padding::default(), 1),
+        vec![
+            (vec![1, 32, 32, 64], pseudo(32 * 32 * 64, 1)),
+            (vec![32, 1, 1, 64], pseudo(32 * 64, 2)),
+            (vec![32], pseudo(32, 3)),
+        ],
+        true,
+    );
+    time(
+        "pw 16x16x64->128",
+        conv(Padding::default(), 1),
+        vec![
+            (vec![1, 16, 16, 64], pseudo(16 * 16 * 64, 1)),
+            (vec![128, 1, 1, 64], pseudo(128 * 64, 2)),
+            (vec![128], pseudo(128, 3)),
+        ],
+        true,
+    );
+    time(
+        "pw 16x16x128->64",
+        conv(Padding::default(), 1),
+        vec![
+            (vec![1, 16, 16, 128], pseudo(16 * 16 * 128, 1)),
+            (vec![64, 1, 1, 128], pseudo(64 * 128, 2)),
+            (vec![64], pseudo(64, 3)),
+        ],
+        true,
+    );
+    time(
         "pw 96x96x16->16",
         conv(Padding::default(), 1),
         vec![

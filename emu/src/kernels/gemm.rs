@@ -629,23 +629,25 @@ mod x86 {
         const H: usize = NR / 8;
         let mut acc = [[_mm256_setzero_ps(); H]; MR];
         for (s, bs) in b.chunks_exact(seg * NR).enumerate() {
-            let mut rows_s = [&base[0][..0]; MR];
+            // Each row's segment, bounds-checked once here; the step loop reads through
+            // the pointers (as the AVX-512 tall kernel does).
+            let mut rows_s = [std::ptr::null::<f32>(); MR];
             for r in 0..MR {
-                rows_s[r] = &base[r][s * pitch[r]..][..seg];
+                rows_s[r] = base[r][s * pitch[r]..][..seg].as_ptr();
             }
-            for (l, brow) in bs.chunks_exact(NR).enumerate() {
-                let Ok(brow) = <&[f32; NR]>::try_from(brow) else {
-                    continue;
-                };
-                // SAFETY: `brow` is NR = 16 floats: two unaligned 256-bit loads.
+            let panel = bs.as_ptr();
+            for l in 0..seg {
+                // SAFETY: `bs` is `seg * NR` floats and `l < seg`: NR = 16 floats from
+                // `l * NR`, two unaligned 256-bit loads.
                 let bv = unsafe {
                     [
-                        _mm256_loadu_ps(brow.as_ptr()),
-                        _mm256_loadu_ps(brow.as_ptr().add(8)),
+                        _mm256_loadu_ps(panel.add(l * NR)),
+                        _mm256_loadu_ps(panel.add(l * NR + 8)),
                     ]
                 };
                 for r in 0..MR {
-                    let x = _mm256_set1_ps(rows_s[r][l]);
+                    // SAFETY: `rows_s[r]` starts `seg` floats (checked above), `l < seg`.
+                    let x = _mm256_set1_ps(unsafe { *rows_s[r].add(l) });
                     for q in 0..H {
                         acc[r][q] = _mm256_fmadd_ps(x, bv[q], acc[r][q]);
                     }
@@ -729,22 +731,24 @@ mod x86 {
         }
         let mut acc = [[_mm512_setzero_ps(); P]; TR];
         for s in 0..kc / seg {
-            let mut rows = [&base[0][..0]; TR];
+            // Each row's segment and each panel's rows for it, bounds-checked once here:
+            // the step loop below reads through their pointers (checks and slice
+            // lengths kept in registers inside it doubled its instructions).
+            let mut rows = [std::ptr::null::<f32>(); TR];
             for r in 0..TR {
-                rows[r] = &base[r][s * pitch[r]..][..seg];
+                rows[r] = base[r][s * pitch[r]..][..seg].as_ptr();
             }
+            let panels = b.map(|b| b[s * seg * NR..][..seg * NR].as_ptr());
             for l in 0..seg {
-                let at = (s * seg + l) * NR;
                 let mut bv = [_mm512_setzero_ps(); P];
-                for (v, b) in bv.iter_mut().zip(&b) {
-                    let Ok(brow) = <&[f32; NR]>::try_from(&b[at..][..NR]) else {
-                        continue;
-                    };
-                    // SAFETY: `brow` is NR = 16 floats, one unaligned 512-bit load.
-                    *v = unsafe { _mm512_loadu_ps(brow.as_ptr()) };
+                for (v, panel) in bv.iter_mut().zip(panels) {
+                    // SAFETY: `panel` starts `seg * NR` floats (checked above) and
+                    // `l < seg`: NR = 16 floats from `l * NR`, one unaligned load.
+                    *v = unsafe { _mm512_loadu_ps(panel.add(l * NR)) };
                 }
                 for r in 0..TR {
-                    let x = _mm512_set1_ps(rows[r][l]);
+                    // SAFETY: `rows[r]` starts `seg` floats (checked above), `l < seg`.
+                    let x = _mm512_set1_ps(unsafe { *rows[r].add(l) });
                     for q in 0..P {
                         acc[r][q] = _mm512_fmadd_ps(x, bv[q], acc[r][q]);
                     }
