@@ -9,7 +9,7 @@
 
 use crate::kernels::conv::window::{decode_act_layout, encode_act_layout, ConvShapes};
 use crate::kernels::conv::{
-    conv_cost, conv_kernel_methods, qerr, ConvArgs, ConvCore, ConvWindow, QStage,
+    conv_cost, conv_kernel_methods, qerr, shallow, ConvArgs, ConvCore, ConvWindow, QStage,
 };
 use crate::kernels::gemm::{
     gemm_packed, gemm_packed_rows, pack_b, packed_len, Mat, MatMut, Packed, SegRows, KC,
@@ -181,10 +181,22 @@ fn conv2d_f32_with(p: &Conv2d, a: ConvArgs<'_>, packed: bool) -> Result<()> {
             let c = MatMut { data: dst, rs: o };
             gemm_packed(m, a, wmat, c, Some(bias), p.act.clamp())?;
         } else {
-            // Windows are read in place where the whole depth is one GEMM block and the
-            // filter's rows are contiguous runs of the image (dilation 1).
-            let in_place = k <= KC && dh == 1 && dw == 1;
-            conv_tiles(&g, o, src, dst, wmat, bias, p.act, in_place)?;
+            // A three-channel input (a first layer) runs the direct kernel where it can.
+            let shallow = shallow::Args {
+                g: &g,
+                o,
+                src,
+                dst: &mut *dst,
+                panels,
+                bias,
+                clamp: p.act.clamp(),
+            };
+            if !shallow::try_run(shallow) {
+                // Windows are read in place where the whole depth is one GEMM block and
+                // the filter's rows are contiguous runs of the image (dilation 1).
+                let in_place = k <= KC && dh == 1 && dw == 1;
+                conv_tiles(&g, o, src, dst, wmat, bias, p.act, in_place)?;
+            }
         }
         Ok(())
     })
@@ -361,6 +373,68 @@ mod tests {
             conv_tiles(&g, o, &x, &mut got, wmat, &bias, act, true).unwrap();
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             prop_assert_eq!(bits(&want), bits(&got));
+        }
+
+        /// The direct kernel for three-channel inputs gives the GEMM path's bits at every
+        /// instruction-set level the CPU has, over borders, strides, both filter widths,
+        /// one and two panels a tile with a remainder, and images too narrow for a tile.
+        #[test]
+        fn shallow_matches_the_gemm_path(
+            (n, h, w, o) in (1usize..3, 1usize..12, 1usize..40, 1usize..41),
+            (kh, kw, sh, sw) in (1usize..6, prop_oneof![Just(3usize), Just(5)], 1usize..3, 1usize..3),
+            (pt, pb, pl, pr) in (0usize..3, 0usize..3, 0usize..3, 0usize..3),
+            act in prop_oneof![Just(Activation::None), Just(Activation::Relu), Just(Activation::Relu1)],
+            zeros in any::<bool>(),
+            seed in any::<u32>(),
+        ) {
+            prop_assume!(h + pt + pb >= kh && w + pl + pr >= kw);
+            let c = 3;
+            let g = ConvGeometry {
+                batches: n,
+                in_h: h,
+                in_w: w,
+                in_c: c,
+                out_h: (h + pt + pb - kh) / sh + 1,
+                out_w: (w + pl + pr - kw) / sw + 1,
+                filter_h: kh,
+                filter_w: kw,
+                stride_h: sh,
+                stride_w: sw,
+                dilation_h: 1,
+                dilation_w: 1,
+                pad_top: pt,
+                pad_left: pl,
+            };
+            let k = kh * kw * c;
+            let mut x = floats(n * h * w * c, seed);
+            if zeros {
+                // Exact zeros and negative zeros: signs of zero sums must match too.
+                x.iter_mut().step_by(3).for_each(|v| *v = -0.0);
+            }
+            let f = floats(o * k, seed ^ 7);
+            let bias = floats(o, seed ^ 9);
+            let mut panels = vec![0.0; packed_len(k, o).unwrap()];
+            pack_b(k, o, Mat { data: &f, rs: 1, cs: k }, &mut panels).unwrap();
+            let wmat = Packed { data: &panels, k, n: o };
+            let len = n * g.out_h * g.out_w * o;
+            let mut want = vec![f32::NAN; len];
+            conv_tiles(&g, o, &x, &mut want, wmat, &bias, act, true).unwrap();
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            use crate::kernels::isa::{detected, Isa};
+            for level in [Isa::Avx2, Isa::Avx512].into_iter().filter(|&l| l <= detected()) {
+                let mut got = vec![f32::NAN; len];
+                let args = shallow::Args {
+                    g: &g,
+                    o,
+                    src: &x,
+                    dst: &mut got,
+                    panels: &panels,
+                    bias: &bias,
+                    clamp: act.clamp(),
+                };
+                prop_assert!(shallow::try_run_at(args, level), "{:?} not taken", level);
+                prop_assert_eq!(bits(&want), bits(&got), "{:?}", level);
+            }
         }
     }
 }

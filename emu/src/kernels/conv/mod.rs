@@ -9,6 +9,7 @@ pub mod depthwise;
 mod depthwise_simd;
 pub mod fully_connected;
 pub mod grouped;
+mod shallow;
 pub mod transpose;
 pub mod window;
 
