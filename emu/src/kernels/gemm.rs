@@ -657,6 +657,26 @@ mod x86 {
         let cols = cols.min(NR);
         let start = start.map(|z| &z[..cols]);
         let clamp = clamp.map(|(lo, hi)| (_mm256_set1_ps(lo), _mm256_set1_ps(hi)));
+        if cols == NR {
+            // A whole panel: each row checked once, then unmasked loads and stores.
+            for (r, sums) in acc.iter().enumerate().take(rows) {
+                let row = &mut c[r * rsc..][..NR];
+                let from = start.map_or(row.as_ptr(), <[f32]>::as_ptr);
+                for (q, &sums) in sums.iter().enumerate() {
+                    // SAFETY: `from` is NR = 16 floats (a row of C or `start`, sliced
+                    // above): 8 from `q * 8`, q < 2.
+                    let before = unsafe { _mm256_loadu_ps(from.add(q * 8)) };
+                    let mut v = _mm256_add_ps(before, sums);
+                    if let Some((lo, hi)) = clamp {
+                        // Max and min return their second operand when one is NaN: NaN kept.
+                        v = _mm256_min_ps(hi, _mm256_max_ps(lo, v));
+                    }
+                    // SAFETY: `row` is NR = 16 floats: 8 from `q * 8`, q < 2.
+                    unsafe { _mm256_storeu_ps(row.as_mut_ptr().add(q * 8), v) };
+                }
+            }
+            return;
+        }
         let iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
         for (r, sums) in acc.iter().enumerate().take(rows) {
             let row = &mut c[r * rsc..][..cols];
