@@ -375,27 +375,6 @@ fn gather<T: QuantElem>(
     in_zp: i32,
     patch: &mut [i32],
 ) -> Result<()> {
-    let copy = |dst: &mut [i32], src: &[T]| {
-        for (d, &s) in dst.iter_mut().zip(src) {
-            *d = s.to_i32().wrapping_sub(in_zp);
-        }
-    };
-    gather_taps(g, img, oy, ox, patch, copy, |dst| dst.fill(0))
-}
-
-/// The im2col of output pixel `(oy, ox)` of image `img` into `patch` (`filter_h *
-/// filter_w * in_c`, tap-major like a filter row): `copy(dst, src)` converts each run of
-/// input values inside the input, `pad(dst)` fills each run of padding taps.
-#[inline(always)]
-fn gather_taps<T: QuantElem, D>(
-    g: &ConvGeometry,
-    img: &[T],
-    oy: usize,
-    ox: usize,
-    patch: &mut [D],
-    copy: impl Fn(&mut [D], &[T]),
-    pad: impl Fn(&mut [D]),
-) -> Result<()> {
     let c = g.in_c;
     // Every column of the window inside the input, one apart: each filter row's taps are
     // one contiguous run of the input row (one loop of `filter_w * c`, not `filter_w`
@@ -413,8 +392,13 @@ fn gather_taps<T: QuantElem, D>(
             .take(g.filter_h)
         {
             match ConvGeometry::tap(oy, g.stride_h, ky, g.dilation_h, g.pad_top, g.in_h) {
-                Some(iy) => copy(dst, window(img, (iy * g.in_w + x0) * c, run)?),
-                None => pad(dst),
+                Some(iy) => {
+                    let src = window(img, (iy * g.in_w + x0) * c, run)?;
+                    for (d, &s) in dst.iter_mut().zip(src) {
+                        *d = s.to_i32().wrapping_sub(in_zp);
+                    }
+                }
+                None => dst.fill(0),
             }
         }
         return Ok(());
@@ -428,8 +412,13 @@ fn gather_taps<T: QuantElem, D>(
                 .next()
                 .ok_or(QuantError::InvalidParams("index out of bounds"))?;
             match (iy, ix) {
-                (Some(iy), Some(ix)) => copy(tap, window(img, (iy * g.in_w + ix) * c, c)?),
-                _ => pad(tap),
+                (Some(iy), Some(ix)) => {
+                    let src = window(img, (iy * g.in_w + ix) * c, c)?;
+                    for (d, &s) in tap.iter_mut().zip(src) {
+                        *d = s.to_i32().wrapping_sub(in_zp);
+                    }
+                }
+                _ => tap.fill(0),
             }
         }
     }

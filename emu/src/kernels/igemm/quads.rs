@@ -121,11 +121,11 @@ pub fn start_values(k: usize, n: usize, packed: &[u8], z: i32) -> Option<Vec<i32
     )
 }
 
-/// A micro-kernel: `out[r][l] = start[l] + sum_t a[r*pitch + t] * b[t of column l]` for
-/// one tile of A (`R` rows, `pitch` bytes apart, each at least the panel's groups long)
-/// and the groups of one panel of B (`b`, whole groups); `out` is `R * NR` words,
-/// row-major. A tile or `out` too short leaves `out` unchanged.
-type Micro = fn(&[u8], usize, &[u8], &[i32; NR], &mut [i32]);
+/// A micro-kernel: `out[r*ldo + l] = start[l] + sum_t a[r*pitch + t] * b[t of column l]`
+/// for one tile of A (`R` rows, `pitch` bytes apart, each at least the panel's groups
+/// long) and the groups of one panel of B (`b`, whole groups), into `R` rows of [`NR`]
+/// words of `out`, `ldo` apart. A tile or `out` too short leaves `out` unchanged.
+type Micro = fn(&[u8], usize, &[u8], &[i32; NR], &mut [i32], usize);
 
 /// The micro-kernel the chosen [`Isa`] runs, and its row count R.
 #[derive(Clone, Copy)]
@@ -175,21 +175,23 @@ pub fn kernel_for(level: Isa) -> Kernel {
 }
 
 /// Whether a tile of `R` rows `pitch` bytes apart covers `groups` groups in `a`, and `out`
-/// holds its sums: the check every micro-kernel makes before reading.
+/// holds `R` rows of [`NR`] sums `ldo` apart: the check every micro-kernel makes before
+/// reading or writing.
 #[inline(always)]
 pub(super) fn tile_fits<const R: usize>(
     a: &[u8],
     pitch: usize,
     groups: usize,
     out: &[i32],
+    ldo: usize,
 ) -> bool {
-    R >= 1
-        && pitch >= groups * GROUP
-        && (R - 1)
-            .checked_mul(pitch)
-            .and_then(|s| s.checked_add(groups * GROUP))
-            .is_some_and(|need| a.len() >= need)
-        && out.len() >= R * NR
+    let span = |rows: usize, pitch: usize, last: usize| {
+        rows.checked_sub(1)?.checked_mul(pitch)?.checked_add(last)
+    };
+    pitch >= groups * GROUP
+        && ldo >= NR
+        && span(R, pitch, groups * GROUP).is_some_and(|need| a.len() >= need)
+        && span(R, ldo, NR).is_some_and(|need| out.len() >= need)
 }
 
 /// The plain micro-kernel (also the reference of the vector ones).
@@ -199,12 +201,14 @@ fn tile_plain<const R: usize>(
     b: &[u8],
     start: &[i32; NR],
     out: &mut [i32],
+    ldo: usize,
 ) {
     let g = b.len() / GROUP_BYTES;
-    if !tile_fits::<R>(a, pitch, g, out) {
+    if !tile_fits::<R>(a, pitch, g, out, ldo) {
         return;
     }
-    for (r, o) in out.chunks_exact_mut(NR).take(R).enumerate() {
+    for r in 0..R {
+        let o = &mut out[r * ldo..r * ldo + NR];
         let mut acc = *start;
         let row = &a[r * pitch..r * pitch + g * GROUP];
         for (quad, group) in row.chunks_exact(GROUP).zip(b.chunks_exact(GROUP_BYTES)) {
@@ -258,6 +262,17 @@ impl ABytes {
     /// The buffer, for the next [`ABytes::reuse`].
     pub fn into_buffer(self) -> Vec<u8> {
         self.data
+    }
+
+    /// Bytes from one row to the next ([`row_bytes`]).
+    pub fn pitch(&self) -> usize {
+        self.pitch
+    }
+
+    /// Rows `0..m` as one slice (`m` pitches), or `None` past the block.
+    #[inline]
+    pub fn rows_mut(&mut self, m: usize) -> Option<&mut [u8]> {
+        self.data.get_mut(..m.checked_mul(self.pitch)?)
     }
 
     /// Row `r` ([`row_bytes`] long: the first `k` bytes are the row, the rest are read
@@ -327,10 +342,11 @@ pub fn igemm_each(
     if !ok {
         return None;
     }
-    let mut out = [0i32; MAX_ROWS * NR];
+    // The last panel's sums when it is not whole (the others go straight to `tile`, all
+    // of the kernel's rows: `tile` holds them).
+    let mut part = [0i32; MAX_ROWS * NR];
     for row0 in (0..m).step_by(r) {
         let rows = r.min(m - row0);
-        let sums = &mut tile[..rows * n];
         let a_tile = a.data.get(row0 * a.pitch..).unwrap_or_default();
         for (q, (p, s)) in b
             .chunks_exact(panel)
@@ -340,14 +356,19 @@ pub fn igemm_each(
             let Ok(s) = <&[i32; NR]>::try_from(s) else {
                 continue;
             };
-            (kernel.run)(a_tile, a.pitch, &p[..g * GROUP_BYTES], s, &mut out);
-            let cols = NR.min(n - q * NR);
-            for (i, got) in out.chunks_exact(NR).take(rows).enumerate() {
-                let at = i * n + q * NR;
-                sums[at..at + cols].copy_from_slice(&got[..cols]);
+            let (col, groups) = (q * NR, &p[..g * GROUP_BYTES]);
+            if col + NR <= n {
+                (kernel.run)(a_tile, a.pitch, groups, s, &mut tile[col..], n);
+                continue;
+            }
+            (kernel.run)(a_tile, a.pitch, groups, s, &mut part, NR);
+            let cols = n - col;
+            for (i, got) in part.chunks_exact(NR).take(rows).enumerate() {
+                let at = i * n + col;
+                tile[at..at + cols].copy_from_slice(&got[..cols]);
             }
         }
-        sink(row0, sums);
+        sink(row0, &tile[..rows * n]);
     }
     Some(())
 }

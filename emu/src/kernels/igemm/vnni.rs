@@ -17,9 +17,16 @@ mod x86 {
     pub(crate) const ROWS: usize = 12;
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    fn tile<const R: usize>(a: &[u8], pitch: usize, b: &[u8], start: &[i32; NR], out: &mut [i32]) {
+    fn tile<const R: usize>(
+        a: &[u8],
+        pitch: usize,
+        b: &[u8],
+        start: &[i32; NR],
+        out: &mut [i32],
+        ldo: usize,
+    ) {
         let g = b.len() / GROUP_BYTES;
-        if !tile_fits::<R>(a, pitch, g, out) {
+        if !tile_fits::<R>(a, pitch, g, out, ldo) {
             return;
         }
         // SAFETY: `start` is 16 words, one unaligned 512-bit load.
@@ -37,8 +44,8 @@ mod x86 {
                 *s = _mm512_dpbusd_epi32(*s, _mm512_set1_epi32(x), y);
             }
         }
-        for (o, s) in out.chunks_exact_mut(NR).zip(&acc) {
-            let Ok(o) = <&mut [i32; NR]>::try_from(o) else {
+        for (o, s) in out.chunks_mut(ldo).zip(&acc) {
+            let Some(o) = o.first_chunk_mut::<NR>() else {
                 continue;
             };
             // SAFETY: `o` is 16 words, one unaligned 512-bit store.
@@ -46,9 +53,16 @@ mod x86 {
         }
     }
 
-    pub(crate) fn vnni(a: &[u8], pitch: usize, b: &[u8], start: &[i32; NR], out: &mut [i32]) {
+    pub(crate) fn vnni(
+        a: &[u8],
+        pitch: usize,
+        b: &[u8],
+        start: &[i32; NR],
+        out: &mut [i32],
+        ldo: usize,
+    ) {
         // SAFETY: chosen by `quads::kernel_for` only at Isa::Avx512Vnni, after capping
         // the level at the CPU's, so the CPU has AVX-512F, BW and VNNI.
-        unsafe { tile::<ROWS>(a, pitch, b, start, out) }
+        unsafe { tile::<ROWS>(a, pitch, b, start, out, ldo) }
     }
 }

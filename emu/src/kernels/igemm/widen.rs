@@ -40,9 +40,10 @@ mod x86 {
         b: &[u8],
         start: &[i32; NR],
         out: &mut [i32],
+        ldo: usize,
     ) {
         let g = b.len() / GROUP_BYTES;
-        if !tile_fits::<R>(a, pitch, g, out) {
+        if !tile_fits::<R>(a, pitch, g, out, ldo) {
             return;
         }
         let rows: [*const u8; R] = std::array::from_fn(|r| a[r * pitch..].as_ptr());
@@ -69,8 +70,8 @@ mod x86 {
                 _mm256_loadu_si256(start.as_ptr().add(8).cast()),
             )
         };
-        for (o, s) in out.chunks_exact_mut(NR).zip(&acc) {
-            let Ok(o) = <&mut [i32; NR]>::try_from(o) else {
+        for (o, s) in out.chunks_mut(ldo).zip(&acc) {
+            let Some(o) = o.first_chunk_mut::<NR>() else {
                 continue;
             };
             // hadd gives columns 0 1 4 5 | 2 3 6 7; the 64-bit permute puts them in order.
@@ -91,9 +92,10 @@ mod x86 {
         b: &[u8],
         start: &[i32; NR],
         out: &mut [i32],
+        ldo: usize,
     ) {
         let g = b.len() / GROUP_BYTES;
-        if !tile_fits::<R>(a, pitch, g, out) {
+        if !tile_fits::<R>(a, pitch, g, out, ldo) {
             return;
         }
         let rows: [*const u8; R] = std::array::from_fn(|r| a[r * pitch..].as_ptr());
@@ -118,8 +120,8 @@ mod x86 {
         // Lanes 2j and 2j + 1 of the pair of accumulators are column j's two halves.
         let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
         let odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-        for (o, a) in out.chunks_exact_mut(NR).zip(&acc) {
-            let Ok(o) = <&mut [i32; NR]>::try_from(o) else {
+        for (o, a) in out.chunks_mut(ldo).zip(&acc) {
+            let Some(o) = o.first_chunk_mut::<NR>() else {
                 continue;
             };
             let sum = _mm512_add_epi32(
@@ -131,14 +133,28 @@ mod x86 {
         }
     }
 
-    pub(crate) fn avx2(a: &[u8], pitch: usize, b: &[u8], start: &[i32; NR], out: &mut [i32]) {
+    pub(crate) fn avx2(
+        a: &[u8],
+        pitch: usize,
+        b: &[u8],
+        start: &[i32; NR],
+        out: &mut [i32],
+        ldo: usize,
+    ) {
         // SAFETY: chosen by `quads::kernel_for` only at Isa::Avx2 or above, after capping
         // the level at the CPU's, so the CPU has AVX2.
-        unsafe { tile_avx2::<ROWS256>(a, pitch, b, start, out) }
+        unsafe { tile_avx2::<ROWS256>(a, pitch, b, start, out, ldo) }
     }
 
-    pub(crate) fn avx512(a: &[u8], pitch: usize, b: &[u8], start: &[i32; NR], out: &mut [i32]) {
+    pub(crate) fn avx512(
+        a: &[u8],
+        pitch: usize,
+        b: &[u8],
+        start: &[i32; NR],
+        out: &mut [i32],
+        ldo: usize,
+    ) {
         // SAFETY: chosen only at Isa::Avx512 or above (the CPU has AVX-512F and BW).
-        unsafe { tile_avx512::<ROWS512>(a, pitch, b, start, out) }
+        unsafe { tile_avx512::<ROWS512>(a, pitch, b, start, out, ldo) }
     }
 }

@@ -5,9 +5,7 @@
 //! every one-byte input whose zero point is inside its type and whose filter, minus its
 //! zero point, fits `i8` (every TFLite int8 model: symmetric filters).
 
-use super::{
-    gather_taps, window, ConvGeometry, ConvRows, FcRows, OutputStage, QuantElem, QuantError, Result,
-};
+use super::{window, ConvGeometry, ConvRows, FcRows, OutputStage, QuantElem, QuantError, Result};
 use crate::kernels::igemm::quads;
 use crate::kernels::simd::{vectorized, Body};
 
@@ -71,59 +69,163 @@ impl OutputStage {
 
 /// Where the byte rows of A come from.
 pub(super) trait ByteRows<T> {
-    /// Writes row `at` (rows are asked in increasing order within a block) into the first
-    /// `k` bytes of `dst`.
-    fn bytes(&mut self, at: usize, dst: &mut [u8]) -> Result<()>;
+    /// Writes rows `first..first + m` into rows `0..m` of `a` (the first `k` bytes of
+    /// each).
+    fn fill(&mut self, first: usize, m: usize, a: &mut quads::ABytes) -> Result<()>;
 }
 
 /// `dst[i] = to_byte(src[i])`: a copy for uint8, a copy flipping the sign bit for int8.
+/// Runs of a few channels are common (a first layer's three, a tap's 16): whole words,
+/// the last one overlapping the one before, rather than a loop whose vector body such a
+/// run never reaches.
 #[inline(always)]
 fn copy_bytes<T: QuantElem>(src: &[T], dst: &mut [u8]) {
-    for (d, &s) in dst.iter_mut().zip(src) {
-        *d = to_byte(s);
+    if size_of::<T>() != 1 {
+        // Not an input of the byte GEMM (`zero_byte` refuses it); correct all the same.
+        for (d, &s) in dst.iter_mut().zip(src) {
+            *d = to_byte(s);
+        }
+        return;
     }
+    // The values' own bytes, and the flip as a mask over a word (`x - T::MIN` is the byte
+    // with its top bit flipped for int8, the byte itself for uint8).
+    let src: &[u8] = bytemuck::cast_slice(src);
+    let flip = to_byte(T::saturate_from_i32(0));
+    let n = src.len().min(dst.len());
+    let (src, dst) = (&src[..n], &mut dst[..n]);
+    match n {
+        64.. => words::<64>(src, dst, flip),
+        16.. => words::<16>(src, dst, flip),
+        8.. => words::<8>(src, dst, flip),
+        4.. => {
+            let mask = u32::from_ne_bytes([flip; 4]);
+            for i in [0, n - 4] {
+                let (Some(s), Some(d)) = (
+                    src.get(i..).and_then(<[u8]>::first_chunk::<4>),
+                    dst.get_mut(i..).and_then(<[u8]>::first_chunk_mut::<4>),
+                ) else {
+                    return;
+                };
+                *d = (u32::from_ne_bytes(*s) ^ mask).to_ne_bytes();
+            }
+        }
+        _ => {
+            for (d, &s) in dst.iter_mut().zip(src) {
+                *d = s ^ flip;
+            }
+        }
+    }
+}
+
+/// [`copy_bytes`] of `n >= N` bytes (`N` a multiple of 8), `N` at a time as 64-bit
+/// words, the last chunk ending at `n`.
+#[inline(always)]
+fn words<const N: usize>(src: &[u8], dst: &mut [u8], flip: u8) {
+    let n = src.len().min(dst.len());
+    let mask = u64::from_ne_bytes([flip; 8]);
+    let mut at = 0;
+    while at < n {
+        // The last chunk ends at `n` (overlapping the one before it, if any).
+        let i = at.min(n - N);
+        let s = src.get(i..).and_then(<[u8]>::first_chunk::<N>);
+        let d = dst.get_mut(i..).and_then(<[u8]>::first_chunk_mut::<N>);
+        let (Some(s), Some(d)) = (s, d) else {
+            return;
+        };
+        for (d, s) in d.chunks_exact_mut(8).zip(s.chunks_exact(8)) {
+            let w = u64::from_ne_bytes(s.try_into().unwrap_or([0; 8])) ^ mask;
+            d.copy_from_slice(&w.to_ne_bytes());
+        }
+        at = i + N;
+    }
+}
+
+/// The im2col bytes of output pixel `(oy, ox)` of image `img` into `dst` (`filter_h *
+/// filter_w * in_c` bytes, tap-major like a filter row), `pad` for taps outside the input.
+#[inline(always)]
+fn gather_bytes<T: QuantElem>(
+    g: &ConvGeometry,
+    img: &[T],
+    (oy, ox): (usize, usize),
+    pad: u8,
+    dst: &mut [u8],
+) -> Result<()> {
+    let oob = || QuantError::InvalidParams("index out of bounds");
+    let c = g.in_c;
+    // Every column of the window inside the input, one apart: each filter row's taps are
+    // one contiguous run of the input row.
+    let whole_cols = g.dilation_w == 1
+        && (ox * g.stride_w)
+            .checked_sub(g.pad_left)
+            .is_some_and(|x| x + g.filter_w <= g.in_w);
+    if whole_cols {
+        let x0 = ox * g.stride_w - g.pad_left;
+        let run = g.filter_w * c;
+        for ky in 0..g.filter_h {
+            let d = dst.get_mut(ky * run..(ky + 1) * run).ok_or_else(oob)?;
+            match ConvGeometry::tap(oy, g.stride_h, ky, g.dilation_h, g.pad_top, g.in_h) {
+                Some(iy) => copy_bytes(window(img, (iy * g.in_w + x0) * c, run)?, d),
+                None => d.fill(pad),
+            }
+        }
+        return Ok(());
+    }
+    for ky in 0..g.filter_h {
+        let iy = ConvGeometry::tap(oy, g.stride_h, ky, g.dilation_h, g.pad_top, g.in_h);
+        for kx in 0..g.filter_w {
+            let ix = ConvGeometry::tap(ox, g.stride_w, kx, g.dilation_w, g.pad_left, g.in_w);
+            let at = (ky * g.filter_w + kx) * c;
+            let d = dst.get_mut(at..at + c).ok_or_else(oob)?;
+            match (iy, ix) {
+                (Some(iy), Some(ix)) => copy_bytes(window(img, (iy * g.in_w + ix) * c, c)?, d),
+                _ => d.fill(pad),
+            }
+        }
+    }
+    Ok(())
 }
 
 impl<T: QuantElem> ByteRows<T> for ConvRows<'_, '_, T> {
     #[inline(always)]
-    fn bytes(&mut self, at: usize, dst: &mut [u8]) -> Result<()> {
+    fn fill(&mut self, first: usize, m: usize, a: &mut quads::ABytes) -> Result<()> {
         let g = self.g;
+        let oob = || QuantError::InvalidParams("index out of bounds");
         let k = g.filter_h * g.filter_w * g.in_c;
-        let dst = dst
-            .get_mut(..k)
-            .ok_or(QuantError::InvalidParams("index out of bounds"))?;
         if self.same_pixels {
-            copy_bytes(window(self.input, at * g.in_c, g.in_c)?, dst);
+            let src = window(self.input, first * g.in_c, m * g.in_c)?;
+            if a.pitch() == g.in_c {
+                // Rows as they lie in the input: one copy of the block.
+                copy_bytes(src, a.rows_mut(m).ok_or_else(oob)?);
+            } else {
+                for (i, s) in src.chunks_exact(g.in_c.max(1)).enumerate() {
+                    copy_bytes(s, a.row_mut(i).ok_or_else(oob)?);
+                }
+            }
             return Ok(());
         }
-        let (n, oy, ox) = self.pos.at(at, g.out_h, g.out_w);
-        let img = window(self.input, n * self.image, self.image)?;
-        if self.one_pixel {
-            let at = (oy * g.stride_h * g.in_w + ox * g.stride_w) * g.in_c;
-            copy_bytes(window(img, at, g.in_c)?, dst);
-            return Ok(());
+        for i in 0..m {
+            let dst = a.row_mut(i).and_then(|r| r.get_mut(..k)).ok_or_else(oob)?;
+            let (n, oy, ox) = self.pos.at(first + i, g.out_h, g.out_w);
+            let img = window(self.input, n * self.image, self.image)?;
+            if self.one_pixel {
+                let at = (oy * g.stride_h * g.in_w + ox * g.stride_w) * g.in_c;
+                copy_bytes(window(img, at, g.in_c)?, dst);
+            } else {
+                gather_bytes(g, img, (oy, ox), self.pad, dst)?;
+            }
         }
-        let pad = self.pad;
-        gather_taps(
-            g,
-            img,
-            oy,
-            ox,
-            dst,
-            |d, s| copy_bytes(s, d),
-            |d| d.fill(pad),
-        )
+        Ok(())
     }
 }
 
 impl<T: QuantElem> ByteRows<T> for FcRows<'_, T> {
     #[inline(always)]
-    fn bytes(&mut self, at: usize, dst: &mut [u8]) -> Result<()> {
-        let src = window(self.input, at * self.k, self.k)?;
-        let dst = dst
-            .get_mut(..self.k)
-            .ok_or(QuantError::InvalidParams("index out of bounds"))?;
-        copy_bytes(src, dst);
+    fn fill(&mut self, first: usize, m: usize, a: &mut quads::ABytes) -> Result<()> {
+        let oob = || QuantError::InvalidParams("index out of bounds");
+        let src = window(self.input, first * self.k, m * self.k)?;
+        for (i, s) in src.chunks_exact(self.k.max(1)).enumerate() {
+            copy_bytes(s, a.row_mut(i).ok_or_else(oob)?);
+        }
         Ok(())
     }
 }
@@ -258,14 +360,7 @@ impl<T: QuantElem, G: ByteRows<T>> Body for FillBytes<'_, T, G> {
 
     #[inline(always)]
     fn run(self) -> Result<()> {
-        for i in 0..self.m {
-            let row = self
-                .a
-                .row_mut(i)
-                .ok_or(QuantError::InvalidParams("index out of bounds"))?;
-            self.fill.bytes(self.first + i, row)?;
-        }
-        Ok(())
+        self.fill.fill(self.first, self.m, self.a)
     }
 }
 
