@@ -44,8 +44,12 @@ mod x86 {
                 *s = _mm512_dpbusd_epi32(*s, _mm512_set1_epi32(x), y);
             }
         }
-        for (o, s) in out.chunks_mut(ldo).zip(&acc) {
-            let Some(o) = o.first_chunk_mut::<NR>() else {
+        // Row by row at `r * ldo` (not `chunks_mut(ldo)`, whose count is a division).
+        for (r, s) in acc.iter().enumerate() {
+            let Some(o) = out
+                .get_mut(r * ldo..)
+                .and_then(<[i32]>::first_chunk_mut::<NR>)
+            else {
                 continue;
             };
             // SAFETY: `o` is 16 words, one unaligned 512-bit store.

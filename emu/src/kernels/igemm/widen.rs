@@ -70,8 +70,12 @@ mod x86 {
                 _mm256_loadu_si256(start.as_ptr().add(8).cast()),
             )
         };
-        for (o, s) in out.chunks_mut(ldo).zip(&acc) {
-            let Some(o) = o.first_chunk_mut::<NR>() else {
+        // Row by row at `r * ldo` (not `chunks_mut(ldo)`, whose count is a division).
+        for (r, s) in acc.iter().enumerate() {
+            let Some(o) = out
+                .get_mut(r * ldo..)
+                .and_then(<[i32]>::first_chunk_mut::<NR>)
+            else {
                 continue;
             };
             // hadd gives columns 0 1 4 5 | 2 3 6 7; the 64-bit permute puts them in order.
@@ -120,8 +124,12 @@ mod x86 {
         // Lanes 2j and 2j + 1 of the pair of accumulators are column j's two halves.
         let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
         let odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-        for (o, a) in out.chunks_mut(ldo).zip(&acc) {
-            let Some(o) = o.first_chunk_mut::<NR>() else {
+        // Row by row at `r * ldo` (not `chunks_mut(ldo)`, whose count is a division).
+        for (r, a) in acc.iter().enumerate() {
+            let Some(o) = out
+                .get_mut(r * ldo..)
+                .and_then(<[i32]>::first_chunk_mut::<NR>)
+            else {
                 continue;
             };
             let sum = _mm512_add_epi32(
