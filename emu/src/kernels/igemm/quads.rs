@@ -139,6 +139,13 @@ impl Kernel {
     pub fn rows(&self) -> usize {
         self.rows
     }
+
+    /// Rows of C [`igemm_each`] hands its sink at a time: whole tiles, about a dozen rows
+    /// (the AVX2 tile's three rows would make the output stage's calls four times as
+    /// many).
+    pub fn sink_rows(&self) -> usize {
+        MAX_ROWS.div_ceil(self.rows.max(1)) * self.rows
+    }
 }
 
 /// The micro-kernel for [`isa()`].
@@ -304,7 +311,7 @@ pub fn igemm(
     if n > ldc || (m > 0 && c.len() < (m - 1) * ldc + n) {
         return None;
     }
-    let mut tile = vec![0; kernel.rows * n];
+    let mut tile = vec![0; kernel.sink_rows() * n];
     igemm_each(kernel, m, a, b, start, n, &mut tile, |row0, sums| {
         for (i, row) in sums.chunks_exact(n.max(1)).enumerate() {
             let at = (row0 + i) * ldc;
@@ -313,9 +320,9 @@ pub fn igemm(
     })
 }
 
-/// The rows of [`igemm`] a tile at a time: for each tile of the kernel's row count,
-/// `sink(first_row, sums)` with `sums` the tile's rows of C (row-major, pitch `n`; the
-/// last tile's rows past `m` left out), from `tile` (at least `kernel.rows() * n` words,
+/// The rows of [`igemm`] a few tiles at a time: for each [`Kernel::sink_rows`] rows,
+/// `sink(first_row, sums)` with `sums` those rows of C (row-major, pitch `n`; the last
+/// rows past `m` left out), from `tile` (at least `kernel.sink_rows() * n` words,
 /// a small buffer that stays in the first-level cache); `start` holds a start value per
 /// column, whole panels ([`start_values`]). Returns `None` if the sizes do not agree
 /// (`sink` is then never called).
@@ -338,34 +345,40 @@ pub fn igemm_each(
         && Some(b.len()) == n.div_ceil(NR).checked_mul(panel)
         && start.len() == n.div_ceil(NR) * NR
         && m <= a.capacity
-        && tile.len() >= r * n;
+        && tile.len() >= kernel.sink_rows() * n;
     if !ok {
         return None;
     }
     // The last panel's sums when it is not whole (the others go straight to `tile`, all
     // of the kernel's rows: `tile` holds them).
     let mut part = [0i32; MAX_ROWS * NR];
-    for row0 in (0..m).step_by(r) {
-        let rows = r.min(m - row0);
-        let a_tile = a.data.get(row0 * a.pitch..).unwrap_or_default();
-        for (q, (p, s)) in b
-            .chunks_exact(panel)
-            .zip(start.chunks_exact(NR))
-            .enumerate()
-        {
-            let Ok(s) = <&[i32; NR]>::try_from(s) else {
-                continue;
-            };
-            let (col, groups) = (q * NR, &p[..g * GROUP_BYTES]);
-            if col + NR <= n {
-                (kernel.run)(a_tile, a.pitch, groups, s, &mut tile[col..], n);
-                continue;
-            }
-            (kernel.run)(a_tile, a.pitch, groups, s, &mut part, NR);
-            let cols = n - col;
-            for (i, got) in part.chunks_exact(NR).take(rows).enumerate() {
-                let at = i * n + col;
-                tile[at..at + cols].copy_from_slice(&got[..cols]);
+    let block = kernel.sink_rows();
+    for row0 in (0..m).step_by(block) {
+        let rows = block.min(m - row0);
+        // Tile by tile into rows `sub..` of `tile` (a kernel writes all its rows, which
+        // `tile` holds).
+        for sub in (0..rows).step_by(r) {
+            let a_tile = a.data.get((row0 + sub) * a.pitch..).unwrap_or_default();
+            let out = &mut tile[sub * n..];
+            for (q, (p, s)) in b
+                .chunks_exact(panel)
+                .zip(start.chunks_exact(NR))
+                .enumerate()
+            {
+                let Ok(s) = <&[i32; NR]>::try_from(s) else {
+                    continue;
+                };
+                let (col, groups) = (q * NR, &p[..g * GROUP_BYTES]);
+                if col + NR <= n {
+                    (kernel.run)(a_tile, a.pitch, groups, s, &mut out[col..], n);
+                    continue;
+                }
+                (kernel.run)(a_tile, a.pitch, groups, s, &mut part, NR);
+                let cols = n - col;
+                for (i, got) in part.chunks_exact(NR).take(r.min(rows - sub)).enumerate() {
+                    let at = i * n + col;
+                    out[at..at + cols].copy_from_slice(&got[..cols]);
+                }
             }
         }
         sink(row0, &tile[..rows * n]);

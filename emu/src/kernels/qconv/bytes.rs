@@ -300,9 +300,9 @@ fn byte_rows<T: QuantElem>(
         .min(rows.div_ceil(r) * r);
     let (a_buf, mut tile) = BYTE_SCRATCH.take();
     let mut a = quads::ABytes::reuse(block, k, r, a_buf);
-    // One tile of sums (the kernel's rows x out_c), requantised as soon as it is done,
-    // while it is in the first-level cache.
-    tile.resize(r * out_c, 0);
+    // A few tiles of sums (about a dozen rows x out_c), requantised as soon as they are
+    // done, while they are in the first-level cache.
+    tile.resize(kern.sink_rows() * out_c, 0);
     let mut first = 0;
     let done = loop {
         if first >= rows {
