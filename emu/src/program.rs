@@ -449,9 +449,9 @@ fn filter_dims_of(shape: &[usize], bytes: &[u8], size: usize) -> Option<(usize, 
 /// [`Layout::IntPanels`]; `None` if `bytes` is not that filter.
 pub fn pack_int_panels(shape: &[usize], bytes: &[u8]) -> Option<Vec<u8>> {
     let (o, k) = filter_dims_of(shape, bytes, 1)?;
-    let mut out = vec![0i32; igemm::packed_len(k, o)?];
-    igemm::pack_b(k, o, |kk, j| i32::from(bytes[j * k + kk] as i8), &mut out)?;
-    Some(out.iter().flat_map(|v| v.to_le_bytes()).collect())
+    let mut out = vec![0u8; igemm::quads::packed_len(k, o)?];
+    igemm::quads::pack(k, o, |kk, j| i32::from(bytes[j * k + kk] as i8), &mut out)?;
+    Some(out)
 }
 
 /// The plain bytes of an int8 filter `[O, ...]` held as [`Layout::IntPanels`]: the inverse
@@ -462,16 +462,8 @@ pub fn unpack_int_panels(shape: &[usize], packed: &[u8]) -> Option<Vec<u8>> {
     if Layout::IntPanels.byte_len(DType::I8, shape)? != packed.len() as u64 {
         return None;
     }
-    let k2 = igemm::pairs(k);
     let mut out = vec![0u8; plain_len];
-    for j in 0..o {
-        let (q, l) = (j / igemm::NR, j % igemm::NR);
-        for kk in 0..k {
-            let at = ((q * k2 + kk / 2) * igemm::NR + l) * 4 + (kk % 2) * 2;
-            // The low byte of the i16 half is the int8 value (its high byte the sign).
-            out[j * k + kk] = packed[at];
-        }
-    }
+    igemm::quads::unpack(k, o, packed, |kk, j, v| out[j * k + kk] = v as u8)?;
     Some(out)
 }
 

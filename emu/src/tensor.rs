@@ -132,11 +132,11 @@ pub enum Layout {
     /// Only the filter of a float32 CONV_2D or FULLY_CONNECTED takes it.
     GemmPanels = 1,
     /// An int8 filter `[O, d1, ...]` with zero point 0 (symmetric, per tensor or per output
-    /// channel) pre-packed as the integer GEMM's B panels (`kernels::igemm::pack_b`):
-    /// `ceil(O / 16)` panels, each `ceil(K / 2)` rows of 16 little-endian `i32` words, word
-    /// `l` of row `p` holding elements `2p` and `2p + 1` of output channel `16q + l` as the
-    /// low and high `i16` halves (zero past K and O). Only the filter of a quantised
-    /// CONV_2D takes it.
+    /// channel) pre-packed as the byte GEMM's B panels (`kernels::igemm::quads::pack`):
+    /// `ceil(O / 16)` panels, each `ceil(K / 4)` groups of 64 bytes (bytes `4l .. 4l + 4`
+    /// of group `g` holding elements `4g .. 4g + 4` of output channel `16q + l`, zero past K
+    /// and O) followed by the panel's 16 column sums as little-endian `i32`. Only the
+    /// filter of a quantised CONV_2D takes it.
     IntPanels = 2,
 }
 
@@ -163,8 +163,8 @@ impl Layout {
             Layout::IntPanels => {
                 let (&o, rest) = shape.split_first().filter(|_| dtype == DType::I8)?;
                 let k = rest.iter().try_fold(1usize, |a, &d| a.checked_mul(d))?;
-                // Words of four bytes, of a one-byte element type.
-                (crate::kernels::igemm::packed_len(k, o)? as u64).checked_mul(4)?
+                // Bytes, of a one-byte element type.
+                crate::kernels::igemm::quads::packed_len(k, o)? as u64
             }
         };
         elems.checked_mul(dtype.size())

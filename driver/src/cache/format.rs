@@ -24,8 +24,9 @@ use crate::hal::{
 };
 
 /// The cache format version (part of the build id the MAC binds; 5: the saved programs'
-/// tensor entries hold 12 dimensions).
-pub const FORMAT_VERSION: u32 = 5;
+/// tensor entries hold 12 dimensions; 6: int8 filters in `Layout::IntPanels` are the byte
+/// GEMM's groups of four with column sums).
+pub const FORMAT_VERSION: u32 = 6;
 /// Where the saved program's arena starts: its constants are encoded at their offsets in
 /// the data cache (base 0), its arena tensors at this plus their arena offsets, and a
 /// load relocates both ([`vnpu_emu::program::relocate`]).

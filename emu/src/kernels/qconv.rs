@@ -26,7 +26,10 @@
 //! are free to reorder and factor it and stay bit-identical with the reference (whose
 //! overflow, undefined in C++, wraps in practice).
 
+mod bytes;
 mod depthwise_simd;
+
+pub use bytes::pack_filter;
 
 use super::igemm;
 use super::isa::isa;
@@ -425,9 +428,10 @@ fn gather<T: QuantElem>(
 /// Quantised CONV_2D (NHWC, filter OHWI) with a per-tensor or per-output-channel filter zero
 /// point and output multiplier/shift, int32 bias and clamp to `[act_min, act_max]`.
 ///
-/// For each output pixel the window is gathered once as `x - in_zp` (zeros for padding) and
-/// each output channel is a contiguous dot product with its filter row, so a 1x1 conv is a
-/// plain GEMM-like loop. Errors (never panics) on inconsistent lengths or parameters.
+/// An integer GEMM of the im2col rows and the filter: on bytes (one-byte input with its
+/// zero point in range, filter minus zero point within `i8`: [`pack_filter`]), else on
+/// `i16` pairs, else (zero points far outside the types) a dot product per pixel and
+/// channel. Errors (never panics) on inconsistent lengths or parameters.
 pub fn conv2d<T: QuantElem, F: QuantElem>(
     p: &Conv2dParams<'_>,
     input: &[T],
@@ -456,6 +460,12 @@ pub fn conv2d<T: QuantElem, F: QuantElem>(
     }
     // Here out_c >= 1 (output is not empty) and k >= 1.
     let in_zp = p.quant.input_zero_point;
+    if let Some(pad) = bytes::zero_byte::<T>(in_zp) {
+        if let Some(packed) = stage.pack_bytes(filter, k) {
+            let kern = igemm::quads::kernel();
+            return bytes::conv_bytes(kern, g, p.out_c, input, &packed, &stage, pad, output);
+        }
+    }
     match stage.pack(filter, k) {
         Some(packed) if input_fits::<T>(in_zp) => conv_igemm(
             igemm::kernel(),
@@ -472,7 +482,8 @@ pub fn conv2d<T: QuantElem, F: QuantElem>(
 }
 
 /// Quantised CONV_2D as [`conv2d`], with the filter already packed by [`pack_filter`]
-/// (zero points removed, panels of [`igemm::NR`] output channels).
+/// (zero points removed; the bytes as little-endian words, as a filter in
+/// `Layout::IntPanels` lies in memory).
 pub fn conv2d_packed<T: QuantElem>(
     p: &Conv2dParams<'_>,
     input: &[T],
@@ -485,13 +496,34 @@ pub fn conv2d_packed<T: QuantElem>(
     let image = product(&[g.in_h, g.in_w, g.in_c])?;
     check_len("input", product(&[g.batches, image])?, input.len())?;
     let k = product(&[g.filter_h, g.filter_w, g.in_c])?;
-    let want = igemm::packed_len(k, p.out_c).ok_or(QuantError::TooLarge)?;
-    check_len("packed filter", want, packed.len())?;
+    let want = igemm::quads::packed_len(k, p.out_c).ok_or(QuantError::TooLarge)?;
+    check_len("packed filter", want, std::mem::size_of_val(packed))?;
     check_len(
         "output",
         product(&[g.batches, g.out_h, g.out_w, p.out_c])?,
         output.len(),
     )?;
+    #[cfg(not(target_endian = "little"))]
+    return Err(QuantError::InvalidParams(
+        "packed filters need a little-endian host",
+    ));
+    let packed: &[u8] = bytemuck::cast_slice(packed);
+    let Some(pad) = bytes::zero_byte::<T>(p.quant.input_zero_point) else {
+        // An input the byte GEMM cannot take: the plain filter, on the other paths.
+        let plain = bytes::unpack_filter(packed, k, p.out_c)
+            .ok_or(QuantError::InvalidParams("packed filter size"))?;
+        let q = QuantParams {
+            filter_zero_point: PerChannel::Uniform(0),
+            ..p.quant
+        };
+        return conv2d(
+            &Conv2dParams { quant: q, ..*p },
+            input,
+            &plain,
+            bias,
+            output,
+        );
+    };
     let stage = OutputStage::new(&p.quant, p.out_c, bias)?;
     if output.is_empty() {
         return Ok(());
@@ -500,26 +532,14 @@ pub fn conv2d_packed<T: QuantElem>(
         stage.fill_bias_only(output);
         return Ok(());
     }
-    let in_zp = p.quant.input_zero_point;
-    if !input_fits::<T>(in_zp) {
-        return Err(QuantError::InvalidParams("input zero point out of range"));
-    }
-    conv_igemm(
-        igemm::kernel(),
-        g,
-        p.out_c,
-        input,
-        packed,
-        &stage,
-        in_zp,
-        output,
-    )
+    let kern = igemm::quads::kernel();
+    bytes::conv_bytes(kern, g, p.out_c, input, packed, &stage, pad, output)
 }
 
 /// The filter `[out_c, k]` (OHWI rows) with each row's zero point removed, packed as the
-/// integer GEMM's B (`k x out_c`); `None` where a value does not fit the GEMM's exact
+/// `i16` pair GEMM's B (`k x out_c`); `None` where a value does not fit the GEMM's exact
 /// range (a zero point far outside the element type's range).
-pub fn pack_filter<F: QuantElem>(
+fn pack_pairs<F: QuantElem>(
     filter: &[F],
     k: usize,
     out_c: usize,
@@ -546,9 +566,9 @@ fn input_fits<T: QuantElem>(in_zp: i32) -> bool {
 }
 
 impl OutputStage {
-    /// [`pack_filter`] with this stage's per-channel filter zero points.
+    /// [`pack_pairs`] with this stage's per-channel filter zero points.
     fn pack<F: QuantElem>(&self, filter: &[F], k: usize) -> Option<Vec<i32>> {
-        pack_filter(filter, k, self.channels.len(), |j| {
+        pack_pairs(filter, k, self.channels.len(), |j| {
             self.channels.get(j).map_or(0, |c| c.filter_zp)
         })
     }
@@ -576,30 +596,8 @@ fn conv_igemm<T: QuantElem>(
     output: &mut [T],
 ) -> Result<()> {
     let k = g.filter_h * g.filter_w * g.in_c;
-    let image = g.in_h * g.in_w * g.in_c;
-    let per_image = g.out_h * g.out_w;
-    let rows = g.batches * per_image;
-    // A 1x1 window without padding reads one input pixel: its channels are A's row as
-    // they lie (no im2col).
-    let one_pixel = g.filter_h == 1
-        && g.filter_w == 1
-        && g.pad_top == 0
-        && g.pad_left == 0
-        && g.out_h.saturating_sub(1) * g.stride_h < g.in_h
-        && g.out_w.saturating_sub(1) * g.stride_w < g.in_w;
-    // A stride-1 1x1 window over an output as large as the input: row `at` is input
-    // pixel `at` (batches included).
-    let same_pixels =
-        one_pixel && g.stride_h == 1 && g.stride_w == 1 && g.out_h == g.in_h && g.out_w == g.in_w;
-    let fill = ConvRows {
-        g,
-        input,
-        image,
-        one_pixel,
-        same_pixels,
-        in_zp,
-        pos: Position::default(),
-    };
+    let rows = g.batches * g.out_h * g.out_w;
+    let fill = ConvRows::new(g, input, in_zp, 0);
     igemm_rows(kern, rows, k, out_c, fill, in_zp, packed, stage, output)
 }
 
@@ -622,7 +620,41 @@ struct ConvRows<'x, 'g, T> {
     /// Moreover stride 1 over an output as large as the input: row `at` is pixel `at`.
     same_pixels: bool,
     in_zp: i32,
+    /// The input zero point's byte (the byte GEMM's padding).
+    pad: u8,
     pos: Position,
+}
+
+impl<'x, 'g, T> ConvRows<'x, 'g, T> {
+    /// The rows of a convolution over `input` (the pair GEMM's zero point `in_zp`, the
+    /// byte GEMM's padding byte `pad`).
+    fn new(g: &'g ConvGeometry, input: &'x [T], in_zp: i32, pad: u8) -> Self {
+        // A 1x1 window without padding reads one input pixel: its channels are A's row as
+        // they lie (no im2col).
+        let one_pixel = g.filter_h == 1
+            && g.filter_w == 1
+            && g.pad_top == 0
+            && g.pad_left == 0
+            && g.out_h.saturating_sub(1) * g.stride_h < g.in_h
+            && g.out_w.saturating_sub(1) * g.stride_w < g.in_w;
+        // A stride-1 1x1 window over an output as large as the input: row `at` is input
+        // pixel `at` (batches included).
+        let same_pixels = one_pixel
+            && g.stride_h == 1
+            && g.stride_w == 1
+            && g.out_h == g.in_h
+            && g.out_w == g.in_w;
+        Self {
+            g,
+            input,
+            image: g.in_h * g.in_w * g.in_c,
+            one_pixel,
+            same_pixels,
+            in_zp,
+            pad,
+            pos: Position::default(),
+        }
+    }
 }
 
 impl<'x, T: QuantElem> RowSource<'x, T> for ConvRows<'x, '_, T> {
@@ -1040,11 +1072,18 @@ pub fn fully_connected<T: QuantElem, F: QuantElem>(
     }
     // Here output_size >= 1 and k >= 1.
     let in_zp = p.quant.input_zero_point;
+    let n = p.output_size;
+    if p.batches >= FC_GEMM_ROWS {
+        if let Some(pad) = bytes::zero_byte::<T>(in_zp) {
+            if let Some(packed) = stage.pack_bytes(weights, k) {
+                return bytes::fc_bytes(p.batches, k, n, input, &packed, &stage, pad, output);
+            }
+        }
+    }
     if p.batches >= FC_GEMM_ROWS && input_fits::<T>(in_zp) {
         if let Some(packed) = stage.pack(weights, k) {
             // Each input row, its zero point removed, is A's row.
             let fill = FcRows { input, k };
-            let n = p.output_size;
             return igemm_rows(
                 igemm::kernel(),
                 p.batches,
@@ -2036,8 +2075,25 @@ mod quant_tests {
     }
 
     /// FULLY_CONNECTED on the integer GEMM (a batch of rows) against the plain dot products
-    /// (the same rows one at a time): bit-identical.
+    /// (the same rows one at a time): bit-identical. Run on the drawn weights (mostly the
+    /// `i16` pair form) and on weights within `i8` of each unit's zero point (the byte
+    /// form).
     fn check_fc_gemm<T: Elem + PartialEq, F: Elem>(
+        (b, k, n, qc, input, weights): (usize, usize, usize, QuantCase, Vec<u8>, Vec<u8>),
+    ) -> std::result::Result<(), TestCaseError> {
+        let near: Vec<u8> = weights
+            .iter()
+            .enumerate()
+            .map(|(i, &w)| {
+                let w = qc.f_zp[i / k.max(1)] + i32::from(w as i8);
+                F::saturate_from_i32(w).to_i32() as u8
+            })
+            .collect();
+        check_fc_rows::<T, F>((b, k, n, qc.clone(), input.clone(), weights))?;
+        check_fc_rows::<T, F>((b, k, n, qc, input, near))
+    }
+
+    fn check_fc_rows<T: Elem + PartialEq, F: Elem>(
         (b, k, n, qc, input, weights): (usize, usize, usize, QuantCase, Vec<u8>, Vec<u8>),
     ) -> std::result::Result<(), TestCaseError> {
         let input: Vec<T> = input.into_iter().map(T::from_byte).collect();
@@ -2086,38 +2142,89 @@ mod quant_tests {
         close(&out, &want)
     }
 
-    /// The integer GEMM path against the plain `i32` loop, on every ISA level this CPU has:
-    /// bit-identical outputs, over shapes that cross the GEMM's tile and panel edges.
+    /// The integer GEMM paths (byte and `i16` pair forms) against the plain `i32` loop, on
+    /// every ISA level this CPU has: bit-identical outputs, over shapes that cross the
+    /// GEMMs' tile, panel and group edges. Run on the drawn filter (whose values minus a
+    /// random zero point mostly miss `i8`: the pair form) and on one drawn within `i8` of
+    /// each channel's zero point (the byte form, whatever the zero point).
     fn check_conv_levels<T: Elem + PartialEq, F: Elem>(
         (g, out_c, qc, input, filter): (ConvGeometry, usize, QuantCase, Vec<u8>, Vec<u8>),
     ) -> std::result::Result<(), TestCaseError> {
-        let input: Vec<T> = input.into_iter().map(T::from_byte).collect();
-        let filter: Vec<F> = filter.into_iter().map(F::from_byte).collect();
+        let k = g.filter_h * g.filter_w * g.in_c;
+        let near: Vec<u8> = filter
+            .iter()
+            .enumerate()
+            .map(|(i, &b)| {
+                let w = qc.f_zp[i / k.max(1)] + i32::from(b as i8);
+                F::saturate_from_i32(w).to_i32() as u8
+            })
+            .collect();
+        check_conv_paths::<T, F>(&g, out_c, &qc, &input, &filter)?;
+        check_conv_paths::<T, F>(&g, out_c, &qc, &input, &near)
+    }
+
+    fn check_conv_paths<T: Elem + PartialEq, F: Elem>(
+        g: &ConvGeometry,
+        out_c: usize,
+        qc: &QuantCase,
+        input: &[u8],
+        filter: &[u8],
+    ) -> std::result::Result<(), TestCaseError> {
+        let input: Vec<T> = input.iter().map(|&b| T::from_byte(b)).collect();
+        let filter: Vec<F> = filter.iter().map(|&b| F::from_byte(b)).collect();
         let (m, s) = qc.multipliers();
         let q = qc.params::<T>(&m, &s);
         let stage = OutputStage::new(&q, out_c, &qc.bias).unwrap();
         let k = g.filter_h * g.filter_w * g.in_c;
         let len = g.batches * g.out_h * g.out_w * out_c;
         let mut want = vec![T::saturate_from_i32(0); len];
-        conv_plain(&g, out_c, &input, &filter, &stage, qc.in_zp, &mut want).unwrap();
-        let packed = stage.pack(&filter, k).unwrap();
+        conv_plain(g, out_c, &input, &filter, &stage, qc.in_zp, &mut want).unwrap();
+        let pairs = stage.pack(&filter, k).unwrap();
+        let packed = stage.pack_bytes(&filter, k);
+        let pad = bytes::zero_byte::<T>(qc.in_zp).unwrap();
         for level in [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni] {
             if level > crate::kernels::isa::detected() {
                 continue;
             }
             let mut got = vec![T::saturate_from_i32(0); len];
             let kern = igemm::kernel_for(level);
-            conv_igemm(kern, &g, out_c, &input, &packed, &stage, qc.in_zp, &mut got).unwrap();
-            prop_assert_eq!(&got, &want, "{:?}", level);
+            conv_igemm(kern, g, out_c, &input, &pairs, &stage, qc.in_zp, &mut got).unwrap();
+            prop_assert_eq!(&got, &want, "pairs {:?}", level);
+            if let Some(packed) = &packed {
+                let mut got = vec![T::saturate_from_i32(0); len];
+                let kern = igemm::quads::kernel_for(level);
+                bytes::conv_bytes(kern, g, out_c, &input, packed, &stage, pad, &mut got).unwrap();
+                prop_assert_eq!(&got, &want, "bytes {:?}", level);
+            }
         }
-        let mut got = vec![T::saturate_from_i32(0); len];
         let p = Conv2dParams {
-            geometry: g,
+            geometry: *g,
             out_c,
             quant: q,
         };
-        conv2d_packed(&p, &input, &packed, &qc.bias, &mut got).unwrap();
+        let mut got = vec![T::saturate_from_i32(0); len];
+        conv2d(&p, &input, &filter, &qc.bias, &mut got).unwrap();
         prop_assert_eq!(&got, &want);
+        if let Some(packed) = packed {
+            // As a filter in Layout::IntPanels reaches the kernel: little-endian words.
+            let words: Vec<i32> = packed
+                .chunks_exact(4)
+                .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect();
+            let mut got = vec![T::saturate_from_i32(0); len];
+            conv2d_packed(&p, &input, &words, &qc.bias, &mut got).unwrap();
+            prop_assert_eq!(&got, &want);
+            // An input zero point outside the type (no padding byte): the other paths.
+            let zp = qc.in_zp + 300;
+            conv_plain(g, out_c, &input, &filter, &stage, zp, &mut want).unwrap();
+            let far = QuantParams {
+                input_zero_point: zp,
+                ..q
+            };
+            let p = Conv2dParams { quant: far, ..p };
+            conv2d_packed(&p, &input, &words, &qc.bias, &mut got).unwrap();
+            prop_assert_eq!(&got, &want);
+        }
         Ok(())
     }
 

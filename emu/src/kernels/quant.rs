@@ -73,8 +73,8 @@ pub(crate) fn qerr(op: &'static str) -> impl Fn(QuantError) -> crate::kernels::K
 }
 
 /// An element type of a quantised tensor: its range and conversions to and from the `i32`
-/// the arithmetic runs in.
-pub trait QuantElem: Copy + Send + Sync + std::fmt::Debug + 'static {
+/// the arithmetic runs in (plain old data, so a slice of it can be read as its bytes).
+pub trait QuantElem: bytemuck::Pod + Send + Sync + std::fmt::Debug + 'static {
     /// The smallest value, as `i32`.
     const MIN: i32;
     /// The largest value, as `i32`.

@@ -755,6 +755,7 @@ mod int_packed_tests {
             unsigned in any::<bool>(),
             per_channel in any::<bool>(),
             seed in any::<u32>(),
+            zp_at in 0i32..256,
         ) {
             prop_assume!(h + 2 * pad as usize >= k && w + 2 * pad as usize >= k);
             let op = KernelOp::from(Conv2d {
@@ -767,17 +768,18 @@ mod int_packed_tests {
             });
             // uint8 input needs a per-channel int8 filter; int8 takes either.
             let per_channel = per_channel || unsigned;
+            // The input zero point anywhere in its type (padding reads its byte).
             let (dt, zp, lo, hi) = if unsigned {
-                (DType::U8, 131, 0, 255)
+                (DType::U8, zp_at, 0, 255)
             } else {
-                (DType::I8, -5, -128, 127)
+                (DType::I8, zp_at - 128, -128, 127)
             };
             let xs = if nchw { [n, c, h, w] } else { [n, h, w, c] };
             let xn: usize = xs.iter().product();
             let x: Vec<u8> = (0..xn).map(|i| pick(i, seed, lo, hi) as u8).collect();
             let fs = [o, k, k, c];
             let fb: Vec<u8> = (0..fs.iter().product::<usize>())
-                .map(|i| pick(i, seed ^ 3, -127, 127) as i8 as u8)
+                .map(|i| pick(i, seed ^ 3, -128, 127) as i8 as u8)
                 .collect();
             let mut fty = TensorType::quantized(DType::I8, &fs, 0.01, 0);
             if per_channel {
@@ -798,7 +800,7 @@ mod int_packed_tests {
                 }
                 b
             };
-            let out = TensorType::quantized(dt, &[], 0.5, zp + 2);
+            let out = TensorType::quantized(dt, &[], 0.5, (zp + 2).min(hi));
             let ins = |f: (TensorType, Vec<u8>)| vec![
                 (TensorType::quantized(dt, &xs, 0.25, zp), x.clone()),
                 (f.0.clone(), f.1),

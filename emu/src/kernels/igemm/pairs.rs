@@ -1,6 +1,6 @@
-//! The integer GEMM of the quantised convolution family: `C = A x B` with A and B holding
-//! small integers (zero points already removed, each in `[-32767, 32767]`) and C the exact
-//! wrapping `i32` sums.
+//! The integer GEMM on `i16` pairs: A and B hold small integers (zero points already
+//! removed, each in `[-32767, 32767]`), the path for zero points the byte form
+//! ([`super::quads`]) cannot take.
 //!
 //! Both operands are stored as *pairs*: one `i32` holds two consecutive depth entries
 //! (`lo = k`, `hi = k + 1`, as `i16` halves), the form `vpmaddwd` (AVX2, AVX-512BW) and
@@ -14,7 +14,7 @@
 //! rows) is a block of rows of pair words ([`ATiles`]), which the micro-kernels read in
 //! place, a tile of their row count at a time.
 
-use super::isa::{isa, Isa};
+use crate::kernels::isa::{detected, isa, Isa};
 
 /// Columns of one B panel (one 512-bit register of `i32` lanes, two 256-bit ones).
 pub const NR: usize = 16;
@@ -93,10 +93,10 @@ pub fn kernel() -> Kernel {
     kernel_for(isa())
 }
 
-/// The micro-kernel for `level`, capped at what the CPU has ([`super::isa::detected`]):
+/// The micro-kernel for `level`, capped at what the CPU has ([`detected`]):
 /// a level the CPU lacks never selects a kernel built for it.
 pub fn kernel_for(level: Isa) -> Kernel {
-    match level.min(super::isa::detected()) {
+    match level.min(detected()) {
         Isa::Scalar => Kernel {
             rows: 4,
             run: tile_plain::<4>,
@@ -431,7 +431,7 @@ mod tests {
     fn levels() -> Vec<Isa> {
         [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni]
             .into_iter()
-            .filter(|&l| l <= super::super::isa::detected())
+            .filter(|&l| l <= detected())
             .collect()
     }
 
@@ -488,7 +488,7 @@ mod tests {
 
     #[test]
     fn kernel_for_caps_the_level_at_the_cpu() {
-        let cpu = super::super::isa::detected();
+        let cpu = detected();
         for level in [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni] {
             let want = kernel_for(level.min(cpu));
             let got = kernel_for(level);
