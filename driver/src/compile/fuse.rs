@@ -11,7 +11,7 @@
 //! the same type (shape, element type, quantisation) as the RELU's output, in a program
 //! without control flow.
 
-use vnpu_emu::kernels::{Activation, Convert, ConvertKind, KernelOp, MinMaxKind};
+use vnpu_emu::kernels::{Activation, ConvEpilogue, Convert, ConvertKind, KernelOp, MinMaxKind};
 use vnpu_emu::tensor::DType;
 
 use super::operand_types;
@@ -190,6 +190,107 @@ pub(super) fn fuse_prelu(
         folded[j] = true;
     }
     let count = folded.iter().filter(|&&f| f).count() / 2;
+    drop_folded(ops, &folded);
+    count
+}
+
+/// Folds each REQUANTIZE or REQUANTIZE_PRELU (after [`fuse_prelu`], [`fuse_requantize`]
+/// and [`fuse_activations`]) whose input is a quantised NHWC CONV_2D's or
+/// DEPTHWISE_CONV_2D's output into that convolution as its epilogue
+/// ([`ConvEpilogue`]: the output stage maps each intermediate integer to the fused op's
+/// result before it stores it; the same arithmetic, so the same bytes). The
+/// intermediate must be internal, written once, read once, of static shape, of the
+/// convolution's element type as the output is, in a program without control flow; a
+/// PRELU's slope written before the convolution (a constant, usually) and one value or
+/// one per channel (the kernel validates that). Returns how many it folded.
+pub(super) fn fuse_epilogues(
+    sg: &Subgraph,
+    shapes: &[Option<Vec<usize>>],
+    dynamic: &[bool],
+    ops: &mut Vec<Lowered>,
+) -> usize {
+    if has_control(ops) {
+        return 0;
+    }
+    let (readers, writers, producer) = uses(sg.operands.len(), ops);
+    let mut folded = vec![false; ops.len()];
+    for j in 0..ops.len() {
+        let (prelu, act) = match &ops[j].op {
+            KernelOp::Convert(c) if c.kind == ConvertKind::Requantize => (false, c.act),
+            KernelOp::Convert(c) if c.kind == ConvertKind::RequantizePrelu => (true, c.act),
+            _ => continue,
+        };
+        let (Some(&t), &[u]) = (ops[j].inputs.first(), &ops[j].outputs[..]) else {
+            continue;
+        };
+        let (ti, ui) = (t as usize, u as usize);
+        let internal = sg
+            .operands
+            .get(ti)
+            .is_some_and(|o| o.lifetime == OperandLifeTime::TEMPORARY_VARIABLE);
+        let once = internal
+            && readers[ti] == 1
+            && writers[ti] == 1
+            && writers.get(ui) == Some(&1)
+            && !dynamic.get(ti).copied().unwrap_or(true)
+            && !dynamic.get(ui).copied().unwrap_or(true);
+        let Some((i, 0)) = producer[ti].filter(|_| once) else {
+            continue;
+        };
+        if folded[i] || ops[i].inputs.len() != 3 {
+            continue;
+        }
+        let slope = match &ops[j].inputs[..] {
+            &[_, a] if prelu => {
+                if a == t || producer[a as usize].is_some_and(|(k, _)| k >= i) {
+                    continue;
+                }
+                Some(a)
+            }
+            [_] if !prelu => None,
+            _ => continue,
+        };
+        let (Ok(mid), Ok(out), Ok(x)) = (
+            operand_types(sg, shapes, &[t]),
+            operand_types(sg, shapes, &[u]),
+            operand_types(sg, shapes, &ops[i].inputs[..1]),
+        ) else {
+            continue;
+        };
+        let (mid, out, x) = (&mid[0], &out[0], &x[0]);
+        let same_types = matches!(x.dtype, DType::U8 | DType::I8)
+            && mid.dtype == x.dtype
+            && out.dtype == x.dtype
+            && mid.shape == out.shape;
+        if !same_types {
+            continue;
+        }
+        let epilogue = Some(ConvEpilogue {
+            prelu,
+            act,
+            scale: mid.quant.scale,
+            zero_point: mid.quant.zero_point,
+        });
+        let mut op = ops[i].op.clone();
+        match &mut op {
+            KernelOp::Conv2d(c) if !c.nchw && c.epilogue.is_none() => c.epilogue = epilogue,
+            KernelOp::DepthwiseConv2d(d) if !d.nchw && d.epilogue.is_none() => {
+                d.epilogue = epilogue
+            }
+            _ => continue,
+        }
+        let fused = Lowered {
+            op,
+            inputs: ops[i].inputs.iter().copied().chain(slope).collect(),
+            outputs: vec![u],
+        };
+        if !still_valid(sg, shapes, &fused, &fused.op) {
+            continue;
+        }
+        ops[i] = fused;
+        folded[j] = true;
+    }
+    let count = folded.iter().filter(|&&f| f).count();
     drop_folded(ops, &folded);
     count
 }

@@ -31,10 +31,9 @@ mod depthwise_simd;
 use super::igemm;
 use super::isa::isa;
 use super::quant::{
-    get_quantized_convolution_multiplier, multiply_by_quantized_multiplier, quantize_multiplier,
-    QuantElem, QuantError,
+    get_quantized_convolution_multiplier, quantize_multiplier, QuantElem, QuantError,
 };
-use super::requant::Requant;
+use super::requant::{Epilogue, Requant};
 use super::simd::{vectorized, Body};
 
 type Result<T> = std::result::Result<T, QuantError>;
@@ -49,7 +48,7 @@ pub enum PerChannel<'a> {
 }
 
 /// The quantisation of a kernel's operands and its output stage.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct QuantParams<'a> {
     /// Zero point of the input.
     pub input_zero_point: i32,
@@ -66,6 +65,9 @@ pub struct QuantParams<'a> {
     pub act_min: i32,
     /// Upper clamp bound, zero point included; must not be below `act_min`.
     pub act_max: i32,
+    /// A fused op applied to each clamped result before it is stored (its output's type
+    /// is then the output's).
+    pub epilogue: Option<&'a Epilogue>,
 }
 
 /// The spatial geometry of a convolution over NHWC tensors.
@@ -108,7 +110,7 @@ pub struct ConvGeometry {
 
 /// Parameters of [`conv2d`]: input `[batches, in_h, in_w, in_c]`, filter
 /// `[out_c, filter_h, filter_w, in_c]`, bias `[out_c]`, output `[batches, out_h, out_w, out_c]`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Conv2dParams<'a> {
     /// Spatial geometry.
     pub geometry: ConvGeometry,
@@ -122,7 +124,7 @@ pub struct Conv2dParams<'a> {
 /// `[1, filter_h, filter_w, in_c * depth_multiplier]`, bias `[in_c * depth_multiplier]`,
 /// output `[batches, out_h, out_w, in_c * depth_multiplier]`; output channel
 /// `c * depth_multiplier + m` reads input channel `c`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DepthwiseConv2dParams<'a> {
     /// Spatial geometry.
     pub geometry: ConvGeometry,
@@ -134,7 +136,7 @@ pub struct DepthwiseConv2dParams<'a> {
 
 /// Parameters of [`fully_connected`]: input `[batches, input_size]`, weights
 /// `[output_size, input_size]`, bias `[output_size]`, output `[batches, output_size]`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct FullyConnectedParams<'a> {
     /// Rows of the input.
     pub batches: usize,
@@ -217,14 +219,11 @@ struct Channel {
     shift: i32,
 }
 
-/// The validated output stage: per-channel constants, output zero point and clamp.
+/// The validated output stage: per-channel constants, and the requantisation's rows.
 struct OutputStage {
     channels: Vec<Channel>,
     /// The same constants for the vectorised rows.
     rows: Requant,
-    output_zp: i32,
-    act_min: i32,
-    act_max: i32,
 }
 
 impl OutputStage {
@@ -263,24 +262,9 @@ impl OutputStage {
             q.output_zero_point,
             q.act_min,
             q.act_max,
-        );
-        Ok(Self {
-            channels,
-            rows,
-            output_zp: q.output_zero_point,
-            act_min: q.act_min,
-            act_max: q.act_max,
-        })
-    }
-
-    #[inline(always)]
-    fn requantize<T: QuantElem>(&self, acc: i32, ch: &Channel) -> T {
-        let v =
-            multiply_by_quantized_multiplier(acc.wrapping_add(ch.bias), ch.multiplier, ch.shift)
-                .wrapping_add(self.output_zp);
-        // With act_min <= act_max the reference's clamps (max-then-min or min-then-max)
-        // agree, and the result is already in T's range for a valid activation range.
-        T::saturate_from_i32(v.max(self.act_min).min(self.act_max))
+        )
+        .with_epilogue(q.epilogue.cloned());
+        Ok(Self { channels, rows })
     }
 
     /// Requantises one pixel's sums (one per channel) into `dst`.
@@ -294,8 +278,8 @@ impl OutputStage {
     fn fill_bias_only<T: QuantElem>(&self, output: &mut [T]) {
         let n = self.channels.len().max(1);
         for px in output.chunks_mut(n) {
-            for (dst, ch) in px.iter_mut().zip(&self.channels) {
-                *dst = self.requantize(0, ch);
+            for (c, dst) in px.iter_mut().enumerate() {
+                *dst = self.rows.one(0, c);
             }
         }
     }
@@ -1067,13 +1051,13 @@ pub fn fully_connected<T: QuantElem, F: QuantElem>(
             *r = v.to_i32().wrapping_sub(in_zp);
         }
         let row_sum = sum(&row);
-        for ((dst, w), ch) in out
+        let cols = out
             .iter_mut()
             .zip(weights.chunks_exact(k))
-            .zip(&stage.channels)
-        {
+            .zip(&stage.channels);
+        for (c, ((dst, w), ch)) in cols.enumerate() {
             let acc = dot(&row, w).wrapping_sub(ch.filter_zp.wrapping_mul(row_sum));
-            *dst = stage.requantize(acc, ch);
+            *dst = stage.rows.one(acc, c);
         }
     }
     Ok(())
@@ -1126,6 +1110,7 @@ mod quant_tests {
             output_shift: s,
             act_min: range.0,
             act_max: range.1,
+            epilogue: None,
         }
     }
 
@@ -2247,6 +2232,7 @@ mod quant_tests {
                 output_shift: per(&ss),
                 act_min: act.0,
                 act_max: act.1,
+                epilogue: None,
             };
             let input = vec![7u8; lens[0]];
             let filter = vec![200u8; lens[1]];
