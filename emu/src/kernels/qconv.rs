@@ -28,12 +28,15 @@
 
 mod depthwise_simd;
 
+use std::cell::RefCell;
+use std::rc::Rc;
+
 use super::igemm;
 use super::isa::isa;
 use super::quant::{
     get_quantized_convolution_multiplier, quantize_multiplier, QuantElem, QuantError,
 };
-use super::requant::{Epilogue, Requant};
+use super::requant::{memoised, Epilogue, Memo, Requant};
 use super::simd::{vectorized, Body};
 
 type Result<T> = std::result::Result<T, QuantError>;
@@ -226,8 +229,35 @@ struct OutputStage {
     rows: Requant,
 }
 
+thread_local! {
+    /// The output stages built on this thread ([`OutputStage::new`]).
+    static STAGES: Memo<OutputStage> = RefCell::default();
+}
+
 impl OutputStage {
-    fn new(q: &QuantParams<'_>, channels: usize, bias: &[i32]) -> Result<Self> {
+    /// The stage of `q` over `channels` channels with `bias`, built once per thread
+    /// ([`memoised`]).
+    fn new(q: &QuantParams<'_>, channels: usize, bias: &[i32]) -> Result<Rc<Self>> {
+        let mut key = Vec::with_capacity(3 * channels + 16);
+        key.extend([channels as u32, bias.len() as u32]);
+        key.extend(bias.iter().map(|&b| b as u32));
+        for p in [q.filter_zero_point, q.output_multiplier, q.output_shift] {
+            match p {
+                PerChannel::Uniform(v) => key.extend([0, v as u32]),
+                PerChannel::Each(v) => {
+                    key.extend([1, v.len() as u32]);
+                    key.extend(v.iter().map(|&x| x as u32));
+                }
+            }
+        }
+        key.extend([q.output_zero_point, q.act_min, q.act_max].map(|v| v as u32));
+        if let Some(e) = q.epilogue {
+            e.key(&mut key);
+        }
+        memoised(&STAGES, key, || Self::build(q, channels, bias))
+    }
+
+    fn build(q: &QuantParams<'_>, channels: usize, bias: &[i32]) -> Result<Self> {
         check_len("bias", channels, bias.len())?;
         if q.act_min > q.act_max {
             return Err(QuantError::InvalidParams("act_min exceeds act_max"));

@@ -18,7 +18,41 @@
 //! product ([`x86::srdhm_avx2`]). The lane primitives are shared with the quantised
 //! element-wise kernels.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::thread::LocalKey;
+
 use super::elementwise::quantize_simd::PreluQuant;
+
+/// A per-thread memo of built output stages, keyed by the words of everything they are
+/// built from (so a hit is the same stage, bit for bit).
+pub(crate) type Memo<V> = RefCell<HashMap<Vec<u32>, Rc<V>>>;
+
+/// Entries a [`Memo`] keeps before it starts over (a model has a few hundred layers).
+const MEMO_ENTRIES: usize = 1024;
+
+/// The stage `build` makes from what `key` describes, built once per thread and kept
+/// in `memo` (the engine runs a model's layers on one thread, execution after
+/// execution: a layer's multipliers, shifts and vector constants are worked out on its
+/// first run, not on every one). Failures are not kept.
+pub(crate) fn memoised<V: 'static, E>(
+    memo: &'static LocalKey<Memo<V>>,
+    key: Vec<u32>,
+    build: impl FnOnce() -> Result<V, E>,
+) -> Result<Rc<V>, E> {
+    if let Some(v) = memo.with_borrow(|m| m.get(&key).cloned()) {
+        return Ok(v);
+    }
+    let v = Rc::new(build()?);
+    memo.with_borrow_mut(|m| {
+        if m.len() >= MEMO_ENTRIES {
+            m.clear();
+        }
+        m.insert(key, v.clone());
+    });
+    Ok(v)
+}
 use super::isa::{isa, Isa};
 use super::quant::{multiply_by_quantized_multiplier, QuantElem};
 
@@ -68,6 +102,16 @@ impl Epilogue {
             lo,
             hi,
         }
+    }
+
+    /// Appends the words of everything the epilogue is (a [`memoised`] key).
+    pub(crate) fn key(&self, w: &mut Vec<u32>) {
+        let p = &self.prelu;
+        let o = &p.out;
+        w.extend([p.in_scale, o.scale, o.zp, o.lo, o.hi].map(f32::to_bits));
+        w.extend([p.in_zp, self.lo, self.hi, i32::from(self.bounded)].map(|v| v as u32));
+        w.push(self.alpha.len() as u32);
+        w.extend(self.alpha.iter().map(|a| a.to_bits()));
     }
 
     /// The result of intermediate value `q` of channel `c`.

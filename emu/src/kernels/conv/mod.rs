@@ -23,9 +23,11 @@ use crate::kernels::qconv::{
 pub(crate) use crate::kernels::quant::qerr;
 use crate::kernels::quant::quantized_activation_range;
 use crate::kernels::quant::QuantElem;
-use crate::kernels::requant::Epilogue;
+use crate::kernels::requant::{memoised, Epilogue, Memo};
 use crate::kernels::{bad_shape, Activation, KernelError, Result, Tensor, TensorMut};
 use crate::tensor::{widen_f16, DType, Layout, Quant, TensorType, View, ViewMut};
+use std::cell::RefCell;
+use std::rc::Rc;
 
 /// Checks the element types of a (input, filter, bias) triple: float32 or float16
 /// throughout, or quantised input with a same-typed or per-channel int8 filter and an
@@ -295,9 +297,43 @@ pub(crate) fn check_conv_outputs<K: ConvCore>(
     conv_stage(k, inputs, outputs[0], &[]).map(|_| ())
 }
 
+thread_local! {
+    /// The convolutions' output stages built on this thread ([`conv_stage`]).
+    static STAGES: Memo<QStage> = RefCell::default();
+}
+
+/// Appends the words of a tensor type's element type, shape and quantisation.
+fn type_key(t: &TensorType, w: &mut Vec<u32>) {
+    let q = &t.quant;
+    w.extend([t.dtype as u32, t.layout as u32, t.shape.len() as u32]);
+    w.extend(t.shape.iter().map(|&d| d as u32));
+    w.extend([q.scale.to_bits(), q.zero_point as u32]);
+    if let Some(pc) = &q.per_channel {
+        w.extend([pc.axis, pc.scales.len() as u32]);
+        w.extend(pc.scales.iter().map(|s| s.to_bits()));
+    }
+}
+
 /// The output stage of a quantised convolution with inputs `inputs` and output `out`,
-/// its fused requantisation included (with the slope's values `slope`, or 1 for a check).
+/// its fused requantisation included (with the slope's values `slope`, or 1 for a check),
+/// built once per thread for the same types and slope ([`memoised`]).
 fn conv_stage<K: ConvCore>(
+    k: &K,
+    inputs: &[&TensorType],
+    out: &TensorType,
+    slope: &[f32],
+) -> Result<Rc<QStage>> {
+    let mut key = vec![K::CHANNEL_AXIS as u32, k.activation() as u32];
+    ConvEpilogue::encode(&k.epilogue(), &mut key);
+    for t in inputs.iter().copied().chain([out]) {
+        type_key(t, &mut key);
+    }
+    key.extend(slope.iter().map(|a| a.to_bits()));
+    memoised(&STAGES, key, || build_stage(k, inputs, out, slope))
+}
+
+/// [`conv_stage`], built.
+fn build_stage<K: ConvCore>(
     k: &K,
     inputs: &[&TensorType],
     out: &TensorType,
@@ -393,7 +429,11 @@ pub(crate) fn run_conv<K: ConvCore>(
         k.run_quant_packed(&stage, args)
     }
     /// The stage of the views, the slope's values read.
-    fn run_stage<K: ConvCore>(k: &K, inputs: &[View<'_>], out_ty: &TensorType) -> Result<QStage> {
+    fn run_stage<K: ConvCore>(
+        k: &K,
+        inputs: &[View<'_>],
+        out_ty: &TensorType,
+    ) -> Result<Rc<QStage>> {
         let tys: Vec<&TensorType> = inputs.iter().map(|v| v.ty).collect();
         let slope = match inputs.get(3) {
             Some(a) => a.f32s()?,
