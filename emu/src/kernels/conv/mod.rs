@@ -323,7 +323,8 @@ fn conv_stage<K: ConvCore>(
     out: &TensorType,
     slope: &[f32],
 ) -> Result<Rc<QStage>> {
-    let mut key = vec![K::CHANNEL_AXIS as u32, k.activation() as u32];
+    let mut key = Vec::with_capacity(64 + 2 * inputs[1].shape.first().copied().unwrap_or(0));
+    key.extend([K::CHANNEL_AXIS as u32, k.activation() as u32]);
     ConvEpilogue::encode(&k.epilogue(), &mut key);
     for t in inputs.iter().copied().chain([out]) {
         type_key(t, &mut key);
