@@ -41,7 +41,7 @@ impl Hasher for WordHasher {
             let mut w = [0u8; 8];
             w[..c.len()].copy_from_slice(c);
             self.0 = (self.0.rotate_left(5) ^ u64::from_le_bytes(w))
-                .wrapping_mul(0x51_7cc1_b727_220a_95);
+                .wrapping_mul(0x517c_c1b7_2722_0a95);
         }
     }
 
