@@ -40,8 +40,8 @@ impl Hasher for WordHasher {
         for c in bytes.chunks(8) {
             let mut w = [0u8; 8];
             w[..c.len()].copy_from_slice(c);
-            self.0 = (self.0.rotate_left(5) ^ u64::from_le_bytes(w))
-                .wrapping_mul(0x517c_c1b7_2722_0a95);
+            self.0 =
+                (self.0.rotate_left(5) ^ u64::from_le_bytes(w)).wrapping_mul(0x517c_c1b7_2722_0a95);
         }
     }
 
