@@ -114,6 +114,7 @@ fn conv_op(stride: u32, pad: Padding) -> KernelOp {
         window: ConvWindow::strided(pad, (stride, stride)),
         act: Activation::Relu6,
         nchw: false,
+        epilogue: None,
     })
 }
 
@@ -219,6 +220,7 @@ fn depthwise(input: [usize; 4], stride: u32, pad: Padding) -> Layer {
         depth_multiplier: 1,
         act: Activation::Relu6,
         nchw: false,
+        epilogue: None,
     });
     Layer::new(
         op,

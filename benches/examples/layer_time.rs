@@ -143,6 +143,7 @@ fn main() {
             window: ConvWindow::strided(pad, (s, s)),
             act: Activation::None,
             nchw: false,
+            epilogue: None,
         })
     };
     let dw = |pad, s| {
@@ -151,6 +152,7 @@ fn main() {
             depth_multiplier: 1,
             act: Activation::None,
             nchw: false,
+            epilogue: None,
         })
     };
     time(

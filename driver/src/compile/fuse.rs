@@ -11,7 +11,7 @@
 //! the same type (shape, element type, quantisation) as the RELU's output, in a program
 //! without control flow.
 
-use vnpu_emu::kernels::{Activation, Convert, ConvertKind, KernelOp, MinMaxKind};
+use vnpu_emu::kernels::{Activation, ConvEpilogue, Convert, ConvertKind, KernelOp, MinMaxKind};
 use vnpu_emu::tensor::DType;
 
 use super::operand_types;
@@ -190,6 +190,107 @@ pub(super) fn fuse_prelu(
         folded[j] = true;
     }
     let count = folded.iter().filter(|&&f| f).count() / 2;
+    drop_folded(ops, &folded);
+    count
+}
+
+/// Folds each REQUANTIZE or REQUANTIZE_PRELU (after [`fuse_prelu`], [`fuse_requantize`]
+/// and [`fuse_activations`]) whose input is a quantised NHWC CONV_2D's or
+/// DEPTHWISE_CONV_2D's output into that convolution as its epilogue
+/// ([`ConvEpilogue`]: the output stage maps each intermediate integer to the fused op's
+/// result before it stores it; the same arithmetic, so the same bytes). The
+/// intermediate must be internal, written once, read once, of static shape, of the
+/// convolution's element type as the output is, in a program without control flow; a
+/// PRELU's slope written before the convolution (a constant, usually) and one value or
+/// one per channel (the kernel validates that). Returns how many it folded.
+pub(super) fn fuse_epilogues(
+    sg: &Subgraph,
+    shapes: &[Option<Vec<usize>>],
+    dynamic: &[bool],
+    ops: &mut Vec<Lowered>,
+) -> usize {
+    if has_control(ops) {
+        return 0;
+    }
+    let (readers, writers, producer) = uses(sg.operands.len(), ops);
+    let mut folded = vec![false; ops.len()];
+    for j in 0..ops.len() {
+        let (prelu, act) = match &ops[j].op {
+            KernelOp::Convert(c) if c.kind == ConvertKind::Requantize => (false, c.act),
+            KernelOp::Convert(c) if c.kind == ConvertKind::RequantizePrelu => (true, c.act),
+            _ => continue,
+        };
+        let (Some(&t), &[u]) = (ops[j].inputs.first(), &ops[j].outputs[..]) else {
+            continue;
+        };
+        let (ti, ui) = (t as usize, u as usize);
+        let internal = sg
+            .operands
+            .get(ti)
+            .is_some_and(|o| o.lifetime == OperandLifeTime::TEMPORARY_VARIABLE);
+        let once = internal
+            && readers[ti] == 1
+            && writers[ti] == 1
+            && writers.get(ui) == Some(&1)
+            && !dynamic.get(ti).copied().unwrap_or(true)
+            && !dynamic.get(ui).copied().unwrap_or(true);
+        let Some((i, 0)) = producer[ti].filter(|_| once) else {
+            continue;
+        };
+        if folded[i] || ops[i].inputs.len() != 3 {
+            continue;
+        }
+        let slope = match &ops[j].inputs[..] {
+            &[_, a] if prelu => {
+                if a == t || producer[a as usize].is_some_and(|(k, _)| k >= i) {
+                    continue;
+                }
+                Some(a)
+            }
+            [_] if !prelu => None,
+            _ => continue,
+        };
+        let (Ok(mid), Ok(out), Ok(x)) = (
+            operand_types(sg, shapes, &[t]),
+            operand_types(sg, shapes, &[u]),
+            operand_types(sg, shapes, &ops[i].inputs[..1]),
+        ) else {
+            continue;
+        };
+        let (mid, out, x) = (&mid[0], &out[0], &x[0]);
+        let same_types = matches!(x.dtype, DType::U8 | DType::I8)
+            && mid.dtype == x.dtype
+            && out.dtype == x.dtype
+            && mid.shape == out.shape;
+        if !same_types {
+            continue;
+        }
+        let epilogue = Some(ConvEpilogue {
+            prelu,
+            act,
+            scale: mid.quant.scale,
+            zero_point: mid.quant.zero_point,
+        });
+        let mut op = ops[i].op.clone();
+        match &mut op {
+            KernelOp::Conv2d(c) if !c.nchw && c.epilogue.is_none() => c.epilogue = epilogue,
+            KernelOp::DepthwiseConv2d(d) if !d.nchw && d.epilogue.is_none() => {
+                d.epilogue = epilogue
+            }
+            _ => continue,
+        }
+        let fused = Lowered {
+            op,
+            inputs: ops[i].inputs.iter().copied().chain(slope).collect(),
+            outputs: vec![u],
+        };
+        if !still_valid(sg, shapes, &fused, &fused.op) {
+            continue;
+        }
+        ops[i] = fused;
+        folded[j] = true;
+    }
+    let count = folded.iter().filter(|&&f| f).count();
     drop_folded(ops, &folded);
     count
 }
@@ -566,6 +667,142 @@ mod tests {
             if c.kind == ConvertKind::RequantizePrelu));
         assert_eq!(ops_of_shape(&model(true, false), vec![1, 2, 3]).len(), 3);
         assert_eq!(ops_of_shape(&model(false, true), vec![1, 2, 3]).len(), 3);
+    }
+
+    /// x (int8 [1,2,2,3]) -> CONV_2D (1x1, 4 channels) -> t (int8) -> DEQUANTIZE ->
+    /// PRELU (slope [4] constant) -> QUANTIZE -> y, or t -> DEQUANTIZE -> QUANTIZE -> y:
+    /// one CONV_2D with the fused requantisation, reading the slope as its fourth input;
+    /// with t also a model output, the convolution keeps its output.
+    #[test]
+    fn a_requantisation_after_a_quantised_convolution_folds_into_it() {
+        let model = |prelu: bool, t_out: bool| {
+            let q = |dimensions: Vec<u32>, scale: f32, lifetime| Operand {
+                r#type: OperandType::TENSOR_QUANT8_ASYMM_SIGNED,
+                dimensions,
+                scale,
+                zero_point: -2,
+                number_of_consumers: 1,
+                lifetime,
+                ..Default::default()
+            };
+            let at = |offset: u32, length: u32| DataLocation {
+                pool_index: 0,
+                offset,
+                length,
+            };
+            let mut values: Vec<u8> = vec![1, 255, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12];
+            values.extend([10i32, -20, 30, 40].iter().flat_map(|v| v.to_le_bytes()));
+            values.extend([1i32, 1, 1, 0].iter().flat_map(|v| v.to_le_bytes()));
+            values.extend(
+                [0.25f32, -1.0, 2.0, 0.0]
+                    .iter()
+                    .flat_map(|v| v.to_le_bytes()),
+            );
+            let mut filter = q(vec![4, 1, 1, 3], 0.5, OperandLifeTime::CONSTANT_COPY);
+            filter.zero_point = 0;
+            filter.location = at(0, 12);
+            let bias = Operand {
+                r#type: OperandType::TENSOR_INT32,
+                dimensions: vec![4],
+                scale: 0.25,
+                number_of_consumers: 1,
+                lifetime: OperandLifeTime::CONSTANT_COPY,
+                location: at(12, 16),
+                ..Default::default()
+            };
+            let int = |k: u32| Operand {
+                r#type: OperandType::INT32,
+                number_of_consumers: 1,
+                lifetime: OperandLifeTime::CONSTANT_COPY,
+                location: at(28 + 4 * k, 4),
+                ..Default::default()
+            };
+            let float = |lifetime| Operand {
+                r#type: OperandType::TENSOR_FLOAT32,
+                dimensions: vec![1, 2, 2, 4],
+                number_of_consumers: 1,
+                lifetime,
+                ..Default::default()
+            };
+            let mut slope = float(OperandLifeTime::CONSTANT_COPY);
+            slope.dimensions = vec![4];
+            slope.location = at(44, 16);
+            let mut t = q(vec![1, 2, 2, 4], 0.75, OperandLifeTime::TEMPORARY_VARIABLE);
+            // y is operand 11 after a PRELU's 9 and 10, else 9.
+            let yi = if prelu { 11 } else { 9 };
+            let mut outputs = vec![yi];
+            if t_out {
+                t.lifetime = OperandLifeTime::SUBGRAPH_OUTPUT;
+                outputs.push(7);
+            }
+            let mut y = q(vec![1, 2, 2, 4], 0.3, OperandLifeTime::SUBGRAPH_OUTPUT);
+            y.number_of_consumers = 0;
+            let op = |r#type, inputs: Vec<u32>, outputs: Vec<u32>| Operation {
+                r#type,
+                inputs,
+                outputs,
+            };
+            // 0 x, 1 filter, 2 bias, 3-6 padding code, strides, activation, 7 t,
+            // 8 dequantised, 9 slope, 10 PRELU's output, 11 y.
+            let mut operations = vec![
+                op(OperationType::CONV_2D, vec![0, 1, 2, 3, 4, 5, 6], vec![7]),
+                op(OperationType::DEQUANTIZE, vec![7], vec![8]),
+            ];
+            if prelu {
+                operations.push(op(OperationType::PRELU, vec![8, 9], vec![10]));
+                operations.push(op(OperationType::QUANTIZE, vec![10], vec![11]));
+            } else {
+                operations.push(op(OperationType::QUANTIZE, vec![8], vec![9]));
+            }
+            let mut operands = vec![
+                q(vec![1, 2, 2, 3], 0.5, OperandLifeTime::SUBGRAPH_INPUT),
+                filter,
+                bias,
+                int(0),
+                int(1),
+                int(2),
+                int(3),
+                t,
+                float(OperandLifeTime::TEMPORARY_VARIABLE),
+            ];
+            if prelu {
+                operands.extend([slope, float(OperandLifeTime::TEMPORARY_VARIABLE)]);
+            }
+            operands.push(y);
+            Model {
+                main: Subgraph {
+                    operands,
+                    operations,
+                    input_indexes: vec![0],
+                    output_indexes: outputs,
+                },
+                operand_values: values,
+                ..Default::default()
+            }
+        };
+        for prelu in [true, false] {
+            let ops = ops_of_shape(&model(prelu, false), vec![1, 2, 2, 3]);
+            assert_eq!(ops.len(), 1, "{ops:?}");
+            let KernelOp::Conv2d(c) = &ops[0].op else {
+                panic!("{:?}", ops[0].op);
+            };
+            let e = c.epilogue.expect("an epilogue");
+            assert_eq!((e.prelu, e.scale, e.zero_point), (prelu, 0.75, -2));
+            let (inputs, y): (&[u32], u32) = if prelu {
+                (&[0, 1, 2, 9], 11)
+            } else {
+                (&[0, 1, 2], 9)
+            };
+            assert_eq!(
+                (&ops[0].inputs[..], &ops[0].outputs[..]),
+                (inputs, &[y][..])
+            );
+            let ops = ops_of_shape(&model(prelu, true), vec![1, 2, 2, 3]);
+            assert!(ops.len() > 1, "{ops:?}");
+            assert!(ops
+                .iter()
+                .all(|l| !matches!(&l.op, KernelOp::Conv2d(c) if c.epilogue.is_some())));
+        }
     }
 
     #[test]

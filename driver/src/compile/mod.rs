@@ -566,6 +566,7 @@ fn compile_inner(
     fuse::fuse_prelu(sg, &shapes, &dynamic, &mut lowered);
     fuse::fuse_requantize(sg, &shapes, &dynamic, &mut lowered);
     fuse::fuse_activations(sg, &shapes, &dynamic, &mut lowered);
+    fuse::fuse_epilogues(sg, &shapes, &dynamic, &mut lowered);
     fuse_pad::fuse_pads(sg, &shapes, &dynamic, constants, &mut lowered);
     let loops = lowered
         .iter()

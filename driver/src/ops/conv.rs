@@ -175,6 +175,7 @@ fn lower_conv(a: &Args<'_>) -> Result<Lowered, CompileError> {
             window: window(a, nchw, (kw, kh), dilation(a)?)?,
             act: a.act("activation")?,
             nchw,
+            epilogue: None,
         },
         &["input", "filter", "bias"],
     )
@@ -189,6 +190,7 @@ fn lower_depthwise(a: &Args<'_>) -> Result<Lowered, CompileError> {
             depth_multiplier: a.positive("depth_multiplier")?,
             act: a.act("activation")?,
             nchw,
+            epilogue: None,
         },
         &["input", "filter", "bias"],
     )

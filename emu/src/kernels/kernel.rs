@@ -283,6 +283,11 @@ impl<'a> Words<'a> {
         Ok(axis)
     }
 
+    /// Whether every word was consumed (for trailing optional words).
+    pub fn at_end(&self) -> bool {
+        self.pos >= self.words.len()
+    }
+
     /// Fails unless every word was consumed.
     pub fn finish(&self) -> Result<()> {
         if self.pos != self.words.len() {

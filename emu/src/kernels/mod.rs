@@ -80,7 +80,7 @@ pub use control::{
 pub use conv::{
     batch_matmul::BatchMatMul, conv2d::Conv2d, depthwise::DepthwiseConv2d,
     fully_connected::FullyConnected, grouped::GroupedConv2d, transpose::TransposeConv2d,
-    window::ConvWindow,
+    window::ConvWindow, ConvEpilogue,
 };
 pub use detection::{
     bbox_transform::BboxTransform, box_nms::BoxWithNmsLimit, generate_proposals::GenerateProposals,

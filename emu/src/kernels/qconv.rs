@@ -31,13 +31,15 @@ mod depthwise_simd;
 
 pub use bytes::pack_filter;
 
+use std::cell::RefCell;
+use std::rc::Rc;
+
 use super::igemm;
 use super::isa::isa;
 use super::quant::{
-    get_quantized_convolution_multiplier, multiply_by_quantized_multiplier, quantize_multiplier,
-    QuantElem, QuantError,
+    get_quantized_convolution_multiplier, quantize_multiplier, QuantElem, QuantError,
 };
-use super::requant::Requant;
+use super::requant::{memoised, Epilogue, Memo, Requant};
 use super::simd::{vectorized, Body};
 
 type Result<T> = std::result::Result<T, QuantError>;
@@ -52,7 +54,7 @@ pub enum PerChannel<'a> {
 }
 
 /// The quantisation of a kernel's operands and its output stage.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct QuantParams<'a> {
     /// Zero point of the input.
     pub input_zero_point: i32,
@@ -69,6 +71,9 @@ pub struct QuantParams<'a> {
     pub act_min: i32,
     /// Upper clamp bound, zero point included; must not be below `act_min`.
     pub act_max: i32,
+    /// A fused op applied to each clamped result before it is stored (its output's type
+    /// is then the output's).
+    pub epilogue: Option<&'a Epilogue>,
 }
 
 /// The spatial geometry of a convolution over NHWC tensors.
@@ -111,7 +116,7 @@ pub struct ConvGeometry {
 
 /// Parameters of [`conv2d`]: input `[batches, in_h, in_w, in_c]`, filter
 /// `[out_c, filter_h, filter_w, in_c]`, bias `[out_c]`, output `[batches, out_h, out_w, out_c]`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Conv2dParams<'a> {
     /// Spatial geometry.
     pub geometry: ConvGeometry,
@@ -125,7 +130,7 @@ pub struct Conv2dParams<'a> {
 /// `[1, filter_h, filter_w, in_c * depth_multiplier]`, bias `[in_c * depth_multiplier]`,
 /// output `[batches, out_h, out_w, in_c * depth_multiplier]`; output channel
 /// `c * depth_multiplier + m` reads input channel `c`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct DepthwiseConv2dParams<'a> {
     /// Spatial geometry.
     pub geometry: ConvGeometry,
@@ -137,7 +142,7 @@ pub struct DepthwiseConv2dParams<'a> {
 
 /// Parameters of [`fully_connected`]: input `[batches, input_size]`, weights
 /// `[output_size, input_size]`, bias `[output_size]`, output `[batches, output_size]`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct FullyConnectedParams<'a> {
     /// Rows of the input.
     pub batches: usize,
@@ -220,18 +225,42 @@ struct Channel {
     shift: i32,
 }
 
-/// The validated output stage: per-channel constants, output zero point and clamp.
+/// The validated output stage: per-channel constants, and the requantisation's rows.
 struct OutputStage {
     channels: Vec<Channel>,
     /// The same constants for the vectorised rows.
     rows: Requant,
-    output_zp: i32,
-    act_min: i32,
-    act_max: i32,
+}
+
+thread_local! {
+    /// The output stages built on this thread ([`OutputStage::new`]).
+    static STAGES: Memo<OutputStage> = RefCell::default();
 }
 
 impl OutputStage {
-    fn new(q: &QuantParams<'_>, channels: usize, bias: &[i32]) -> Result<Self> {
+    /// The stage of `q` over `channels` channels with `bias`, built once per thread
+    /// ([`memoised`]).
+    fn new(q: &QuantParams<'_>, channels: usize, bias: &[i32]) -> Result<Rc<Self>> {
+        let mut key = Vec::with_capacity(3 * channels + 16);
+        key.extend([channels as u32, bias.len() as u32]);
+        key.extend(bias.iter().map(|&b| b as u32));
+        for p in [q.filter_zero_point, q.output_multiplier, q.output_shift] {
+            match p {
+                PerChannel::Uniform(v) => key.extend([0, v as u32]),
+                PerChannel::Each(v) => {
+                    key.extend([1, v.len() as u32]);
+                    key.extend(v.iter().map(|&x| x as u32));
+                }
+            }
+        }
+        key.extend([q.output_zero_point, q.act_min, q.act_max].map(|v| v as u32));
+        if let Some(e) = q.epilogue {
+            e.key(&mut key);
+        }
+        memoised(&STAGES, key, || Self::build(q, channels, bias))
+    }
+
+    fn build(q: &QuantParams<'_>, channels: usize, bias: &[i32]) -> Result<Self> {
         check_len("bias", channels, bias.len())?;
         if q.act_min > q.act_max {
             return Err(QuantError::InvalidParams("act_min exceeds act_max"));
@@ -266,24 +295,9 @@ impl OutputStage {
             q.output_zero_point,
             q.act_min,
             q.act_max,
-        );
-        Ok(Self {
-            channels,
-            rows,
-            output_zp: q.output_zero_point,
-            act_min: q.act_min,
-            act_max: q.act_max,
-        })
-    }
-
-    #[inline(always)]
-    fn requantize<T: QuantElem>(&self, acc: i32, ch: &Channel) -> T {
-        let v =
-            multiply_by_quantized_multiplier(acc.wrapping_add(ch.bias), ch.multiplier, ch.shift)
-                .wrapping_add(self.output_zp);
-        // With act_min <= act_max the reference's clamps (max-then-min or min-then-max)
-        // agree, and the result is already in T's range for a valid activation range.
-        T::saturate_from_i32(v.max(self.act_min).min(self.act_max))
+        )
+        .with_epilogue(q.epilogue.cloned());
+        Ok(Self { channels, rows })
     }
 
     /// Requantises one pixel's sums (one per channel) into `dst`.
@@ -297,8 +311,8 @@ impl OutputStage {
     fn fill_bias_only<T: QuantElem>(&self, output: &mut [T]) {
         let n = self.channels.len().max(1);
         for px in output.chunks_mut(n) {
-            for (dst, ch) in px.iter_mut().zip(&self.channels) {
-                *dst = self.requantize(0, ch);
+            for (c, dst) in px.iter_mut().enumerate() {
+                *dst = self.rows.one(0, c);
             }
         }
     }
@@ -1106,13 +1120,13 @@ pub fn fully_connected<T: QuantElem, F: QuantElem>(
             *r = v.to_i32().wrapping_sub(in_zp);
         }
         let row_sum = sum(&row);
-        for ((dst, w), ch) in out
+        let cols = out
             .iter_mut()
             .zip(weights.chunks_exact(k))
-            .zip(&stage.channels)
-        {
+            .zip(&stage.channels);
+        for (c, ((dst, w), ch)) in cols.enumerate() {
             let acc = dot(&row, w).wrapping_sub(ch.filter_zp.wrapping_mul(row_sum));
-            *dst = stage.requantize(acc, ch);
+            *dst = stage.rows.one(acc, c);
         }
     }
     Ok(())
@@ -1165,6 +1179,7 @@ mod quant_tests {
             output_shift: s,
             act_min: range.0,
             act_max: range.1,
+            epilogue: None,
         }
     }
 
@@ -2354,6 +2369,7 @@ mod quant_tests {
                 output_shift: per(&ss),
                 act_min: act.0,
                 act_max: act.1,
+                epilogue: None,
             };
             let input = vec![7u8; lens[0]];
             let filter = vec![200u8; lens[1]];

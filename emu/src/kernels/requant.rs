@@ -18,8 +18,130 @@
 //! product ([`x86::srdhm_avx2`]). The lane primitives are shared with the quantised
 //! element-wise kernels.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::rc::Rc;
+use std::thread::LocalKey;
+
+use super::elementwise::quantize_simd::PreluQuant;
+
+/// A per-thread memo of built output stages, keyed by the words of everything they are
+/// built from (so a hit is the same stage, bit for bit).
+pub(crate) type Memo<V> = RefCell<HashMap<Vec<u32>, Rc<V>, BuildHasherDefault<WordHasher>>>;
+
+/// A multiply-rotate hash of the key's bytes eight at a time (the default SipHash was
+/// a third of a lookup; the keys are the program's own, a collision costs only a compare).
+#[derive(Default)]
+pub(crate) struct WordHasher(u64);
+
+impl Hasher for WordHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for c in bytes.chunks(8) {
+            let mut w = [0u8; 8];
+            w[..c.len()].copy_from_slice(c);
+            self.0 =
+                (self.0.rotate_left(5) ^ u64::from_le_bytes(w)).wrapping_mul(0x517c_c1b7_2722_0a95);
+        }
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// Entries a [`Memo`] keeps before it starts over (a model has a few hundred layers).
+const MEMO_ENTRIES: usize = 1024;
+
+/// The stage `build` makes from what `key` describes, built once per thread and kept
+/// in `memo` (the engine runs a model's layers on one thread, execution after
+/// execution: a layer's multipliers, shifts and vector constants are worked out on its
+/// first run, not on every one). Failures are not kept.
+pub(crate) fn memoised<V: 'static, E>(
+    memo: &'static LocalKey<Memo<V>>,
+    key: Vec<u32>,
+    build: impl FnOnce() -> Result<V, E>,
+) -> Result<Rc<V>, E> {
+    if let Some(v) = memo.with_borrow(|m| m.get(&key).cloned()) {
+        return Ok(v);
+    }
+    let v = Rc::new(build()?);
+    memo.with_borrow_mut(|m| {
+        if m.len() >= MEMO_ENTRIES {
+            m.clear();
+        }
+        m.insert(key, v.clone());
+    });
+    Ok(v)
+}
 use super::isa::{isa, Isa};
 use super::quant::{multiply_by_quantized_multiplier, QuantElem};
+
+/// A quantised REQUANTIZE or REQUANTIZE_PRELU fused into the output stage (the compiler
+/// folds one that reads a quantised convolution's output into the convolution): each
+/// requantised value, an integer of the intermediate tensor's type, is mapped by the
+/// fused op's float32 arithmetic ([`PreluQuant`]: DEQUANTIZE with the intermediate's
+/// quantisation, PRELU with the channel's slope, QUANTIZE to the output's) and clamped to
+/// `[lo, hi]` (REQUANTIZE's fused activation), before it is narrowed and stored. A
+/// REQUANTIZE is the same with every slope 1 (`v * 1 == v` for every float).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Epilogue {
+    /// The fused op's quantisations.
+    prelu: PreluQuant,
+    /// One slope per channel, padded with zeros to a multiple of sixteen.
+    alpha: Vec<f32>,
+    /// Whether the vector lanes may round and clamp in integers
+    /// ([`PreluQuant::bounded_over`]).
+    bounded: bool,
+    /// Lower clamp of the result.
+    lo: i32,
+    /// Upper clamp of the result.
+    hi: i32,
+}
+
+impl Epilogue {
+    /// The epilogue of `prelu` over `channels` channels whose intermediate values lie in
+    /// `input` (the intermediate type's range) and whose outputs are of the type of range
+    /// `output`, the slope of channel `c` being `alpha[c % alpha.len()]` (1 if `alpha` is
+    /// empty), the result clamped to `[lo, hi]`.
+    pub(crate) fn new(
+        prelu: PreluQuant,
+        (input, output): ((i32, i32), (i32, i32)),
+        alpha: &[f32],
+        channels: usize,
+        (lo, hi): (i32, i32),
+    ) -> Self {
+        let mut slopes: Vec<f32> = (0..channels)
+            .map(|c| alpha.get(c % alpha.len().max(1)).copied().unwrap_or(1.0))
+            .collect();
+        let bounded = prelu.bounded_over(input, output, &slopes);
+        slopes.resize(channels.div_ceil(16) * 16, 0.0);
+        Epilogue {
+            prelu,
+            alpha: slopes,
+            bounded,
+            lo,
+            hi,
+        }
+    }
+
+    /// Appends the words of everything the epilogue is (a [`memoised`] key).
+    pub(crate) fn key(&self, w: &mut Vec<u32>) {
+        let p = &self.prelu;
+        let o = &p.out;
+        w.extend([p.in_scale, o.scale, o.zp, o.lo, o.hi].map(f32::to_bits));
+        w.extend([p.in_zp, self.lo, self.hi, i32::from(self.bounded)].map(|v| v as u32));
+        w.push(self.alpha.len() as u32);
+        w.extend(self.alpha.iter().map(|a| a.to_bits()));
+    }
+
+    /// The result of intermediate value `q` of channel `c`.
+    #[inline(always)]
+    fn one(&self, q: i32, c: usize) -> i32 {
+        let a = self.alpha.get(c).copied().unwrap_or(0.0);
+        self.prelu.value(q, a).max(self.lo).min(self.hi)
+    }
+}
 
 /// The per-channel constants in the vector loops' form: one entry per channel, padded
 /// with zeros to a multiple of sixteen (an AVX-512 step reads sixteen from any multiple of
@@ -61,6 +183,8 @@ pub struct Requant {
     /// Some shift is to the left, or some multiplier is `i32::MIN` (the one saturating
     /// case of the high multiply).
     full: bool,
+    /// A fused op applied to each result before it is stored.
+    epilogue: Option<Epilogue>,
 }
 
 impl Requant {
@@ -96,12 +220,19 @@ impl Requant {
             zp,
             lo,
             hi,
+            epilogue: None,
         }
     }
 
-    /// One output, as the reference computes it.
+    /// The stage with `epilogue` applied to each result (the clamp `[lo, hi]` being
+    /// then the intermediate's).
+    pub fn with_epilogue(self, epilogue: Option<Epilogue>) -> Self {
+        Requant { epilogue, ..self }
+    }
+
+    /// One output of channel `c`, as the reference computes it.
     #[inline(always)]
-    fn one<T: QuantElem>(&self, acc: i32, c: usize) -> T {
+    pub(crate) fn one<T: QuantElem>(&self, acc: i32, c: usize) -> T {
         let at = |v: &[i32]| v.get(c).copied().unwrap_or(0);
         let v = multiply_by_quantized_multiplier(
             acc.wrapping_add(at(&self.bias)),
@@ -109,7 +240,12 @@ impl Requant {
             at(&self.shift),
         )
         .wrapping_add(self.zp);
-        T::saturate_from_i32(v.max(self.lo).min(self.hi))
+        // With lo <= hi the reference's clamps (max-then-min or min-then-max) agree.
+        let v = v.max(self.lo).min(self.hi);
+        match &self.epilogue {
+            Some(e) => T::saturate_from_i32(e.one(v, c)),
+            None => T::saturate_from_i32(v),
+        }
     }
 
     /// `dst[c] = requantise(sums[c])` for channel `c` (up to the shortest length).
@@ -150,12 +286,32 @@ impl Requant {
             // SAFETY: (each call) the level is capped at the CPU's, so it has AVX-512 F
             // and BW at Isa::Avx512 and above, AVX2 at Isa::Avx2 and above.
             let done = unsafe {
-                match (level, self.full) {
-                    (Isa::Scalar, _) => false,
-                    (Isa::Avx2, false) => x86::rows_avx2::<T, false>(self, lanes, sums, dst, width),
-                    (Isa::Avx2, true) => x86::rows_avx2::<T, true>(self, lanes, sums, dst, width),
-                    (_, false) => x86::rows_avx512::<T, false>(self, lanes, sums, dst, width),
-                    (_, true) => x86::rows_avx512::<T, true>(self, lanes, sums, dst, width),
+                match (level, self.full, self.epilogue.is_some()) {
+                    (Isa::Scalar, _, _) => false,
+                    (Isa::Avx2, false, false) => {
+                        x86::rows_avx2::<T, false, false>(self, lanes, sums, dst, width)
+                    }
+                    (Isa::Avx2, true, false) => {
+                        x86::rows_avx2::<T, true, false>(self, lanes, sums, dst, width)
+                    }
+                    (Isa::Avx2, false, true) => {
+                        x86::rows_avx2::<T, false, true>(self, lanes, sums, dst, width)
+                    }
+                    (Isa::Avx2, true, true) => {
+                        x86::rows_avx2::<T, true, true>(self, lanes, sums, dst, width)
+                    }
+                    (_, false, false) => {
+                        x86::rows_avx512::<T, false, false>(self, lanes, sums, dst, width)
+                    }
+                    (_, true, false) => {
+                        x86::rows_avx512::<T, true, false>(self, lanes, sums, dst, width)
+                    }
+                    (_, false, true) => {
+                        x86::rows_avx512::<T, false, true>(self, lanes, sums, dst, width)
+                    }
+                    (_, true, true) => {
+                        x86::rows_avx512::<T, true, true>(self, lanes, sums, dst, width)
+                    }
                 }
             };
             if done {
@@ -180,6 +336,7 @@ impl Requant {
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86 {
     use super::{Lanes, Requant};
+    use crate::kernels::elementwise::quantize_simd::x86::{Prelu16, Prelu8};
     use crate::kernels::quant::QuantElem;
     use std::arch::x86_64::*;
 
@@ -341,10 +498,10 @@ pub(crate) mod x86 {
 
     /// The stage over the whole rows of `width` channels in `sums` and `dst` (as long),
     /// sixteen channels a step (the last step masked), each step's constants loaded once
-    /// for all the rows; `FULL`: with the left shifts and the saturating case. Returns
-    /// true (it always applies).
+    /// for all the rows; `FULL`: with the left shifts and the saturating case; `EPI`:
+    /// with the stage's epilogue. Returns true (it always applies).
     #[target_feature(enable = "avx512f,avx512bw")]
-    pub(super) fn rows_avx512<T: QuantElem, const FULL: bool>(
+    pub(super) fn rows_avx512<T: QuantElem, const FULL: bool, const EPI: bool>(
         q: &Requant,
         l: &Lanes,
         sums: &[i32],
@@ -362,8 +519,20 @@ pub(crate) mod x86 {
             _mm512_set1_epi32(i32::MAX),
             _mm512_set1_epi32(1),
         );
+        let epi = q.epilogue.as_ref().filter(|_| EPI);
+        let (prelu, bounded) = match epi {
+            Some(e) => (Some(Prelu16::new(&e.prelu)), e.bounded),
+            None => (None, false),
+        };
+        let (e_lo, e_hi) = epi.map_or((0, 0), |e| (e.lo, e.hi));
+        let (e_lo, e_hi) = (_mm512_set1_epi32(e_lo), _mm512_set1_epi32(e_hi));
         for c0 in (0..n).step_by(16) {
             let k = (n - c0).min(16);
+            let alpha = match epi.and_then(|e| e.alpha.get(c0..c0 + 16)) {
+                // SAFETY: sixteen floats, one unaligned 512-bit load.
+                Some(a) => unsafe { _mm512_loadu_ps(a.as_ptr()) },
+                None => _mm512_setzero_ps(),
+            };
             let (bias, m) = (ld16(&l.bias, c0), ld16(&l.mult, c0));
             let left = ld16(&l.left, c0);
             let (right, mask, half) = (ld16(&l.right, c0), ld16(&l.mask, c0), ld16(&l.half, c0));
@@ -393,7 +562,14 @@ pub(crate) mod x86 {
                 let up = _mm512_cmpgt_epi32_mask(rem, thr);
                 let v = _mm512_srav_epi32(r, right);
                 let v = _mm512_mask_add_epi32(v, up, v, one);
-                let v = _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(v, zp), lo), hi);
+                let mut v = _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(v, zp), lo), hi);
+                if let (true, Some(p)) = (EPI, &prelu) {
+                    v = match bounded {
+                        true => p.apply::<true>(v, alpha),
+                        false => p.apply::<false>(v, alpha),
+                    };
+                    v = _mm512_min_epi32(_mm512_max_epi32(v, e_lo), e_hi);
+                }
                 store16_avx512(v, d);
             }
         }
@@ -406,7 +582,7 @@ pub(crate) mod x86 {
     /// [`rows_avx512`]. Returns false (nothing written) for rows of fewer than eight
     /// channels.
     #[target_feature(enable = "avx2")]
-    pub(super) fn rows_avx2<T: QuantElem, const FULL: bool>(
+    pub(super) fn rows_avx2<T: QuantElem, const FULL: bool, const EPI: bool>(
         q: &Requant,
         l: &Lanes,
         sums: &[i32],
@@ -423,8 +599,20 @@ pub(crate) mod x86 {
             _mm256_set1_epi32(q.hi),
         );
         let (min, max) = (_mm256_set1_epi32(i32::MIN), _mm256_set1_epi32(i32::MAX));
+        let epi = q.epilogue.as_ref().filter(|_| EPI);
+        let (prelu, bounded) = match epi {
+            Some(e) => (Some(Prelu8::new(&e.prelu)), e.bounded),
+            None => (None, false),
+        };
+        let (e_lo, e_hi) = epi.map_or((0, 0), |e| (e.lo, e.hi));
+        let (e_lo, e_hi) = (_mm256_set1_epi32(e_lo), _mm256_set1_epi32(e_hi));
         for step in 0..n.div_ceil(8) {
             let c0 = (step * 8).min(n - 8);
+            let alpha = match epi.and_then(|e| e.alpha.get(c0..c0 + 8)) {
+                // SAFETY: eight floats, one unaligned 256-bit load.
+                Some(a) => unsafe { _mm256_loadu_ps(a.as_ptr()) },
+                None => _mm256_setzero_ps(),
+            };
             let (bias, m) = (ld8(&l.bias, c0), ld8(&l.mult, c0));
             let left = ld8(&l.left, c0);
             let (right, mask, half) = (ld8(&l.right, c0), ld8(&l.mask, c0), ld8(&l.half, c0));
@@ -454,7 +642,14 @@ pub(crate) mod x86 {
                 let thr = _mm256_sub_epi32(half, _mm256_srai_epi32(r, 31));
                 let up = _mm256_cmpgt_epi32(rem, thr);
                 let v = _mm256_sub_epi32(_mm256_srav_epi32(r, right), up);
-                let v = _mm256_min_epi32(_mm256_max_epi32(_mm256_add_epi32(v, zp), lo), hi);
+                let mut v = _mm256_min_epi32(_mm256_max_epi32(_mm256_add_epi32(v, zp), lo), hi);
+                if let (true, Some(p)) = (EPI, &prelu) {
+                    v = match bounded {
+                        true => p.apply::<true>(v, alpha),
+                        false => p.apply::<false>(v, alpha),
+                    };
+                    v = _mm256_min_epi32(_mm256_max_epi32(v, e_lo), e_hi);
+                }
                 store8_avx2(v, d);
             }
         }
@@ -465,10 +660,80 @@ pub(crate) mod x86 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::elementwise::quantize_simd::Quantizer;
     use proptest::prelude::*;
+
+    /// The stage of `consts` (bias, multiplier, shift) with an epilogue of these
+    /// constants whose output is of the type of range `out`.
+    fn with_epilogue(
+        q: &Requant,
+        (in_scale, in_zp): (f32, i32),
+        (out_scale, out_zp): (f32, i32),
+        out: (i32, i32),
+        alpha: &[f32],
+        (lo, hi): (i32, i32),
+    ) -> Requant {
+        let prelu = PreluQuant {
+            in_scale,
+            in_zp,
+            out: Quantizer {
+                scale: out_scale,
+                zp: out_zp as f32,
+                lo: out.0 as f32,
+                hi: out.1 as f32,
+            },
+        };
+        let channels = q.bias.len();
+        let e = Epilogue::new(prelu, ((q.lo, q.hi), out), alpha, channels, (lo, hi));
+        q.clone().with_epilogue(Some(e))
+    }
 
     proptest! {
         #![proptest_config(crate::kernels::proptest_config(256))]
+        /// With an epilogue, every vector level gives the plain loop's integers (which
+        /// the convolution tests hold to the two ops run apart), for both one-byte types,
+        /// any slopes (NaN, infinite, huge) and scales that take either rounding path.
+        #[test]
+        fn requant_rows_with_an_epilogue_match_the_plain_loop(
+            consts in proptest::collection::vec(
+                (-5000i32..5000, 1i32 << 29..i32::MAX, -12i32..=2, any::<i32>()), 1..40),
+            rows in 1usize..4,
+            (in_scale, out_scale) in (
+                prop_oneof![1e-3f32..4.0, Just(1e-30f32), Just(3e30f32)],
+                prop_oneof![1e-3f32..4.0, Just(1e-30f32)]),
+            (in_zp, out_zp) in (-128i32..128, -128i32..128),
+            alpha in proptest::collection::vec(
+                prop_oneof![-3.0f32..3.0, Just(f32::NAN), Just(f32::INFINITY), Just(1e30f32)], 0..40),
+            (lo, span) in (-128i32..0, 0i32..255),
+        ) {
+            let width = consts.len();
+            let q = Requant::new(
+                consts.iter().map(|c| c.0).collect(),
+                consts.iter().map(|c| c.1).collect(),
+                consts.iter().map(|c| c.2).collect(),
+                in_zp,
+                -128,
+                127,
+            );
+            let sums: Vec<i32> = (0..rows).flat_map(|r| consts.iter().map(move |c| c.3.wrapping_add(r as i32 * 77))).collect();
+            let i8s = with_epilogue(&q, (in_scale, in_zp), (out_scale, out_zp), (-128, 127), &alpha, (lo, lo + span));
+            let u8s = with_epilogue(&q, (in_scale, in_zp), (out_scale, out_zp + 128), (0, 255), &alpha, (lo + 128, lo + 128 + span));
+            let mut want8 = vec![0i8; sums.len()];
+            let mut wantu = vec![0u8; sums.len()];
+            for (s, (d8, du)) in sums.chunks(width).zip(want8.chunks_mut(width).zip(wantu.chunks_mut(width))) {
+                i8s.row_plain(s, d8, 0);
+                u8s.row_plain(s, du, 0);
+            }
+            for level in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
+                let mut got8 = vec![0i8; sums.len()];
+                i8s.rows_at(level, &sums, &mut got8, width);
+                prop_assert_eq!(&got8, &want8, "{:?}", level);
+                let mut gotu = vec![0u8; sums.len()];
+                u8s.rows_at(level, &sums, &mut gotu, width);
+                prop_assert_eq!(&gotu, &wantu, "{:?}", level);
+            }
+        }
+
         /// The vector path gives the reference's integers for any sums and constants,
         /// extremes included.
         #[test]

@@ -155,8 +155,14 @@ fn arb_op() -> impl Strategy<Value = KernelOp> {
     prop_oneof![
         (arb_binary_kind(), arb_act()).prop_map(|(kind, act)| KernelOp::from(Binary { kind, act })),
         arb_act().prop_map(|act| KernelOp::from(FullyConnected { act })),
-        (arb_window(), arb_act(), any::<bool>())
-            .prop_map(|(window, act, nchw)| KernelOp::from(Conv2d { window, act, nchw })),
+        (arb_window(), arb_act(), any::<bool>()).prop_map(|(window, act, nchw)| KernelOp::from(
+            Conv2d {
+                window,
+                act,
+                nchw,
+                epilogue: None
+            }
+        )),
         (arb_window(), small.clone(), arb_act(), any::<bool>()).prop_map(
             |(window, depth_multiplier, act, nchw)| {
                 KernelOp::from(DepthwiseConv2d {
@@ -164,6 +170,7 @@ fn arb_op() -> impl Strategy<Value = KernelOp> {
                     depth_multiplier,
                     act,
                     nchw,
+                    epilogue: None,
                 })
             }
         ),
@@ -356,7 +363,7 @@ proptest! {
         let x: Vec<f32> = (0..n * h * w * c).map(|i| g(i, 13)).collect();
         let f: Vec<f32> = (0..o * kh * kw * c).map(|i| g(i + 7777, 11)).collect();
         let bias: Vec<f32> = (0..o).map(|i| g(i + 99, 5)).collect();
-        let op = KernelOp::from(Conv2d { window: ConvWindow { pad, stride_w: sw, stride_h: sh, dilation_w: dw, dilation_h: dh }, act, nchw });
+        let op = KernelOp::from(Conv2d { window: ConvWindow { pad, stride_w: sw, stride_h: sh, dilation_w: dw, dilation_h: dh }, act, nchw, epilogue: None });
         let res = run(&op, &[(xs.clone(), x.clone()), (fs.clone(), f.clone()), (vec![o], bias.clone())]);
         let fits = h + (pad.top + pad.bottom) as usize > (kh - 1) * dh as usize
             && w + (pad.left + pad.right) as usize > (kw - 1) * dw as usize;
@@ -386,7 +393,7 @@ proptest! {
         let f: Vec<f32> = (0..kh * kw * c * m).map(|i| g(i + 555, 11)).collect();
         let bias: Vec<f32> = (0..c * m).map(|i| g(i + 99, 5)).collect();
         let op = KernelOp::from(DepthwiseConv2d { window: ConvWindow { pad, stride_w: sw, stride_h: sh, dilation_w: dw, dilation_h: dh },
-            depth_multiplier: m as u32, act, nchw,
+            depth_multiplier: m as u32, act, nchw, epilogue: None,
         });
         let res = run(&op, &[(xs.clone(), x.clone()), (fs.clone(), f.clone()), (vec![c * m], bias.clone())]);
         let fits = h + (pad.top + pad.bottom) as usize > (kh - 1) * dh as usize
@@ -624,6 +631,7 @@ fn hostile_sizes_are_errors() {
         },
         act: Activation::None,
         nchw: false,
+        epilogue: None,
     });
     // Huge padding and dilation are valid: the centre tap (offset dilation == padding) lands
     // on the input, the others in the padding.

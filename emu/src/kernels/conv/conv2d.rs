@@ -9,7 +9,8 @@
 
 use crate::kernels::conv::window::{decode_act_layout, encode_act_layout, ConvShapes};
 use crate::kernels::conv::{
-    conv_cost, conv_kernel_methods, qerr, shallow, ConvArgs, ConvCore, ConvWindow, QStage,
+    conv_cost, conv_kernel_methods, qerr, shallow, ConvArgs, ConvCore, ConvEpilogue, ConvWindow,
+    QStage,
 };
 use crate::kernels::gemm::{
     gemm_packed, gemm_packed_rows, pack_b, packed_len, Mat, MatMut, Packed, SegRows, KC,
@@ -36,6 +37,8 @@ pub struct Conv2d {
     pub act: Activation,
     /// NCHW layout (else NHWC).
     pub nchw: bool,
+    /// A fused requantisation of the output (quantised NHWC only).
+    pub epilogue: Option<ConvEpilogue>,
 }
 
 impl Kernel for Conv2d {
@@ -49,7 +52,19 @@ impl Kernel for Conv2d {
         true
     }
 
-    crate::kernels::kernel::fused_activation_field!();
+    /// The activation of the output stage; none to fold once a requantisation is fused
+    /// (it would clamp the intermediate, not the output).
+    fn fused_activation(&self) -> Option<Activation> {
+        self.epilogue.is_none().then_some(self.act)
+    }
+
+    fn set_fused_activation(&mut self, act: Activation) -> bool {
+        if self.epilogue.is_some() {
+            return false;
+        }
+        self.act = act;
+        true
+    }
 
     fn name(&self) -> &'static str {
         "CONV_2D"
@@ -58,12 +73,19 @@ impl Kernel for Conv2d {
     fn decode(w: &mut Words<'_>) -> Result<Self> {
         let window = ConvWindow::decode(w)?;
         let (act, nchw) = decode_act_layout(w)?;
-        Ok(Conv2d { window, act, nchw })
+        let epilogue = ConvEpilogue::decode(w, nchw)?;
+        Ok(Conv2d {
+            window,
+            act,
+            nchw,
+            epilogue,
+        })
     }
 
     fn encode(&self, w: &mut Vec<u32>) {
         self.window.encode(w);
         w.extend(encode_act_layout(self.act, self.nchw));
+        ConvEpilogue::encode(&self.epilogue, w);
     }
 
     conv_kernel_methods!();
@@ -86,6 +108,10 @@ impl ConvCore for Conv2d {
 
     fn activation(&self) -> Activation {
         self.act
+    }
+
+    fn epilogue(&self) -> Option<ConvEpilogue> {
+        self.epilogue
     }
 
     fn run_f32(&self, a: ConvArgs<'_>) -> Result<()> {

@@ -8,7 +8,7 @@
 use crate::kernels::conv::depthwise_simd::{self, Args};
 use crate::kernels::conv::window::{decode_act_layout, encode_act_layout, ConvShapes};
 use crate::kernels::conv::{
-    conv_cost, conv_kernel_methods, qerr, ConvArgs, ConvCore, ConvWindow, QStage,
+    conv_cost, conv_kernel_methods, qerr, ConvArgs, ConvCore, ConvEpilogue, ConvWindow, QStage,
 };
 use crate::kernels::kernel::{Cost, Kernel, Words};
 use crate::kernels::layout::{layout_shape, with_nhwc};
@@ -29,6 +29,8 @@ pub struct DepthwiseConv2d {
     pub act: Activation,
     /// NCHW layout (else NHWC).
     pub nchw: bool,
+    /// A fused requantisation of the output (quantised NHWC only).
+    pub epilogue: Option<ConvEpilogue>,
 }
 
 impl Kernel for DepthwiseConv2d {
@@ -42,7 +44,19 @@ impl Kernel for DepthwiseConv2d {
         true
     }
 
-    crate::kernels::kernel::fused_activation_field!();
+    /// The activation of the output stage; none to fold once a requantisation is fused
+    /// (it would clamp the intermediate, not the output).
+    fn fused_activation(&self) -> Option<Activation> {
+        self.epilogue.is_none().then_some(self.act)
+    }
+
+    fn set_fused_activation(&mut self, act: Activation) -> bool {
+        if self.epilogue.is_some() {
+            return false;
+        }
+        self.act = act;
+        true
+    }
 
     fn name(&self) -> &'static str {
         "DEPTHWISE_CONV_2D"
@@ -52,11 +66,13 @@ impl Kernel for DepthwiseConv2d {
         let window = ConvWindow::decode(w)?;
         let depth_multiplier = w.nonzero("depth_multiplier")?;
         let (act, nchw) = decode_act_layout(w)?;
+        let epilogue = ConvEpilogue::decode(w, nchw)?;
         Ok(DepthwiseConv2d {
             window,
             depth_multiplier,
             act,
             nchw,
+            epilogue,
         })
     }
 
@@ -64,6 +80,7 @@ impl Kernel for DepthwiseConv2d {
         self.window.encode(w);
         w.push(self.depth_multiplier);
         w.extend(encode_act_layout(self.act, self.nchw));
+        ConvEpilogue::encode(&self.epilogue, w);
     }
 
     conv_kernel_methods!();
@@ -103,6 +120,10 @@ impl ConvCore for DepthwiseConv2d {
 
     fn activation(&self) -> Activation {
         self.act
+    }
+
+    fn epilogue(&self) -> Option<ConvEpilogue> {
+        self.epilogue
     }
 
     fn run_f32(&self, a: ConvArgs<'_>) -> Result<()> {

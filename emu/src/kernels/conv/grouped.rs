@@ -54,6 +54,7 @@ impl GroupedConv2d {
             window: self.window,
             act: self.act,
             nchw: false,
+            epilogue: None,
         }
     }
 

@@ -7,12 +7,14 @@ pub mod batch_matmul;
 pub mod conv2d;
 pub mod depthwise;
 mod depthwise_simd;
+mod epilogue;
 pub mod fully_connected;
 pub mod grouped;
 mod shallow;
 pub mod transpose;
 pub mod window;
 
+pub use epilogue::ConvEpilogue;
 pub use window::ConvWindow;
 
 use crate::kernels::kernel::{default_check, Cost, Kernel};
@@ -22,8 +24,11 @@ use crate::kernels::qconv::{
 pub(crate) use crate::kernels::quant::qerr;
 use crate::kernels::quant::quantized_activation_range;
 use crate::kernels::quant::QuantElem;
+use crate::kernels::requant::{memoised, Epilogue, Memo};
 use crate::kernels::{bad_shape, Activation, KernelError, Result, Tensor, TensorMut};
-use crate::tensor::{widen_f16, DType, Layout, TensorType, View, ViewMut};
+use crate::tensor::{widen_f16, DType, Layout, Quant, TensorType, View, ViewMut};
+use std::cell::RefCell;
+use std::rc::Rc;
 
 /// Checks the element types of a (input, filter, bias) triple: float32 or float16
 /// throughout, or quantised input with a same-typed or per-channel int8 filter and an
@@ -72,6 +77,8 @@ pub(crate) struct QStage {
     per_channel: bool,
     act_min: i32,
     act_max: i32,
+    /// A fused requantisation after the stage.
+    epilogue: Option<Epilogue>,
 }
 
 impl QStage {
@@ -139,6 +146,7 @@ impl QStage {
             per_channel,
             act_min,
             act_max,
+            epilogue: None,
         })
     }
 
@@ -158,6 +166,7 @@ impl QStage {
             output_shift: pick(self.per_channel, &self.shifts),
             act_min: self.act_min,
             act_max: self.act_max,
+            epilogue: self.epilogue.as_ref(),
         }
     }
 }
@@ -193,7 +202,9 @@ pub(crate) struct ConvArgs<'a, T = f32, F = f32, B = f32> {
 macro_rules! conv_kernel_methods {
     () => {
         fn input_count(&self) -> std::ops::RangeInclusive<usize> {
-            3..=3
+            $crate::kernels::conv::ConvEpilogue::inputs(&$crate::kernels::conv::ConvCore::epilogue(
+                self,
+            ))
         }
 
         fn check_outputs(
@@ -221,6 +232,11 @@ pub(crate) trait ConvCore: Kernel {
 
     /// The fused activation.
     fn activation(&self) -> Activation;
+
+    /// The fused requantisation, for the kernels that take one.
+    fn epilogue(&self) -> Option<ConvEpilogue> {
+        None
+    }
 
     /// The float32 computation; shapes were validated by `output_shapes`.
     fn run_f32(&self, a: ConvArgs<'_>) -> Result<()>;
@@ -271,10 +287,78 @@ pub(crate) fn check_conv_outputs<K: ConvCore>(
     outputs: &[&TensorType],
 ) -> Result<()> {
     if inputs[0].dtype.is_float() {
+        if k.epilogue().is_some() {
+            return Err(bad_shape(
+                k.name(),
+                "a fused requantisation of float tensors",
+            ));
+        }
         return default_check(inputs, outputs);
     }
-    k.stage([inputs[0], inputs[1], inputs[2], outputs[0]])
-        .map(|_| ())
+    conv_stage(k, inputs, outputs[0], &[]).map(|_| ())
+}
+
+thread_local! {
+    /// The convolutions' output stages built on this thread ([`conv_stage`]).
+    static STAGES: Memo<QStage> = RefCell::default();
+}
+
+/// Appends the words of a tensor type's element type, shape and quantisation.
+fn type_key(t: &TensorType, w: &mut Vec<u32>) {
+    let q = &t.quant;
+    w.extend([t.dtype as u32, t.layout as u32, t.shape.len() as u32]);
+    w.extend(t.shape.iter().map(|&d| d as u32));
+    w.extend([q.scale.to_bits(), q.zero_point as u32]);
+    if let Some(pc) = &q.per_channel {
+        w.extend([pc.axis, pc.scales.len() as u32]);
+        w.extend(pc.scales.iter().map(|s| s.to_bits()));
+    }
+}
+
+/// The output stage of a quantised convolution with inputs `inputs` and output `out`,
+/// its fused requantisation included (with the slope's values `slope`, or 1 for a check),
+/// built once per thread for the same types and slope ([`memoised`]).
+fn conv_stage<K: ConvCore>(
+    k: &K,
+    inputs: &[&TensorType],
+    out: &TensorType,
+    slope: &[f32],
+) -> Result<Rc<QStage>> {
+    let mut key = Vec::with_capacity(64 + 2 * inputs[1].shape.first().copied().unwrap_or(0));
+    key.extend([K::CHANNEL_AXIS as u32, k.activation() as u32]);
+    ConvEpilogue::encode(&k.epilogue(), &mut key);
+    for t in inputs.iter().copied().chain([out]) {
+        type_key(t, &mut key);
+    }
+    key.extend(slope.iter().map(|a| a.to_bits()));
+    memoised(&STAGES, key, || build_stage(k, inputs, out, slope))
+}
+
+/// [`conv_stage`], built.
+fn build_stage<K: ConvCore>(
+    k: &K,
+    inputs: &[&TensorType],
+    out: &TensorType,
+    slope: &[f32],
+) -> Result<QStage> {
+    let Some(e) = k.epilogue() else {
+        return k.stage([inputs[0], inputs[1], inputs[2], out]);
+    };
+    let mid = TensorType {
+        quant: Quant {
+            scale: e.scale,
+            zero_point: e.zero_point,
+            per_channel: None,
+        },
+        ..out.clone()
+    };
+    mid.validate_quant()
+        .map_err(|r| bad_shape(k.name(), format!("intermediate: {r}")))?;
+    let mut stage = k.stage([inputs[0], inputs[1], inputs[2], &mid])?;
+    let channels = inputs[1].shape.get(K::CHANNEL_AXIS).copied().unwrap_or(0);
+    let slope = (inputs.get(3).copied(), slope);
+    stage.epilogue = Some(e.stage(k.name(), (&mid, out), slope, channels)?);
+    Ok(stage)
 }
 
 /// `Kernel::run` of a convolution: the integer core for each quantised (input, filter)
@@ -291,7 +375,7 @@ pub(crate) fn run_conv<K: ConvCore>(
         (x, f): (&[T], &[F]),
         out: &mut [T],
     ) -> Result<()> {
-        let stage = k.stage([inputs[0].ty, inputs[1].ty, inputs[2].ty, out_ty])?;
+        let stage = run_stage(k, inputs, out_ty)?;
         let x = Tensor {
             shape: inputs[0].shape(),
             data: x,
@@ -316,7 +400,7 @@ pub(crate) fn run_conv<K: ConvCore>(
         x: &[T],
         out: &mut [T],
     ) -> Result<()> {
-        let stage = k.stage([inputs[0].ty, inputs[1].ty, inputs[2].ty, out_ty])?;
+        let stage = run_stage(k, inputs, out_ty)?;
         let own: Vec<i32>;
         let words: &[i32] = match bytemuck::try_cast_slice(inputs[1].bytes) {
             Ok(w) => w,
@@ -346,7 +430,26 @@ pub(crate) fn run_conv<K: ConvCore>(
         };
         k.run_quant_packed(&stage, args)
     }
+    /// The stage of the views, the slope's values read.
+    fn run_stage<K: ConvCore>(
+        k: &K,
+        inputs: &[View<'_>],
+        out_ty: &TensorType,
+    ) -> Result<Rc<QStage>> {
+        let tys: Vec<&TensorType> = inputs.iter().map(|v| v.ty).collect();
+        let slope = match inputs.get(3) {
+            Some(a) => a.f32s()?,
+            None => &[],
+        };
+        conv_stage(k, &tys, out_ty, slope)
+    }
     let ty = outputs[0].ty;
+    if k.epilogue().is_some() && inputs[0].ty.dtype.is_float() {
+        return Err(bad_shape(
+            k.name(),
+            "a fused requantisation of float tensors",
+        ));
+    }
     if inputs[1].ty.layout == Layout::IntPanels {
         let ok = inputs[0].ty.layout == Layout::Plain
             && inputs[2].ty.layout == Layout::Plain
@@ -694,6 +797,7 @@ mod packed_tests {
                 },
                 act: Activation::Relu6,
                 nchw,
+                epilogue: None,
             };
             let xs = if nchw { [n, c, h, w] } else { [n, h, w, c] };
             let (plain, packed) = both(op.into(), (&xs, seed), &[o, k, k, c], seed);
@@ -765,6 +869,7 @@ mod int_packed_tests {
                 },
                 act: Activation::Relu6,
                 nchw,
+                epilogue: None,
             });
             // uint8 input needs a per-channel int8 filter; int8 takes either.
             let per_channel = per_channel || unsigned;
@@ -988,6 +1093,7 @@ mod quant_tests {
                     stride_w: stride, stride_h: stride, dilation_w: dil, dilation_h: dil,
                 },
                 act: a, nchw,
+                epilogue: None,
             };
             // Plain reference.
             let (p, s, d) = (pad as i64, stride as usize, dil as usize);
@@ -1038,6 +1144,7 @@ mod quant_tests {
                     stride_w: stride, stride_h: stride, dilation_w: 1, dilation_h: 1,
                 },
                 depth_multiplier: m as u32, act: a, nchw,
+                epilogue: None,
             };
             let (p, s) = (pad as i64, stride as usize);
             let oh = (h + 2 * pad as usize - k) / s + 1;

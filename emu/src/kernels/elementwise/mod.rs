@@ -128,7 +128,7 @@ impl<F: Fn(f32, f32) -> f32> Body for Zip<'_, F> {
 
 /// Whether a tensor of `shape` broadcast to `out` is its own elements repeated whole: its
 /// dimensions, leading 1s dropped, are `out`'s trailing ones.
-fn repeats_along_leading(shape: &[usize], out: &[usize]) -> bool {
+pub(crate) fn repeats_along_leading(shape: &[usize], out: &[usize]) -> bool {
     let lead = shape.iter().take_while(|&&d| d == 1).count();
     let tail = &shape[lead..];
     tail.len() <= out.len() && out.ends_with(tail)

@@ -35,7 +35,7 @@ impl Byte for u8 {
 }
 
 /// QUANTIZE's constants for one output type.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Quantizer {
     /// Output scale.
     pub scale: f32,
@@ -67,7 +67,7 @@ impl Quantizer {
 
 /// DEQUANTIZE (per tensor) -> PRELU -> QUANTIZE: the input's scale and zero point, then
 /// the output's quantisation.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct PreluQuant {
     /// Input scale.
     pub in_scale: f32,
@@ -81,9 +81,7 @@ impl PreluQuant {
     /// One value with its `alpha`, as the three operations compute it.
     #[inline(always)]
     pub fn one<T: Byte, U: Byte>(&self, q: T, alpha: f32) -> U {
-        let v = self.in_scale * q.to_i32().wrapping_sub(self.in_zp) as f32;
-        let p = if v >= 0.0 { v } else { v * alpha };
-        self.out.one(p)
+        U::from_f32(self.value(q.to_i32(), alpha) as f32)
     }
 
     /// Whether every quotient `p / scale` of these constants with the slopes `alpha` is
@@ -93,8 +91,19 @@ impl PreluQuant {
     /// every sum is exact). Bounded in f64 with a margin for the three float32
     /// roundings before the quotient's.
     fn bounded<T: Byte, U: Byte>(&self, alpha: &[f32]) -> bool {
+        self.bounded_over((T::MIN, T::MAX), (U::MIN, U::MAX), alpha)
+    }
+
+    /// [`PreluQuant::bounded`] for inputs in `input` (the stored values' range) and
+    /// outputs of the type whose range is `output`.
+    pub(crate) fn bounded_over(
+        &self,
+        input: (i32, i32),
+        output: (i32, i32),
+        alpha: &[f32],
+    ) -> bool {
         let q = &self.out;
-        let span = [T::MIN, T::MAX]
+        let span = [input.0, input.1]
             .iter()
             .map(|&m| (f64::from(m) - f64::from(self.in_zp)).abs())
             .fold(0.0, f64::max);
@@ -110,8 +119,18 @@ impl PreluQuant {
             && bound * (1.0 + 1e-6) < 4194304.0
             && ints
             && q.lo <= q.hi
-            && q.lo >= U::MIN as f32
-            && q.hi <= U::MAX as f32
+            && q.lo >= output.0 as f32
+            && q.hi <= output.1 as f32
+    }
+
+    /// [`PreluQuant::one`] of a stored value `q` (an integer of the input type), as the
+    /// output type's stored integer (`from_f32` of an integer in range, NaN as 0).
+    #[inline(always)]
+    pub(crate) fn value(&self, q: i32, alpha: f32) -> i32 {
+        let v = self.in_scale * q.wrapping_sub(self.in_zp) as f32;
+        let p = if v >= 0.0 { v } else { v * alpha };
+        let o = &self.out;
+        (o.zp + (p / o.scale).round()).clamp(o.lo, o.hi) as i32
     }
 }
 
@@ -204,7 +223,7 @@ pub(crate) fn prelu_at<T: Byte, U: Byte>(
 }
 
 #[cfg(target_arch = "x86_64")]
-mod x86 {
+pub(crate) mod x86 {
     //! Whole vectors are loaded and stored in place; the one short vector at the end of a
     //! run is masked on AVX-512 and goes through a copy on AVX2. The rounding half away
     //! from zero is `trunc(d + copysign(0.49999997, d))`, exact for every float: the
@@ -367,6 +386,45 @@ mod x86 {
         }
     }
 
+    /// [`PreluQuant`]'s arithmetic on sixteen stored input values at a time (the one
+    /// definition of its lanes: the REQUANTIZE_PRELU kernel and the convolutions' fused
+    /// epilogue both run it).
+    #[derive(Clone, Copy)]
+    pub(crate) struct Prelu16 {
+        k: Q16,
+        scale: __m512,
+        zp: __m512i,
+    }
+
+    impl Prelu16 {
+        /// The constants of `p` in vectors.
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub(crate) fn new(p: &PreluQuant) -> Self {
+            Prelu16 {
+                k: Q16::new(&p.out),
+                scale: _mm512_set1_ps(p.in_scale),
+                zp: _mm512_set1_epi32(p.in_zp),
+            }
+        }
+
+        /// The output's stored integers of the stored inputs `q` with slopes `alpha`;
+        /// `BOUNDED`: the constants qualify for [`Q16::quantize_bounded`].
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub(crate) fn apply<const BOUNDED: bool>(&self, q: __m512i, alpha: __m512) -> __m512i {
+            let v = _mm512_mul_ps(self.scale, _mm512_cvtepi32_ps(_mm512_sub_epi32(q, self.zp)));
+            // Not `v >= 0` (NaN included) takes the slope, as the scalar branch does.
+            let neg = !_mm512_cmp_ps_mask::<_CMP_GE_OQ>(v, _mm512_setzero_ps());
+            let v = _mm512_mask_mul_ps(v, neg, v, alpha);
+            if BOUNDED {
+                self.k.quantize_bounded(v)
+            } else {
+                self.k.quantize(v)
+            }
+        }
+    }
+
     /// `BOUNDED`: the constants qualify for [`Q16::quantize_bounded`].
     #[target_feature(enable = "avx512f,avx512bw")]
     pub(super) fn prelu_avx512<T: Byte, U: Byte, const BOUNDED: bool>(
@@ -375,8 +433,7 @@ mod x86 {
         alpha: &[f32],
         dst: &mut [U],
     ) {
-        let k = Q16::new(&p.out);
-        let (scale, zp) = (_mm512_set1_ps(p.in_scale), _mm512_set1_epi32(p.in_zp));
+        let lanes = Prelu16::new(p);
         // One run of the slope vector a chunk (the caller repeats `alpha` whole).
         for (x, dst) in x.chunks(alpha.len()).zip(dst.chunks_mut(alpha.len())) {
             let n = x.len().min(alpha.len()).min(dst.len());
@@ -389,16 +446,8 @@ mod x86 {
                 let m = (n - at).min(16);
                 // SAFETY: `at + m <= n`, within `x`, `alpha` and `dst`.
                 unsafe {
-                    let q = _mm512_sub_epi32(widen_16::<T>(src.add(at), m), zp);
-                    let v = _mm512_mul_ps(scale, _mm512_cvtepi32_ps(q));
-                    // Not `v >= 0` (NaN included) takes the slope, as the scalar branch does.
-                    let neg = !_mm512_cmp_ps_mask::<_CMP_GE_OQ>(v, _mm512_setzero_ps());
-                    let v = _mm512_mask_mul_ps(v, neg, v, load_16(a.add(at), m));
-                    let r = if BOUNDED {
-                        k.quantize_bounded(v)
-                    } else {
-                        k.quantize(v)
-                    };
+                    let q = widen_16::<T>(src.add(at), m);
+                    let r = lanes.apply::<BOUNDED>(q, load_16(a.add(at), m));
                     store_16(r, out.add(at), m);
                 }
             }
@@ -559,6 +608,41 @@ mod x86 {
         }
     }
 
+    /// [`Prelu16`] on eight lanes.
+    #[derive(Clone, Copy)]
+    pub(crate) struct Prelu8 {
+        k: Q8,
+        scale: __m256,
+        zp: __m256i,
+    }
+
+    impl Prelu8 {
+        /// The constants of `p` in vectors.
+        #[inline]
+        #[target_feature(enable = "avx2")]
+        pub(crate) fn new(p: &PreluQuant) -> Self {
+            Prelu8 {
+                k: Q8::new(&p.out),
+                scale: _mm256_set1_ps(p.in_scale),
+                zp: _mm256_set1_epi32(p.in_zp),
+            }
+        }
+
+        /// [`Prelu16::apply`] on eight lanes.
+        #[inline]
+        #[target_feature(enable = "avx2")]
+        pub(crate) fn apply<const BOUNDED: bool>(&self, q: __m256i, alpha: __m256) -> __m256i {
+            let v = _mm256_mul_ps(self.scale, _mm256_cvtepi32_ps(_mm256_sub_epi32(q, self.zp)));
+            let ge = _mm256_cmp_ps::<_CMP_GE_OQ>(v, _mm256_setzero_ps());
+            let v = _mm256_blendv_ps(_mm256_mul_ps(v, alpha), v, ge);
+            if BOUNDED {
+                self.k.quantize_bounded(v)
+            } else {
+                self.k.quantize(v)
+            }
+        }
+    }
+
     /// `BOUNDED`: the constants qualify for [`Q8::quantize_bounded`].
     #[target_feature(enable = "avx2")]
     pub(super) fn prelu_avx2<T: Byte, U: Byte, const BOUNDED: bool>(
@@ -567,8 +651,7 @@ mod x86 {
         alpha: &[f32],
         dst: &mut [U],
     ) {
-        let k = Q8::new(&p.out);
-        let (scale, zp) = (_mm256_set1_ps(p.in_scale), _mm256_set1_epi32(p.in_zp));
+        let lanes = Prelu8::new(p);
         // One run of the slope vector a chunk (the caller repeats `alpha` whole).
         for (x, dst) in x.chunks(alpha.len()).zip(dst.chunks_mut(alpha.len())) {
             let n = x.len().min(alpha.len()).min(dst.len());
@@ -581,15 +664,8 @@ mod x86 {
                 let m = (n - at).min(8);
                 // SAFETY: `at + m <= n`, within `x`, `alpha` and `dst`.
                 unsafe {
-                    let q = _mm256_sub_epi32(widen_8::<T>(src.add(at), m), zp);
-                    let v = _mm256_mul_ps(scale, _mm256_cvtepi32_ps(q));
-                    let ge = _mm256_cmp_ps::<_CMP_GE_OQ>(v, _mm256_setzero_ps());
-                    let v = _mm256_blendv_ps(_mm256_mul_ps(v, load_8(a.add(at), m)), v, ge);
-                    let r = if BOUNDED {
-                        k.quantize_bounded(v)
-                    } else {
-                        k.quantize(v)
-                    };
+                    let q = widen_8::<T>(src.add(at), m);
+                    let r = lanes.apply::<BOUNDED>(q, load_8(a.add(at), m));
                     store_8(narrow_8::<U>(r), out.add(at), m);
                 }
             }
