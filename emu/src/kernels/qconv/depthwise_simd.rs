@@ -56,6 +56,12 @@ pub(super) struct Prepared<T> {
     zp: i16,
     /// Up to `filter_h` prepared input rows.
     slots: Vec<Slot>,
+    /// The column pointers of the row being prepared (kept to spare an allocation).
+    ends: Vec<(*const u8, *const u8)>,
+    /// `(ky, iy)` of the output row being summed: its filter rows inside the input.
+    rows: Vec<(usize, usize)>,
+    /// `(prepared row, filter row)` of the output row being summed.
+    live: Vec<(*const i32, *const i32)>,
 }
 
 impl<T: QuantElem> Prepared<T> {
@@ -143,6 +149,9 @@ impl<T: QuantElem> Prepared<T> {
                     words: Vec::new(),
                 })
                 .collect(),
+            ends: Vec::with_capacity(cols),
+            rows: Vec::with_capacity(g.filter_h),
+            live: Vec::with_capacity(g.filter_h),
         })
     }
 
@@ -167,14 +176,17 @@ impl<T: QuantElem> Prepared<T> {
             return false;
         }
         // The input rows this output row reads (its taps' rows inside the input).
-        let rows: Vec<(usize, usize)> = (0..g.filter_h)
-            .filter_map(|ky| {
-                ConvGeometry::tap(oy, g.stride_h, ky, g.dilation_h, g.pad_top, g.in_h)
-                    .map(|iy| (ky, iy))
-            })
-            .collect();
+        let (mut rows, mut live) = (
+            std::mem::take(&mut self.rows),
+            std::mem::take(&mut self.live),
+        );
+        rows.clear();
+        live.clear();
+        rows.extend((0..g.filter_h).filter_map(|ky| {
+            ConvGeometry::tap(oy, g.stride_h, ky, g.dilation_h, g.pad_top, g.in_h)
+                .map(|iy| (ky, iy))
+        }));
         let image = img.as_ptr() as usize;
-        let mut live = Vec::with_capacity(rows.len());
         for &(ky, iy) in &rows {
             let tag = Some((image, iy));
             let at = match self.slots.iter().position(|s| s.tag == tag) {
@@ -198,6 +210,7 @@ impl<T: QuantElem> Prepared<T> {
             ));
         }
         self.sums(&live, accs);
+        (self.rows, self.live) = (rows, live);
         true
     }
 
@@ -207,18 +220,19 @@ impl<T: QuantElem> Prepared<T> {
         let g = &self.g;
         let c = g.in_c;
         let row = &img[iy * g.in_w * c..(iy + 1) * g.in_w * c];
-        let column = |j: usize| {
-            j.checked_sub(g.pad_left)
-                .filter(|&x| x < g.in_w)
-                .map_or(self.zp_row.as_ptr(), |x| row[x * c..].as_ptr())
-                .cast::<u8>()
+        // Column pointers by arithmetic (no slicing per column): a column inside the row
+        // points at its pixel, one outside at `zp_row`.
+        let (base, zp_row) = (row.as_ptr().cast::<u8>(), self.zp_row.as_ptr().cast::<u8>());
+        let column = |j: usize| match j.wrapping_sub(g.pad_left) {
+            x if j >= g.pad_left && x < g.in_w => base.wrapping_add(x * c),
+            _ => zp_row,
         };
-        let ends: Vec<(*const u8, *const u8)> = (0..self.cols)
-            .map(|k| {
-                let j = k * self.step;
-                (column(j), column(j + g.dilation_w))
-            })
-            .collect();
+        let mut ends = std::mem::take(&mut self.ends);
+        ends.clear();
+        ends.extend((0..self.cols).map(|k| {
+            let j = k * self.step;
+            (column(j), column(j + g.dilation_w))
+        }));
         let slot = &mut self.slots[at];
         slot.tag = None;
         slot.words.resize(self.cols * c, 0);
@@ -242,6 +256,7 @@ impl<T: QuantElem> Prepared<T> {
             }
         }
         slot.tag = Some((img.as_ptr() as usize, iy));
+        self.ends = ends;
     }
 
     /// The sums of every pixel of an output row from its live rows: `(prepared row,
