@@ -126,30 +126,45 @@ impl Kernel for Pad {
         same_storage(self.name(), inputs[0], outputs[0])
     }
 
+    /// The output is filled, then each run of the input that stays contiguous in the
+    /// output (everything inside the last padded dimension) is copied once: a channel
+    /// pad copies one pixel at a time, not one element.
     fn run(&self, inputs: &[View<'_>], outputs: &mut [ViewMut<'_>]) -> Result<()> {
         let x = inputs[0];
         let out = &mut outputs[0];
         let es = x.ty.dtype.size() as usize;
         let fill = fill_bytes(x.ty.dtype, self.value)
             .ok_or_else(|| bad_shape("PAD", "unrepresentable pad value"))?;
-        repeat_fill(out.bytes, &fill);
+        match *fill.as_slice() {
+            [b] => out.bytes.fill(b),
+            _ => repeat_fill(out.bytes, &fill),
+        }
         if x.bytes.is_empty() {
             return Ok(());
         }
         let shape = x.shape();
         let rank = shape.len();
+        // The last padded dimension: the ones after it are copied whole.
+        let last = (0..rank)
+            .rev()
+            .find(|&d| self.pads[d] != (0, 0))
+            .unwrap_or(0);
         let ostr = strides(&out.ty.shape);
-        let row = shape[rank - 1] * es;
-        let rows = x.bytes.len() / row;
-        let mut idx = vec![0usize; rank];
-        for r in 0..rows {
-            let mut off = self.pads[rank - 1].0 as usize;
-            for d in 0..rank - 1 {
+        let block = ostr[last] * es;
+        let run = shape[last] * block;
+        let runs = x.bytes.len() / run;
+        let mut idx = vec![0usize; last];
+        for r in 0..runs {
+            let mut off = self.pads[last].0 as usize * ostr[last];
+            for d in 0..last {
                 off += (idx[d] + self.pads[d].0 as usize) * ostr[d];
             }
             let off = off * es;
-            out.bytes[off..off + row].copy_from_slice(&x.bytes[r * row..(r + 1) * row]);
-            for d in (0..rank - 1).rev() {
+            copy_short(
+                &mut out.bytes[off..off + run],
+                &x.bytes[r * run..(r + 1) * run],
+            );
+            for d in (0..last).rev() {
                 idx[d] += 1;
                 if idx[d] < shape[d] {
                     break;
@@ -159,6 +174,23 @@ impl Kernel for Pad {
         }
         Ok(())
     }
+}
+
+/// `dst.copy_from_slice(src)`, with runs of 16 to 64 bytes (a pixel's channels) as
+/// 16-byte moves, the last one overlapping, instead of a call.
+#[inline(always)]
+fn copy_short(dst: &mut [u8], src: &[u8]) {
+    let n = src.len();
+    if !(16..=64).contains(&n) || dst.len() != n {
+        dst.copy_from_slice(src);
+        return;
+    }
+    let mut at = 0;
+    while at + 16 < n {
+        dst[at..at + 16].copy_from_slice(&src[at..at + 16]);
+        at += 16;
+    }
+    dst[n - 16..].copy_from_slice(&src[n - 16..]);
 }
 
 #[cfg(test)]
@@ -171,6 +203,16 @@ mod tests {
             let want: Vec<u8> = (0..n * 3).map(|i| [1, 2, 3][i % 3]).collect();
             assert_eq!(&out[..n * 3], &want[..]);
             assert_eq!(out[n * 3], 0, "a partial element is left alone");
+        }
+    }
+
+    #[test]
+    fn copy_short_copies_every_length() {
+        for n in 0..80 {
+            let src: Vec<u8> = (0..n as u8).map(|v| v.wrapping_mul(7) ^ 0x5a).collect();
+            let mut dst = vec![0u8; n];
+            super::copy_short(&mut dst, &src);
+            assert_eq!(dst, src);
         }
     }
 }

@@ -1,18 +1,19 @@
 //! Quantised DEPTHWISE_CONV_2D's sums with a depth multiplier of 1 and one-byte operands,
-//! vectorised as *pair sums*: the taps of a window are taken two at a time, each
-//! channel's two inputs (`x - in_zp`, as `i16`) interleaved next to its two filter
-//! values (`w - w_zp`, prepared once per layer as pair words, see
-//! [`igemm::pair`](crate::kernels::igemm::pair)), and `vpmaddwd` gives
-//! `x_a * w_a + x_b * w_b` per `i32` lane, exact because each operand is within
-//! `[-32767, 32767]`. Eight, sixteen or thirty-two channels a step (SSE-width and AVX2
-//! steps on AVX2, AVX-512BW steps where there are 32 channels or more); a channel count
-//! that is not a whole number of steps ends with one step over the last channels, which
-//! overlaps the one before (its sums are the same integers, stored twice).
+//! vectorised as *pair sums* over prepared input rows: each input row a window reads is
+//! turned once into pair words, column `j`'s word of channel `ch` holding
+//! `x[j] - in_zp` and `x[j + dilation_w] - in_zp` (as `i16`, 0 for a column outside the
+//! input), and the filter is held as pair words of the same two horizontal taps
+//! (`w - w_zp`, the high half 0 past the filter's width). A window's row of taps is then
+//! `ceil(filter_w / 2)` `vpmaddwd` of a prepared word and a filter word per channel
+//! lane: no shuffle per output pixel, and each prepared row serves every output row and
+//! pixel that reads it. Exact, because each operand is within `[-32767, 32767]`.
 //!
-//! A tap outside the input reads a row of `in_zp` (so `x - in_zp` is 0), and a window's
-//! odd last tap meets a filter word whose high half is 0: every pixel runs the same
-//! loop. Wrapping `i32` sums do not depend on the order of their terms, so every level
-//! gives the plain loop's integers.
+//! The words lie in channel order, so a step of eight (AVX2) or sixteen (AVX-512) lanes
+//! is any run of channels: a channel count that is not a whole number of steps ends with
+//! one step over the last channels, which overlaps the one before (its sums are the same
+//! integers, stored twice). Rows wholly outside the input are skipped (their taps add 0).
+//! Wrapping `i32` sums do not depend on the order of their terms, so every level gives
+//! the plain loop's integers.
 
 use super::{ConvGeometry, QuantElem};
 use crate::kernels::igemm::pair;
@@ -22,26 +23,45 @@ use crate::kernels::isa::Isa;
 /// GEMM's).
 const MAX_OPERAND: i64 = crate::kernels::igemm::MAX_OPERAND as i64;
 
-/// One layer's filter and input zero point, prepared for the vector rows, and the tap
-/// lists kept between rows and pixels (no allocation per pixel).
+/// One prepared input row: which row of which image it is, and its pair words.
+struct Slot {
+    /// `(image address, input row)`, or `None` when empty.
+    tag: Option<(usize, usize)>,
+    /// `cols * c` words.
+    words: Vec<i32>,
+}
+
+/// One layer's filter and input zero point, prepared for the vector rows, and the
+/// prepared input rows kept between output rows.
 pub(super) struct Prepared<T> {
     /// The level the steps run at (AVX2 or wider, capped at the CPU's).
     level: Isa,
-    /// Channels per step: 8, 16 or 32.
-    block: usize,
-    /// Channels of the input (and output).
-    c: usize,
-    /// The filter as pair words, step by step: for step `b` and tap pair `q`, `block`
-    /// words in the lanes' order (see [`Prepared::new`]).
+    /// The geometry the layer was prepared for.
+    g: ConvGeometry,
+    /// Pair words per filter row: `ceil(filter_w / 2)`.
+    pairs: usize,
+    /// Prepared column `k` is input column `k * step - pad_left`.
+    step: usize,
+    /// Output pixel `ox`, tap pair `p` reads prepared column `ox * a + p * b`.
+    a: usize,
+    /// See `a`.
+    b: usize,
+    /// Prepared columns per row.
+    cols: usize,
+    /// The filter as pair words `[filter_h][pairs][c]`, channels in order.
     filter: Vec<i32>,
-    /// `c` copies of the input zero point: what a tap outside the input reads.
+    /// `c` copies of the input zero point: what a column outside the input reads.
     zp_row: Vec<T>,
     /// The input zero point.
     zp: i16,
-    /// Per tap, where a window wholly inside the input reads (for the current run).
-    whole: Vec<*const u8>,
-    /// Per tap, where a window over the padding reads.
-    own: Vec<*const u8>,
+    /// Up to `filter_h` prepared input rows.
+    slots: Vec<Slot>,
+    /// The column pointers of the row being prepared (kept to spare an allocation).
+    ends: Vec<(*const u8, *const u8)>,
+    /// `(ky, iy)` of the output row being summed: its filter rows inside the input.
+    rows: Vec<(usize, usize)>,
+    /// `(prepared row, filter row)` of the output row being summed.
+    live: Vec<(*const i32, *const i32)>,
 }
 
 impl<T: QuantElem> Prepared<T> {
@@ -68,65 +88,79 @@ impl<T: QuantElem> Prepared<T> {
             || !zp_fits
             || c < 8
             || taps == 0
+            || g.stride_w == 0
             || taps.checked_mul(c) != Some(filter.len())
         {
             return None;
         }
-        let fits = |zp: i32| {
+        let zps: Vec<i32> = (0..c).map(&filter_zp).collect();
+        let fits = |zp: &i32| {
             let r = -MAX_OPERAND..=MAX_OPERAND;
-            r.contains(&(i64::from(F::MIN) - i64::from(zp)))
-                && r.contains(&(i64::from(F::MAX) - i64::from(zp)))
+            r.contains(&(i64::from(F::MIN) - i64::from(*zp)))
+                && r.contains(&(i64::from(F::MAX) - i64::from(*zp)))
         };
-        if !(0..c).all(|ch| fits(filter_zp(ch))) {
+        if !zps.iter().all(fits) {
             return None;
         }
-        let block = if level >= Isa::Avx512 && c >= 32 {
-            32
-        } else if c >= 16 {
-            16
+        let pairs = g.filter_w.div_ceil(2);
+        // Pixel `ox`'s pair `p` starts at input column `ox * stride + 2p * dilation -
+        // pad`: where the stride divides the pair's span, only every `stride`-th column
+        // is read.
+        let span = g.dilation_w.checked_mul(2)?;
+        let (step, a, b) = if span.is_multiple_of(g.stride_w) {
+            (g.stride_w, 1, span / g.stride_w)
         } else {
-            8
+            (1, g.stride_w, span)
         };
-        let pairs = taps.div_ceil(2);
-        let steps = c.div_ceil(block);
-        let mut words = Vec::with_capacity(steps * pairs * block);
-        // Lane order of a step (see `x86`): the low half of the words is channels
-        // `8j..8j+4` of each group `j` of eight, the high half channels `8j+4..8j+8`.
-        for b in 0..steps {
-            let s = (b * block).min(c - block);
-            for q in 0..pairs {
-                for h in 0..2 {
-                    for j in 0..block / 8 {
-                        for i in 0..4 {
-                            let ch = s + 8 * j + 4 * h + i;
-                            let w = |t: usize| {
-                                filter
-                                    .get(t * c + ch)
-                                    .map_or(0, |w| w.to_i32() - filter_zp(ch))
-                            };
-                            words.push(pair(w(2 * q), w(2 * q + 1)));
-                        }
-                    }
-                }
+        let cols = match g.out_w {
+            0 => 0,
+            w => (w - 1)
+                .checked_mul(a)?
+                .checked_add((pairs - 1).checked_mul(b)?)?
+                .checked_add(1)?,
+        };
+        cols.checked_mul(c)?.checked_mul(g.filter_h)?;
+        let mut words = Vec::with_capacity(g.filter_h * pairs * c);
+        for ky in 0..g.filter_h {
+            let row = &filter[ky * g.filter_w * c..(ky + 1) * g.filter_w * c];
+            let w = |kx: usize, ch: usize| {
+                row.get(kx * c + ch)
+                    .filter(|_| kx < g.filter_w)
+                    .map_or(0, |w| w.to_i32() - zps[ch])
+            };
+            for p in 0..pairs {
+                words.extend((0..c).map(|ch| pair(w(2 * p, ch), w(2 * p + 1, ch))));
             }
         }
         Some(Self {
             level,
-            block,
-            c,
+            g: *g,
+            pairs,
+            step,
+            a,
+            b,
+            cols,
             filter: words,
             zp_row: vec![T::saturate_from_i32(in_zp); c],
             zp: in_zp as i16,
-            whole: Vec::with_capacity(taps),
-            own: Vec::with_capacity(taps),
+            slots: (0..g.filter_h)
+                .map(|_| Slot {
+                    tag: None,
+                    words: Vec::new(),
+                })
+                .collect(),
+            ends: Vec::with_capacity(cols),
+            rows: Vec::with_capacity(g.filter_h),
+            live: Vec::with_capacity(g.filter_h),
         })
     }
 
     /// The sums of output row `oy` of image `img` (`[in_h, in_w, in_c]`), every channel of
     /// every pixel, into `accs` (`out_w * in_c`, overwritten):
     /// `sum over valid taps (x - in_zp) * (w - w_zp)` per channel. Writes nothing and
-    /// returns false where a length disagrees with the geometry (the caller validated
-    /// them: unreachable).
+    /// returns false where the geometry or a length disagrees with the prepared layer
+    /// (the caller validated them: unreachable). Prepared rows are kept by the image's
+    /// address and row: an image must not change while its rows are summed.
     pub(super) fn row_sums(
         &mut self,
         g: &ConvGeometry,
@@ -134,105 +168,153 @@ impl<T: QuantElem> Prepared<T> {
         oy: usize,
         accs: &mut [i32],
     ) -> bool {
-        let c = self.c;
-        let sizes_ok = g.in_c == c
+        let c = self.g.in_c;
+        let sizes_ok = *g == self.g
             && g.in_h.checked_mul(g.in_w).and_then(|p| p.checked_mul(c)) == Some(img.len())
-            && g.out_w.checked_mul(c) == Some(accs.len())
-            && g.filter_h
-                .checked_mul(g.filter_w)
-                .map(|t| t.div_ceil(2))
-                .and_then(|p| p.checked_mul(c.div_ceil(self.block) * self.block))
-                == Some(self.filter.len());
+            && g.out_w.checked_mul(c) == Some(accs.len());
         if !sizes_ok {
             return false;
         }
-        // A window wholly inside the input reads the same taps as any other, relative to
-        // its first input pixel; consecutive such windows are one run.
-        let inside = |o: usize, stride: usize, f: usize, d: usize, pad: usize, size: usize| {
-            (o * stride)
-                .checked_sub(pad)
-                .filter(|&i| i + (f - 1) * d < size)
-        };
-        let row_start = inside(oy, g.stride_h, g.filter_h, g.dilation_h, g.pad_top, g.in_h);
-        let col_start =
-            |ox: usize| inside(ox, g.stride_w, g.filter_w, g.dilation_w, g.pad_left, g.in_w);
-        let step = g.stride_w * c;
-        let mut ox = 0;
-        while ox < g.out_w {
-            if let (Some(y), Some(x)) = (row_start, col_start(ox)) {
-                let end = (ox + 1..g.out_w)
-                    .find(|&o| col_start(o).is_none())
-                    .unwrap_or(g.out_w);
-                let first = (y * g.in_w + x) * c;
-                let last_tap = ((g.filter_h - 1) * g.dilation_h * g.in_w
-                    + (g.filter_w - 1) * g.dilation_w)
-                    * c;
-                // The taps' offsets grow, so the last pixel's last tap is the furthest read.
-                let furthest = (end - ox - 1)
-                    .checked_mul(step)
-                    .and_then(|d| d.checked_add(first + last_tap + c));
-                if furthest.is_none_or(|e| e > img.len()) {
-                    return false;
-                }
-                self.whole.clear();
-                for ky in 0..g.filter_h {
-                    for kx in 0..g.filter_w {
-                        let at = first + (ky * g.dilation_h * g.in_w + kx * g.dilation_w) * c;
-                        self.whole.push(img[at..].as_ptr().cast());
-                    }
-                }
-                let run = &mut accs[ox * c..end * c];
-                self.run(true, step, end - ox, run);
-                ox = end;
-                continue;
-            }
-            self.own.clear();
-            for ky in 0..g.filter_h {
-                let iy = ConvGeometry::tap(oy, g.stride_h, ky, g.dilation_h, g.pad_top, g.in_h);
-                for kx in 0..g.filter_w {
-                    let ix =
-                        ConvGeometry::tap(ox, g.stride_w, kx, g.dilation_w, g.pad_left, g.in_w);
-                    let src = match (iy, ix) {
-                        (Some(iy), Some(ix)) => img.get((iy * g.in_w + ix) * c..),
-                        _ => None,
+        // The input rows this output row reads (its taps' rows inside the input).
+        let (mut rows, mut live) = (
+            std::mem::take(&mut self.rows),
+            std::mem::take(&mut self.live),
+        );
+        rows.clear();
+        live.clear();
+        rows.extend((0..g.filter_h).filter_map(|ky| {
+            ConvGeometry::tap(oy, g.stride_h, ky, g.dilation_h, g.pad_top, g.in_h)
+                .map(|iy| (ky, iy))
+        }));
+        let image = img.as_ptr() as usize;
+        for &(ky, iy) in &rows {
+            let tag = Some((image, iy));
+            let at = match self.slots.iter().position(|s| s.tag == tag) {
+                Some(at) => at,
+                None => {
+                    // A slot no row of this output row needs (there are `filter_h`).
+                    let Some(at) = self.slots.iter().position(|s| {
+                        s.tag.is_none_or(|(im, r)| {
+                            im != image || !rows.iter().any(|&(_, need)| need == r)
+                        })
+                    }) else {
+                        return false;
                     };
-                    // Checked lengths: every pixel's channels are inside the image.
-                    let src = src.filter(|s| s.len() >= c).unwrap_or(&self.zp_row);
-                    self.own.push(src.as_ptr().cast());
+                    self.prepare_row(img, iy, at);
+                    at
                 }
-            }
-            self.run(false, 0, 1, &mut accs[ox * c..(ox + 1) * c]);
-            ox += 1;
+            };
+            live.push((
+                self.slots[at].words.as_ptr(),
+                self.filter[ky * self.pairs * c..].as_ptr(),
+            ));
         }
+        self.sums(&live, accs);
+        (self.rows, self.live) = (rows, live);
         true
     }
 
-    /// The sums of `n` pixels into `accs` (`n * c`), pixel `p`'s tap `t` reading the `c`
-    /// elements from `taps[t] + p * step` (the whole-window list, or this pixel's own).
-    fn run(&self, whole: bool, step: usize, n: usize, accs: &mut [i32]) {
-        let taps = if whole { &self.whole } else { &self.own };
+    /// Prepares input row `iy` of `img` (checked by the caller to be inside) into slot
+    /// `at`.
+    fn prepare_row(&mut self, img: &[T], iy: usize, at: usize) {
+        let g = &self.g;
+        let c = g.in_c;
+        let row = &img[iy * g.in_w * c..(iy + 1) * g.in_w * c];
+        // Column pointers by arithmetic (no slicing per column): a column inside the row
+        // points at its pixel, one outside at `zp_row`.
+        let (base, zp_row) = (row.as_ptr().cast::<u8>(), self.zp_row.as_ptr().cast::<u8>());
+        let column = |j: usize| match j.wrapping_sub(g.pad_left) {
+            x if j >= g.pad_left && x < g.in_w => base.wrapping_add(x * c),
+            _ => zp_row,
+        };
+        let mut ends = std::mem::take(&mut self.ends);
+        ends.clear();
+        ends.extend((0..self.cols).map(|k| {
+            let j = k * self.step;
+            (column(j), column(j + g.dilation_w))
+        }));
+        let slot = &mut self.slots[at];
+        slot.tag = None;
+        slot.words.resize(self.cols * c, 0);
         #[cfg(target_arch = "x86_64")]
         {
-            let (f, c, zp) = (&self.filter[..], self.c, self.zp);
-            // Each call's contract holds: `Prepared::new` gave a vector level capped at
-            // the CPU's (AVX2 at least; AVX-512F and BW for 32-channel steps, chosen only
-            // at Isa::Avx512 and above), one-byte T, `c >= block` and `filter` of `steps *
-            // pairs * block` words (checked again by `row_sums`); every tap pointer of
-            // every pixel was taken from a slice of at least `c` elements (`row_sums`
-            // checked the run's furthest read), and `accs` is `n * c` words.
-            // SAFETY: the contract of `pixels8/16/32`, as just listed.
+            let (zp, words) = (self.zp, &mut slot.words[..]);
+            // Each call's contract: the level is capped at the CPU's (AVX2 at least,
+            // AVX-512 F and BW at Isa::Avx512 and above); every column pointer was taken
+            // from a slice of at least `c` one-byte elements (a pixel of the row, or
+            // `zp_row`); `words` is `cols * c` long and `ends` has `cols` entries; each
+            // step range is at least one step wide and within `c` (see `Steps`).
+            // SAFETY: the contract of `build`, as just listed.
             unsafe {
-                match self.block {
-                    32 if self.level >= Isa::Avx512 => {
-                        x86::pixels32::<T>(taps, step, n, c, f, zp, accs)
-                    }
-                    16 => x86::pixels16::<T>(taps, step, n, c, f, zp, accs),
-                    _ => x86::pixels8::<T>(taps, step, n, c, f, zp, accs),
+                let s = Steps::of(self.level, c);
+                if let Some(to) = s.wide {
+                    x86::build16::<T>(&ends, c, 0, to, zp, words);
+                }
+                if let Some(from) = s.narrow {
+                    x86::build8::<T>(&ends, c, from, c, zp, words);
+                }
+            }
+        }
+        slot.tag = Some((img.as_ptr() as usize, iy));
+        self.ends = ends;
+    }
+
+    /// The sums of every pixel of an output row from its live rows: `(prepared row,
+    /// filter row)` per tap row inside the input.
+    fn sums(&self, live: &[(*const i32, *const i32)], accs: &mut [i32]) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let c = self.g.in_c;
+            let (pairs, a, b, n) = (self.pairs, self.a, self.b, self.g.out_w);
+            // Each call's contract: as `build`'s for the level and steps; every prepared
+            // row is `cols * c` words and every filter row `pairs * c` words (from
+            // `filter_h * pairs * c`), so pixel `ox < out_w`, pair `p < pairs` reads
+            // words up to `((out_w - 1) * a + (pairs - 1) * b + 1) * c = cols * c`;
+            // `accs` is `out_w * c` words (checked by `row_sums`).
+            // SAFETY: the contract of `sums`, as just listed.
+            unsafe {
+                let s = Steps::of(self.level, c);
+                if let Some(to) = s.wide {
+                    x86::sums16(live, pairs, a, b, c, n, 0, to, accs);
+                }
+                if let Some(from) = s.narrow {
+                    x86::sums8(live, pairs, a, b, c, n, from, c, accs);
                 }
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
-        let _ = (taps, step, n, accs);
+        let _ = (live, accs);
+    }
+}
+
+/// How a row's `c >= 8` channels split into steps: sixteen-lane steps over channels
+/// `0..wide` (AVX-512, `c >= 16`), then eight-lane steps over `narrow..c`. Each range
+/// is a whole number of steps, or ends with one step overlapping the one before.
+struct Steps {
+    wide: Option<usize>,
+    narrow: Option<usize>,
+}
+
+impl Steps {
+    fn of(level: Isa, c: usize) -> Steps {
+        if level < Isa::Avx512 || c < 16 {
+            return Steps {
+                wide: None,
+                narrow: Some(0),
+            };
+        }
+        match c % 16 {
+            // A last step of sixteen overlapping by at most seven lanes, or none.
+            r if r == 0 || r > 8 => Steps {
+                wide: Some(c),
+                narrow: None,
+            },
+            // Eight lanes end it with less overlap.
+            r => Steps {
+                wide: Some(c - r),
+                narrow: Some(c - 8),
+            },
+        }
     }
 }
 
@@ -241,216 +323,168 @@ mod x86 {
     use super::QuantElem;
     use std::arch::x86_64::*;
 
-    /// Eight one-byte elements at `p` as `i16` lanes (sign-extended for a signed type).
-    ///
-    /// # Safety
-    /// `p` points at eight readable bytes.
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn widen8<E: QuantElem>(p: *const u8) -> __m128i {
-        // SAFETY: eight readable bytes (the caller's contract), one unaligned 64-bit load.
-        let b = unsafe { _mm_loadl_epi64(p.cast()) };
-        if E::MIN < 0 {
-            _mm_cvtepi8_epi16(b)
-        } else {
-            _mm_cvtepu8_epi16(b)
-        }
+    /// The step starts over channels `from..to` for `v` lanes: whole steps, then one
+    /// ending at `to` if some are left (`to - from >= v`).
+    #[inline(always)]
+    fn starts(from: usize, to: usize, v: usize) -> impl Iterator<Item = usize> {
+        let whole = (to - from) / v;
+        let tail = (!(to - from).is_multiple_of(v)).then_some(to - v);
+        (0..whole).map(move |i| from + i * v).chain(tail)
     }
 
-    /// Sixteen one-byte elements at `p` as `i16` lanes.
-    ///
-    /// # Safety
-    /// `p` points at sixteen readable bytes.
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn widen16<E: QuantElem>(p: *const u8) -> __m256i {
-        // SAFETY: sixteen readable bytes (the caller's contract), one unaligned load.
-        let b = unsafe { _mm_loadu_si128(p.cast()) };
-        if E::MIN < 0 {
-            _mm256_cvtepi8_epi16(b)
-        } else {
-            _mm256_cvtepu8_epi16(b)
-        }
-    }
-
-    /// Thirty-two one-byte elements at `p` as `i16` lanes.
-    ///
-    /// # Safety
-    /// `p` points at thirty-two readable bytes.
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw")]
-    unsafe fn widen32<E: QuantElem>(p: *const u8) -> __m512i {
-        // SAFETY: thirty-two readable bytes (the caller's contract), one unaligned load.
-        let b = unsafe { _mm256_loadu_si256(p.cast()) };
-        if E::MIN < 0 {
-            _mm512_cvtepi8_epi16(b)
-        } else {
-            _mm512_cvtepu8_epi16(b)
-        }
-    }
-
-    /// The eight sums of a step (`lo`: channels 0..4, `hi`: 4..8) stored in order.
-    ///
-    /// # Safety
-    /// `p` points at eight writable `i32`.
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn store8(p: *mut i32, lo: __m128i, hi: __m128i) {
-        // SAFETY: eight writable words (the caller's contract), two unaligned stores.
-        unsafe {
-            _mm_storeu_si128(p.cast(), lo);
-            _mm_storeu_si128(p.add(4).cast(), hi);
-        }
-    }
-
-    /// The sixteen sums of a step (`lo`: channels 0..4 and 8..12, `hi`: 4..8 and 12..16,
-    /// the 128-bit lanes' order of the interleaving) stored in order.
-    ///
-    /// # Safety
-    /// `p` points at sixteen writable `i32`.
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn store16(p: *mut i32, lo: __m256i, hi: __m256i) {
-        let first = _mm256_permute2x128_si256::<0x20>(lo, hi);
-        let second = _mm256_permute2x128_si256::<0x31>(lo, hi);
-        // SAFETY: sixteen writable words (the caller's contract), two unaligned stores.
-        unsafe {
-            _mm256_storeu_si256(p.cast(), first);
-            _mm256_storeu_si256(p.add(8).cast(), second);
-        }
-    }
-
-    /// The thirty-two sums of a step (`lo`: channels `8j..8j+4` of each 128-bit lane `j`,
-    /// `hi`: `8j+4..8j+8`) stored in order.
-    ///
-    /// # Safety
-    /// `p` points at thirty-two writable `i32`.
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw")]
-    unsafe fn store32(p: *mut i32, lo: __m512i, hi: __m512i) {
-        // Quadwords: 0-7 from `lo`, 8-15 from `hi`.
-        let first = _mm512_permutex2var_epi64(lo, _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0), hi);
-        let second =
-            _mm512_permutex2var_epi64(lo, _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4), hi);
-        // SAFETY: thirty-two writable words (the caller's contract), two unaligned stores.
-        unsafe {
-            _mm512_storeu_si512(p.cast(), first);
-            _mm512_storeu_si512(p.add(16).cast(), second);
-        }
-    }
-
-    /// One body for the three widths: [`super::Prepared::run`]'s sums, `$lanes` channels
-    /// a step (the last step ending at channel `c`).
-    macro_rules! pixels_body {
-        ($name:ident, $feature:literal, $lanes:literal, $vec:ty, $widen:ident, $store:ident,
-         $set1:ident, $zero:ident, $sub:ident, $add:ident, $madd:ident, $lo:ident, $hi:ident,
-         $load:ident) => {
-            /// See [`pixels_body`].
+    /// One body for the two widths of the row preparation and the sums.
+    macro_rules! width {
+        ($build:ident, $sums:ident, $feature:literal, $lanes:literal, $vec:ty,
+         $loadx:expr, $widen_s:ident, $widen_u:ident, $blend:expr, $set1_16:ident,
+         $sub16:ident, $slli:ident, $load:ident, $store:ident, $zero:ident,
+         $add:ident, $madd:ident) => {
+            /// Prepares a row: for column `k` and channel `ch` in the steps of
+            /// `from..to`, word `k * c + ch` = `pair(a - zp, b - zp)` of the bytes at
+            /// `ends[k].0 + ch` and `ends[k].1 + ch`.
             ///
             /// # Safety
-            /// The CPU has the target features, T is one byte, and for each pixel
-            /// `p < n` every tap's `c` elements from `p * step` are readable.
+            /// The CPU has the target features, T is one byte, every pointer of `ends`
+            /// has `c` readable bytes, `words` is `ends.len() * c` long, and
+            /// `$lanes <= to - from`, `to <= c`.
+            #[target_feature(enable = $feature)]
+            pub(super) unsafe fn $build<T: QuantElem>(
+                ends: &[(*const u8, *const u8)],
+                c: usize,
+                from: usize,
+                to: usize,
+                zp: i16,
+                words: &mut [i32],
+            ) {
+                let zp = $set1_16(zp);
+                let out = words.as_mut_ptr();
+                for (k, &(pa, pb)) in ends.iter().enumerate() {
+                    for s in starts(from, to, $lanes) {
+                        // SAFETY: `s + $lanes <= c` bytes from each pointer, and word
+                        // `k * c + s + $lanes <= words.len()` (the caller's contract).
+                        unsafe {
+                            let (xa, xb) = ($loadx(pa.add(s)), $loadx(pb.add(s)));
+                            let (xa, xb) = if T::MIN < 0 {
+                                ($widen_s(xa), $widen_s(xb))
+                            } else {
+                                ($widen_u(xa), $widen_u(xb))
+                            };
+                            let v = $sub16($blend(xa, $slli::<16>(xb)), zp);
+                            $store(out.add(k * c + s).cast(), v);
+                        }
+                    }
+                }
+            }
+
+            /// The sums of `n` pixels for the steps of `from..to`: pixel `ox`, channel
+            /// `ch` is the sum over live rows `(h, w)` and pairs `p` of the pair products
+            /// of words `h[(ox * a + p * b) * c + ch]` and `w[p * c + ch]`.
+            ///
+            /// # Safety
+            /// The CPU has the target features; each `h` has
+            /// `((n - 1) * a + (pairs - 1) * b + 1) * c` readable words and each `w`
+            /// `pairs * c`; `accs` is `n * c` words; `$lanes <= to - from`, `to <= c`.
             #[target_feature(enable = $feature)]
             #[allow(clippy::too_many_arguments)]
-            pub(super) unsafe fn $name<T: QuantElem>(
-                taps: &[*const u8],
-                step: usize,
-                n: usize,
+            pub(super) unsafe fn $sums(
+                live: &[(*const i32, *const i32)],
+                pairs: usize,
+                a: usize,
+                b: usize,
                 c: usize,
-                filter: &[i32],
-                zp: i16,
+                n: usize,
+                from: usize,
+                to: usize,
                 accs: &mut [i32],
             ) {
-                let pairs = taps.len().div_ceil(2);
-                let steps = c.div_ceil($lanes);
-                let ok = !taps.is_empty()
-                    && c >= $lanes
-                    && filter.len() >= steps * pairs * $lanes
-                    && n.checked_mul(c).is_some_and(|e| e <= accs.len());
-                if !ok {
-                    return;
-                }
-                let last = taps.len() - 1;
-                let zp = $set1(zp);
-                for (p, acc) in accs.chunks_exact_mut(c).take(n).enumerate() {
-                    let at = p * step;
-                    for b in 0..steps {
-                        let s = (b * $lanes).min(c - $lanes);
-                        let words = &filter[b * pairs * $lanes..(b + 1) * pairs * $lanes];
-                        let (mut lo, mut hi) = ($zero(), $zero());
-                        for (q, w) in words.chunks_exact($lanes).enumerate() {
-                            let (ta, tb) = (taps[2 * q], taps[(2 * q + 1).min(last)]);
-                            // `s + $lanes <= c`, each tap's `c` elements (one byte each)
-                            // from `at` are readable (the caller's contract), `w` is
-                            // `$lanes` words.
-                            // SAFETY: so every load stays inside what it reads.
-                            let (xa, xb, wl, wh) = unsafe {
-                                (
-                                    $widen::<T>(ta.add(at + s)),
-                                    $widen::<T>(tb.add(at + s)),
-                                    $load(w.as_ptr().cast()),
-                                    $load(w.as_ptr().add($lanes / 2).cast()),
-                                )
-                            };
-                            let (xa, xb) = ($sub(xa, zp), $sub(xb, zp));
-                            lo = $add(lo, $madd($lo(xa, xb), wl));
-                            hi = $add(hi, $madd($hi(xa, xb), wh));
+                let out = accs.as_mut_ptr();
+                let (da, db) = (a * c, b * c);
+                for s in starts(from, to, $lanes) {
+                    let mut ox = 0;
+                    // Four pixels at once: each filter word loaded once for four.
+                    while ox + 4 <= n {
+                        let (mut s0, mut s1, mut s2, mut s3) = ($zero(), $zero(), $zero(), $zero());
+                        for &(h, w) in live {
+                            for p in 0..pairs {
+                                // SAFETY: pixels `ox..ox + 4 <= n`, pair `p < pairs`:
+                                // inside the rows' words (the caller's contract).
+                                unsafe {
+                                    let wv = $load(w.add(p * c + s).cast());
+                                    let at = h.add(ox * da + p * db + s);
+                                    s0 = $add(s0, $madd($load(at.cast()), wv));
+                                    s1 = $add(s1, $madd($load(at.add(da).cast()), wv));
+                                    s2 = $add(s2, $madd($load(at.add(2 * da).cast()), wv));
+                                    s3 = $add(s3, $madd($load(at.add(3 * da).cast()), wv));
+                                }
+                            }
                         }
-                        // SAFETY: `acc` is `c` words and `s + $lanes <= c`.
-                        unsafe { $store(acc.as_mut_ptr().add(s), lo, hi) };
+                        // SAFETY: pixels `ox..ox + 4 <= n`, channels `s..s + $lanes <= c`.
+                        unsafe {
+                            let at = out.add(ox * c + s);
+                            $store(at.cast(), s0);
+                            $store(at.add(c).cast(), s1);
+                            $store(at.add(2 * c).cast(), s2);
+                            $store(at.add(3 * c).cast(), s3);
+                        }
+                        ox += 4;
+                    }
+                    while ox < n {
+                        let mut s0 = $zero();
+                        for &(h, w) in live {
+                            for p in 0..pairs {
+                                // SAFETY: as above, for one pixel.
+                                unsafe {
+                                    let wv = $load(w.add(p * c + s).cast());
+                                    let at = h.add(ox * da + p * db + s);
+                                    s0 = $add(s0, $madd($load(at.cast()), wv));
+                                }
+                            }
+                        }
+                        // SAFETY: pixel `ox < n`, channels `s..s + $lanes <= c`.
+                        unsafe { $store(out.add(ox * c + s).cast(), s0) };
+                        ox += 1;
                     }
                 }
             }
         };
     }
 
-    pixels_body!(
-        pixels8,
+    width!(
+        build8,
+        sums8,
         "avx2",
         8,
-        __m128i,
-        widen8,
-        store8,
-        _mm_set1_epi16,
-        _mm_setzero_si128,
-        _mm_sub_epi16,
-        _mm_add_epi32,
-        _mm_madd_epi16,
-        _mm_unpacklo_epi16,
-        _mm_unpackhi_epi16,
-        _mm_loadu_si128
-    );
-    pixels_body!(
-        pixels16,
-        "avx2",
-        16,
         __m256i,
-        widen16,
-        store16,
+        |p: *const u8| _mm_loadl_epi64(p.cast()),
+        _mm256_cvtepi8_epi32,
+        _mm256_cvtepu8_epi32,
+        |a, b| _mm256_blend_epi16::<0xAA>(a, b),
         _mm256_set1_epi16,
-        _mm256_setzero_si256,
         _mm256_sub_epi16,
+        _mm256_slli_epi32,
+        _mm256_loadu_si256,
+        _mm256_storeu_si256,
+        _mm256_setzero_si256,
         _mm256_add_epi32,
-        _mm256_madd_epi16,
-        _mm256_unpacklo_epi16,
-        _mm256_unpackhi_epi16,
-        _mm256_loadu_si256
+        _mm256_madd_epi16
     );
-    pixels_body!(
-        pixels32,
+    width!(
+        build16,
+        sums16,
         "avx512f,avx512bw",
-        32,
+        16,
         __m512i,
-        widen32,
-        store32,
+        |p: *const u8| _mm_loadu_si128(p.cast()),
+        _mm512_cvtepi8_epi32,
+        _mm512_cvtepu8_epi32,
+        |a, b| _mm512_mask_blend_epi16(0xAAAA_AAAA, a, b),
         _mm512_set1_epi16,
-        _mm512_setzero_si512,
         _mm512_sub_epi16,
+        _mm512_slli_epi32,
+        _mm512_loadu_si512,
+        _mm512_storeu_si512,
+        _mm512_setzero_si512,
         _mm512_add_epi32,
-        _mm512_madd_epi16,
-        _mm512_unpacklo_epi16,
-        _mm512_unpackhi_epi16,
-        _mm512_loadu_si512
+        _mm512_madd_epi16
     );
 }
 
@@ -526,8 +560,8 @@ mod tests {
     proptest! {
         #![proptest_config(crate::kernels::proptest_config(128))]
         /// Every level gives the definition's sums: channel counts across the step
-        /// widths (an overlapping last step), padding, strides, dilations, odd and even
-        /// tap counts, input and filter zero points, signed and unsigned operands.
+        /// widths (an overlapping last step), padding, strides (one that does not divide
+        /// a tap pair's span too), dilations, odd and even tap counts, input and filter zero points, signed and unsigned operands.
         #[test]
         fn quant_depthwise_row_sums_match_the_definition(
             c in 1usize..80,
@@ -535,7 +569,7 @@ mod tests {
             in_w in 1usize..8,
             fh in 1usize..4,
             fw in 1usize..6,
-            stride in 1usize..3,
+            stride in 1usize..4,
             dilation in 1usize..3,
             pad in 0usize..3,
             zp in prop_oneof![-128i32..=255, Just(i32::MIN), Just(1000)],
