@@ -41,6 +41,29 @@ pub(super) fn uses(n: usize, ops: &[Lowered]) -> Uses {
     (readers, writers, producer)
 }
 
+/// Whether an op's output `u` may take the place of its input `t` when the op folds into
+/// `t`'s producer: `t` internal, written once and read once (by the folding op), `u`
+/// written once, both of static shape.
+fn folds_through(
+    sg: &Subgraph,
+    (readers, writers): (&[u32], &[u32]),
+    dynamic: &[bool],
+    t: u32,
+    u: u32,
+) -> bool {
+    let (ti, ui) = (t as usize, u as usize);
+    let internal = sg
+        .operands
+        .get(ti)
+        .is_some_and(|o| o.lifetime == OperandLifeTime::TEMPORARY_VARIABLE);
+    internal
+        && readers.get(ti) == Some(&1)
+        && writers.get(ti) == Some(&1)
+        && writers.get(ui) == Some(&1)
+        && !dynamic.get(ti).copied().unwrap_or(true)
+        && !dynamic.get(ui).copied().unwrap_or(true)
+}
+
 /// Whether `ops` has control flow (then nothing is fused).
 pub(super) fn has_control(ops: &[Lowered]) -> bool {
     ops.iter()
@@ -73,16 +96,7 @@ pub(super) fn fuse_requantize(
             continue;
         };
         let ti = t as usize;
-        let internal = sg
-            .operands
-            .get(ti)
-            .is_some_and(|o| o.lifetime == OperandLifeTime::TEMPORARY_VARIABLE);
-        let once = internal
-            && readers[ti] == 1
-            && writers[ti] == 1
-            && writers.get(u as usize) == Some(&1)
-            && !dynamic.get(ti).copied().unwrap_or(true)
-            && !dynamic.get(u as usize).copied().unwrap_or(true);
+        let once = folds_through(sg, (&readers, &writers), dynamic, t, u);
         let Some((i, 0)) = producer[ti].filter(|_| once) else {
             continue;
         };
@@ -223,17 +237,8 @@ pub(super) fn fuse_epilogues(
         let (Some(&t), &[u]) = (ops[j].inputs.first(), &ops[j].outputs[..]) else {
             continue;
         };
-        let (ti, ui) = (t as usize, u as usize);
-        let internal = sg
-            .operands
-            .get(ti)
-            .is_some_and(|o| o.lifetime == OperandLifeTime::TEMPORARY_VARIABLE);
-        let once = internal
-            && readers[ti] == 1
-            && writers[ti] == 1
-            && writers.get(ui) == Some(&1)
-            && !dynamic.get(ti).copied().unwrap_or(true)
-            && !dynamic.get(ui).copied().unwrap_or(true);
+        let ti = t as usize;
+        let once = folds_through(sg, (&readers, &writers), dynamic, t, u);
         let Some((i, 0)) = producer[ti].filter(|_| once) else {
             continue;
         };
@@ -315,17 +320,8 @@ pub(super) fn fuse_activations(
         let (&[t], &[u]) = (&ops[j].inputs[..], &ops[j].outputs[..]) else {
             continue;
         };
-        let (ti, ui) = (t as usize, u as usize);
-        let internal = sg
-            .operands
-            .get(ti)
-            .is_some_and(|o| o.lifetime == OperandLifeTime::TEMPORARY_VARIABLE);
-        let once = internal
-            && readers[ti] == 1
-            && writers[ti] == 1
-            && writers.get(ui) == Some(&1)
-            && !dynamic.get(ti).copied().unwrap_or(true)
-            && !dynamic.get(ui).copied().unwrap_or(true);
+        let ti = t as usize;
+        let once = folds_through(sg, (&readers, &writers), dynamic, t, u);
         let Some((i, slot)) = producer[ti].filter(|_| once) else {
             continue;
         };
