@@ -358,6 +358,31 @@ mod tests {
     use crate::kernels::conv::testutil::floats;
     use proptest::prelude::*;
 
+    /// The geometry of input `[n, h, w, c]` under filter `[kh, kw]`, strides `[sh, sw]`
+    /// and padding `[top, bottom, left, right]` (dilation 1).
+    fn geometry(
+        [n, h, w, c]: [usize; 4],
+        [kh, kw, sh, sw]: [usize; 4],
+        [pt, pb, pl, pr]: [usize; 4],
+    ) -> ConvGeometry {
+        ConvGeometry {
+            batches: n,
+            in_h: h,
+            in_w: w,
+            in_c: c,
+            out_h: (h + pt + pb - kh) / sh + 1,
+            out_w: (w + pl + pr - kw) / sw + 1,
+            filter_h: kh,
+            filter_w: kw,
+            stride_h: sh,
+            stride_w: sw,
+            dilation_h: 1,
+            dilation_w: 1,
+            pad_top: pt,
+            pad_left: pl,
+        }
+    }
+
     proptest! {
         /// Windows read in place give the im2col path's bits, over every border case
         /// (each side's padding on its own) and panel remainder.
@@ -370,22 +395,7 @@ mod tests {
             seed in any::<u32>(),
         ) {
             prop_assume!(h + pt + pb >= kh && w + pl + pr >= kw);
-            let g = ConvGeometry {
-                batches: n,
-                in_h: h,
-                in_w: w,
-                in_c: c,
-                out_h: (h + pt + pb - kh) / sh + 1,
-                out_w: (w + pl + pr - kw) / sw + 1,
-                filter_h: kh,
-                filter_w: kw,
-                stride_h: sh,
-                stride_w: sw,
-                dilation_h: 1,
-                dilation_w: 1,
-                pad_top: pt,
-                pad_left: pl,
-            };
+            let g = geometry([n, h, w, c], [kh, kw, sh, sw], [pt, pb, pl, pr]);
             let k = kh * kw * c;
             let x = floats(n * h * w * c, seed);
             let f = floats(o * k, seed ^ 7);
@@ -415,22 +425,7 @@ mod tests {
         ) {
             prop_assume!(h + pt + pb >= kh && w + pl + pr >= kw);
             let c = 3;
-            let g = ConvGeometry {
-                batches: n,
-                in_h: h,
-                in_w: w,
-                in_c: c,
-                out_h: (h + pt + pb - kh) / sh + 1,
-                out_w: (w + pl + pr - kw) / sw + 1,
-                filter_h: kh,
-                filter_w: kw,
-                stride_h: sh,
-                stride_w: sw,
-                dilation_h: 1,
-                dilation_w: 1,
-                pad_top: pt,
-                pad_left: pl,
-            };
+            let g = geometry([n, h, w, c], [kh, kw, sh, sw], [pt, pb, pl, pr]);
             let k = kh * kw * c;
             let mut x = floats(n * h * w * c, seed);
             if zeros {

@@ -222,9 +222,9 @@ mod x86 {
                     while p < np {
                         let two = p + 1 < np;
                         let tile = if two { tiles.1 } else { tiles.0 };
-                        // SAFETY: every tap the tile reads lies between `first` and `last`
-                        // (checked above) inside `img`; `panels` holds `np` panels of
-                        // `k * NR` floats, `p + 1 < np` for two.
+                        // Every tap the tile reads lies between `first` and `last` (checked
+                        // above) inside `img`; `panels` holds `np` panels of `k * NR` floats.
+                        // SAFETY: as just said, and `p + 1 < np` for two panels.
                         let sums = unsafe { tile(base, w * C, g.filter_h, panels, p, k) };
                         for (r, row) in sums.iter().enumerate() {
                             let px = &mut tile_out[r * o..][..o];
@@ -370,8 +370,9 @@ mod x86 {
                     let tile_out = &mut out[(oy * ow + start) * o..][..R256 * o];
                     for p in 0..np {
                         let panel = &panels[p * k * NR..][..k * NR];
-                        // SAFETY: every tap the tile reads lies between `first` and `last`
-                        // (checked above) inside `img`; `panel` is `k * NR` floats.
+                        // Every tap the tile reads lies between `first` and `last` (checked
+                        // above) inside `img`.
+                        // SAFETY: as just said, and `panel` is `k * NR` floats.
                         let sums = unsafe { tile(base, w * C, g.filter_h, panel) };
                         for (r, sums) in sums.iter().enumerate() {
                             store(&mut tile_out[r * o..][..o], p, *sums);

@@ -37,9 +37,9 @@ mod x86 {
             // SAFETY: `group` is 64 bytes, one unaligned 512-bit load.
             let y = unsafe { _mm512_loadu_si512(group.as_ptr().cast()) };
             for (s, &row) in acc.iter_mut().zip(&rows) {
-                // SAFETY: row `r` starts at byte `r * pitch` of `a`, which holds
-                // `(R - 1) * pitch + g * 4` bytes (`tile_fits`), and `t < g`: the four
-                // bytes at `4t` are inside it.
+                // Row `r` starts at byte `r * pitch` of `a`, which holds
+                // `(R - 1) * pitch + g * 4` bytes (`tile_fits`), and `t < g`.
+                // SAFETY: so the four bytes at `4t` of the row are inside `a`.
                 let x = unsafe { row.add(t * GROUP).cast::<i32>().read_unaligned() };
                 *s = _mm512_dpbusd_epi32(*s, _mm512_set1_epi32(x), y);
             }
