@@ -147,7 +147,7 @@ impl Epilogue {
 /// with zeros to a multiple of sixteen (an AVX-512 step reads sixteen from any multiple of
 /// sixteen, an AVX2 step eight from any channel up to the last eight).
 #[derive(Debug, Clone, Default)]
-struct Lanes {
+pub(crate) struct Lanes {
     /// Bias added to the sum.
     bias: Vec<i32>,
     /// Q31 multiplier.
@@ -160,6 +160,33 @@ struct Lanes {
     mask: Vec<i32>,
     /// `mask >> 1`: the rounding threshold of a non-negative value.
     half: Vec<i32>,
+    /// The one-rounding form of a stage without left shifts (see [`wide_constants`]):
+    /// per block of sixteen channels, the 64-bit addend, shift and negative adjustment
+    /// of its even channels, then of its odd ones (`[k; 8][k; 8][s; 8][s; 8][a; 8][a; 8]`).
+    wide: Vec<i64>,
+}
+
+/// The 64-bit constants that let a stage without left shifts round once. With the
+/// product `p = x * m` (exact in 64 bits) and right shift `e`, gemmlowp's two roundings,
+/// `y = floor((p + 2^30) / 2^31)` and then `floor((y + 2^(e-1) - [y < 0]) / 2^e)` (the
+/// rounding division for `e > 0`), are one floor division, since
+/// `floor((floor(a / b) + c) / d) = floor((a + c * b) / (b * d))`: the result is
+/// `(p + k - [p < -2^30] * a) >> s` with `k = 2^30 + 2^(30 + e)`, `a = 2^31` and
+/// `s = 31 + e` (for `e = 0`: `k = 2^30`, `a = 0`, `s = 31`). As `|p| <= 2^62` and
+/// `k <= 2^30 + 2^61`, nothing overflows. Laid out as [`Lanes::wide`] for `right` (one
+/// shift per channel, a multiple of sixteen long).
+fn wide_constants(right: &[i32]) -> Vec<i64> {
+    let mut out = Vec::with_capacity(right.len() * 3);
+    for block in right.chunks(16) {
+        let e = |i: usize| i64::from(block.get(i).copied().unwrap_or(0));
+        let k = |e: i64| (1i64 << 30) + if e > 0 { 1i64 << (30 + e) } else { 0 };
+        let a = |e: i64| if e > 0 { 1i64 << 31 } else { 0 };
+        for f in [k, |e: i64| 31 + e, a] {
+            out.extend((0..8).map(|i| f(e(2 * i))));
+            out.extend((0..8).map(|i| f(e(2 * i + 1))));
+        }
+    }
+    out
 }
 
 /// The per-channel constants, one entry per output channel, and their vector form.
@@ -207,6 +234,7 @@ impl Requant {
                 mult: padded(mult.clone()),
                 left: padded(shift.iter().map(|&s| s.max(0)).collect()),
                 half: padded(mask.iter().map(|&m| m >> 1).collect()),
+                wide: wide_constants(&padded(right.clone())),
                 right: padded(right),
                 mask: padded(mask),
             }
@@ -228,6 +256,13 @@ impl Requant {
     /// then the intermediate's).
     pub fn with_epilogue(self, epilogue: Option<Epilogue>) -> Self {
         Requant { epilogue, ..self }
+    }
+
+    /// The vector form of the stage, if its shifts allow it, and its kind: `(lanes,
+    /// full, epilogue)` (`full`: some shift is to the left or some multiplier is
+    /// `i32::MIN`), for kernels that requantise their sums in registers.
+    pub(crate) fn vector_form(&self) -> Option<(&Lanes, bool, bool)> {
+        Some((self.lanes.as_ref()?, self.full, self.epilogue.is_some()))
     }
 
     /// One output of channel `c`, as the reference computes it.
@@ -428,6 +463,27 @@ pub(crate) mod x86 {
         _mm512_mask_add_epi32(v, up, v, _mm512_set1_epi32(1))
     }
 
+    /// The first `n <= 16` lanes of `v` stored as the one-byte `T` at `at`, saturating.
+    ///
+    /// # Safety
+    /// `T` is one byte wide and `at` has `n` writable bytes.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw")]
+    pub(crate) unsafe fn store_bytes16<T: QuantElem>(v: __m512i, at: *mut T, n: usize) {
+        let mask = ((1u32 << n.min(16)) - 1) as u16;
+        // The narrowing stores are AVX-512F (the 128-bit masked byte store would need
+        // AVX-512VL, which these functions do not enable: it ran as a call per store).
+        // SAFETY: the masked store writes only the first `n` bytes (the caller's).
+        unsafe {
+            if T::MIN < 0 {
+                _mm512_mask_cvtsepi32_storeu_epi8(at.cast(), mask, v);
+            } else {
+                let v = _mm512_max_epi32(v, _mm512_setzero_si512());
+                _mm512_mask_cvtusepi32_storeu_epi8(at.cast(), mask, v);
+            }
+        }
+    }
+
     /// The lanes of `mask` (at most 16, the first ones) stored into `lanes`, one-byte
     /// types by saturating narrowing.
     #[inline]
@@ -435,20 +491,9 @@ pub(crate) mod x86 {
     pub(crate) fn store16_avx512<T: QuantElem>(v: __m512i, lanes: &mut [T]) {
         if std::mem::size_of::<T>() == 1 {
             let n = lanes.len().min(16);
-            let mask = ((1u32 << n) - 1) as u16;
-            let at = lanes.as_mut_ptr().cast();
-            // The narrowing stores are AVX-512F (the 128-bit masked byte store would need
-            // AVX-512VL, which these functions do not enable: it ran as a call per store).
-            // SAFETY: T is a one-byte QuantElem (u8 or i8), so `lanes` is at least `n`
-            // bytes, and the masked store writes only the first `n`.
-            unsafe {
-                if T::MIN < 0 {
-                    _mm512_mask_cvtsepi32_storeu_epi8(at, mask, v);
-                } else {
-                    let v = _mm512_max_epi32(v, _mm512_setzero_si512());
-                    _mm512_mask_cvtusepi32_storeu_epi8(at, mask, v);
-                }
-            }
+            // SAFETY: T is a one-byte QuantElem (u8 or i8), so `lanes` is `n` bytes or
+            // more.
+            unsafe { store_bytes16(v, lanes.as_mut_ptr(), n) };
         } else {
             let mut out = [0i32; 16];
             // SAFETY: `out` is sixteen i32, one unaligned 512-bit store.
@@ -496,6 +541,162 @@ pub(crate) mod x86 {
         unsafe { _mm512_maskz_loadu_epi32(mask, s.as_ptr().cast()) }
     }
 
+    /// The per-call constants of the stage on sixteen lanes (zero point, clamps, the
+    /// epilogue's); [`Stage512::step`] adds a step's per-channel ones.
+    pub(crate) struct Stage512<'a> {
+        q: &'a Requant,
+        l: &'a Lanes,
+        zp: __m512i,
+        lo: __m512i,
+        hi: __m512i,
+        prelu: Option<Prelu16>,
+        bounded: bool,
+        e_lo: __m512i,
+        e_hi: __m512i,
+    }
+
+    /// The constants of channels `c0..c0 + 16` of a stage, in registers.
+    pub(crate) struct Step512 {
+        bias: __m512i,
+        m: __m512i,
+        m_odd: __m512i,
+        k: [__m512i; 2],
+        s: [__m512i; 2],
+        adj: [__m512i; 2],
+        left: __m512i,
+        right: __m512i,
+        mask: __m512i,
+        half: __m512i,
+        alpha: __m512,
+    }
+
+    impl<'a> Stage512<'a> {
+        /// The stage `q` (its vector constants `l`).
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub(crate) fn new(q: &'a Requant, l: &'a Lanes) -> Self {
+            let epi = q.epilogue.as_ref();
+            let (e_lo, e_hi) = epi.map_or((0, 0), |e| (e.lo, e.hi));
+            Stage512 {
+                q,
+                l,
+                zp: _mm512_set1_epi32(q.zp),
+                lo: _mm512_set1_epi32(q.lo),
+                hi: _mm512_set1_epi32(q.hi),
+                prelu: epi.map(|e| Prelu16::new(&e.prelu)),
+                bounded: epi.is_some_and(|e| e.bounded),
+                e_lo: _mm512_set1_epi32(e_lo),
+                e_hi: _mm512_set1_epi32(e_hi),
+            }
+        }
+
+        /// Channels the stage has constants for.
+        pub(crate) fn channels(&self) -> usize {
+            self.q.bias.len()
+        }
+
+        /// The constants of channels `c0..c0 + 16` (`c0` a multiple of sixteen; lanes
+        /// past the stage's channels are zeros).
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub(crate) fn step(&self, c0: usize) -> Step512 {
+            let l = self.l;
+            let m = ld16(&l.mult, c0);
+            let w = |i: usize| match l.wide.get(c0 * 3 + i * 8..c0 * 3 + i * 8 + 8) {
+                // SAFETY: eight i64, one unaligned 512-bit load.
+                Some(v) => unsafe { _mm512_loadu_si512(v.as_ptr().cast()) },
+                None => _mm512_setzero_si512(),
+            };
+            let alpha = match self
+                .q
+                .epilogue
+                .as_ref()
+                .and_then(|e| e.alpha.get(c0..c0 + 16))
+            {
+                // SAFETY: sixteen floats, one unaligned 512-bit load.
+                Some(a) => unsafe { _mm512_loadu_ps(a.as_ptr()) },
+                None => _mm512_setzero_ps(),
+            };
+            Step512 {
+                bias: ld16(&l.bias, c0),
+                m,
+                m_odd: _mm512_shuffle_epi32::<0xF5>(m),
+                k: [w(0), w(1)],
+                s: [w(2), w(3)],
+                adj: [w(4), w(5)],
+                left: ld16(&l.left, c0),
+                right: ld16(&l.right, c0),
+                mask: ld16(&l.mask, c0),
+                half: ld16(&l.half, c0),
+                alpha,
+            }
+        }
+
+        /// The stored integers of sixteen channels' sums `acc` (bias not yet added);
+        /// `FULL`: with the left shifts and the saturating case; `EPI`: with the
+        /// stage's epilogue.
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub(crate) fn apply<const FULL: bool, const EPI: bool>(
+            &self,
+            st: &Step512,
+            acc: __m512i,
+        ) -> __m512i {
+            let x = _mm512_add_epi32(acc, st.bias);
+            let v = if FULL {
+                let x = _mm512_sllv_epi32(x, st.left);
+                // `srdhm_avx512` with the multiplier's odd lanes moved once per step.
+                let h = _mm512_set1_epi64(1 << 30);
+                let even = _mm512_srli_epi64(_mm512_add_epi64(_mm512_mul_epi32(x, st.m), h), 31);
+                let odd = _mm512_slli_epi64(
+                    _mm512_add_epi64(
+                        _mm512_mul_epi32(_mm512_shuffle_epi32::<0xF5>(x), st.m_odd),
+                        h,
+                    ),
+                    1,
+                );
+                let mut r = _mm512_mask_blend_epi32(0xAAAA, even, odd);
+                let min = _mm512_set1_epi32(i32::MIN);
+                let both = _mm512_cmpeq_epi32_mask(x, min) & _mm512_cmpeq_epi32_mask(st.m, min);
+                r = _mm512_mask_blend_epi32(both, r, _mm512_set1_epi32(i32::MAX));
+                // `rdbpot_avx512` with the threshold's half precomputed.
+                let rem = _mm512_and_si512(r, st.mask);
+                let thr = _mm512_sub_epi32(st.half, _mm512_srai_epi32(r, 31));
+                let up = _mm512_cmpgt_epi32_mask(rem, thr);
+                let v = _mm512_srav_epi32(r, st.right);
+                _mm512_mask_add_epi32(v, up, v, _mm512_set1_epi32(1))
+            } else {
+                // One rounding of the 64-bit products ([`super::wide_constants`]): even
+                // channels in the low halves of the qwords, odd ones moved there.
+                let neg = _mm512_set1_epi64(-(1 << 30));
+                let round = |p: __m512i, i: usize| {
+                    let t = _mm512_add_epi64(p, st.k[i]);
+                    let t = _mm512_mask_sub_epi64(t, _mm512_cmplt_epi64_mask(p, neg), t, st.adj[i]);
+                    _mm512_srav_epi64(t, st.s[i])
+                };
+                let even = round(_mm512_mul_epi32(x, st.m), 0);
+                let odd = round(
+                    _mm512_mul_epi32(_mm512_shuffle_epi32::<0xF5>(x), st.m_odd),
+                    1,
+                );
+                // Each odd result's low half into the odd lane above it.
+                _mm512_mask_shuffle_epi32::<0xA0>(even, 0xAAAA, odd)
+            };
+            let mut v = _mm512_min_epi32(
+                _mm512_max_epi32(_mm512_add_epi32(v, self.zp), self.lo),
+                self.hi,
+            );
+            if let (true, Some(p)) = (EPI, &self.prelu) {
+                v = match self.bounded {
+                    true => p.apply::<true>(v, st.alpha),
+                    false => p.apply::<false>(v, st.alpha),
+                };
+                v = _mm512_min_epi32(_mm512_max_epi32(v, self.e_lo), self.e_hi);
+            }
+            v
+        }
+    }
+
     /// The stage over the whole rows of `width` channels in `sums` and `dst` (as long),
     /// sixteen channels a step (the last step masked), each step's constants loaded once
     /// for all the rows; `FULL`: with the left shifts and the saturating case; `EPI`:
@@ -508,69 +709,18 @@ pub(crate) mod x86 {
         dst: &mut [T],
         width: usize,
     ) -> bool {
-        let n = width.min(q.bias.len());
-        let (zp, lo, hi) = (
-            _mm512_set1_epi32(q.zp),
-            _mm512_set1_epi32(q.lo),
-            _mm512_set1_epi32(q.hi),
-        );
-        let (min, max, one) = (
-            _mm512_set1_epi32(i32::MIN),
-            _mm512_set1_epi32(i32::MAX),
-            _mm512_set1_epi32(1),
-        );
-        let epi = q.epilogue.as_ref().filter(|_| EPI);
-        let (prelu, bounded) = match epi {
-            Some(e) => (Some(Prelu16::new(&e.prelu)), e.bounded),
-            None => (None, false),
-        };
-        let (e_lo, e_hi) = epi.map_or((0, 0), |e| (e.lo, e.hi));
-        let (e_lo, e_hi) = (_mm512_set1_epi32(e_lo), _mm512_set1_epi32(e_hi));
+        let stage = Stage512::new(q, l);
+        let n = width.min(stage.channels());
+        let rows = sums.len().min(dst.len()) / width.max(1);
         for c0 in (0..n).step_by(16) {
             let k = (n - c0).min(16);
-            let alpha = match epi.and_then(|e| e.alpha.get(c0..c0 + 16)) {
-                // SAFETY: sixteen floats, one unaligned 512-bit load.
-                Some(a) => unsafe { _mm512_loadu_ps(a.as_ptr()) },
-                None => _mm512_setzero_ps(),
-            };
-            let (bias, m) = (ld16(&l.bias, c0), ld16(&l.mult, c0));
-            let left = ld16(&l.left, c0);
-            let (right, mask, half) = (ld16(&l.right, c0), ld16(&l.mask, c0), ld16(&l.half, c0));
-            let m_odd = _mm512_srli_epi64(m, 32);
-            let rows = sums.chunks_exact(width).zip(dst.chunks_exact_mut(width));
-            for (s, d) in rows {
-                let (Some(s), Some(d)) = (s.get(c0..c0 + k), d.get_mut(c0..c0 + k)) else {
+            let st = stage.step(c0);
+            for r in 0..rows {
+                let at = r * width + c0;
+                let (Some(s), Some(d)) = (sums.get(at..at + k), dst.get_mut(at..at + k)) else {
                     continue;
                 };
-                let x = _mm512_add_epi32(load_16(s), bias);
-                let x = if FULL { _mm512_sllv_epi32(x, left) } else { x };
-                // `srdhm_avx512` with the multiplier's odd lanes shifted once per step.
-                let h = _mm512_set1_epi64(1 << 30);
-                let even = _mm512_srli_epi64(_mm512_add_epi64(_mm512_mul_epi32(x, m), h), 31);
-                let odd = _mm512_slli_epi64(
-                    _mm512_add_epi64(_mm512_mul_epi32(_mm512_srli_epi64(x, 32), m_odd), h),
-                    1,
-                );
-                let mut r = _mm512_mask_blend_epi32(0xAAAA, even, odd);
-                if FULL {
-                    let both = _mm512_cmpeq_epi32_mask(x, min) & _mm512_cmpeq_epi32_mask(m, min);
-                    r = _mm512_mask_blend_epi32(both, r, max);
-                }
-                // `rdbpot_avx512` with the threshold's half precomputed.
-                let rem = _mm512_and_si512(r, mask);
-                let thr = _mm512_sub_epi32(half, _mm512_srai_epi32(r, 31));
-                let up = _mm512_cmpgt_epi32_mask(rem, thr);
-                let v = _mm512_srav_epi32(r, right);
-                let v = _mm512_mask_add_epi32(v, up, v, one);
-                let mut v = _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(v, zp), lo), hi);
-                if let (true, Some(p)) = (EPI, &prelu) {
-                    v = match bounded {
-                        true => p.apply::<true>(v, alpha),
-                        false => p.apply::<false>(v, alpha),
-                    };
-                    v = _mm512_min_epi32(_mm512_max_epi32(v, e_lo), e_hi);
-                }
-                store16_avx512(v, d);
+                store16_avx512(stage.apply::<FULL, EPI>(&st, load_16(s)), d);
             }
         }
         true
@@ -732,6 +882,49 @@ mod tests {
                 u8s.rows_at(level, &sums, &mut gotu, width);
                 prop_assert_eq!(&gotu, &wantu, "{:?}", level);
             }
+        }
+
+        /// Each AVX-512 lane, unclamped, is the reference's integer for any sum and
+        /// constants: the one-rounding form of stages without left shifts and the
+        /// two-rounding form of the others (sums near the rounding boundaries included).
+        #[test]
+        #[cfg(target_arch = "x86_64")]
+        fn requant_lanes_round_as_the_reference(
+            lanes in proptest::collection::vec(
+                (any::<i32>(), prop_oneof![any::<i32>(), Just(i32::MIN), 1i32 << 30..i32::MAX],
+                 -31i32..=31, prop_oneof![any::<i32>(), -70000i32..70000, Just(i32::MIN)]),
+                16),
+            right_only in any::<bool>(),
+        ) {
+            if crate::kernels::isa::detected() < Isa::Avx512 {
+                return Ok(());
+            }
+            let (mult, shift): (Vec<i32>, Vec<i32>) = lanes
+                .iter()
+                .map(|c| if right_only { (c.1.max(0), -c.2.abs()) } else { (c.1, c.2) })
+                .unzip();
+            let bias: Vec<i32> = lanes.iter().map(|c| c.0).collect();
+            let sums: Vec<i32> = lanes.iter().map(|c| c.3).collect();
+            let q = Requant::new(bias.clone(), mult.clone(), shift.clone(), 0, i32::MIN, i32::MAX);
+            let want: Vec<i32> = (0..16)
+                .map(|c| multiply_by_quantized_multiplier(sums[c].wrapping_add(bias[c]), mult[c], shift[c]))
+                .collect();
+            let mut got = [0i32; 16];
+            // SAFETY: the CPU has AVX-512F (checked above); one unaligned 512-bit load and
+            // store of sixteen words.
+            unsafe {
+                let l = q.lanes.as_ref().unwrap();
+                let stage = x86::Stage512::new(&q, l);
+                let st = stage.step(0);
+                let acc = std::arch::x86_64::_mm512_loadu_si512(sums.as_ptr().cast());
+                let v = if q.full {
+                    stage.apply::<true, false>(&st, acc)
+                } else {
+                    stage.apply::<false, false>(&st, acc)
+                };
+                std::arch::x86_64::_mm512_storeu_si512(got.as_mut_ptr().cast(), v);
+            }
+            prop_assert_eq!(&got[..], &want[..]);
         }
 
         /// The vector path gives the reference's integers for any sums and constants,

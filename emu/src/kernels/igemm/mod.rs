@@ -20,3 +20,5 @@ mod vnni;
 mod widen;
 
 pub use pairs::*;
+#[cfg(target_arch = "x86_64")]
+pub use vnni::{panels, PanelSink, ROWS as VNNI_ROWS};

@@ -132,12 +132,19 @@ type Micro = fn(&[u8], usize, &[u8], &[i32; NR], &mut [i32], usize);
 pub struct Kernel {
     rows: usize,
     run: Micro,
+    level: Isa,
 }
 
 impl Kernel {
     /// Rows of A one call multiplies.
     pub fn rows(&self) -> usize {
         self.rows
+    }
+
+    /// Whether this is the AVX-512 VNNI kernel (whose tiles [`super::vnni::panels`]
+    /// also runs, handing the sums over in registers).
+    pub fn is_vnni(&self) -> bool {
+        self.level == Isa::Avx512Vnni
     }
 
     /// Rows of C [`igemm_each`] hands its sink at a time: whole tiles, about a dozen rows
@@ -160,21 +167,25 @@ pub fn kernel_for(level: Isa) -> Kernel {
         Isa::Scalar => Kernel {
             rows: 4,
             run: tile_plain::<4>,
+            level: Isa::Scalar,
         },
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => Kernel {
             rows: super::widen::ROWS256,
             run: super::widen::avx2,
+            level: Isa::Avx2,
         },
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 => Kernel {
             rows: super::widen::ROWS512,
             run: super::widen::avx512,
+            level: Isa::Avx512,
         },
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512Vnni => Kernel {
             rows: super::vnni::ROWS,
             run: super::vnni::vnni,
+            level: Isa::Avx512Vnni,
         },
         #[cfg(not(target_arch = "x86_64"))]
         _ => kernel_for(Isa::Scalar),
@@ -274,6 +285,14 @@ impl ABytes {
     /// Bytes from one row to the next ([`row_bytes`]).
     pub fn pitch(&self) -> usize {
         self.pitch
+    }
+
+    /// The bytes from row `r` to the end of the block (a tile's rows in place).
+    #[inline]
+    pub fn from_row(&self, r: usize) -> &[u8] {
+        r.checked_mul(self.pitch)
+            .and_then(|at| self.data.get(at..))
+            .unwrap_or_default()
     }
 
     /// Rows `0..m` as one slice (`m` pitches), or `None` past the block.

@@ -5,7 +5,9 @@
 //! columns x 4 depth entries) and a broadcast of each row's four bytes.
 
 #[cfg(target_arch = "x86_64")]
-pub(super) use x86::{vnni, ROWS};
+pub(super) use x86::vnni;
+#[cfg(target_arch = "x86_64")]
+pub use x86::{panels, PanelSink, ROWS};
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
@@ -14,7 +16,76 @@ mod x86 {
     use std::arch::x86_64::*;
 
     /// Rows of a tile.
-    pub(crate) const ROWS: usize = 12;
+    pub const ROWS: usize = 12;
+
+    /// What [`panels`] does with the sums of each panel of its tile (sixteen columns of
+    /// `ROWS` rows, in registers): requantise and store them, say, so they never pass
+    /// through memory as `i32`.
+    pub trait PanelSink {
+        /// Takes the sums of panel `q` (columns `16q..16q + 16`): row `r`'s in `acc[r]`.
+        ///
+        /// # Safety
+        /// Called only where the CPU has AVX-512F, BW and VNNI.
+        unsafe fn put(&mut self, q: usize, acc: &[__m512i; ROWS]);
+    }
+
+    /// The tile of `ROWS` rows of A (`pitch` bytes apart from the start of `a`, each at
+    /// least `groups * 4` bytes) times every panel of `b` (B packed by `quads::pack` for
+    /// a depth of `groups` groups: whole panels of groups and column sums), from `start`
+    /// (sixteen start values a panel), each panel's sums handed to `sink`: one call for
+    /// a tile's every column, the rows' addresses worked out once. Returns false (no
+    /// call of `sink`) if the sizes disagree.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F, BW and VNNI (as for calling any function with these target
+    /// features).
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    pub fn panels<S: PanelSink>(
+        a: &[u8],
+        pitch: usize,
+        b: &[u8],
+        groups: usize,
+        start: &[i32],
+        sink: &mut S,
+    ) -> bool {
+        let panel = (groups + 1) * GROUP_BYTES;
+        let n = b.len() / panel;
+        let ok = b.len() == n * panel
+            && start.len() == n * NR
+            && pitch >= groups * GROUP
+            && (ROWS - 1)
+                .checked_mul(pitch)
+                .and_then(|s| s.checked_add(groups * GROUP))
+                .is_some_and(|need| a.len() >= need);
+        if !ok {
+            return false;
+        }
+        let rows: [*const u8; ROWS] = std::array::from_fn(|r| a[r * pitch..].as_ptr());
+        for (q, (p, s)) in b
+            .chunks_exact(panel)
+            .zip(start.chunks_exact(NR))
+            .enumerate()
+        {
+            // SAFETY: `s` is 16 words, one unaligned 512-bit load.
+            let s = unsafe { _mm512_loadu_si512(s.as_ptr().cast()) };
+            let mut acc = [s; ROWS];
+            for t in 0..groups {
+                // SAFETY: group `t < groups` of the panel is 64 bytes inside `p`.
+                let y = unsafe { _mm512_loadu_si512(p.as_ptr().add(t * GROUP_BYTES).cast()) };
+                for (s, &row) in acc.iter_mut().zip(&rows) {
+                    // Row `r` starts at byte `r * pitch` of `a`, which holds
+                    // `(ROWS - 1) * pitch + groups * 4` bytes (checked), and `t < groups`.
+                    // SAFETY: so the four bytes at `4t` of the row are inside `a`.
+                    let x = unsafe { row.add(t * GROUP).cast::<i32>().read_unaligned() };
+                    *s = _mm512_dpbusd_epi32(*s, _mm512_set1_epi32(x), y);
+                }
+            }
+            // SAFETY: this function's target features are the CPU's (its caller's
+            // contract for calling it).
+            unsafe { sink.put(q, &acc) };
+        }
+        true
+    }
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
     fn tile<const R: usize>(

@@ -322,6 +322,10 @@ fn byte_rows<T: QuantElem>(
         let Some(px) = output.get_mut(first * out_c..(first + m) * out_c) else {
             break Err(QuantError::InvalidParams("index out of bounds"));
         };
+        if fused::requantised(kern, &a, m, k, packed, &start, stage, px) {
+            first += m;
+            continue;
+        }
         let ran = quads::igemm_each(
             kern,
             m,
@@ -371,4 +375,126 @@ thread_local! {
     /// empty and grow its own).
     static BYTE_SCRATCH: std::cell::Cell<(Vec<u8>, Vec<i32>)> =
         const { std::cell::Cell::new((Vec::new(), Vec::new())) };
+}
+
+/// The VNNI tiles with the output stage in their store: each panel's sums requantised in
+/// registers and written as bytes, never stored as `i32` and read back.
+mod fused {
+    use super::{quads, OutputStage, QuantElem};
+
+    /// Rows `0..m` of `a` times `packed` from `start`, requantised by `stage` into `out`
+    /// (`m * out_c`), on the AVX-512 VNNI tiles; false where that path does not apply
+    /// (another kernel, a wider `T`, a stage without vector constants, sizes that
+    /// disagree: the caller's path then writes every output).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn requantised<T: QuantElem>(
+        kern: quads::Kernel,
+        a: &quads::ABytes,
+        m: usize,
+        k: usize,
+        packed: &[u8],
+        start: &[i32],
+        stage: &OutputStage,
+        out: &mut [T],
+    ) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        if kern.is_vnni() && size_of::<T>() == 1 && out.len() >= m * stage.channels.len() {
+            let Some((lanes, full, epi)) = stage.rows.vector_form() else {
+                return false;
+            };
+            let g = quads::groups(k);
+            let run = match (full, epi) {
+                (false, false) => x86::block::<T, false, false>,
+                (true, false) => x86::block::<T, true, false>,
+                (false, true) => x86::block::<T, false, true>,
+                (true, true) => x86::block::<T, true, true>,
+            };
+            // SAFETY: the VNNI kernel is chosen only where the CPU has AVX-512F, BW
+            // and VNNI (`quads::kernel_for` caps the level at the CPU's).
+            return unsafe {
+                run(
+                    &stage.rows,
+                    lanes,
+                    a,
+                    m,
+                    packed,
+                    g,
+                    start,
+                    out,
+                    stage.channels.len(),
+                )
+            };
+        }
+        let _ = (kern, a, m, k, packed, start, stage, out);
+        false
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    mod x86 {
+        use super::super::super::QuantElem;
+        use crate::kernels::igemm::{panels, quads, PanelSink, VNNI_ROWS as ROWS};
+        use crate::kernels::requant::x86::{store_bytes16, Stage512};
+        use crate::kernels::requant::{Lanes, Requant};
+        use std::arch::x86_64::__m512i;
+
+        /// The sink of one tile: requantises each panel and stores the tile's first
+        /// `rows` rows at `out` (row pitch `out_c`).
+        struct Store<'s, 'a, T, const FULL: bool, const EPI: bool> {
+            stage: &'s Stage512<'a>,
+            out: *mut T,
+            out_c: usize,
+            rows: usize,
+        }
+
+        impl<T: QuantElem, const FULL: bool, const EPI: bool> PanelSink for Store<'_, '_, T, FULL, EPI> {
+            #[inline(always)]
+            unsafe fn put(&mut self, q: usize, acc: &[__m512i; ROWS]) {
+                let c0 = q * 16;
+                let n = self.out_c.saturating_sub(c0).min(16);
+                // SAFETY: the CPU has AVX-512F and BW (this function's contract).
+                let st = unsafe { self.stage.step(c0) };
+                for (r, &v) in acc.iter().enumerate().take(self.rows) {
+                    // SAFETY: as for `step`.
+                    let v = unsafe { self.stage.apply::<FULL, EPI>(&st, v) };
+                    // `out` has `rows * out_c` one-byte elements (`block`), and
+                    // `c0 + n <= out_c`.
+                    // SAFETY: so the `n` bytes at `r * out_c + c0` are inside it.
+                    unsafe { store_bytes16(v, self.out.add(r * self.out_c + c0), n) };
+                }
+            }
+        }
+
+        /// [`super::requantised`] once the path applies: tile by tile.
+        #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+        #[allow(clippy::too_many_arguments)]
+        pub(super) fn block<T: QuantElem, const FULL: bool, const EPI: bool>(
+            q: &Requant,
+            lanes: &Lanes,
+            a: &quads::ABytes,
+            m: usize,
+            packed: &[u8],
+            groups: usize,
+            start: &[i32],
+            out: &mut [T],
+            out_c: usize,
+        ) -> bool {
+            let stage = Stage512::new(q, lanes);
+            if size_of::<T>() != 1 || stage.channels() < out_c || out.len() < m * out_c {
+                return false;
+            }
+            for sub in (0..m).step_by(ROWS) {
+                let rows = ROWS.min(m - sub);
+                let mut sink = Store::<T, FULL, EPI> {
+                    stage: &stage,
+                    out: out[sub * out_c..].as_mut_ptr(),
+                    out_c,
+                    rows,
+                };
+                if !panels(a.from_row(sub), a.pitch(), packed, groups, start, &mut sink) {
+                    return false;
+                }
+            }
+            true
+        }
+    }
 }
