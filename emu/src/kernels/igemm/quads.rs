@@ -112,13 +112,16 @@ pub fn start_values(k: usize, n: usize, packed: &[u8], z: i32) -> Option<Vec<i32
         return None;
     }
     let minus_z = z.wrapping_neg();
-    Some(
-        packed
-            .chunks_exact(panel)
-            .flat_map(|p| p[panel - GROUP_BYTES..].chunks_exact(4))
-            .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]).wrapping_mul(minus_z))
-            .collect(),
-    )
+    // A plain loop over each panel's sixteen sums (an iterator chain over the panels'
+    // tails cost more than the sums: this runs on every execution of every layer).
+    let mut out = vec![0i32; n.div_ceil(NR) * NR];
+    for (dst, p) in out.chunks_exact_mut(NR).zip(packed.chunks_exact(panel)) {
+        let sums = &p[panel - GROUP_BYTES..];
+        for (d, b) in dst.iter_mut().zip(sums.chunks_exact(4)) {
+            *d = i32::from_le_bytes([b[0], b[1], b[2], b[3]]).wrapping_mul(minus_z);
+        }
+    }
+    Some(out)
 }
 
 /// A micro-kernel: `out[r*ldo + l] = start[l] + sum_t a[r*pitch + t] * b[t of column l]`
