@@ -69,6 +69,11 @@ impl Kernel for Pool {
         true
     }
 
+    /// The quantised pools write each output pixel from its window as well.
+    fn overwrites_quant8_outputs(&self) -> bool {
+        true
+    }
+
     crate::kernels::kernel::fused_activation_field!();
 
     fn name(&self) -> &'static str {
