@@ -35,13 +35,33 @@ pub(crate) type Memo<V> = RefCell<HashMap<Vec<u32>, Rc<V>, BuildHasherDefault<Wo
 #[derive(Default)]
 pub(crate) struct WordHasher(u64);
 
+impl WordHasher {
+    /// Words of a long key the hash reads (a key is compared whole on a hit anyway, so
+    /// hashing a sample of it only risks a compare, and a layer's key runs to hundreds
+    /// of words: per-channel constants, read on every execution).
+    const SAMPLE: usize = 32;
+
+    fn mix(&mut self, c: &[u8]) {
+        let mut w = [0u8; 8];
+        w[..c.len()].copy_from_slice(c);
+        self.0 =
+            (self.0.rotate_left(5) ^ u64::from_le_bytes(w)).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+}
+
 impl Hasher for WordHasher {
     fn write(&mut self, bytes: &[u8]) {
-        for c in bytes.chunks(8) {
-            let mut w = [0u8; 8];
-            w[..c.len()].copy_from_slice(c);
-            self.0 =
-                (self.0.rotate_left(5) ^ u64::from_le_bytes(w)).wrapping_mul(0x517c_c1b7_2722_0a95);
+        let words = bytes.len().div_ceil(8);
+        if words <= 2 * Self::SAMPLE {
+            bytes.chunks(8).for_each(|c| self.mix(c));
+            return;
+        }
+        // The length, the first and last words, and words spread evenly between.
+        self.mix(&(bytes.len() as u64).to_le_bytes());
+        let step = words / Self::SAMPLE;
+        let last = bytes.len().saturating_sub(8);
+        for at in (0..Self::SAMPLE).map(|i| i * step * 8).chain([last]) {
+            self.mix(&bytes[at..(at + 8).min(bytes.len())]);
         }
     }
 
@@ -836,6 +856,31 @@ mod tests {
         let channels = q.bias.len();
         let e = Epilogue::new(prelu, ((q.lo, q.hi), out), alpha, channels, (lo, hi));
         q.clone().with_epilogue(Some(e))
+    }
+
+    thread_local! {
+        static TEST_MEMO: Memo<u32> = RefCell::default();
+    }
+
+    /// Long keys that differ only in words the hash does not read are still told apart
+    /// (the map compares whole keys).
+    #[test]
+    fn memo_tells_apart_keys_that_hash_alike() {
+        let key = |v: u32| {
+            let mut k = vec![7u32; 1000];
+            k[3] = v;
+            k
+        };
+        let hash = |k: &Vec<u32>| {
+            use std::hash::BuildHasher;
+            BuildHasherDefault::<WordHasher>::default().hash_one(k)
+        };
+        assert_eq!(hash(&key(1)), hash(&key(2)), "word 3 is not sampled");
+        for v in [1, 2, 1, 2] {
+            let got = memoised(&TEST_MEMO, key(v), || Ok::<u32, ()>(v)).unwrap();
+            assert_eq!(*got, v);
+        }
+        assert_eq!(TEST_MEMO.with_borrow(|m| m.len()), 2);
     }
 
     proptest! {
