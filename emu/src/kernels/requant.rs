@@ -456,6 +456,30 @@ pub(crate) mod x86 {
         }
     }
 
+    /// The first `n <= 8` lanes of `v` stored as the one-byte `T` at `at`, saturating.
+    ///
+    /// # Safety
+    /// `T` is one byte wide and `at` has `n` writable bytes.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub(crate) unsafe fn store_bytes8<T: QuantElem>(v: __m256i, at: *mut T, n: usize) {
+        let v16 = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+        let v8 = if T::MIN < 0 {
+            _mm_packs_epi16(v16, v16)
+        } else {
+            _mm_packus_epi16(v16, v16)
+        };
+        let bytes = (_mm_cvtsi128_si64(v8) as u64).to_le_bytes();
+        // SAFETY: `at` has `n` writable bytes (the caller's), `n.min(8)` are written.
+        unsafe {
+            if n >= 8 {
+                _mm_storel_epi64(at.cast(), v8);
+            } else {
+                std::ptr::copy_nonoverlapping(bytes.as_ptr(), at.cast::<u8>(), n);
+            }
+        }
+    }
+
     /// [`srdhm_avx2`] on 512-bit vectors.
     #[inline]
     #[target_feature(enable = "avx512f")]
@@ -746,6 +770,134 @@ pub(crate) mod x86 {
         true
     }
 
+    /// [`Stage512`] on eight lanes (AVX2: the two roundings of the reference, there being
+    /// no 64-bit arithmetic shift).
+    pub(crate) struct Stage256<'a> {
+        q: &'a Requant,
+        l: &'a Lanes,
+        zp: __m256i,
+        lo: __m256i,
+        hi: __m256i,
+        prelu: Option<Prelu8>,
+        bounded: bool,
+        e_lo: __m256i,
+        e_hi: __m256i,
+    }
+
+    /// The constants of channels `c0..c0 + 8` of a stage, in registers.
+    pub(crate) struct Step256 {
+        bias: __m256i,
+        m: __m256i,
+        m_odd: __m256i,
+        left: __m256i,
+        right: __m256i,
+        mask: __m256i,
+        half: __m256i,
+        alpha: __m256,
+    }
+
+    impl<'a> Stage256<'a> {
+        /// The stage `q` (its vector constants `l`).
+        #[inline]
+        #[target_feature(enable = "avx2")]
+        pub(crate) fn new(q: &'a Requant, l: &'a Lanes) -> Self {
+            let epi = q.epilogue.as_ref();
+            let (e_lo, e_hi) = epi.map_or((0, 0), |e| (e.lo, e.hi));
+            Stage256 {
+                q,
+                l,
+                zp: _mm256_set1_epi32(q.zp),
+                lo: _mm256_set1_epi32(q.lo),
+                hi: _mm256_set1_epi32(q.hi),
+                prelu: epi.map(|e| Prelu8::new(&e.prelu)),
+                bounded: epi.is_some_and(|e| e.bounded),
+                e_lo: _mm256_set1_epi32(e_lo),
+                e_hi: _mm256_set1_epi32(e_hi),
+            }
+        }
+
+        /// Channels the stage has constants for.
+        pub(crate) fn channels(&self) -> usize {
+            self.q.bias.len()
+        }
+
+        /// The constants of channels `c0..c0 + 8` (zeros past the stage's channels).
+        #[inline]
+        #[target_feature(enable = "avx2")]
+        pub(crate) fn step(&self, c0: usize) -> Step256 {
+            let l = self.l;
+            let m = ld8(&l.mult, c0);
+            let alpha = match self
+                .q
+                .epilogue
+                .as_ref()
+                .and_then(|e| e.alpha.get(c0..c0 + 8))
+            {
+                // SAFETY: eight floats, one unaligned 256-bit load.
+                Some(a) => unsafe { _mm256_loadu_ps(a.as_ptr()) },
+                None => _mm256_setzero_ps(),
+            };
+            Step256 {
+                bias: ld8(&l.bias, c0),
+                m,
+                m_odd: _mm256_srli_epi64(m, 32),
+                left: ld8(&l.left, c0),
+                right: ld8(&l.right, c0),
+                mask: ld8(&l.mask, c0),
+                half: ld8(&l.half, c0),
+                alpha,
+            }
+        }
+
+        /// The stored integers of eight channels' sums `acc` (bias not yet added);
+        /// `FULL` and `EPI` as for [`Stage512::apply`].
+        #[inline]
+        #[target_feature(enable = "avx2")]
+        pub(crate) fn apply<const FULL: bool, const EPI: bool>(
+            &self,
+            st: &Step256,
+            acc: __m256i,
+        ) -> __m256i {
+            let x = _mm256_add_epi32(acc, st.bias);
+            let x = if FULL {
+                _mm256_sllv_epi32(x, st.left)
+            } else {
+                x
+            };
+            // `srdhm_avx2` with the multiplier's odd lanes shifted once per step.
+            let h = _mm256_set1_epi64x(1 << 30);
+            let even = _mm256_srli_epi64(_mm256_add_epi64(_mm256_mul_epi32(x, st.m), h), 31);
+            let odd = _mm256_slli_epi64(
+                _mm256_add_epi64(_mm256_mul_epi32(_mm256_srli_epi64(x, 32), st.m_odd), h),
+                1,
+            );
+            let mut r = _mm256_blend_epi32::<0b1010_1010>(even, odd);
+            if FULL {
+                let min = _mm256_set1_epi32(i32::MIN);
+                let both =
+                    _mm256_and_si256(_mm256_cmpeq_epi32(x, min), _mm256_cmpeq_epi32(st.m, min));
+                r = _mm256_blendv_epi8(r, _mm256_set1_epi32(i32::MAX), both);
+            }
+            // `rdbpot_avx2` with the threshold's half precomputed.
+            let rem = _mm256_and_si256(r, st.mask);
+            let thr = _mm256_sub_epi32(st.half, _mm256_srai_epi32(r, 31));
+            let up = _mm256_cmpgt_epi32(rem, thr);
+            let v = _mm256_sub_epi32(_mm256_srav_epi32(r, st.right), up);
+            let mut v = _mm256_min_epi32(
+                _mm256_max_epi32(_mm256_add_epi32(v, self.zp), self.lo),
+                self.hi,
+            );
+            if let (true, Some(p)) = (EPI, &self.prelu) {
+                v = match self.bounded {
+                    true => p.apply::<true>(v, st.alpha),
+                    false => p.apply::<false>(v, st.alpha),
+                };
+                v = _mm256_min_epi32(_mm256_max_epi32(v, self.e_lo), self.e_hi);
+            }
+            v
+        }
+    }
+
     /// The stage over the whole rows of `width` channels eight channels a step (a row
     /// of eight or more that is not a multiple of eight ending with a step over its last
     /// eight), each step's constants loaded once for all the rows; `FULL` as for
@@ -759,68 +911,21 @@ pub(crate) mod x86 {
         dst: &mut [T],
         width: usize,
     ) -> bool {
-        let n = width.min(q.bias.len());
+        let stage = Stage256::new(q, l);
+        let n = width.min(stage.channels());
         if n < 8 {
             return false;
         }
-        let (zp, lo, hi) = (
-            _mm256_set1_epi32(q.zp),
-            _mm256_set1_epi32(q.lo),
-            _mm256_set1_epi32(q.hi),
-        );
-        let (min, max) = (_mm256_set1_epi32(i32::MIN), _mm256_set1_epi32(i32::MAX));
-        let epi = q.epilogue.as_ref().filter(|_| EPI);
-        let (prelu, bounded) = match epi {
-            Some(e) => (Some(Prelu8::new(&e.prelu)), e.bounded),
-            None => (None, false),
-        };
-        let (e_lo, e_hi) = epi.map_or((0, 0), |e| (e.lo, e.hi));
-        let (e_lo, e_hi) = (_mm256_set1_epi32(e_lo), _mm256_set1_epi32(e_hi));
+        let rows = sums.len().min(dst.len()) / width.max(1);
         for step in 0..n.div_ceil(8) {
             let c0 = (step * 8).min(n - 8);
-            let alpha = match epi.and_then(|e| e.alpha.get(c0..c0 + 8)) {
-                // SAFETY: eight floats, one unaligned 256-bit load.
-                Some(a) => unsafe { _mm256_loadu_ps(a.as_ptr()) },
-                None => _mm256_setzero_ps(),
-            };
-            let (bias, m) = (ld8(&l.bias, c0), ld8(&l.mult, c0));
-            let left = ld8(&l.left, c0);
-            let (right, mask, half) = (ld8(&l.right, c0), ld8(&l.mask, c0), ld8(&l.half, c0));
-            let m_odd = _mm256_srli_epi64(m, 32);
-            let rows = sums.chunks_exact(width).zip(dst.chunks_exact_mut(width));
-            for (s, d) in rows {
-                let (Some(s), Some(d)) = (s.get(c0..c0 + 8), d.get_mut(c0..c0 + 8)) else {
+            let st = stage.step(c0);
+            for r in 0..rows {
+                let at = r * width + c0;
+                let (Some(s), Some(d)) = (sums.get(at..at + 8), dst.get_mut(at..at + 8)) else {
                     continue;
                 };
-                let x = _mm256_add_epi32(ld8(s, 0), bias);
-                let x = if FULL { _mm256_sllv_epi32(x, left) } else { x };
-                // `srdhm_avx2` with the multiplier's odd lanes shifted once per step.
-                let h = _mm256_set1_epi64x(1 << 30);
-                let even = _mm256_srli_epi64(_mm256_add_epi64(_mm256_mul_epi32(x, m), h), 31);
-                let odd = _mm256_slli_epi64(
-                    _mm256_add_epi64(_mm256_mul_epi32(_mm256_srli_epi64(x, 32), m_odd), h),
-                    1,
-                );
-                let mut r = _mm256_blend_epi32::<0b1010_1010>(even, odd);
-                if FULL {
-                    let both =
-                        _mm256_and_si256(_mm256_cmpeq_epi32(x, min), _mm256_cmpeq_epi32(m, min));
-                    r = _mm256_blendv_epi8(r, max, both);
-                }
-                // `rdbpot_avx2` with the threshold's half precomputed.
-                let rem = _mm256_and_si256(r, mask);
-                let thr = _mm256_sub_epi32(half, _mm256_srai_epi32(r, 31));
-                let up = _mm256_cmpgt_epi32(rem, thr);
-                let v = _mm256_sub_epi32(_mm256_srav_epi32(r, right), up);
-                let mut v = _mm256_min_epi32(_mm256_max_epi32(_mm256_add_epi32(v, zp), lo), hi);
-                if let (true, Some(p)) = (EPI, &prelu) {
-                    v = match bounded {
-                        true => p.apply::<true>(v, alpha),
-                        false => p.apply::<false>(v, alpha),
-                    };
-                    v = _mm256_min_epi32(_mm256_max_epi32(v, e_lo), e_hi);
-                }
-                store8_avx2(v, d);
+                store8_avx2(stage.apply::<FULL, EPI>(&st, ld8(s, 0)), d);
             }
         }
         true

@@ -22,3 +22,5 @@ mod widen;
 pub use pairs::*;
 #[cfg(target_arch = "x86_64")]
 pub use vnni::{panels, PanelSink, ROWS as VNNI_ROWS};
+#[cfg(target_arch = "x86_64")]
+pub use widen::{panels_avx2, PanelSink256, ROWS256};

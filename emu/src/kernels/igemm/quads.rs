@@ -144,10 +144,11 @@ impl Kernel {
         self.rows
     }
 
-    /// Whether this is the AVX-512 VNNI kernel (whose tiles [`super::vnni::panels`]
-    /// also runs, handing the sums over in registers).
-    pub fn is_vnni(&self) -> bool {
-        self.level == Isa::Avx512Vnni
+    /// The instruction-set level of the kernel (the AVX-512 VNNI and AVX2 ones also run
+    /// whole tiles handing their sums over in registers: `vnni::panels`,
+    /// `widen::panels_avx2`).
+    pub fn level(&self) -> Isa {
+        self.level
     }
 
     /// Rows of C [`igemm_each`] hands its sink at a time: whole tiles, about a dozen rows

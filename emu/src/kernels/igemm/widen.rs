@@ -8,7 +8,9 @@
 //! 2-3 of the group); the two are added once, when the tile is stored.
 
 #[cfg(target_arch = "x86_64")]
-pub(super) use x86::{avx2, avx512, ROWS256, ROWS512};
+pub(super) use x86::{avx2, avx512, ROWS512};
+#[cfg(target_arch = "x86_64")]
+pub use x86::{panels_avx2, PanelSink256, ROWS256};
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
@@ -18,7 +20,7 @@ mod x86 {
 
     /// Rows of the AVX2 tile: four accumulators a row (16 columns, two lanes each), the
     /// rows' widened bytes and one widened quarter of the group: 16 registers at 3.
-    pub(crate) const ROWS256: usize = 3;
+    pub const ROWS256: usize = 3;
 
     /// Rows of the AVX-512BW tile: two accumulators a row, of 32 registers.
     pub(crate) const ROWS512: usize = 12;
@@ -31,6 +33,49 @@ mod x86 {
     unsafe fn quad(row: *const u8, t: usize) -> i32 {
         // SAFETY: the caller's contract.
         unsafe { row.add(t * GROUP).cast::<i32>().read_unaligned() }
+    }
+
+    /// The sums of `R` rows (`rows`) by one panel's `g` groups (`b`), columns in order
+    /// (two vectors of eight a row) plus the panel's start values.
+    ///
+    /// # Safety
+    /// The CPU has AVX2; each row has `4g` readable bytes, `b` is `g * 64` bytes and
+    /// `start` 16 words.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn sums_avx2<const R: usize>(
+        rows: &[*const u8; R],
+        b: &[u8],
+        start: *const i32,
+    ) -> [[__m256i; 2]; R] {
+        let mut acc = [[_mm256_setzero_si256(); 4]; R];
+        for (t, group) in b.chunks_exact(GROUP_BYTES).enumerate() {
+            let x: [__m256i; R] = std::array::from_fn(|r| {
+                // SAFETY: row `r` has `4g` readable bytes and `t < g`.
+                let q = unsafe { quad(rows[r], t) };
+                _mm256_cvtepu8_epi16(_mm_set1_epi32(q))
+            });
+            for (c, quarter) in group.chunks_exact(16).enumerate() {
+                // SAFETY: `quarter` is 16 bytes, one unaligned 128-bit load.
+                let y = _mm256_cvtepi8_epi16(unsafe { _mm_loadu_si128(quarter.as_ptr().cast()) });
+                for (s, x) in acc.iter_mut().zip(&x) {
+                    s[c] = _mm256_add_epi32(s[c], _mm256_madd_epi16(*x, y));
+                }
+            }
+        }
+        // SAFETY: `start` is 16 words: two unaligned 256-bit loads inside it.
+        let (s0, s1) = unsafe {
+            (
+                _mm256_loadu_si256(start.cast()),
+                _mm256_loadu_si256(start.add(8).cast()),
+            )
+        };
+        acc.map(|s| {
+            // hadd gives columns 0 1 4 5 | 2 3 6 7; the 64-bit permute puts them in order.
+            let lo = _mm256_permute4x64_epi64(_mm256_hadd_epi32(s[0], s[1]), 0b11_01_10_00);
+            let hi = _mm256_permute4x64_epi64(_mm256_hadd_epi32(s[2], s[3]), 0b11_01_10_00);
+            [_mm256_add_epi32(lo, s0), _mm256_add_epi32(hi, s1)]
+        })
     }
 
     #[target_feature(enable = "avx2")]
@@ -47,46 +92,75 @@ mod x86 {
             return;
         }
         let rows: [*const u8; R] = std::array::from_fn(|r| a[r * pitch..].as_ptr());
-        let mut acc = [[_mm256_setzero_si256(); 4]; R];
-        for (t, group) in b.chunks_exact(GROUP_BYTES).enumerate() {
-            let x: [__m256i; R] = std::array::from_fn(|r| {
-                // SAFETY: row `r` starts at byte `r * pitch` of `a`, which holds
-                // `(R - 1) * pitch + 4g` bytes (`tile_fits`), and `t < g`.
-                let q = unsafe { quad(rows[r], t) };
-                _mm256_cvtepu8_epi16(_mm_set1_epi32(q))
-            });
-            for (c, quarter) in group.chunks_exact(16).enumerate() {
-                // SAFETY: `quarter` is 16 bytes, one unaligned 128-bit load.
-                let y = _mm256_cvtepi8_epi16(unsafe { _mm_loadu_si128(quarter.as_ptr().cast()) });
-                for (s, x) in acc.iter_mut().zip(&x) {
-                    s[c] = _mm256_add_epi32(s[c], _mm256_madd_epi16(*x, y));
-                }
-            }
-        }
-        // SAFETY: `start` is 16 words: two unaligned 256-bit loads inside it.
-        let (s0, s1) = unsafe {
-            (
-                _mm256_loadu_si256(start.as_ptr().cast()),
-                _mm256_loadu_si256(start.as_ptr().add(8).cast()),
-            )
-        };
+        // SAFETY: each row holds `4g` bytes (`tile_fits`), `b` is whole groups and
+        // `start` 16 words.
+        let sums = unsafe { sums_avx2(&rows, &b[..g * GROUP_BYTES], start.as_ptr()) };
         // Row by row at `r * ldo` (not `chunks_mut(ldo)`, whose count is a division).
-        for (r, s) in acc.iter().enumerate() {
+        for (r, s) in sums.iter().enumerate() {
             let Some(o) = out
                 .get_mut(r * ldo..)
                 .and_then(<[i32]>::first_chunk_mut::<NR>)
             else {
                 continue;
             };
-            // hadd gives columns 0 1 4 5 | 2 3 6 7; the 64-bit permute puts them in order.
-            let lo = _mm256_permute4x64_epi64(_mm256_hadd_epi32(s[0], s[1]), 0b11_01_10_00);
-            let hi = _mm256_permute4x64_epi64(_mm256_hadd_epi32(s[2], s[3]), 0b11_01_10_00);
             // SAFETY: `o` is 16 words: two unaligned 256-bit stores inside it.
             unsafe {
-                _mm256_storeu_si256(o.as_mut_ptr().cast(), _mm256_add_epi32(lo, s0));
-                _mm256_storeu_si256(o.as_mut_ptr().add(8).cast(), _mm256_add_epi32(hi, s1));
+                _mm256_storeu_si256(o.as_mut_ptr().cast(), s[0]);
+                _mm256_storeu_si256(o.as_mut_ptr().add(8).cast(), s[1]);
             }
         }
+    }
+
+    /// What [`panels_avx2`] does with the sums of each panel of its tile (in registers).
+    pub trait PanelSink256 {
+        /// Takes the sums of panel `q` (columns `16q..16q + 16`): row `r`'s columns
+        /// `16q..16q + 8` in `acc[r][0]`, the next eight in `acc[r][1]`.
+        ///
+        /// # Safety
+        /// Called only where the CPU has AVX2.
+        unsafe fn put(&mut self, q: usize, acc: &[[__m256i; 2]; ROWS256]);
+    }
+
+    /// The AVX2 twin of `vnni::panels`: the tile of [`ROWS256`] rows of A times every
+    /// panel of `b`, each panel's sums handed to `sink`; false (no call) if the sizes
+    /// disagree.
+    ///
+    /// # Safety
+    /// The CPU has AVX2 (as for calling any function with this target feature).
+    #[target_feature(enable = "avx2")]
+    pub fn panels_avx2<S: PanelSink256>(
+        a: &[u8],
+        pitch: usize,
+        b: &[u8],
+        groups: usize,
+        start: &[i32],
+        sink: &mut S,
+    ) -> bool {
+        let panel = (groups + 1) * GROUP_BYTES;
+        let n = b.len() / panel;
+        let ok = b.len() == n * panel
+            && start.len() == n * NR
+            && pitch >= groups * GROUP
+            && (ROWS256 - 1)
+                .checked_mul(pitch)
+                .and_then(|s| s.checked_add(groups * GROUP))
+                .is_some_and(|need| a.len() >= need);
+        if !ok {
+            return false;
+        }
+        let rows: [*const u8; ROWS256] = std::array::from_fn(|r| a[r * pitch..].as_ptr());
+        for (q, (p, s)) in b
+            .chunks_exact(panel)
+            .zip(start.chunks_exact(NR))
+            .enumerate()
+        {
+            // SAFETY: each row holds `4 * groups` bytes (checked), the panel's groups are
+            // `groups * 64` bytes and `s` 16 words.
+            let sums = unsafe { sums_avx2(&rows, &p[..groups * GROUP_BYTES], s.as_ptr()) };
+            // SAFETY: the CPU has AVX2 (this function's contract).
+            unsafe { sink.put(q, &sums) };
+        }
+        true
     }
 
     #[target_feature(enable = "avx512f,avx512bw")]

@@ -377,14 +377,16 @@ thread_local! {
         const { std::cell::Cell::new((Vec::new(), Vec::new())) };
 }
 
-/// The VNNI tiles with the output stage in their store: each panel's sums requantised in
-/// registers and written as bytes, never stored as `i32` and read back.
+/// The tiles with the output stage in their store (AVX-512 VNNI and AVX2): each panel's
+/// sums requantised in registers and written as bytes, never stored as `i32` and read
+/// back.
 mod fused {
     use super::{quads, OutputStage, QuantElem};
+    use crate::kernels::isa::Isa;
 
     /// Rows `0..m` of `a` times `packed` from `start`, requantised by `stage` into `out`
-    /// (`m * out_c`), on the AVX-512 VNNI tiles; false where that path does not apply
-    /// (another kernel, a wider `T`, a stage without vector constants, sizes that
+    /// (`m * out_c`), on the AVX-512 VNNI or AVX2 tiles; false where that path does not
+    /// apply (another kernel, a wider `T`, a stage without vector constants, sizes that
     /// disagree: the caller's path then writes every output).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn requantised<T: QuantElem>(
@@ -398,32 +400,35 @@ mod fused {
         out: &mut [T],
     ) -> bool {
         #[cfg(target_arch = "x86_64")]
-        if kern.is_vnni() && size_of::<T>() == 1 && out.len() >= m * stage.channels.len() {
+        if size_of::<T>() == 1 && out.len() >= m * stage.channels.len() {
             let Some((lanes, full, epi)) = stage.rows.vector_form() else {
                 return false;
             };
-            let g = quads::groups(k);
-            let run = match (full, epi) {
-                (false, false) => x86::block::<T, false, false>,
-                (true, false) => x86::block::<T, true, false>,
-                (false, true) => x86::block::<T, false, true>,
-                (true, true) => x86::block::<T, true, true>,
+            let args = x86::Args {
+                q: &stage.rows,
+                lanes,
+                a,
+                m,
+                packed,
+                groups: quads::groups(k),
+                start,
+                out_c: stage.channels.len(),
             };
-            // SAFETY: the VNNI kernel is chosen only where the CPU has AVX-512F, BW
-            // and VNNI (`quads::kernel_for` caps the level at the CPU's).
-            return unsafe {
-                run(
-                    &stage.rows,
-                    lanes,
-                    a,
-                    m,
-                    packed,
-                    g,
-                    start,
-                    out,
-                    stage.channels.len(),
-                )
+            let run = match (kern.level(), full, epi) {
+                (Isa::Avx512Vnni, false, false) => x86::vnni::<T, false, false>,
+                (Isa::Avx512Vnni, true, false) => x86::vnni::<T, true, false>,
+                (Isa::Avx512Vnni, false, true) => x86::vnni::<T, false, true>,
+                (Isa::Avx512Vnni, true, true) => x86::vnni::<T, true, true>,
+                (Isa::Avx2, false, false) => x86::avx2::<T, false, false>,
+                (Isa::Avx2, true, false) => x86::avx2::<T, true, false>,
+                (Isa::Avx2, false, true) => x86::avx2::<T, false, true>,
+                (Isa::Avx2, true, true) => x86::avx2::<T, true, true>,
+                _ => return false,
             };
+            // SAFETY: the kernel's level is capped at the CPU's (`quads::kernel_for`):
+            // the VNNI kernel runs only where the CPU has AVX-512F, BW and VNNI, the
+            // AVX2 one where it has AVX2.
+            return unsafe { run(&args, out) };
         }
         let _ = (kern, a, m, k, packed, start, stage, out);
         false
@@ -432,23 +437,39 @@ mod fused {
     #[cfg(target_arch = "x86_64")]
     mod x86 {
         use super::super::super::QuantElem;
-        use crate::kernels::igemm::{panels, quads, PanelSink, VNNI_ROWS as ROWS};
-        use crate::kernels::requant::x86::{store_bytes16, Stage512};
+        use crate::kernels::igemm::{
+            panels, panels_avx2, quads, PanelSink, PanelSink256, ROWS256, VNNI_ROWS,
+        };
+        use crate::kernels::requant::x86::{store_bytes16, store_bytes8, Stage256, Stage512};
         use crate::kernels::requant::{Lanes, Requant};
-        use std::arch::x86_64::__m512i;
+        use std::arch::x86_64::{__m256i, __m512i};
+
+        /// What a block's tiles multiply and where they store.
+        pub(super) struct Args<'a> {
+            pub q: &'a Requant,
+            pub lanes: &'a Lanes,
+            pub a: &'a quads::ABytes,
+            pub m: usize,
+            pub packed: &'a [u8],
+            pub groups: usize,
+            pub start: &'a [i32],
+            pub out_c: usize,
+        }
 
         /// The sink of one tile: requantises each panel and stores the tile's first
         /// `rows` rows at `out` (row pitch `out_c`).
-        struct Store<'s, 'a, T, const FULL: bool, const EPI: bool> {
-            stage: &'s Stage512<'a>,
+        struct Store<'s, S, T, const FULL: bool, const EPI: bool> {
+            stage: &'s S,
             out: *mut T,
             out_c: usize,
             rows: usize,
         }
 
-        impl<T: QuantElem, const FULL: bool, const EPI: bool> PanelSink for Store<'_, '_, T, FULL, EPI> {
+        impl<T: QuantElem, const FULL: bool, const EPI: bool> PanelSink
+            for Store<'_, Stage512<'_>, T, FULL, EPI>
+        {
             #[inline(always)]
-            unsafe fn put(&mut self, q: usize, acc: &[__m512i; ROWS]) {
+            unsafe fn put(&mut self, q: usize, acc: &[__m512i; VNNI_ROWS]) {
                 let c0 = q * 16;
                 let n = self.out_c.saturating_sub(c0).min(16);
                 // SAFETY: the CPU has AVX-512F and BW (this function's contract).
@@ -456,7 +477,7 @@ mod fused {
                 for (r, &v) in acc.iter().enumerate().take(self.rows) {
                     // SAFETY: as for `step`.
                     let v = unsafe { self.stage.apply::<FULL, EPI>(&st, v) };
-                    // `out` has `rows * out_c` one-byte elements (`block`), and
+                    // `out` has `rows * out_c` one-byte elements (`vnni`), and
                     // `c0 + n <= out_c`.
                     // SAFETY: so the `n` bytes at `r * out_c + c0` are inside it.
                     unsafe { store_bytes16(v, self.out.add(r * self.out_c + c0), n) };
@@ -464,33 +485,81 @@ mod fused {
             }
         }
 
-        /// [`super::requantised`] once the path applies: tile by tile.
+        impl<T: QuantElem, const FULL: bool, const EPI: bool> PanelSink256
+            for Store<'_, Stage256<'_>, T, FULL, EPI>
+        {
+            #[inline(always)]
+            unsafe fn put(&mut self, q: usize, acc: &[[__m256i; 2]; ROWS256]) {
+                for half in 0..2 {
+                    let c0 = q * 16 + half * 8;
+                    let n = self.out_c.saturating_sub(c0).min(8);
+                    if n == 0 {
+                        break;
+                    }
+                    // SAFETY: the CPU has AVX2 (this function's contract).
+                    let st = unsafe { self.stage.step(c0) };
+                    for (r, v) in acc.iter().enumerate().take(self.rows) {
+                        // SAFETY: as for `step`.
+                        let v = unsafe { self.stage.apply::<FULL, EPI>(&st, v[half]) };
+                        // `out` has `rows * out_c` one-byte elements (`avx2`), and
+                        // `c0 + n <= out_c`.
+                        // SAFETY: so the `n` bytes at `r * out_c + c0` are inside it.
+                        unsafe { store_bytes8(v, self.out.add(r * self.out_c + c0), n) };
+                    }
+                }
+            }
+        }
+
+        /// Whether `out` takes the block's rows as bytes, and the stage has constants for
+        /// every channel.
+        fn fits<T>(x: &Args<'_>, channels: usize, out: &[T]) -> bool {
+            size_of::<T>() == 1 && channels >= x.out_c && out.len() >= x.m * x.out_c
+        }
+
+        /// [`super::requantised`] on the AVX-512 VNNI tiles.
         #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-        #[allow(clippy::too_many_arguments)]
-        pub(super) fn block<T: QuantElem, const FULL: bool, const EPI: bool>(
-            q: &Requant,
-            lanes: &Lanes,
-            a: &quads::ABytes,
-            m: usize,
-            packed: &[u8],
-            groups: usize,
-            start: &[i32],
+        pub(super) fn vnni<T: QuantElem, const FULL: bool, const EPI: bool>(
+            x: &Args<'_>,
             out: &mut [T],
-            out_c: usize,
         ) -> bool {
-            let stage = Stage512::new(q, lanes);
-            if size_of::<T>() != 1 || stage.channels() < out_c || out.len() < m * out_c {
+            let stage = Stage512::new(x.q, x.lanes);
+            if !fits(x, stage.channels(), out) {
                 return false;
             }
-            for sub in (0..m).step_by(ROWS) {
-                let rows = ROWS.min(m - sub);
-                let mut sink = Store::<T, FULL, EPI> {
+            for sub in (0..x.m).step_by(VNNI_ROWS) {
+                let mut sink = Store::<_, T, FULL, EPI> {
                     stage: &stage,
-                    out: out[sub * out_c..].as_mut_ptr(),
-                    out_c,
-                    rows,
+                    out: out[sub * x.out_c..].as_mut_ptr(),
+                    out_c: x.out_c,
+                    rows: VNNI_ROWS.min(x.m - sub),
                 };
-                if !panels(a.from_row(sub), a.pitch(), packed, groups, start, &mut sink) {
+                let a = x.a.from_row(sub);
+                if !panels(a, x.a.pitch(), x.packed, x.groups, x.start, &mut sink) {
+                    return false;
+                }
+            }
+            true
+        }
+
+        /// [`super::requantised`] on the AVX2 tiles.
+        #[target_feature(enable = "avx2")]
+        pub(super) fn avx2<T: QuantElem, const FULL: bool, const EPI: bool>(
+            x: &Args<'_>,
+            out: &mut [T],
+        ) -> bool {
+            let stage = Stage256::new(x.q, x.lanes);
+            if !fits(x, stage.channels(), out) {
+                return false;
+            }
+            for sub in (0..x.m).step_by(ROWS256) {
+                let mut sink = Store::<_, T, FULL, EPI> {
+                    stage: &stage,
+                    out: out[sub * x.out_c..].as_mut_ptr(),
+                    out_c: x.out_c,
+                    rows: ROWS256.min(x.m - sub),
+                };
+                let a = x.a.from_row(sub);
+                if !panels_avx2(a, x.a.pitch(), x.packed, x.groups, x.start, &mut sink) {
                     return false;
                 }
             }
