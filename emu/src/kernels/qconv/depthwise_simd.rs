@@ -329,17 +329,18 @@ impl<T: QuantElem> Prepared<T> {
         // Column pointers by arithmetic (no slicing per column): a column inside the row
         // points at its pixel, one outside at `zp_row`.
         let (base, zp_row) = (row.as_ptr().cast::<u8>(), self.zp_row.as_ptr().cast::<u8>());
-        let column = |j: usize| match j.wrapping_sub(g.pad_left) {
-            x if j >= g.pad_left && x < g.in_w => base.wrapping_add(x * c),
-            _ => zp_row,
-        };
         // Every input column a prepared column reads, `k * step + t * dilation_w` for
-        // `t < loads`.
+        // `t < loads`: the left padding, the row's pixels, the right padding.
         let (step, d, loads) = (self.step, g.dilation_w, self.loads);
         let mut table = std::mem::take(&mut self.table);
         table.clear();
         if self.cols > 0 {
-            table.extend((0..(self.cols - 1) * step + (loads - 1) * d + 1).map(column));
+            let reach = (self.cols - 1) * step + (loads - 1) * d + 1;
+            let left = g.pad_left.min(reach);
+            let inside = g.in_w.min(reach - left);
+            table.resize(left, zp_row);
+            table.extend((0..inside).map(|x| base.wrapping_add(x * c)));
+            table.resize(reach, zp_row);
         }
         let mut ends = std::mem::take(&mut self.ends);
         ends.clear();
