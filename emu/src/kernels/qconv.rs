@@ -2001,13 +2001,22 @@ mod quant_tests {
         })
     }
 
-    /// [`dw_case`] with a depth multiplier of 1 and 8 to 70 channels (the vector rows,
-    /// every step width and an overlapping last step).
+    /// [`dw_case`] with a depth multiplier of 1, 8 to 70 channels and filters 1 to 6
+    /// wide (the vector rows, pair and quad words, every step width and an overlapping
+    /// last step).
     fn wide_dw_case<T: Elem, F: Elem>(
         per_channel: bool,
     ) -> impl Strategy<Value = (ConvGeometry, usize, QuantCase, Vec<u8>, Vec<u8>)> {
-        (geometry(), 8usize..70).prop_flat_map(move |(g, in_c)| {
-            let g = ConvGeometry { in_c, ..g };
+        (geometry(), 8usize..70, 1usize..7).prop_flat_map(move |(g, in_c, filter_w)| {
+            // The output width for the new filter width (the right padding as the left).
+            let reach = (filter_w - 1) * g.dilation_w + 1;
+            let out_w = (g.in_w + 2 * g.pad_left).saturating_sub(reach) / g.stride_w + 1;
+            let g = ConvGeometry {
+                in_c,
+                filter_w,
+                out_w,
+                ..g
+            };
             let n_in = g.batches * g.in_h * g.in_w * g.in_c;
             let n_f = g.filter_h * g.filter_w * in_c;
             (

@@ -1,12 +1,21 @@
 //! Quantised DEPTHWISE_CONV_2D's sums with a depth multiplier of 1 and one-byte operands,
-//! vectorised as *pair sums* over prepared input rows: each input row a window reads is
-//! turned once into pair words, column `j`'s word of channel `ch` holding
-//! `x[j] - in_zp` and `x[j + dilation_w] - in_zp` (as `i16`, 0 for a column outside the
-//! input), and the filter is held as pair words of the same two horizontal taps
-//! (`w - w_zp`, the high half 0 past the filter's width). A window's row of taps is then
-//! `ceil(filter_w / 2)` `vpmaddwd` of a prepared word and a filter word per channel
-//! lane: no shuffle per output pixel, and each prepared row serves every output row and
-//! pixel that reads it. Exact, because each operand is within `[-32767, 32767]`.
+//! vectorised over prepared input rows: each input row a window reads is turned once into
+//! one `i32` word per column and channel holding a *group* of its horizontal taps, and the
+//! filter is held as words of the same taps, so a window's row of taps is a few
+//! multiply-adds of a prepared word and a filter word per channel lane: no shuffle per
+//! output pixel, and each prepared row serves every output row and pixel that reads it.
+//! Two groupings:
+//! - *pairs* (AVX2 and AVX-512): column `j`'s word of channel `ch` holds `x[j] - in_zp` and
+//!   `x[j + dilation_w] - in_zp` as `i16` (0 for a column outside the input), the filter
+//!   `w - w_zp` of the same two taps (the high half 0 past the filter's width), summed by
+//!   `vpmaddwd` + `vpaddd`. Exact, because each operand is within `[-32767, 32767]`.
+//! - *quads* (AVX-512 VNNI, 16 channels or more, every `w - w_zp` within `i8`: every
+//!   symmetric int8 filter): the word holds the bytes of four taps `x[j + t * dilation_w]`
+//!   as `u8` (an `i8` input flipped by `0x80`, a column outside the input the zero point's
+//!   byte), the filter `w - w_zp` of the same four taps as `i8` (0 past the filter's
+//!   width), summed by one `vpdpbusd`. The sum is `sum x_u * w`; the input zero point's
+//!   share `z_u * sum w` is subtracted per channel for the filter rows inside the input
+//!   (a column outside adds `z_u * w`, cancelled the same way).
 //!
 //! The words lie in channel order, so a step of eight (AVX2) or sixteen (AVX-512) lanes
 //! is any run of channels: a channel count that is not a whole number of steps ends with
@@ -16,14 +25,35 @@
 //! the plain loop's integers.
 
 use super::{ConvGeometry, QuantElem};
-use crate::kernels::igemm::pair;
 use crate::kernels::isa::Isa;
+
+#[cfg(target_arch = "x86_64")]
+mod quads;
 
 /// The largest magnitude of an operand for the pair sums to be exact (as the integer
 /// GEMM's).
 const MAX_OPERAND: i64 = crate::kernels::igemm::MAX_OPERAND as i64;
 
-/// One prepared input row: which row of which image it is, and its pair words.
+/// How a filter row's taps are grouped into one word per channel (see the module doc).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// Two `i16` taps a word.
+    Pairs,
+    /// Four byte taps a word.
+    Quads,
+}
+
+impl Kind {
+    /// Taps per word.
+    fn taps(self) -> usize {
+        match self {
+            Kind::Pairs => 2,
+            Kind::Quads => 4,
+        }
+    }
+}
+
+/// One prepared input row: which row of which image it is, and its words.
 struct Slot {
     /// `(image address, input row)`, or `None` when empty.
     tag: Option<(usize, usize)>,
@@ -34,22 +64,31 @@ struct Slot {
 /// One layer's filter and input zero point, prepared for the vector rows, and the
 /// prepared input rows kept between output rows.
 pub(super) struct Prepared<T> {
+    /// The grouping of the taps.
+    kind: Kind,
     /// The level the steps run at (AVX2 or wider, capped at the CPU's).
     level: Isa,
     /// The geometry the layer was prepared for.
     g: ConvGeometry,
-    /// Pair words per filter row: `ceil(filter_w / 2)`.
-    pairs: usize,
+    /// Words per filter row: `ceil(filter_w / kind.taps())`.
+    groups: usize,
+    /// Taps a prepared word holds from the input: `kind.taps()`, at most `filter_w` for
+    /// quads (the rest of the word meets zero weights).
+    loads: usize,
     /// Prepared column `k` is input column `k * step - pad_left`.
     step: usize,
-    /// Output pixel `ox`, tap pair `p` reads prepared column `ox * a + p * b`.
+    /// Output pixel `ox`, group `p` reads prepared column `ox * a + p * b`.
     a: usize,
     /// See `a`.
     b: usize,
     /// Prepared columns per row.
     cols: usize,
-    /// The filter as pair words `[filter_h][pairs][c]`, channels in order.
+    /// The filter as words `[filter_h][groups][c]`, channels in order.
     filter: Vec<i32>,
+    /// Quads: per filter row and channel, `z_u * sum_kx (w - w_zp)` (`[filter_h][c]`).
+    share: Vec<i32>,
+    /// Quads: the negated shares of the output row being summed (`c`).
+    start: Vec<i32>,
     /// `c` copies of the input zero point: what a column outside the input reads.
     zp_row: Vec<T>,
     /// The input zero point.
@@ -58,6 +97,8 @@ pub(super) struct Prepared<T> {
     slots: Vec<Slot>,
     /// The column pointers of the row being prepared (kept to spare an allocation).
     ends: Vec<(*const u8, *const u8)>,
+    /// The input columns of the row being prepared (kept to spare an allocation).
+    table: Vec<*const u8>,
     /// `(ky, iy)` of the output row being summed: its filter rows inside the input.
     rows: Vec<(usize, usize)>,
     /// `(prepared row, filter row)` of the output row being summed.
@@ -94,19 +135,37 @@ impl<T: QuantElem> Prepared<T> {
             return None;
         }
         let zps: Vec<i32> = (0..c).map(&filter_zp).collect();
+        // The filter values less their zero points, `[filter_h][filter_w][c]`.
+        let mut weights = Vec::with_capacity(filter.len());
+        for tap in filter.chunks_exact(c) {
+            weights.extend(
+                tap.iter()
+                    .zip(&zps)
+                    .map(|(w, &zp)| i64::from(w.to_i32()) - i64::from(zp)),
+            );
+        }
         let fits = |zp: &i32| {
             let r = -MAX_OPERAND..=MAX_OPERAND;
             r.contains(&(i64::from(F::MIN) - i64::from(*zp)))
                 && r.contains(&(i64::from(F::MAX) - i64::from(*zp)))
         };
-        if !zps.iter().all(fits) {
+        let byte_weights = || {
+            let r = i64::from(i8::MIN)..=i64::from(i8::MAX);
+            weights.iter().all(|w| r.contains(w))
+        };
+        let kind = if level >= Isa::Avx512Vnni && c >= 16 && byte_weights() {
+            Kind::Quads
+        } else if zps.iter().all(fits) {
+            Kind::Pairs
+        } else {
             return None;
-        }
-        let pairs = g.filter_w.div_ceil(2);
-        // Pixel `ox`'s pair `p` starts at input column `ox * stride + 2p * dilation -
-        // pad`: where the stride divides the pair's span, only every `stride`-th column
-        // is read.
-        let span = g.dilation_w.checked_mul(2)?;
+        };
+        let per = kind.taps();
+        let groups = g.filter_w.div_ceil(per);
+        // Pixel `ox`'s group `p` starts at input column `ox * stride + p * taps *
+        // dilation - pad`: where the stride divides the group's span, only every
+        // `stride`-th column is read.
+        let span = g.dilation_w.checked_mul(per)?;
         let (step, a, b) = if span.is_multiple_of(g.stride_w) {
             (g.stride_w, 1, span / g.stride_w)
         } else {
@@ -116,31 +175,61 @@ impl<T: QuantElem> Prepared<T> {
             0 => 0,
             w => (w - 1)
                 .checked_mul(a)?
-                .checked_add((pairs - 1).checked_mul(b)?)?
+                .checked_add((groups - 1).checked_mul(b)?)?
                 .checked_add(1)?,
         };
         cols.checked_mul(c)?.checked_mul(g.filter_h)?;
-        let mut words = Vec::with_capacity(g.filter_h * pairs * c);
+        // Tap `kx` of a filter row is part `kx % per` of word `kx / per`: the low half
+        // of a pair (`pair(lo, hi)`), or byte `kx % 4` of a quad; taps past the width 0.
+        let bits = 32 / per;
+        let mask = (1u64 << bits) - 1;
+        let mut words = vec![0i32; g.filter_h * groups * c];
+        let mut share = vec![
+            0i32;
+            if kind == Kind::Quads {
+                g.filter_h * c
+            } else {
+                0
+            }
+        ];
         for ky in 0..g.filter_h {
-            let row = &filter[ky * g.filter_w * c..(ky + 1) * g.filter_w * c];
-            let w = |kx: usize, ch: usize| {
-                row.get(kx * c + ch)
-                    .filter(|_| kx < g.filter_w)
-                    .map_or(0, |w| w.to_i32() - zps[ch])
-            };
-            for p in 0..pairs {
-                words.extend((0..c).map(|ch| pair(w(2 * p, ch), w(2 * p + 1, ch))));
+            for kx in 0..g.filter_w {
+                let tap = &weights[(ky * g.filter_w + kx) * c..][..c];
+                let shift = bits * (kx % per);
+                let word = &mut words[(ky * groups + kx / per) * c..][..c];
+                for (o, &w) in word.iter_mut().zip(tap) {
+                    *o |= (((w as u64) & mask) << shift) as u32 as i32;
+                }
+                if let Some(share) = share.get_mut(ky * c..(ky + 1) * c) {
+                    for (s, &w) in share.iter_mut().zip(tap) {
+                        *s = s.wrapping_add(w as i32);
+                    }
+                }
             }
         }
+        // The input zero point as the byte a quad holds (an `i8` flipped by 0x80), times
+        // the sum of each filter row's weights.
+        let z_u = if T::MIN < 0 { in_zp + 128 } else { in_zp };
+        for s in &mut share {
+            *s = s.wrapping_mul(z_u);
+        }
+        let loads = match kind {
+            Kind::Pairs => 2,
+            Kind::Quads => g.filter_w.min(4),
+        };
         Some(Self {
+            kind,
             level,
             g: *g,
-            pairs,
+            groups,
+            loads,
             step,
             a,
             b,
             cols,
             filter: words,
+            share,
+            start: vec![0; c],
             zp_row: vec![T::saturate_from_i32(in_zp); c],
             zp: in_zp as i16,
             slots: (0..g.filter_h)
@@ -149,10 +238,17 @@ impl<T: QuantElem> Prepared<T> {
                     words: Vec::new(),
                 })
                 .collect(),
-            ends: Vec::with_capacity(cols),
+            ends: Vec::new(),
+            table: Vec::new(),
             rows: Vec::with_capacity(g.filter_h),
             live: Vec::with_capacity(g.filter_h),
         })
+    }
+
+    /// Whether the words are byte quads (for the tests: which path a case reaches).
+    #[cfg(test)]
+    fn quads(&self) -> bool {
+        self.kind == Kind::Quads
     }
 
     /// The sums of output row `oy` of image `img` (`[in_h, in_w, in_c]`), every channel of
@@ -206,8 +302,18 @@ impl<T: QuantElem> Prepared<T> {
             };
             live.push((
                 self.slots[at].words.as_ptr(),
-                self.filter[ky * self.pairs * c..].as_ptr(),
+                self.filter[ky * self.groups * c..].as_ptr(),
             ));
+        }
+        if self.kind == Kind::Quads {
+            // Every sum starts at minus the zero point's share of the live filter rows.
+            self.start.fill(0);
+            for &(ky, _) in &rows {
+                let share = &self.share[ky * c..(ky + 1) * c];
+                for (s, &z) in self.start.iter_mut().zip(share) {
+                    *s = s.wrapping_sub(z);
+                }
+            }
         }
         self.sums(&live, accs);
         (self.rows, self.live) = (rows, live);
@@ -223,16 +329,24 @@ impl<T: QuantElem> Prepared<T> {
         // Column pointers by arithmetic (no slicing per column): a column inside the row
         // points at its pixel, one outside at `zp_row`.
         let (base, zp_row) = (row.as_ptr().cast::<u8>(), self.zp_row.as_ptr().cast::<u8>());
-        let column = |j: usize| match j.wrapping_sub(g.pad_left) {
-            x if j >= g.pad_left && x < g.in_w => base.wrapping_add(x * c),
-            _ => zp_row,
-        };
+        // Every input column a prepared column reads, `k * step + t * dilation_w` for
+        // `t < loads`: the left padding, the row's pixels, the right padding.
+        let (step, d, loads) = (self.step, g.dilation_w, self.loads);
+        let mut table = std::mem::take(&mut self.table);
+        table.clear();
+        if self.cols > 0 {
+            let reach = (self.cols - 1) * step + (loads - 1) * d + 1;
+            let left = g.pad_left.min(reach);
+            let inside = g.in_w.min(reach - left);
+            table.resize(left, zp_row);
+            table.extend((0..inside).map(|x| base.wrapping_add(x * c)));
+            table.resize(reach, zp_row);
+        }
         let mut ends = std::mem::take(&mut self.ends);
         ends.clear();
-        ends.extend((0..self.cols).map(|k| {
-            let j = k * self.step;
-            (column(j), column(j + g.dilation_w))
-        }));
+        if self.kind == Kind::Pairs {
+            ends.extend((0..self.cols).map(|k| (table[k * step], table[k * step + d])));
+        }
         let slot = &mut self.slots[at];
         slot.tag = None;
         slot.words.resize(self.cols * c, 0);
@@ -240,23 +354,30 @@ impl<T: QuantElem> Prepared<T> {
         {
             let (zp, words) = (self.zp, &mut slot.words[..]);
             // Each call's contract: the level is capped at the CPU's (AVX2 at least,
-            // AVX-512 F and BW at Isa::Avx512 and above); every column pointer was taken
-            // from a slice of at least `c` one-byte elements (a pixel of the row, or
-            // `zp_row`); `words` is `cols * c` long and `ends` has `cols` entries; each
-            // step range is at least one step wide and within `c` (see `Steps`).
+            // AVX-512 F and BW at Isa::Avx512 and above, VNNI for quads); every column
+            // pointer was taken from a slice of at least `c` one-byte elements (a pixel
+            // of the row, or `zp_row`); `words` is `cols * c` long, `ends` has `cols`
+            // entries (pairs) and `table` every column `k * step + t * d`, `k < cols`,
+            // `t < loads` (quads); each step range is at least one step wide and within
+            // `c` (see `Steps`; quads have `c >= 16`).
             // SAFETY: the contract of `build`, as just listed.
             unsafe {
-                let s = Steps::of(self.level, c);
-                if let Some(to) = s.wide {
-                    x86::build16::<T>(&ends, c, 0, to, zp, words);
-                }
-                if let Some(from) = s.narrow {
-                    x86::build8::<T>(&ends, c, from, c, zp, words);
+                match self.kind {
+                    Kind::Quads => quads::build::<T>(&table, self.cols, step, d, loads, c, words),
+                    Kind::Pairs => {
+                        let s = Steps::of(self.level, c);
+                        if let Some(to) = s.wide {
+                            x86::build16::<T>(&ends, c, 0, to, zp, words);
+                        }
+                        if let Some(from) = s.narrow {
+                            x86::build8::<T>(&ends, c, from, c, zp, words);
+                        }
+                    }
                 }
             }
         }
         slot.tag = Some((img.as_ptr() as usize, iy));
-        self.ends = ends;
+        (self.ends, self.table) = (ends, table);
     }
 
     /// The sums of every pixel of an output row from its live rows: `(prepared row,
@@ -265,20 +386,25 @@ impl<T: QuantElem> Prepared<T> {
         #[cfg(target_arch = "x86_64")]
         {
             let c = self.g.in_c;
-            let (pairs, a, b, n) = (self.pairs, self.a, self.b, self.g.out_w);
+            let (groups, a, b, n) = (self.groups, self.a, self.b, self.g.out_w);
             // Each call's contract: as `build`'s for the level and steps; every prepared
-            // row is `cols * c` words and every filter row `pairs * c` words (from
-            // `filter_h * pairs * c`), so pixel `ox < out_w`, pair `p < pairs` reads
-            // words up to `((out_w - 1) * a + (pairs - 1) * b + 1) * c = cols * c`;
-            // `accs` is `out_w * c` words (checked by `row_sums`).
+            // row is `cols * c` words and every filter row `groups * c` words (from
+            // `filter_h * groups * c`), so pixel `ox < out_w`, group `p < groups` reads
+            // words up to `((out_w - 1) * a + (groups - 1) * b + 1) * c = cols * c`;
+            // `accs` is `out_w * c` words (checked by `row_sums`), `start` `c`.
             // SAFETY: the contract of `sums`, as just listed.
             unsafe {
-                let s = Steps::of(self.level, c);
-                if let Some(to) = s.wide {
-                    x86::sums16(live, pairs, a, b, c, n, 0, to, accs);
-                }
-                if let Some(from) = s.narrow {
-                    x86::sums8(live, pairs, a, b, c, n, from, c, accs);
+                match self.kind {
+                    Kind::Quads => quads::sums(live, groups, a, b, c, n, &self.start, accs),
+                    Kind::Pairs => {
+                        let s = Steps::of(self.level, c);
+                        if let Some(to) = s.wide {
+                            x86::sums16(live, groups, a, b, c, n, 0, to, accs);
+                        }
+                        if let Some(from) = s.narrow {
+                            x86::sums8(live, groups, a, b, c, n, from, c, accs);
+                        }
+                    }
                 }
             }
         }
@@ -326,7 +452,7 @@ mod x86 {
     /// The step starts over channels `from..to` for `v` lanes: whole steps, then one
     /// ending at `to` if some are left (`to - from >= v`).
     #[inline(always)]
-    fn starts(from: usize, to: usize, v: usize) -> impl Iterator<Item = usize> {
+    pub(super) fn starts(from: usize, to: usize, v: usize) -> impl Iterator<Item = usize> {
         let whole = (to - from) / v;
         let tail = (!(to - from).is_multiple_of(v)).then_some(to - v);
         (0..whole).map(move |i| from + i * v).chain(tail)
@@ -547,6 +673,15 @@ mod tests {
             let Some(mut prepared) = prepared else {
                 continue;
             };
+            // Quads wherever VNNI runs 16 channels or more of byte weights.
+            let byte_weights = filter
+                .iter()
+                .enumerate()
+                .all(|(i, w)| (-128..=127).contains(&(w.to_i32() - w_zp[i % g.in_c])));
+            let quads = level.min(crate::kernels::isa::detected()) >= Isa::Avx512Vnni
+                && g.in_c >= 16
+                && byte_weights;
+            prop_assert_eq!(prepared.quads(), quads, "{:?}", level);
             for oy in 0..g.out_h {
                 let want = want(g, img, oy, filter, in_zp, w_zp);
                 let mut got = vec![7i32; g.out_w * g.in_c];
@@ -559,20 +694,32 @@ mod tests {
 
     proptest! {
         #![proptest_config(crate::kernels::proptest_config(128))]
-        /// Every level gives the definition's sums: channel counts across the step
-        /// widths (an overlapping last step), padding, strides (one that does not divide
-        /// a tap pair's span too), dilations, odd and even tap counts, input and filter zero points, signed and unsigned operands.
+        /// Every level gives the definition's sums, pairs and quads: channel counts
+        /// across the step widths (an overlapping last step), padding (rows and columns
+        /// outside at every border), strides (one that does not divide a tap group's
+        /// span too), dilations, tap counts from 1 to 6 a row (one and two quads, odd
+        /// and even pairs), input zero points at the types' extremes, filter zero
+        /// points that keep the weights within a byte or not, signed and unsigned
+        /// operands.
         #[test]
         fn quant_depthwise_row_sums_match_the_definition(
             c in 1usize..80,
             in_h in 1usize..7,
             in_w in 1usize..8,
-            fh in 1usize..4,
-            fw in 1usize..6,
+            fh in 1usize..6,
+            fw in 1usize..7,
             stride in 1usize..4,
             dilation in 1usize..3,
             pad in 0usize..3,
-            zp in prop_oneof![-128i32..=255, Just(i32::MIN), Just(1000)],
+            zp in prop_oneof![
+                -128i32..=255,
+                Just(-128),
+                Just(127),
+                Just(0),
+                Just(255),
+                Just(i32::MIN),
+                Just(1000)
+            ],
             w_zp in prop_oneof![Just(0i32), -128i32..=255],
             seed in any::<u64>(),
         ) {
@@ -595,6 +742,14 @@ mod tests {
             check::<i8, i8>(&g, &simg, &sfilter, zp, &vec![0; c])?;
             check::<u8, i8>(&g, &img, &sfilter, zp, &vec![0; c])?;
             check::<u8, u8>(&g, &img, &filter, zp, &w_zps)?;
+            // Unsigned weights within a byte of their zero point (quads on VNNI).
+            let near: Vec<u8> = filter
+                .iter()
+                .enumerate()
+                .map(|(i, &v)| (w_zps[i % c] + i32::from(v as i8)).clamp(0, 255) as u8)
+                .collect();
+            check::<u8, u8>(&g, &img, &near, zp, &w_zps)?;
+            check::<i8, u8>(&g, &simg, &near, zp, &w_zps)?;
         }
     }
 

@@ -1,0 +1,147 @@
+//! The AVX-512 VNNI steps of the depthwise rows' byte quads (see the parent module): a
+//! prepared word holds four input bytes of one channel as `u8`, a filter word the four
+//! matching `i8` weights, and one `vpdpbusd` adds their four products to a lane.
+
+use super::x86::starts;
+use super::QuantElem;
+use std::arch::x86_64::*;
+
+/// Sixteen channels a step.
+const LANES: usize = 16;
+
+/// Prepares a row of quads: for column `k < cols` and channel `ch`, word `k * c + ch`
+/// holds the bytes at `table[k * step + t * d] + ch` for `t < loads` (0 above), each
+/// flipped by `0x80` for an `i8` input (so it reads as `x + 128`; a byte above `loads`
+/// meets a zero weight).
+///
+/// Where the step is `m < loads` dilations, column `k + 1`'s taps are column `k`'s
+/// moved down `m` bytes and `m` new ones: one shift and `m` loads a column, not `loads`.
+///
+/// # Safety
+/// The CPU has AVX-512 F, BW and VNNI; T is one byte; `1 <= loads <= 4`; `table` has
+/// `(cols - 1) * step + (loads - 1) * d + 1` entries (or `cols` is 0), each with `c`
+/// readable bytes; `words` is `cols * c` long; `c >= 16`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn build<T: QuantElem>(
+    table: &[*const u8],
+    cols: usize,
+    step: usize,
+    d: usize,
+    loads: usize,
+    c: usize,
+    words: &mut [i32],
+) {
+    // The flip of bytes `ts` (the bytes above `loads` stay 0, so that a shift moves
+    // no byte into a tap).
+    let flip = |ts: std::ops::Range<usize>| match T::MIN < 0 {
+        true => ts.fold(0u32, |f, t| f | 0x80 << (8 * t)),
+        false => 0,
+    };
+    let out = words.as_mut_ptr();
+    let table = table.as_ptr();
+    // The bytes of input column `j` for channels `s..s + 16`, zero-extended to lanes
+    // and moved to byte `t` of each.
+    let tap = |j: usize, t: usize, s: usize| {
+        // SAFETY: entry `j` of `table` has `s + 16 <= c` readable bytes (the caller's
+        // contract, for every `j` a column reads).
+        let x = unsafe { _mm_loadu_si128((*table.add(j)).add(s).cast()) };
+        _mm512_sllv_epi32(_mm512_cvtepu8_epi32(x), _mm512_set1_epi32(8 * t as i32))
+    };
+    let every = flip(0..loads);
+    // Column `k` from its own `loads` taps.
+    let whole = |k: usize, s: usize| {
+        let mut v = _mm512_set1_epi32(every as i32);
+        for t in 0..loads {
+            v = _mm512_xor_si512(v, tap(k * step + t * d, t, s));
+        }
+        v
+    };
+    // Column `k + 1` reads column `k`'s taps from the `m`-th on (`step = m * d`).
+    let m = step.checked_div(d).filter(|&m| m * d == step && m < loads);
+    let (m, shifted) = (m.unwrap_or(0), m.is_some());
+    // The flip of a shifted column's `m` new bytes.
+    let fresh = flip(loads - m..loads);
+    let down = _mm512_set1_epi32(8 * m as i32);
+    for s in starts(0, c, LANES) {
+        let mut v = _mm512_setzero_si512();
+        for k in 0..cols {
+            v = if k == 0 || !shifted {
+                whole(k, s)
+            } else {
+                let mut n = _mm512_srlv_epi32(v, down);
+                for t in loads - m..loads {
+                    n = _mm512_or_si512(n, tap(k * step + t * d, t, s));
+                }
+                _mm512_xor_si512(n, _mm512_set1_epi32(fresh as i32))
+            };
+            // SAFETY: words `k * c + s + 16 <= cols * c` (the caller's contract).
+            unsafe { _mm512_storeu_si512(out.add(k * c + s).cast(), v) };
+        }
+    }
+}
+
+/// The sums of `n` pixels: pixel `ox`, channel `ch` is `start[ch]` plus, over live rows
+/// `(h, w)` and groups `p`, the quad products of words `h[(ox * a + p * b) * c + ch]`
+/// (`u8`) and `w[p * c + ch]` (`i8`).
+///
+/// # Safety
+/// The CPU has AVX-512 F, BW and VNNI; each `h` has
+/// `((n - 1) * a + (groups - 1) * b + 1) * c` readable words and each `w` `groups * c`;
+/// `start` is `c` words and `accs` `n * c`; `c >= 16`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn sums(
+    live: &[(*const i32, *const i32)],
+    groups: usize,
+    a: usize,
+    b: usize,
+    c: usize,
+    n: usize,
+    start: &[i32],
+    accs: &mut [i32],
+) {
+    let out = accs.as_mut_ptr();
+    let (da, db) = (a * c, b * c);
+    // `$px` pixels from `ox` at once: each filter word loaded once for all of them.
+    macro_rules! block {
+        ($px:literal, $ox:expr, $s:expr, $init:expr) => {{
+            let mut acc = [$init; $px];
+            for &(h, w) in live {
+                for p in 0..groups {
+                    // SAFETY: pixels `ox..ox + $px <= n`, group `p < groups`: inside
+                    // the rows' words (the caller's contract).
+                    unsafe {
+                        let wv = _mm512_loadu_si512(w.add(p * c + $s).cast());
+                        let at = h.add($ox * da + p * db + $s);
+                        for (i, acc) in acc.iter_mut().enumerate() {
+                            let x = _mm512_loadu_si512(at.add(i * da).cast());
+                            *acc = _mm512_dpbusd_epi32(*acc, x, wv);
+                        }
+                    }
+                }
+            }
+            for (i, acc) in acc.iter().enumerate() {
+                // SAFETY: pixels `ox..ox + $px <= n`, channels `s..s + 16 <= c`.
+                unsafe { _mm512_storeu_si512(out.add(($ox + i) * c + $s).cast(), *acc) };
+            }
+        }};
+    }
+    for s in starts(0, c, LANES) {
+        // SAFETY: `s + 16 <= c` words of `start`.
+        let init = unsafe { _mm512_loadu_si512(start.as_ptr().add(s).cast()) };
+        let mut ox = 0;
+        while ox + 8 <= n {
+            block!(8, ox, s, init);
+            ox += 8;
+        }
+        if ox + 4 <= n {
+            block!(4, ox, s, init);
+            ox += 4;
+        }
+        while ox < n {
+            block!(1, ox, s, init);
+            ox += 1;
+        }
+    }
+}
