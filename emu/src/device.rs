@@ -28,7 +28,7 @@ use crate::engine::programs::ProgramCache;
 use crate::engine::{compute, dma, job, Outcome};
 use crate::error::{IommuError, MemError};
 use crate::fault::{Fault, FaultInjector, FaultPlan};
-use crate::iommu::{Iommu, Iotlb, KeptTranslation, Perm, Window};
+use crate::iommu::{Iommu, Iotlb, Perm, Window};
 use crate::regs::{self, RegisterFile};
 use crate::ring::{
     Command, CompletionEntry, Status, SubmissionEntry, CQ_ENTRY_SIZE, FLAG_IRQ, SQ_ENTRY_SIZE,
@@ -166,7 +166,7 @@ enum Task {
         report: u64,
     },
     /// A JOB, its copy list fetched and checked.
-    Job(job::Job),
+    Job(Arc<job::Job>),
 }
 
 /// A FENCE or TIMESTAMP command waiting for the engines to drain.
@@ -576,7 +576,7 @@ struct CommandProcessor {
     /// The rings' translations.
     tlb: Iotlb,
     /// The translation of the last JOB's copy list.
-    job_list: KeptTranslation,
+    job_list: job::Fetched,
 }
 
 impl CommandProcessor {
@@ -602,7 +602,7 @@ impl CommandProcessor {
             completed: 0,
             inline_pass: false,
             tlb: Iotlb::default(),
-            job_list: KeptTranslation::default(),
+            job_list: job::Fetched::default(),
         }
     }
 

@@ -73,6 +73,7 @@ impl SharedRegion {
     }
 
     /// Checks `[offset, offset + len)` lies inside the region.
+    #[inline]
     pub fn check(&self, offset: u64, len: u64) -> Result<usize, MemError> {
         let end = offset
             .checked_add(len)
@@ -84,6 +85,7 @@ impl SharedRegion {
     }
 
     /// Raw pointer to `offset`, after a bounds check of `len` bytes.
+    #[inline]
     pub fn ptr(&self, offset: u64, len: u64) -> Result<*mut u8, MemError> {
         let off = self.check(offset, len)?;
         // SAFETY: `off + len <= self.len()` was just checked, so the pointer stays
@@ -92,6 +94,7 @@ impl SharedRegion {
     }
 
     /// Copies bytes out of the region.
+    #[inline]
     pub fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), MemError> {
         let src = self.ptr(offset, out.len() as u64)?;
         // SAFETY: `src` is valid for `out.len()` bytes (checked above); `out` is our own
@@ -101,6 +104,7 @@ impl SharedRegion {
     }
 
     /// Copies bytes into the region.
+    #[inline]
     pub fn write(&self, offset: u64, data: &[u8]) -> Result<(), MemError> {
         let dst = self.ptr(offset, data.len() as u64)?;
         // SAFETY: `dst` is valid for `data.len()` bytes (checked above); no Rust
@@ -153,6 +157,7 @@ impl SharedRegion {
     }
 
     /// The 32-bit word at a 4-byte-aligned offset, as an atomic.
+    #[inline]
     pub fn atomic_u32(&self, offset: u64) -> Result<&AtomicU32, MemError> {
         if !offset.is_multiple_of(4) {
             return Err(MemError::Misaligned { offset });
@@ -165,10 +170,12 @@ impl SharedRegion {
         Ok(unsafe { &*(p as *const AtomicU32) })
     }
 
+    #[inline]
     pub fn load_u32(&self, offset: u64) -> Result<u32, MemError> {
         Ok(self.atomic_u32(offset)?.load(Ordering::Acquire))
     }
 
+    #[inline]
     pub fn store_u32(&self, offset: u64, v: u32) -> Result<(), MemError> {
         self.atomic_u32(offset)?.store(v, Ordering::Release);
         Ok(())

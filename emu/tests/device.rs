@@ -287,6 +287,19 @@ fn a_job_copies_in_runs_and_copies_out() {
     let mut out = [0f32; 4];
     buf.read_f32(4096, &mut out).unwrap();
     assert_eq!(out, [11.0, 0.0, 0.0, 4.5]);
+    // The device remembers the last job it accepted: the same command over a list the
+    // host rewrote is read and checked again (refused now), and accepted once restored.
+    let bad = d(DRAM_BASE + 0x1000, BUF_IOVA + 4096);
+    buf.write(2048 + 48, &bad.encode()).unwrap();
+    q.submit(&dev, &[job(BUF_IOVA + 2048).entry(5)]).unwrap();
+    assert_eq!(
+        wait_for(&mut q, &dev, 1)[0].status,
+        Status::InvalidCommand as u16
+    );
+    let good = d(DRAM_BASE + 0x300, BUF_IOVA + 4096);
+    buf.write(2048 + 48, &good.encode()).unwrap();
+    q.submit(&dev, &[job(BUF_IOVA + 2048).entry(6)]).unwrap();
+    assert_eq!(wait_for(&mut q, &dev, 1)[0].status, Status::Ok as u16);
 }
 
 /// A job runs through the plan its program keeps ([`vnpu_emu::engine::job_plan`]) with

@@ -212,7 +212,7 @@ impl BurstMemo {
 
 /// `a == b`, compared field by field: the dimension lists are a few words each, which a
 /// loop compares in less than a `memcmp` call costs.
-fn same_arguments(a: &[RequestArgument], b: &[RequestArgument]) -> bool {
+pub(crate) fn same_arguments(a: &[RequestArgument], b: &[RequestArgument]) -> bool {
     a.len() == b.len()
         && a.iter().zip(b).all(|(x, y)| {
             x.has_no_value == y.has_no_value

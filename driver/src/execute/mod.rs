@@ -33,6 +33,7 @@ use crate::interface::{
 use crate::validate::validate_request;
 use crate::workers::{Job, WorkerPool};
 
+pub(crate) use burst::same_arguments;
 pub use burst::{BurstMemo, RunOptions, Shapes};
 pub use context::{ModelContext, ModelCount, ModelLease, StartBurst};
 pub use instances::BuiltProgram;
