@@ -27,8 +27,8 @@ use crate::kernels::igemm::quads::{self, GROUP, GROUP_BYTES};
 use crate::kernels::igemm::NR;
 use crate::kernels::isa::{detected, Isa};
 
-/// Output pixels of one tile (the AVX-512 kernels' accumulators; the AVX2 one runs four
-/// tiles of three). The padded image is as wide as whole tiles need.
+/// Output pixels of one tile (the AVX-512 kernels' accumulators; the AVX2 one runs six
+/// tiles of two). The padded image is as wide as whole tiles need.
 const TILE: usize = 12;
 
 /// The most input channels this path takes.
@@ -481,8 +481,9 @@ mod x86 {
     }
 
     /// Pixels of one AVX2 sub-tile: four accumulators a pixel (16 columns, two lanes
-    /// each), the pixels' widened quads and one widened quarter of a group: 16 registers.
-    const SUB: usize = 3;
+    /// each), the pixels' widened quads, one widened quarter of a group and a product:
+    /// 12 of the 16 registers (three pixels needed 17: the accumulators spilled).
+    const SUB: usize = 2;
 
     /// The row on AVX2, as [`row_bw`] with 256-bit vectors, [`SUB`] pixels at a time.
     ///
