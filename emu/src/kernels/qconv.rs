@@ -28,6 +28,7 @@
 
 mod bytes;
 mod depthwise_simd;
+mod shallow;
 
 pub use bytes::pack_filter;
 
@@ -476,8 +477,7 @@ pub fn conv2d<T: QuantElem, F: QuantElem>(
     let in_zp = p.quant.input_zero_point;
     if let Some(pad) = bytes::zero_byte::<T>(in_zp) {
         if let Some(packed) = stage.pack_bytes(filter, k) {
-            let kern = igemm::quads::kernel();
-            return bytes::conv_bytes(kern, g, p.out_c, input, &packed, &stage, pad, output);
+            return bytes::conv_bytes(isa(), g, p.out_c, input, &packed, &stage, pad, output);
         }
     }
     match stage.pack(filter, k) {
@@ -546,8 +546,7 @@ pub fn conv2d_packed<T: QuantElem>(
         stage.fill_bias_only(output);
         return Ok(());
     }
-    let kern = igemm::quads::kernel();
-    bytes::conv_bytes(kern, g, p.out_c, input, packed, &stage, pad, output)
+    bytes::conv_bytes(isa(), g, p.out_c, input, packed, &stage, pad, output)
 }
 
 /// The filter `[out_c, k]` (OHWI rows) with each row's zero point removed, packed as the
@@ -2217,8 +2216,12 @@ mod quant_tests {
             if let Some(packed) = &packed {
                 let mut got = vec![T::saturate_from_i32(0); len];
                 let kern = igemm::quads::kernel_for(level);
-                bytes::conv_bytes(kern, g, out_c, &input, packed, &stage, pad, &mut got).unwrap();
+                bytes::conv_gemm(kern, g, out_c, &input, packed, &stage, pad, &mut got).unwrap();
                 prop_assert_eq!(&got, &want, "bytes {:?}", level);
+                // With the direct kernel where it takes the geometry.
+                let mut got = vec![T::saturate_from_i32(0); len];
+                bytes::conv_bytes(level, g, out_c, &input, packed, &stage, pad, &mut got).unwrap();
+                prop_assert_eq!(&got, &want, "shallow bytes {:?}", level);
             }
         }
         let p = Conv2dParams {

@@ -5,8 +5,11 @@
 //! every one-byte input whose zero point is inside its type and whose filter, minus its
 //! zero point, fits `i8` (every TFLite int8 model: symmetric filters).
 
-use super::{window, ConvGeometry, ConvRows, FcRows, OutputStage, QuantElem, QuantError, Result};
+use super::{
+    shallow, window, ConvGeometry, ConvRows, FcRows, OutputStage, QuantElem, QuantError, Result,
+};
 use crate::kernels::igemm::quads;
+use crate::kernels::isa::Isa;
 use crate::kernels::simd::{vectorized, Body};
 
 /// Bytes of im2col rows the byte GEMM multiplies per call (the block stays in L2 while
@@ -79,7 +82,7 @@ pub(super) trait ByteRows<T> {
 /// the last one overlapping the one before, rather than a loop whose vector body such a
 /// run never reaches.
 #[inline(always)]
-fn copy_bytes<T: QuantElem>(src: &[T], dst: &mut [u8]) {
+pub(super) fn copy_bytes<T: QuantElem>(src: &[T], dst: &mut [u8]) {
     if size_of::<T>() != 1 {
         // Not an input of the byte GEMM (`zero_byte` refuses it); correct all the same.
         for (d, &s) in dst.iter_mut().zip(src) {
@@ -230,10 +233,31 @@ impl<T: QuantElem> ByteRows<T> for FcRows<'_, T> {
     }
 }
 
+/// The convolution on bytes at instruction-set level `level` (`pad` the input zero
+/// point's byte, [`zero_byte`]; `packed` the filter by [`pack_filter`]): an input of a
+/// few channels by the direct kernel ([`shallow`]), any other on the byte GEMM.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn conv_bytes<T: QuantElem>(
+    level: Isa,
+    g: &ConvGeometry,
+    out_c: usize,
+    input: &[T],
+    packed: &[u8],
+    stage: &OutputStage,
+    pad: u8,
+    output: &mut [T],
+) -> Result<()> {
+    if shallow::run(level, g, out_c, input, packed, stage, pad, output)? {
+        return Ok(());
+    }
+    let kern = quads::kernel_for(level);
+    conv_gemm(kern, g, out_c, input, packed, stage, pad, output)
+}
+
 /// The convolution on the byte GEMM (`pad` the input zero point's byte,
 /// [`zero_byte`]; `packed` the filter by [`pack_filter`]).
 #[allow(clippy::too_many_arguments)]
-pub(super) fn conv_bytes<T: QuantElem>(
+pub(super) fn conv_gemm<T: QuantElem>(
     kern: quads::Kernel,
     g: &ConvGeometry,
     out_c: usize,
