@@ -216,6 +216,25 @@ pub(super) fn tile_fits<const R: usize>(
         && span(R, ldo, NR).is_some_and(|need| out.len() >= need)
 }
 
+/// The panel size and count of `b` (B packed for `groups` groups) if a tile of `R` rows of
+/// A `pitch` bytes apart in `a` covers those groups and `start` holds sixteen start values
+/// a panel: the check the whole-tile kernels (`vnni::panels`, `widen::panels_avx2`) make
+/// before reading.
+#[inline(always)]
+pub(super) fn panels_fit<const R: usize>(
+    a: &[u8],
+    pitch: usize,
+    b: &[u8],
+    groups: usize,
+    start: &[i32],
+) -> Option<(usize, usize)> {
+    let panel = groups.checked_add(1)?.checked_mul(GROUP_BYTES)?;
+    let n = b.len() / panel;
+    let need = (R - 1).checked_mul(pitch)?.checked_add(groups * GROUP)?;
+    (b.len() == n * panel && start.len() == n * NR && pitch >= groups * GROUP && a.len() >= need)
+        .then_some((panel, n))
+}
+
 /// The plain micro-kernel (also the reference of the vector ones).
 fn tile_plain<const R: usize>(
     a: &[u8],

@@ -12,7 +12,7 @@ pub use x86::{panels, PanelSink, ROWS};
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::super::pairs::NR;
-    use super::super::quads::{tile_fits, GROUP, GROUP_BYTES};
+    use super::super::quads::{panels_fit, tile_fits, GROUP, GROUP_BYTES};
     use std::arch::x86_64::*;
 
     /// Rows of a tile.
@@ -48,18 +48,9 @@ mod x86 {
         start: &[i32],
         sink: &mut S,
     ) -> bool {
-        let panel = (groups + 1) * GROUP_BYTES;
-        let n = b.len() / panel;
-        let ok = b.len() == n * panel
-            && start.len() == n * NR
-            && pitch >= groups * GROUP
-            && (ROWS - 1)
-                .checked_mul(pitch)
-                .and_then(|s| s.checked_add(groups * GROUP))
-                .is_some_and(|need| a.len() >= need);
-        if !ok {
+        let Some((panel, _)) = panels_fit::<ROWS>(a, pitch, b, groups, start) else {
             return false;
-        }
+        };
         let rows: [*const u8; ROWS] = std::array::from_fn(|r| a[r * pitch..].as_ptr());
         for (q, (p, s)) in b
             .chunks_exact(panel)
