@@ -424,7 +424,7 @@ mod fused {
         out: &mut [T],
     ) -> bool {
         #[cfg(target_arch = "x86_64")]
-        if size_of::<T>() == 1 && out.len() >= m * stage.channels.len() {
+        if size_of::<T>() == 1 && out.len() == m * stage.channels.len() {
             let Some((lanes, full, epi)) = stage.rows.vector_form() else {
                 return false;
             };
@@ -449,9 +449,10 @@ mod fused {
                 (Isa::Avx2, true, true) => x86::avx2::<T, true, true>,
                 _ => return false,
             };
-            // SAFETY: the kernel's level is capped at the CPU's (`quads::kernel_for`):
-            // the VNNI kernel runs only where the CPU has AVX-512F, BW and VNNI, the
-            // AVX2 one where it has AVX2.
+            // The kernel's level is capped at the CPU's (`quads::kernel_for`): the VNNI
+            // kernel is chosen only where the CPU has AVX-512F, BW and VNNI, AVX2's where
+            // it has AVX2.
+            // SAFETY: so the CPU has the target features of the function `run` names.
             return unsafe { run(&args, out) };
         }
         let _ = (kern, a, m, k, packed, start, stage, out);

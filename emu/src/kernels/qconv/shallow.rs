@@ -191,9 +191,9 @@ fn run_bands<T: QuantElem>(
                     out_c,
                     sums: &mut s.sums,
                 };
-                // SAFETY: `row` was chosen by `row_kernel` for a level capped at the CPU's
-                // (`run`), so the CPU has the features it was compiled for; it checks its
-                // slices itself.
+                // `row` was chosen by `row_kernel` for a level capped at the CPU's (`run`);
+                // it checks its slices itself.
+                // SAFETY: so the CPU has the features `row` was compiled for.
                 if !unsafe { row(args) } {
                     return Err(QuantError::InvalidParams("shallow convolution sizes"));
                 }
