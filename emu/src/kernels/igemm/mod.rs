@@ -23,4 +23,4 @@ pub use pairs::*;
 #[cfg(target_arch = "x86_64")]
 pub use vnni::{panels, PanelSink, ROWS as VNNI_ROWS};
 #[cfg(target_arch = "x86_64")]
-pub use widen::{panels_avx2, PanelSink256, ROWS256};
+pub use widen::{bytes_to_pairs, quads_to_pairs};

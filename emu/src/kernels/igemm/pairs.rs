@@ -103,7 +103,7 @@ pub fn kernel_for(level: Isa) -> Kernel {
         },
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => Kernel {
-            rows: 6,
+            rows: x86::ROWS256,
             run: x86::avx2,
         },
         #[cfg(target_arch = "x86_64")]
@@ -143,6 +143,9 @@ fn tile_plain<const R: usize>(a: &[i32], b: &[i32], out: &mut [i32]) {
 }
 
 #[cfg(target_arch = "x86_64")]
+pub use x86::{panels_avx2, PanelSink256, ROWS256};
+
+#[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::NR;
     use std::arch::x86_64::*;
@@ -157,14 +160,23 @@ mod x86 {
         std::array::from_fn(|r| a.get(r * k2..).map_or(a.as_ptr(), <[i32]>::as_ptr))
     }
 
+    /// Rows of the AVX2 tiles: two accumulators a row (16 columns), B's two vectors and
+    /// a broadcast: 15 of 16 registers.
+    pub const ROWS256: usize = 6;
+
+    /// The sums of `R` rows of pair words (row `r` from `rows[r]`, `b.len() / NR` words
+    /// each) by one panel `b` of pair words, from `init` (columns 0-7, 8-15) in every row.
+    ///
+    /// # Safety
+    /// The CPU has AVX2; each row has `b.len() / NR` readable words.
+    #[inline]
     #[target_feature(enable = "avx2")]
-    fn tile_avx2<const R: usize>(a: &[i32], b: &[i32], out: &mut [i32]) {
-        let k2 = b.len() / NR;
-        if a.len() < R * k2 || out.len() < R * NR {
-            return;
-        }
-        let rows = row_starts::<R>(a, k2);
-        let mut acc = [[_mm256_setzero_si256(); 2]; R];
+    unsafe fn sums_avx2<const R: usize>(
+        rows: &[*const i32; R],
+        b: &[i32],
+        init: [__m256i; 2],
+    ) -> [[__m256i; 2]; R] {
+        let mut acc = [init; R];
         for (p, bp) in b.chunks_exact(NR).enumerate() {
             let Ok(bp) = <&[i32; NR]>::try_from(bp) else {
                 continue;
@@ -176,14 +188,28 @@ mod x86 {
                     _mm256_loadu_si256(bp.as_ptr().add(8).cast()),
                 )
             };
-            for (s, &row) in acc.iter_mut().zip(&rows) {
-                // SAFETY: row `r` starts at word `r * k2` of `a`, which holds `R * k2`
-                // words (checked above), and `p < k2` (the panel has `k2` pairs).
+            for (s, &row) in acc.iter_mut().zip(rows) {
+                // SAFETY: row `r` has `b.len() / NR` words (the caller's contract) and
+                // `p` is below that.
                 let x = _mm256_set1_epi32(unsafe { *row.add(p) });
                 s[0] = _mm256_add_epi32(s[0], _mm256_madd_epi16(x, b0));
                 s[1] = _mm256_add_epi32(s[1], _mm256_madd_epi16(x, b1));
             }
         }
+        acc
+    }
+
+    #[target_feature(enable = "avx2")]
+    fn tile_avx2<const R: usize>(a: &[i32], b: &[i32], out: &mut [i32]) {
+        let k2 = b.len() / NR;
+        if a.len() < R * k2 || out.len() < R * NR {
+            return;
+        }
+        let rows = row_starts::<R>(a, k2);
+        let zero = _mm256_setzero_si256();
+        // SAFETY: the CPU has AVX2 (this function's feature) and row `r` starts at word
+        // `r * k2` of `a`, which holds `R * k2` words (checked above).
+        let acc = unsafe { sums_avx2(&rows, b, [zero, zero]) };
         for (o, s) in out.chunks_exact_mut(NR).zip(&acc) {
             let Ok(o) = <&mut [i32; NR]>::try_from(o) else {
                 continue;
@@ -194,6 +220,61 @@ mod x86 {
                 _mm256_storeu_si256(o.as_mut_ptr().add(8).cast(), s[1]);
             }
         }
+    }
+
+    /// What [`panels_avx2`] does with the sums of each panel of its tile (in registers).
+    pub trait PanelSink256 {
+        /// Takes the sums of panel `q` (columns `16q..16q + 16`): row `r`'s columns
+        /// `16q..16q + 8` in `acc[r][0]`, the next eight in `acc[r][1]`.
+        ///
+        /// # Safety
+        /// Called only where the CPU has AVX2.
+        unsafe fn put(&mut self, q: usize, acc: &[[__m256i; 2]; ROWS256]);
+    }
+
+    /// A tile of [`ROWS256`] rows of pair words (`k2` each, row `r` at word `r * k2` of
+    /// `a`) times every panel of `b` (`k2 * NR` words a panel), each panel's sums plus
+    /// its sixteen start values (`start`) handed to `sink`; false (no call) if the sizes
+    /// disagree. The AVX2 form of the byte GEMM's whole tiles (`widen.rs` widens its
+    /// operands to pairs).
+    ///
+    /// # Safety
+    /// The CPU has AVX2 (as for calling any function with this target feature).
+    #[target_feature(enable = "avx2")]
+    pub fn panels_avx2<S: PanelSink256>(
+        a: &[i32],
+        k2: usize,
+        b: &[i32],
+        start: &[i32],
+        sink: &mut S,
+    ) -> bool {
+        let panel = k2 * NR;
+        let fits = panel > 0
+            && a.len() >= ROWS256 * k2
+            && b.len().is_multiple_of(panel)
+            && start.len() == b.len() / panel * NR;
+        if !fits {
+            return false;
+        }
+        let rows = row_starts::<ROWS256>(a, k2);
+        for (q, (p, s)) in b
+            .chunks_exact(panel)
+            .zip(start.chunks_exact(NR))
+            .enumerate()
+        {
+            // SAFETY: `s` is 16 words: two unaligned 256-bit loads inside it.
+            let init = unsafe {
+                [
+                    _mm256_loadu_si256(s.as_ptr().cast()),
+                    _mm256_loadu_si256(s.as_ptr().add(8).cast()),
+                ]
+            };
+            // SAFETY: the CPU has AVX2; each row holds `k2` words (checked above).
+            let sums = unsafe { sums_avx2(&rows, p, init) };
+            // SAFETY: the CPU has AVX2 (this function's contract).
+            unsafe { sink.put(q, &sums) };
+        }
+        true
     }
 
     macro_rules! tile512 {
@@ -241,7 +322,7 @@ mod x86 {
     pub(super) fn avx2(a: &[i32], b: &[i32], out: &mut [i32]) {
         // SAFETY: chosen by `kernel_for` only at Isa::Avx2 or above, after capping the
         // level at the CPU's, so the CPU has AVX2.
-        unsafe { tile_avx2::<6>(a, b, out) }
+        unsafe { tile_avx2::<ROWS256>(a, b, out) }
     }
 
     pub(super) fn avx512(a: &[i32], b: &[i32], out: &mut [i32]) {

@@ -144,9 +144,9 @@ impl Kernel {
         self.rows
     }
 
-    /// The instruction-set level of the kernel (the AVX-512 VNNI and AVX2 ones also run
-    /// whole tiles handing their sums over in registers: `vnni::panels`,
-    /// `widen::panels_avx2`).
+    /// The instruction-set level of the kernel (at AVX-512 VNNI and AVX2 the byte GEMM
+    /// also runs whole tiles handing their sums over in registers: `vnni::panels`, and
+    /// `pairs::panels_avx2` on operands `widen.rs` widens).
     pub fn level(&self) -> Isa {
         self.level
     }
@@ -218,7 +218,7 @@ pub(super) fn tile_fits<const R: usize>(
 
 /// The panel size and count of `b` (B packed for `groups` groups) if a tile of `R` rows of
 /// A `pitch` bytes apart in `a` covers those groups and `start` holds sixteen start values
-/// a panel: the check the whole-tile kernels (`vnni::panels`, `widen::panels_avx2`) make
+/// a panel: the check the whole-tile kernel (`vnni::panels`) makes
 /// before reading.
 #[inline(always)]
 pub(super) fn panels_fit<const R: usize>(

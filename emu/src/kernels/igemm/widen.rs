@@ -6,21 +6,27 @@
 //!
 //! A widened group of four columns is eight lanes, two per column (depth entries 0-1 and
 //! 2-3 of the group); the two are added once, when the tile is stored.
+//!
+//! The whole-tile AVX2 path (the output stage in the store, `qconv/bytes.rs`) instead
+//! widens its operands once a call, A's block with [`bytes_to_pairs`] and B with
+//! [`quads_to_pairs`], and runs the pair GEMM's six-row tiles (`pairs::panels_avx2`):
+//! the per-tile widening cost a shuffle for every row's group and for each quarter of B's,
+//! and the three-row tile (four accumulators a row) loaded B's groups twice as often.
 
 #[cfg(target_arch = "x86_64")]
-pub(super) use x86::{avx2, avx512, ROWS512};
+pub(super) use x86::{avx2, avx512, ROWS256, ROWS512};
 #[cfg(target_arch = "x86_64")]
-pub use x86::{panels_avx2, PanelSink256, ROWS256};
+pub use x86::{bytes_to_pairs, quads_to_pairs};
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::super::pairs::NR;
-    use super::super::quads::{panels_fit, tile_fits, GROUP, GROUP_BYTES};
+    use super::super::quads::{tile_fits, GROUP, GROUP_BYTES};
     use std::arch::x86_64::*;
 
     /// Rows of the AVX2 tile: four accumulators a row (16 columns, two lanes each), the
     /// rows' widened bytes and one widened quarter of the group: 16 registers at 3.
-    pub const ROWS256: usize = 3;
+    pub(crate) const ROWS256: usize = 3;
 
     /// Rows of the AVX-512BW tile: two accumulators a row, of 32 registers.
     pub(crate) const ROWS512: usize = 12;
@@ -111,47 +117,74 @@ mod x86 {
         }
     }
 
-    /// What [`panels_avx2`] does with the sums of each panel of its tile (in registers).
-    pub trait PanelSink256 {
-        /// Takes the sums of panel `q` (columns `16q..16q + 16`): row `r`'s columns
-        /// `16q..16q + 8` in `acc[r][0]`, the next eight in `acc[r][1]`.
-        ///
-        /// # Safety
-        /// Called only where the CPU has AVX2.
-        unsafe fn put(&mut self, q: usize, acc: &[[__m256i; 2]; ROWS256]);
-    }
-
-    /// The AVX2 twin of `vnni::panels`: the tile of [`ROWS256`] rows of A times every
-    /// panel of `b`, each panel's sums handed to `sink`; false (no call) if the sizes
-    /// disagree.
+    /// A block of the byte GEMM's A rows (`src`, whole groups a row) as the pair GEMM's
+    /// rows (`dst`): byte `i` becomes half word `i`, zero-extended, so a row of `4g` bytes
+    /// is a row of `2g` pair words (depth entries `2p`, `2p + 1` in word `p`). False (and
+    /// `dst` untouched) if `dst` holds fewer than `src.len() / 2` words or `src` is not
+    /// whole words.
     ///
     /// # Safety
     /// The CPU has AVX2 (as for calling any function with this target feature).
     #[target_feature(enable = "avx2")]
-    pub fn panels_avx2<S: PanelSink256>(
-        a: &[u8],
-        pitch: usize,
-        b: &[u8],
-        groups: usize,
-        start: &[i32],
-        sink: &mut S,
-    ) -> bool {
-        let Some((panel, _)) = panels_fit::<ROWS256>(a, pitch, b, groups, start) else {
+    pub fn bytes_to_pairs(src: &[u8], dst: &mut [i32]) -> bool {
+        if !src.len().is_multiple_of(4) || dst.len() < src.len() / 2 {
             return false;
-        };
-        let rows: [*const u8; ROWS256] = std::array::from_fn(|r| a[r * pitch..].as_ptr());
-        for (q, (p, s)) in b
-            .chunks_exact(panel)
-            .zip(start.chunks_exact(NR))
-            .enumerate()
-        {
-            // SAFETY: each row holds `4 * groups` bytes (checked), the panel's groups are
-            // `groups * 64` bytes and `s` 16 words.
-            let sums = unsafe { sums_avx2(&rows, &p[..groups * GROUP_BYTES], s.as_ptr()) };
-            // SAFETY: the CPU has AVX2 (this function's contract).
-            unsafe { sink.put(q, &sums) };
+        }
+        let (body, tail) = src.split_at(src.len() / 16 * 16);
+        let (dst_body, dst_tail) = dst.split_at_mut(body.len() / 2);
+        for (s, d) in body.chunks_exact(16).zip(dst_body.chunks_exact_mut(8)) {
+            // SAFETY: `s` is 16 bytes and `d` 8 words: one unaligned 128-bit load, one
+            // unaligned 256-bit store.
+            unsafe {
+                let w = _mm256_cvtepu8_epi16(_mm_loadu_si128(s.as_ptr().cast()));
+                _mm256_storeu_si256(d.as_mut_ptr().cast(), w);
+            }
+        }
+        for (s, d) in tail.chunks_exact(2).zip(dst_tail) {
+            *d = i32::from(s[0]) | i32::from(s[1]) << 16;
         }
         true
+    }
+
+    /// B packed for the byte GEMM (`quads::pack`: panels of `groups` groups and the
+    /// panel's column sums) as the pair GEMM's panels (the layout of `pairs::pack_b` at
+    /// depth `4 * groups`: panel `q`'s pair `p` is the sixteen words
+    /// `pair(B[2p][j], B[2p + 1][j])`), into `out` (resized). Returns the panel count;
+    /// `None` (and `out` unchanged) if `packed` is not whole panels.
+    ///
+    /// # Safety
+    /// The CPU has AVX2 (as for calling any function with this target feature).
+    #[target_feature(enable = "avx2")]
+    pub fn quads_to_pairs(packed: &[u8], groups: usize, out: &mut Vec<i32>) -> Option<usize> {
+        let panel = groups.checked_add(1)?.checked_mul(GROUP_BYTES)?;
+        if !packed.len().is_multiple_of(panel) {
+            return None;
+        }
+        let n = packed.len() / panel;
+        // A group (four depth entries of sixteen columns) is two pair rows of 16 words.
+        out.resize(n * groups * 2 * NR, 0);
+        // Per 128-bit half: the even words (depth 0-1) of a group's four columns first,
+        // then the odd ones (depth 2-3).
+        let evens_first = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+        let groups_of = packed
+            .chunks_exact(panel)
+            .flat_map(|p| p[..groups * GROUP_BYTES].chunks_exact(GROUP_BYTES));
+        for (g, d) in groups_of.zip(out.chunks_exact_mut(2 * NR)) {
+            // SAFETY: `g` is 64 bytes (four unaligned 128-bit loads inside it) and `d`
+            // 32 words (four unaligned 256-bit stores inside it).
+            unsafe {
+                let w: [__m256i; 4] = std::array::from_fn(|c| {
+                    let x = _mm_loadu_si128(g.as_ptr().add(16 * c).cast());
+                    _mm256_permutevar8x32_epi32(_mm256_cvtepi8_epi16(x), evens_first)
+                });
+                let d = d.as_mut_ptr().cast::<__m256i>();
+                _mm256_storeu_si256(d, _mm256_permute2x128_si256(w[0], w[1], 0x20));
+                _mm256_storeu_si256(d.add(1), _mm256_permute2x128_si256(w[2], w[3], 0x20));
+                _mm256_storeu_si256(d.add(2), _mm256_permute2x128_si256(w[0], w[1], 0x31));
+                _mm256_storeu_si256(d.add(3), _mm256_permute2x128_si256(w[2], w[3], 0x31));
+            }
+        }
+        Some(n)
     }
 
     #[target_feature(enable = "avx512f,avx512bw")]
@@ -229,5 +262,62 @@ mod x86 {
     ) {
         // SAFETY: chosen only at Isa::Avx512 or above (the CPU has AVX-512F and BW).
         unsafe { tile_avx512::<ROWS512>(a, pitch, b, start, out, ldo) }
+    }
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::super::{pairs, quads};
+    use super::*;
+    use crate::kernels::isa::{detected, Isa};
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(crate::kernels::proptest_config(64))]
+        /// B packed for the byte GEMM, widened, is B packed for the pair GEMM at the
+        /// groups' depth (zeros past `k` and `n`); A's bytes widened are the pair rows
+        /// of the same values; wrong sizes are refused.
+        #[test]
+        fn widened_operands_are_the_pair_gemm_operands(
+            k in 0usize..40,
+            n in 1usize..40,
+            bytes in proptest::collection::vec(any::<u8>(), 0..200),
+            seed in any::<u64>(),
+        ) {
+            if detected() < Isa::Avx2 {
+                return Ok(());
+            }
+            let b = |kk: usize, j: usize| i32::from((seed.rotate_left((kk * 7 + j) as u32) as u8 ^ (kk * 31 + j) as u8) as i8);
+            let mut packed = vec![0; quads::packed_len(k, n).unwrap()];
+            quads::pack(k, n, b, &mut packed).unwrap();
+            let groups = quads::groups(k);
+            let depth = 4 * groups;
+            let mut want = vec![0; pairs::packed_len(depth, n).unwrap()];
+            pairs::pack_b(depth, n, |kk, j| if kk < k { b(kk, j) } else { 0 }, &mut want).unwrap();
+            let mut got = vec![9; 3];
+            // SAFETY: the CPU has AVX2 (checked above).
+            let panels = unsafe { quads_to_pairs(&packed, groups, &mut got) };
+            prop_assert_eq!(panels, Some(n.div_ceil(16)));
+            prop_assert_eq!(&got, &want);
+            // SAFETY: as above.
+            prop_assert_eq!(unsafe { quads_to_pairs(&packed[1..], groups, &mut got) }, None);
+
+            let whole = &bytes[..bytes.len() / 4 * 4];
+            let mut words = vec![7; whole.len() / 2 + 1];
+            // SAFETY: as above.
+            let widened = unsafe { bytes_to_pairs(whole, &mut words) };
+            prop_assert!(widened);
+            let want: Vec<i32> = whole
+                .chunks_exact(2)
+                .map(|p| pairs::pair(i32::from(p[0]), i32::from(p[1])))
+                .collect();
+            prop_assert_eq!(&words[..want.len()], &want[..]);
+            prop_assert_eq!(words[want.len()], 7);
+            if !want.is_empty() {
+                // SAFETY: as above.
+                let short = unsafe { bytes_to_pairs(whole, &mut words[..want.len() - 1]) };
+                prop_assert!(!short);
+            }
+        }
     }
 }

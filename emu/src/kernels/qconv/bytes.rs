@@ -463,7 +463,8 @@ mod fused {
     mod x86 {
         use super::super::super::QuantElem;
         use crate::kernels::igemm::{
-            panels, panels_avx2, quads, PanelSink, PanelSink256, ROWS256, VNNI_ROWS,
+            bytes_to_pairs, panels, panels_avx2, quads, quads_to_pairs, PanelSink, PanelSink256,
+            ROWS256, VNNI_ROWS,
         };
         use crate::kernels::requant::x86::{store_bytes16, store_bytes8, Stage256, Stage512};
         use crate::kernels::requant::{Lanes, Requant};
@@ -566,29 +567,46 @@ mod fused {
             true
         }
 
-        /// [`super::requantised`] on the AVX2 tiles.
+        thread_local! {
+            /// The AVX2 path's A block and B widened to pair words, kept between layers
+            /// on this thread (taken out for the duration of a call).
+            static PAIRS: std::cell::Cell<(Vec<i32>, Vec<i32>)> =
+                const { std::cell::Cell::new((Vec::new(), Vec::new())) };
+        }
+
+        /// [`super::requantised`] on the AVX2 tiles: the block and B widened to pair
+        /// words once ([`bytes_to_pairs`], [`quads_to_pairs`]), then the pair GEMM's
+        /// six-row tiles.
         #[target_feature(enable = "avx2")]
         pub(super) fn avx2<T: QuantElem, const FULL: bool, const EPI: bool>(
             x: &Args<'_>,
             out: &mut [T],
         ) -> bool {
             let stage = Stage256::new(x.q, x.lanes);
-            if !fits(x, stage.channels(), out) {
+            if !fits(x, stage.channels(), out) || x.a.pitch() != x.groups * quads::GROUP {
                 return false;
             }
-            for sub in (0..x.m).step_by(ROWS256) {
-                let mut sink = Store::<_, T, FULL, EPI> {
-                    stage: &stage,
-                    out: out[sub * x.out_c..].as_mut_ptr(),
-                    out_c: x.out_c,
-                    rows: ROWS256.min(x.m - sub),
-                };
-                let a = x.a.from_row(sub);
-                if !panels_avx2(a, x.a.pitch(), x.packed, x.groups, x.start, &mut sink) {
-                    return false;
-                }
-            }
-            true
+            let (mut a2, mut b2) = PAIRS.take();
+            let k2 = 2 * x.groups;
+            a2.resize(x.m.div_ceil(ROWS256) * ROWS256 * k2, 0);
+            let ran =
+                x.a.from_row(0)
+                    .get(..x.m * x.a.pitch())
+                    .is_some_and(|rows| {
+                        bytes_to_pairs(rows, &mut a2)
+                            && quads_to_pairs(x.packed, x.groups, &mut b2).is_some()
+                    })
+                    && (0..x.m).step_by(ROWS256).all(|sub| {
+                        let mut sink = Store::<_, T, FULL, EPI> {
+                            stage: &stage,
+                            out: out[sub * x.out_c..].as_mut_ptr(),
+                            out_c: x.out_c,
+                            rows: ROWS256.min(x.m - sub),
+                        };
+                        panels_avx2(&a2[sub * k2..], k2, &b2, x.start, &mut sink)
+                    });
+            PAIRS.set((a2, b2));
+            ran
         }
     }
 }
