@@ -281,7 +281,8 @@ impl ABytes {
     }
 
     /// [`ABytes::new`] in `buffer` (the last layer's, say: grown where short, never
-    /// cleared, so a layer neither allocates nor zeroes it).
+    /// cleared or shortened, so a layer neither allocates nor zeroes it: a buffer cut to
+    /// one layer's block would be zero-filled again for the next, larger one).
     pub fn reuse(m: usize, k: usize, rows: usize, mut buffer: Vec<u8>) -> Self {
         let rows = rows.max(1);
         let capacity = m.div_ceil(rows) * rows;
@@ -289,8 +290,6 @@ impl ABytes {
         let len = capacity * pitch;
         if buffer.len() < len {
             buffer.resize(len, 0);
-        } else {
-            buffer.truncate(len);
         }
         Self {
             rows,

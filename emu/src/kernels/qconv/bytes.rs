@@ -588,23 +588,27 @@ mod fused {
             }
             let (mut a2, mut b2) = PAIRS.take();
             let k2 = 2 * x.groups;
-            a2.resize(x.m.div_ceil(ROWS256) * ROWS256 * k2, 0);
-            let ran =
-                x.a.from_row(0)
-                    .get(..x.m * x.a.pitch())
-                    .is_some_and(|rows| {
-                        bytes_to_pairs(rows, &mut a2)
-                            && quads_to_pairs(x.packed, x.groups, &mut b2).is_some()
-                    })
-                    && (0..x.m).step_by(ROWS256).all(|sub| {
-                        let mut sink = Store::<_, T, FULL, EPI> {
-                            stage: &stage,
-                            out: out[sub * x.out_c..].as_mut_ptr(),
-                            out_c: x.out_c,
-                            rows: ROWS256.min(x.m - sub),
-                        };
-                        panels_avx2(&a2[sub * k2..], k2, &b2, x.start, &mut sink)
-                    });
+            // Both grow where short and are never shortened (a regrown tail would be
+            // zero-filled, as costly as the widening); rows past `m` are never stored.
+            let need = x.m.div_ceil(ROWS256) * ROWS256 * k2;
+            if a2.len() < need {
+                a2.resize(need, 0);
+            }
+            let block = x.a.from_row(0).get(..x.m * x.a.pitch());
+            let widened = block.is_some_and(|rows| bytes_to_pairs(rows, &mut a2[..need]));
+            let panels = quads_to_pairs(x.packed, x.groups, &mut b2).filter(|_| widened);
+            let ran = panels.is_some_and(|n| {
+                let b = &b2[..n * k2 * 16];
+                (0..x.m).step_by(ROWS256).all(|sub| {
+                    let mut sink = Store::<_, T, FULL, EPI> {
+                        stage: &stage,
+                        out: out[sub * x.out_c..].as_mut_ptr(),
+                        out_c: x.out_c,
+                        rows: ROWS256.min(x.m - sub),
+                    };
+                    panels_avx2(&a2[sub * k2..need], k2, b, x.start, &mut sink)
+                })
+            });
             PAIRS.set((a2, b2));
             ran
         }
