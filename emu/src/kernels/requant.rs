@@ -285,6 +285,19 @@ impl Requant {
         Some((self.lanes.as_ref()?, self.full, self.epilogue.is_some()))
     }
 
+    /// Start values `start` (one per column, whole panels) with each channel's bias
+    /// added, into `out` (cleared first): for a GEMM whose sums then go to the vector
+    /// stages' `finish`, which adds no bias.
+    pub(crate) fn with_bias(&self, start: &[i32], out: &mut Vec<i32>) {
+        out.clear();
+        out.extend(
+            start
+                .iter()
+                .enumerate()
+                .map(|(j, &s)| s.wrapping_add(self.bias.get(j).copied().unwrap_or(0))),
+        );
+    }
+
     /// One output of channel `c`, as the reference computes it.
     #[inline(always)]
     pub(crate) fn one<T: QuantElem>(&self, acc: i32, c: usize) -> T {
@@ -587,6 +600,14 @@ pub(crate) mod x86 {
 
     /// The per-call constants of the stage on sixteen lanes (zero point, clamps, the
     /// epilogue's); [`Stage512::step`] adds a step's per-channel ones.
+    /// Whether a stage storing into `T` clamps: not when it stores bytes by saturating
+    /// narrowing ([`store_bytes16`], [`store_bytes8`]) and its clamp is the whole type's
+    /// range (a layer without an activation), which the narrowing gives; always before
+    /// an epilogue (it maps the intermediate type's values).
+    fn clamps<T: QuantElem>(q: &Requant) -> bool {
+        size_of::<T>() != 1 || q.epilogue.is_some() || q.lo > T::MIN || q.hi < T::MAX
+    }
+
     pub(crate) struct Stage512<'a> {
         q: &'a Requant,
         l: &'a Lanes,
@@ -597,6 +618,7 @@ pub(crate) mod x86 {
         bounded: bool,
         e_lo: __m512i,
         e_hi: __m512i,
+        clamp: bool,
     }
 
     /// The constants of channels `c0..c0 + 16` of a stage, in registers.
@@ -615,10 +637,10 @@ pub(crate) mod x86 {
     }
 
     impl<'a> Stage512<'a> {
-        /// The stage `q` (its vector constants `l`).
+        /// The stage `q` (its vector constants `l`) storing into `T`.
         #[inline]
         #[target_feature(enable = "avx512f")]
-        pub(crate) fn new(q: &'a Requant, l: &'a Lanes) -> Self {
+        pub(crate) fn new<T: QuantElem>(q: &'a Requant, l: &'a Lanes) -> Self {
             let epi = q.epilogue.as_ref();
             let (e_lo, e_hi) = epi.map_or((0, 0), |e| (e.lo, e.hi));
             Stage512 {
@@ -629,6 +651,7 @@ pub(crate) mod x86 {
                 hi: _mm512_set1_epi32(q.hi),
                 prelu: epi.map(|e| Prelu16::new(&e.prelu)),
                 bounded: epi.is_some_and(|e| e.bounded),
+                clamp: clamps::<T>(q),
                 e_lo: _mm512_set1_epi32(e_lo),
                 e_hi: _mm512_set1_epi32(e_hi),
             }
@@ -686,7 +709,18 @@ pub(crate) mod x86 {
             st: &Step512,
             acc: __m512i,
         ) -> __m512i {
-            let x = _mm512_add_epi32(acc, st.bias);
+            self.finish::<FULL, EPI>(st, _mm512_add_epi32(acc, st.bias))
+        }
+
+        /// [`Stage512::apply`] of sums that include the bias already (a GEMM whose
+        /// start values hold it).
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        pub(crate) fn finish<const FULL: bool, const EPI: bool>(
+            &self,
+            st: &Step512,
+            x: __m512i,
+        ) -> __m512i {
             let v = if FULL {
                 let x = _mm512_sllv_epi32(x, st.left);
                 // `srdhm_avx512` with the multiplier's odd lanes moved once per step.
@@ -726,10 +760,10 @@ pub(crate) mod x86 {
                 // Each odd result's low half into the odd lane above it.
                 _mm512_mask_shuffle_epi32::<0xA0>(even, 0xAAAA, odd)
             };
-            let mut v = _mm512_min_epi32(
-                _mm512_max_epi32(_mm512_add_epi32(v, self.zp), self.lo),
-                self.hi,
-            );
+            let mut v = _mm512_add_epi32(v, self.zp);
+            if self.clamp {
+                v = _mm512_min_epi32(_mm512_max_epi32(v, self.lo), self.hi);
+            }
             if let (true, Some(p)) = (EPI, &self.prelu) {
                 v = match self.bounded {
                     true => p.apply::<true>(v, st.alpha),
@@ -753,7 +787,7 @@ pub(crate) mod x86 {
         dst: &mut [T],
         width: usize,
     ) -> bool {
-        let stage = Stage512::new(q, l);
+        let stage = Stage512::new::<T>(q, l);
         let n = width.min(stage.channels());
         let rows = sums.len().min(dst.len()) / width.max(1);
         for c0 in (0..n).step_by(16) {
@@ -782,6 +816,7 @@ pub(crate) mod x86 {
         bounded: bool,
         e_lo: __m256i,
         e_hi: __m256i,
+        clamp: bool,
     }
 
     /// The constants of channels `c0..c0 + 8` of a stage, in registers.
@@ -797,10 +832,10 @@ pub(crate) mod x86 {
     }
 
     impl<'a> Stage256<'a> {
-        /// The stage `q` (its vector constants `l`).
+        /// The stage `q` (its vector constants `l`) storing into `T`.
         #[inline]
         #[target_feature(enable = "avx2")]
-        pub(crate) fn new(q: &'a Requant, l: &'a Lanes) -> Self {
+        pub(crate) fn new<T: QuantElem>(q: &'a Requant, l: &'a Lanes) -> Self {
             let epi = q.epilogue.as_ref();
             let (e_lo, e_hi) = epi.map_or((0, 0), |e| (e.lo, e.hi));
             Stage256 {
@@ -811,6 +846,7 @@ pub(crate) mod x86 {
                 hi: _mm256_set1_epi32(q.hi),
                 prelu: epi.map(|e| Prelu8::new(&e.prelu)),
                 bounded: epi.is_some_and(|e| e.bounded),
+                clamp: clamps::<T>(q),
                 e_lo: _mm256_set1_epi32(e_lo),
                 e_hi: _mm256_set1_epi32(e_hi),
             }
@@ -858,7 +894,17 @@ pub(crate) mod x86 {
             st: &Step256,
             acc: __m256i,
         ) -> __m256i {
-            let x = _mm256_add_epi32(acc, st.bias);
+            self.finish::<FULL, EPI>(st, _mm256_add_epi32(acc, st.bias))
+        }
+
+        /// [`Stage256::apply`] of sums that include the bias already.
+        #[inline]
+        #[target_feature(enable = "avx2")]
+        pub(crate) fn finish<const FULL: bool, const EPI: bool>(
+            &self,
+            st: &Step256,
+            x: __m256i,
+        ) -> __m256i {
             let x = if FULL {
                 _mm256_sllv_epi32(x, st.left)
             } else {
@@ -883,10 +929,10 @@ pub(crate) mod x86 {
             let thr = _mm256_sub_epi32(st.half, _mm256_srai_epi32(r, 31));
             let up = _mm256_cmpgt_epi32(rem, thr);
             let v = _mm256_sub_epi32(_mm256_srav_epi32(r, st.right), up);
-            let mut v = _mm256_min_epi32(
-                _mm256_max_epi32(_mm256_add_epi32(v, self.zp), self.lo),
-                self.hi,
-            );
+            let mut v = _mm256_add_epi32(v, self.zp);
+            if self.clamp {
+                v = _mm256_min_epi32(_mm256_max_epi32(v, self.lo), self.hi);
+            }
             if let (true, Some(p)) = (EPI, &self.prelu) {
                 v = match self.bounded {
                     true => p.apply::<true>(v, st.alpha),
@@ -911,7 +957,7 @@ pub(crate) mod x86 {
         dst: &mut [T],
         width: usize,
     ) -> bool {
-        let stage = Stage256::new(q, l);
+        let stage = Stage256::new::<T>(q, l);
         let n = width.min(stage.channels());
         if n < 8 {
             return false;
@@ -1064,7 +1110,7 @@ mod tests {
             // store of sixteen words.
             unsafe {
                 let l = q.lanes.as_ref().unwrap();
-                let stage = x86::Stage512::new(&q, l);
+                let stage = x86::Stage512::new::<i16>(&q, l);
                 let st = stage.step(0);
                 let acc = std::arch::x86_64::_mm512_loadu_si512(sums.as_ptr().cast());
                 let v = if q.full {

@@ -428,6 +428,9 @@ mod fused {
             let Some((lanes, full, epi)) = stage.rows.vector_form() else {
                 return false;
             };
+            // The bias rides in the start values: the sinks' stage adds none.
+            let mut biased = BIASED.take();
+            stage.rows.with_bias(start, &mut biased);
             let args = x86::Args {
                 q: &stage.rows,
                 lanes,
@@ -435,7 +438,7 @@ mod fused {
                 m,
                 packed,
                 groups: quads::groups(k),
-                start,
+                start: &biased,
                 out_c: stage.channels.len(),
             };
             let run = match (kern.level(), full, epi) {
@@ -453,10 +456,18 @@ mod fused {
             // kernel is chosen only where the CPU has AVX-512F, BW and VNNI, AVX2's where
             // it has AVX2.
             // SAFETY: so the CPU has the target features of the function `run` names.
-            return unsafe { run(&args, out) };
+            let ran = unsafe { run(&args, out) };
+            BIASED.set(biased);
+            return ran;
         }
         let _ = (kern, a, m, k, packed, start, stage, out);
         false
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    thread_local! {
+        /// The start values with the bias added, kept between calls on this thread.
+        static BIASED: std::cell::Cell<Vec<i32>> = const { std::cell::Cell::new(Vec::new()) };
     }
 
     #[cfg(target_arch = "x86_64")]
@@ -502,7 +513,7 @@ mod fused {
                 let st = unsafe { self.stage.step(c0) };
                 for (r, &v) in acc.iter().enumerate().take(self.rows) {
                     // SAFETY: as for `step`.
-                    let v = unsafe { self.stage.apply::<FULL, EPI>(&st, v) };
+                    let v = unsafe { self.stage.finish::<FULL, EPI>(&st, v) };
                     // `out` has `rows * out_c` one-byte elements (`vnni`), and
                     // `c0 + n <= out_c`.
                     // SAFETY: so the `n` bytes at `r * out_c + c0` are inside it.
@@ -526,7 +537,7 @@ mod fused {
                     let st = unsafe { self.stage.step(c0) };
                     for (r, v) in acc.iter().enumerate().take(self.rows) {
                         // SAFETY: as for `step`.
-                        let v = unsafe { self.stage.apply::<FULL, EPI>(&st, v[half]) };
+                        let v = unsafe { self.stage.finish::<FULL, EPI>(&st, v[half]) };
                         // `out` has `rows * out_c` one-byte elements (`avx2`), and
                         // `c0 + n <= out_c`.
                         // SAFETY: so the `n` bytes at `r * out_c + c0` are inside it.
@@ -548,7 +559,7 @@ mod fused {
             x: &Args<'_>,
             out: &mut [T],
         ) -> bool {
-            let stage = Stage512::new(x.q, x.lanes);
+            let stage = Stage512::new::<T>(x.q, x.lanes);
             if !fits(x, stage.channels(), out) {
                 return false;
             }
@@ -582,7 +593,7 @@ mod fused {
             x: &Args<'_>,
             out: &mut [T],
         ) -> bool {
-            let stage = Stage256::new(x.q, x.lanes);
+            let stage = Stage256::new::<T>(x.q, x.lanes);
             if !fits(x, stage.channels(), out) || x.a.pitch() != x.groups * quads::GROUP {
                 return false;
             }
