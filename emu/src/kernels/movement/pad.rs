@@ -59,8 +59,12 @@ pub(crate) fn repeat_fill(out: &mut [u8], fill: &[u8]) {
 }
 
 impl Kernel for Pad {
-    /// The pad value fills the whole output before the input is copied in.
+    /// Every output byte is a copied input byte or the pad value.
     fn overwrites_f32_outputs(&self) -> bool {
+        true
+    }
+
+    fn overwrites_quant8_outputs(&self) -> bool {
         true
     }
 
@@ -126,20 +130,27 @@ impl Kernel for Pad {
         same_storage(self.name(), inputs[0], outputs[0])
     }
 
-    /// The output is filled, then each run of the input that stays contiguous in the
-    /// output (everything inside the last padded dimension) is copied once: a channel
-    /// pad copies one pixel at a time, not one element.
+    /// Each run of the input that stays contiguous in the output (everything inside the
+    /// last padded dimension) is copied once, and the gaps between runs are filled: a
+    /// channel pad copies one pixel and fills its padded channels at a time, and no
+    /// byte of the output is written twice.
     fn run(&self, inputs: &[View<'_>], outputs: &mut [ViewMut<'_>]) -> Result<()> {
         let x = inputs[0];
         let out = &mut outputs[0];
         let es = x.ty.dtype.size() as usize;
         let fill = fill_bytes(x.ty.dtype, self.value)
             .ok_or_else(|| bad_shape("PAD", "unrepresentable pad value"))?;
-        match *fill.as_slice() {
-            [b] => out.bytes.fill(b),
-            _ => repeat_fill(out.bytes, &fill),
-        }
+        // A gap between two runs (or before the first, after the last) is padding.
+        let uniform = fill
+            .first()
+            .filter(|&&b| fill.iter().all(|&f| f == b))
+            .copied();
+        let fill_gap = |gap: &mut [u8]| match uniform {
+            Some(b) => fill_short(gap, b),
+            None => repeat_fill(gap, &fill),
+        };
         if x.bytes.is_empty() {
+            fill_gap(out.bytes);
             return Ok(());
         }
         let shape = x.shape();
@@ -154,16 +165,20 @@ impl Kernel for Pad {
         let run = shape[last] * block;
         let runs = x.bytes.len() / run;
         let mut idx = vec![0usize; last];
+        // Runs come in increasing output order: the bytes between them are padding.
+        let mut at = 0;
         for r in 0..runs {
             let mut off = self.pads[last].0 as usize * ostr[last];
             for d in 0..last {
                 off += (idx[d] + self.pads[d].0 as usize) * ostr[d];
             }
             let off = off * es;
+            fill_gap(&mut out.bytes[at..off]);
             copy_short(
                 &mut out.bytes[off..off + run],
                 &x.bytes[r * run..(r + 1) * run],
             );
+            at = off + run;
             for d in (0..last).rev() {
                 idx[d] += 1;
                 if idx[d] < shape[d] {
@@ -172,8 +187,27 @@ impl Kernel for Pad {
                 idx[d] = 0;
             }
         }
+        fill_gap(&mut out.bytes[at..]);
         Ok(())
     }
+}
+
+/// `dst.fill(b)`, with runs of 16 to 64 bytes (a pixel's padded channels) as 16-byte
+/// moves, the last one overlapping, instead of a call.
+#[inline(always)]
+fn fill_short(dst: &mut [u8], b: u8) {
+    let n = dst.len();
+    if !(16..=64).contains(&n) {
+        dst.fill(b);
+        return;
+    }
+    let v = [b; 16];
+    let mut at = 0;
+    while at + 16 < n {
+        dst[at..at + 16].copy_from_slice(&v);
+        at += 16;
+    }
+    dst[n - 16..].copy_from_slice(&v);
 }
 
 /// `dst.copy_from_slice(src)`, with runs of 16 to 64 bytes (a pixel's channels) as
@@ -203,6 +237,69 @@ mod tests {
             let want: Vec<u8> = (0..n * 3).map(|i| [1, 2, 3][i % 3]).collect();
             assert_eq!(&out[..n * 3], &want[..]);
             assert_eq!(out[n * 3], 0, "a partial element is left alone");
+        }
+    }
+
+    /// Int8 PAD over outputs full of garbage (as the engine hands them, since the kernel
+    /// says it writes every byte) gives each output element the input element it maps
+    /// to, else the pad value: channel pads with gaps around 16-64 bytes, every dimension.
+    #[test]
+    fn int8_pad_writes_every_byte() {
+        use crate::kernels::Kernel;
+        use crate::tensor::{DType, Quant, TensorType, View, ViewMut};
+        type Case<'a> = (&'a [usize], &'a [(u32, u32)]);
+        let cases: [Case<'_>; 6] = [
+            (&[1, 3, 4, 24], &[(0, 0), (0, 0), (0, 0), (0, 24)]),
+            (&[1, 2, 2, 16], &[(0, 0), (1, 1), (0, 2), (0, 48)]),
+            (&[2, 3, 5], &[(1, 0), (0, 2), (3, 1)]),
+            (&[4, 40], &[(0, 0), (17, 0)]),
+            (&[3], &[(2, 5)]),
+            (&[2, 0, 3], &[(1, 1), (1, 0), (0, 1)]),
+        ];
+        for (shape, pads) in cases {
+            let pad = super::Pad {
+                pads: pads.to_vec(),
+                value: -7.0,
+            };
+            let q = Quant::new(0.5, 3);
+            let xt = TensorType {
+                quant: q.clone(),
+                ..TensorType::new(DType::I8, shape)
+            };
+            let oshape: Vec<usize> = shape
+                .iter()
+                .zip(pads)
+                .map(|(&d, &(a, b))| d + (a + b) as usize)
+                .collect();
+            let ot = TensorType {
+                quant: q,
+                ..TensorType::new(DType::I8, &oshape)
+            };
+            let x: Vec<u8> = (0..xt.numel()).map(|i| (i * 37 % 251) as u8).collect();
+            let mut out = vec![0xA5u8; ot.numel()];
+            let inputs = [View { ty: &xt, bytes: &x }];
+            let mut outputs = [ViewMut {
+                ty: &ot,
+                bytes: &mut out,
+            }];
+            pad.run(&inputs, &mut outputs).unwrap();
+            for (i, &got) in out.iter().enumerate() {
+                // Output index -> coordinates -> input element, if inside.
+                let mut rest = i;
+                let mut src = Some(0usize);
+                for (d, (&xd, &(before, _))) in shape.iter().zip(pads).enumerate() {
+                    let below: usize = oshape[d + 1..].iter().product();
+                    let c = rest / below;
+                    rest %= below;
+                    let inner: usize = shape[d + 1..].iter().product();
+                    src = match c.checked_sub(before as usize).filter(|&c| c < xd) {
+                        Some(c) => src.map(|s| s + c * inner),
+                        None => None,
+                    };
+                }
+                let want = src.map_or(-7i8 as u8, |s| x[s]);
+                assert_eq!(got, want, "{shape:?} {pads:?} at {i}");
+            }
         }
     }
 
