@@ -2,7 +2,7 @@
 //! prepared word holds four input bytes of one channel as `u8`, a filter word the four
 //! matching `i8` weights, and one `vpdpbusd` adds their four products to a lane.
 
-use super::x86::starts;
+use super::x86::{starts, steps16, Sink16};
 use super::QuantElem;
 use std::arch::x86_64::*;
 
@@ -81,17 +81,20 @@ pub(super) unsafe fn build<T: QuantElem>(
     }
 }
 
-/// The sums of `n` pixels: pixel `ox`, channel `ch` is `start[ch]` plus, over live rows
-/// `(h, w)` and groups `p`, the quad products of words `h[(ox * a + p * b) * c + ch]`
-/// (`u8`) and `w[p * c + ch]` (`i8`).
+/// The sums of `n` pixels into `sink`: pixel `ox`, channel `ch` is `start[ch]` plus,
+/// over live rows `(h, w)` and groups `p`, the quad products of words
+/// `h[(ox * a + p * b) * c + ch]` (`u8`) and `w[p * c + ch]` (`i8`). The channel steps
+/// start at multiples of sixteen, the last masked ([`steps16`]): lanes past `c` read
+/// the words after a row's, which are there (`+ 16` below) and whose sums no sink stores.
 ///
 /// # Safety
 /// The CPU has AVX-512 F, BW and VNNI; each `h` has
-/// `((n - 1) * a + (groups - 1) * b + 1) * c` readable words and each `w` `groups * c`;
-/// `start` is `c` words and `accs` `n * c`; `c >= 16`.
+/// `((n - 1) * a + (groups - 1) * b + 1) * c + 16` readable words and each `w`
+/// `groups * c + 16`; `start` is `c + 16` words; the sink takes `n` pixels of `c`
+/// channels.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn sums(
+pub(super) unsafe fn sums<S: Sink16>(
     live: &[(*const i32, *const i32)],
     groups: usize,
     a: usize,
@@ -99,18 +102,18 @@ pub(super) unsafe fn sums(
     c: usize,
     n: usize,
     start: &[i32],
-    accs: &mut [i32],
+    sink: &mut S,
 ) {
-    let out = accs.as_mut_ptr();
     let (da, db) = (a * c, b * c);
     // `$px` pixels from `ox` at once: each filter word loaded once for all of them.
     macro_rules! block {
-        ($px:literal, $ox:expr, $s:expr, $init:expr) => {{
+        ($px:literal, $ox:expr, $s:expr, $k:expr, $init:expr, $st:expr) => {{
             let mut acc = [$init; $px];
             for &(h, w) in live {
                 for p in 0..groups {
-                    // SAFETY: pixels `ox..ox + $px <= n`, group `p < groups`: inside
-                    // the rows' words (the caller's contract).
+                    // SAFETY: pixels `ox..ox + $px <= n`, group `p < groups`, lanes
+                    // `s..s + 16 <= c + 16`: inside the rows' words (the caller's
+                    // contract).
                     unsafe {
                         let wv = _mm512_loadu_si512(w.add(p * c + $s).cast());
                         let at = h.add($ox * da + p * db + $s);
@@ -121,26 +124,28 @@ pub(super) unsafe fn sums(
                     }
                 }
             }
-            for (i, acc) in acc.iter().enumerate() {
-                // SAFETY: pixels `ox..ox + $px <= n`, channels `s..s + 16 <= c`.
-                unsafe { _mm512_storeu_si512(out.add(($ox + i) * c + $s).cast(), *acc) };
+            for (i, &acc) in acc.iter().enumerate() {
+                // SAFETY: pixels `ox..ox + $px <= n`, channels `s..s + k <= c`.
+                unsafe { sink.put($st, $ox + i, $s, $k, acc) };
             }
         }};
     }
-    for s in starts(0, c, LANES) {
-        // SAFETY: `s + 16 <= c` words of `start`.
+    for (s, k) in steps16(c) {
+        // SAFETY: `s + 16 <= c + 16` words of `start`.
         let init = unsafe { _mm512_loadu_si512(start.as_ptr().add(s).cast()) };
+        // SAFETY: the CPU has AVX-512 F and BW.
+        let st = unsafe { sink.step(s) };
         let mut ox = 0;
         while ox + 8 <= n {
-            block!(8, ox, s, init);
+            block!(8, ox, s, k, init, &st);
             ox += 8;
         }
         if ox + 4 <= n {
-            block!(4, ox, s, init);
+            block!(4, ox, s, k, init, &st);
             ox += 4;
         }
         while ox < n {
-            block!(1, ox, s, init);
+            block!(1, ox, s, k, init, &st);
             ox += 1;
         }
     }
