@@ -18,9 +18,12 @@
 //!   (a column outside adds `z_u * w`, cancelled the same way).
 //!
 //! The words lie in channel order, so a step of eight (AVX2) or sixteen (AVX-512) lanes
-//! is any run of channels: a channel count that is not a whole number of steps ends with
-//! one step over the last channels, which overlaps the one before (its sums are the same
-//! integers, stored twice). Rows wholly outside the input are skipped (their taps add 0).
+//! is any run of channels. At eight lanes a channel count that is not a whole number of
+//! steps ends with one step over the last channels, which overlaps the one before (its
+//! sums are the same integers, stored twice); at sixteen, a column's words are padded to
+//! whole lines of sixteen and the last step is masked. The sums are requantised in
+//! registers by the output stage and stored as bytes (or stored as words, through the
+//! same kernels, where the stage has no vector form). Rows wholly outside the input are skipped (their taps add 0).
 //! Wrapping `i32` sums do not depend on the order of their terms, so every level gives
 //! the plain loop's integers.
 
@@ -40,6 +43,17 @@ const MAX_OPERAND: i64 = crate::kernels::igemm::MAX_OPERAND as i64;
 /// whose channel count is not a multiple reads up to fifteen words past its last
 /// channel (their sums are never stored).
 const PAD: usize = 16;
+
+/// Words past what a buffer needs, to start it on a 64-byte boundary.
+const SLACK: usize = 15;
+
+/// The first word of `v` on a 64-byte boundary (at most [`SLACK`] words in; 0 should
+/// the pointer not say).
+fn aligned(v: &[i32]) -> usize {
+    Some(v.as_ptr().align_offset(64))
+        .filter(|&o| o <= SLACK)
+        .unwrap_or(0)
+}
 
 /// How a filter row's taps are grouped into one word per channel (see the module doc).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,8 +78,10 @@ impl Kind {
 struct Slot {
     /// `(image address, input row)`, or `None` when empty.
     tag: Option<(usize, usize)>,
-    /// `cols * c` words.
+    /// `cols * pitch` words from `off` (then `PAD`).
     words: Vec<i32>,
+    /// Where the words start: the first 64-byte boundary of `words` ([`aligned`]).
+    off: usize,
 }
 
 /// One layer's filter and input zero point, prepared for the vector rows, and the
@@ -90,8 +106,15 @@ pub(super) struct Prepared<T> {
     b: usize,
     /// Prepared columns per row.
     cols: usize,
-    /// The filter as words `[filter_h][groups][c]`, channels in order.
+    /// The filter as words `[filter_h][groups][pitch]` from `filter_off`, channels in
+    /// order.
     filter: Vec<i32>,
+    /// Where the filter's words start ([`aligned`]).
+    filter_off: usize,
+    /// Words a prepared column and a filter group take: the channel count, rounded up to
+    /// a multiple of sixteen at the sixteen-lane levels (so, the rows starting on a
+    /// 64-byte boundary, every sixteen-lane load of a step is one cache line).
+    pitch: usize,
     /// Quads: per filter row and channel, `z_u * sum_kx (w - w_zp)` (`[filter_h][c]`).
     share: Vec<i32>,
     /// Quads: the negated shares of the output row being summed (`c`).
@@ -185,12 +208,19 @@ impl<T: QuantElem> Prepared<T> {
                 .checked_add((groups - 1).checked_mul(b)?)?
                 .checked_add(1)?,
         };
-        cols.checked_mul(c)?.checked_mul(g.filter_h)?;
+        let pitch = match level >= Isa::Avx512 {
+            true => c.checked_next_multiple_of(16)?,
+            false => c,
+        };
+        cols.checked_mul(pitch)?
+            .checked_mul(g.filter_h)?
+            .checked_add(PAD + SLACK)?;
         // Tap `kx` of a filter row is part `kx % per` of word `kx / per`: the low half
         // of a pair (`pair(lo, hi)`), or byte `kx % 4` of a quad; taps past the width 0.
         let bits = 32 / per;
         let mask = (1u64 << bits) - 1;
-        let mut words = vec![0i32; g.filter_h * groups * c + PAD];
+        let mut words = vec![0i32; g.filter_h * groups * pitch + PAD + SLACK];
+        let filter_off = aligned(&words);
         let mut share = vec![
             0i32;
             if kind == Kind::Quads {
@@ -203,7 +233,7 @@ impl<T: QuantElem> Prepared<T> {
             for kx in 0..g.filter_w {
                 let tap = &weights[(ky * g.filter_w + kx) * c..][..c];
                 let shift = bits * (kx % per);
-                let word = &mut words[(ky * groups + kx / per) * c..][..c];
+                let word = &mut words[filter_off + (ky * groups + kx / per) * pitch..][..c];
                 for (o, &w) in word.iter_mut().zip(tap) {
                     *o |= (((w as u64) & mask) << shift) as u32 as i32;
                 }
@@ -235,6 +265,8 @@ impl<T: QuantElem> Prepared<T> {
             b,
             cols,
             filter: words,
+            filter_off,
+            pitch,
             share,
             start: vec![0; c + PAD],
             zp_row: vec![T::saturate_from_i32(in_zp); c],
@@ -243,6 +275,7 @@ impl<T: QuantElem> Prepared<T> {
                 .map(|_| Slot {
                     tag: None,
                     words: Vec::new(),
+                    off: 0,
                 })
                 .collect(),
             ends: Vec::new(),
@@ -395,9 +428,11 @@ impl<T: QuantElem> Prepared<T> {
                     at
                 }
             };
+            let slot = &self.slots[at];
+            let filter_row = self.filter_off + ky * self.groups * self.pitch;
             live.push((
-                self.slots[at].words.as_ptr(),
-                self.filter[ky * self.groups * c..].as_ptr(),
+                slot.words[slot.off..].as_ptr(),
+                self.filter[filter_row..].as_ptr(),
             ));
         }
         if self.kind == Kind::Quads {
@@ -443,28 +478,33 @@ impl<T: QuantElem> Prepared<T> {
         }
         let slot = &mut self.slots[at];
         slot.tag = None;
-        slot.words.resize(self.cols * c + PAD, 0);
+        slot.words.resize(self.cols * self.pitch + PAD + SLACK, 0);
+        slot.off = aligned(&slot.words);
+        let pitch = self.pitch;
         #[cfg(target_arch = "x86_64")]
         {
-            let (zp, words) = (self.zp, &mut slot.words[..]);
+            let (zp, words) = (self.zp, &mut slot.words[slot.off..]);
             // Each call's contract: the level is capped at the CPU's (AVX2 at least,
             // AVX-512 F and BW at Isa::Avx512 and above, VNNI for quads); every column
             // pointer was taken from a slice of at least `c` one-byte elements (a pixel
-            // of the row, or `zp_row`); `words` is `cols * c` long, `ends` has `cols`
+            // of the row, or `zp_row`); `words` is `cols * pitch + PAD` long (`pitch >= c`
+            // after `off <= SLACK`), `ends` has `cols`
             // entries (pairs) and `table` every column `k * step + t * d`, `k < cols`,
             // `t < loads` (quads); each step range is at least one step wide and within
             // `c` (see `Steps`; quads have `c >= 16`).
             // SAFETY: the contract of `build`, as just listed.
             unsafe {
                 match self.kind {
-                    Kind::Quads => quads::build::<T>(&table, self.cols, step, d, loads, c, words),
+                    Kind::Quads => {
+                        quads::build::<T>(&table, self.cols, step, d, loads, c, pitch, words)
+                    }
                     Kind::Pairs => {
                         let s = Steps::of(self.level, c);
                         if let Some(to) = s.wide {
-                            x86::build16::<T>(&ends, c, 0, to, zp, words);
+                            x86::build16::<T>(&ends, pitch, 0, to, zp, words);
                         }
                         if let Some(from) = s.narrow {
-                            x86::build8::<T>(&ends, c, from, c, zp, words);
+                            x86::build8::<T>(&ends, pitch, from, c, zp, words);
                         }
                     }
                 }
@@ -482,17 +522,18 @@ impl<T: QuantElem> Prepared<T> {
     /// quads); `live` from `live_rows`; the sink takes `out_w` pixels of `c` channels.
     #[cfg(target_arch = "x86_64")]
     unsafe fn run16<S: x86::Sink16>(&self, live: &[(*const i32, *const i32)], sink: &mut S) {
-        let c = self.g.in_c;
+        let (c, pitch) = (self.g.in_c, self.pitch);
         let (groups, a, b, n) = (self.groups, self.a, self.b, self.g.out_w);
-        // Each prepared row is `cols * c + PAD` words and each filter row has `groups *
-        // c + PAD` after it (of `filter_h * groups * c + PAD`), so pixel `ox < out_w`,
-        // group `p < groups` reads words up to `((out_w - 1) * a + (groups - 1) * b + 1)
-        // * c + PAD = cols * c + PAD`; `start` is `c + PAD`; `c >= 8`.
+        // Each prepared row is `cols * pitch + PAD` words and each filter row has
+        // `groups * pitch + PAD` after it (of `filter_h * groups * pitch + PAD`), so
+        // pixel `ox < out_w`, group `p < groups` reads words up to `((out_w - 1) * a +
+        // (groups - 1) * b + 1) * pitch + PAD = cols * pitch + PAD`; `start` is
+        // `c + PAD`; `pitch >= c >= 8`.
         // SAFETY: the contract of `sums`, as just listed, and the caller's.
         unsafe {
             match self.kind {
-                Kind::Quads => quads::sums(live, groups, a, b, c, n, &self.start, sink),
-                Kind::Pairs => x86::sums16(live, groups, a, b, c, n, sink),
+                Kind::Quads => quads::sums(live, groups, a, b, c, pitch, n, &self.start, sink),
+                Kind::Pairs => x86::sums16(live, groups, a, b, c, pitch, n, sink),
             }
         }
     }
@@ -507,7 +548,7 @@ impl<T: QuantElem> Prepared<T> {
         let c = self.g.in_c;
         let (groups, a, b, n) = (self.groups, self.a, self.b, self.g.out_w);
         // SAFETY: as for `run16`; pairs (quads need VNNI, so a wide level).
-        unsafe { x86::sums8(live, groups, a, b, c, n, sink) }
+        unsafe { x86::sums8(live, groups, a, b, c, self.pitch, n, sink) }
     }
 }
 
@@ -745,17 +786,17 @@ mod x86 {
          $loadx:expr, $widen_s:ident, $widen_u:ident, $blend:expr, $set1_16:ident,
          $sub16:ident, $slli:ident, $store:ident) => {
             /// Prepares a row: for column `k` and channel `ch` in the steps of
-            /// `from..to`, word `k * c + ch` = `pair(a - zp, b - zp)` of the bytes at
-            /// `ends[k].0 + ch` and `ends[k].1 + ch`.
+            /// `from..to`, word `k * pitch + ch` = `pair(a - zp, b - zp)` of the bytes
+            /// at `ends[k].0 + ch` and `ends[k].1 + ch`.
             ///
             /// # Safety
             /// The CPU has the target features, T is one byte, every pointer of `ends`
-            /// has `c` readable bytes, `words` is `ends.len() * c` long or longer, and
-            /// `$lanes <= to - from`, `to <= c`.
+            /// has `to` readable bytes, `words` is `ends.len() * pitch` long or longer,
+            /// and `$lanes <= to - from`, `to <= pitch`.
             #[target_feature(enable = $feature)]
             pub(super) unsafe fn $build<T: QuantElem>(
                 ends: &[(*const u8, *const u8)],
-                c: usize,
+                pitch: usize,
                 from: usize,
                 to: usize,
                 zp: i16,
@@ -765,8 +806,8 @@ mod x86 {
                 let out = words.as_mut_ptr();
                 for (k, &(pa, pb)) in ends.iter().enumerate() {
                     for s in starts(from, to, $lanes) {
-                        // SAFETY: `s + $lanes <= c` bytes from each pointer, and word
-                        // `k * c + s + $lanes <= words.len()` (the caller's contract).
+                        // SAFETY: `s + $lanes <= to` bytes from each pointer, and word
+                        // `k * pitch + s + $lanes <= words.len()` (the caller's contract).
                         unsafe {
                             let (xa, xb) = ($loadx(pa.add(s)), $loadx(pb.add(s)));
                             let (xa, xb) = if T::MIN < 0 {
@@ -775,7 +816,7 @@ mod x86 {
                                 ($widen_u(xa), $widen_u(xb))
                             };
                             let v = $sub16($blend(xa, $slli::<16>(xb)), zp);
-                            $store(out.add(k * c + s).cast(), v);
+                            $store(out.add(k * pitch + s).cast(), v);
                         }
                     }
                 }
@@ -816,13 +857,13 @@ mod x86 {
          $load:ident, $zero:ident, $add:ident, $madd:ident, $put:ident) => {
             /// The sums of `n` pixels into `sink`: pixel `ox`, channel `ch` is the sum
             /// over live rows `(h, w)` and pairs `p` of the pair products of words
-            /// `h[(ox * a + p * b) * c + ch]` and `w[p * c + ch]`.
+            /// `h[(ox * a + p * b) * pitch + ch]` and `w[p * pitch + ch]`.
             ///
             /// # Safety
             /// The CPU has the target features; each `h` has
-            /// `((n - 1) * a + (pairs - 1) * b + 1) * c + 16` readable words and each
-            /// `w` `pairs * c + 16`; the sink takes `n` pixels of `c` channels;
-            /// `c >= $lanes`.
+            /// `((n - 1) * a + (pairs - 1) * b + 1) * pitch + 16` readable words and
+            /// each `w` `pairs * pitch + 16`; the sink takes `n` pixels of `c`
+            /// channels; `pitch >= c >= $lanes`.
             #[target_feature(enable = $feature)]
             #[allow(clippy::too_many_arguments)]
             pub(super) unsafe fn $sums<S: $sink>(
@@ -831,10 +872,11 @@ mod x86 {
                 a: usize,
                 b: usize,
                 c: usize,
+                pitch: usize,
                 n: usize,
                 sink: &mut S,
             ) {
-                let (da, db) = (a * c, b * c);
+                let (da, db) = (a * pitch, b * pitch);
                 for (s, k) in $steps(c) {
                     // SAFETY: the CPU has the features (the caller's contract).
                     let st = unsafe { sink.step(s) };
@@ -845,10 +887,10 @@ mod x86 {
                         for &(h, w) in live {
                             for p in 0..pairs {
                                 // SAFETY: pixels `ox..ox + 4 <= n`, pair `p < pairs`,
-                                // lanes `s..s + $lanes <= c + 16`: inside the rows'
+                                // lanes `s..s + $lanes <= pitch + 16`: inside the rows'
                                 // words (the caller's contract).
                                 unsafe {
-                                    let wv = $load(w.add(p * c + s).cast());
+                                    let wv = $load(w.add(p * pitch + s).cast());
                                     let at = h.add(ox * da + p * db + s);
                                     for (i, acc) in acc.iter_mut().enumerate() {
                                         let x = $load(at.add(i * da).cast());
@@ -869,7 +911,7 @@ mod x86 {
                             for p in 0..pairs {
                                 // SAFETY: as above, for one pixel.
                                 unsafe {
-                                    let wv = $load(w.add(p * c + s).cast());
+                                    let wv = $load(w.add(p * pitch + s).cast());
                                     let at = h.add(ox * da + p * db + s);
                                     acc = $add(acc, $madd($load(at.cast()), wv));
                                 }
