@@ -409,16 +409,64 @@ fn main() {
             Some(0),
         );
     }
-    time_q(
-        "int8 dw 32x32x64 3x3s1",
-        dw(same(1, 1, 1, 1), 1),
-        vec![
-            (vec![1, 32, 32, 64], pseudo(32 * 32 * 64, 1)),
-            (vec![1, 3, 3, 64], pseudo(576, 2)),
-            (vec![64], pseudo(64, 3)),
-        ],
-        Some(3),
-    );
+    // int8 depthwise layers of the shipped int8 models' shapes (5x5: face_detection).
+    let q_dw: [(&str, Padding, u32, [usize; 4], usize); 6] = [
+        (
+            "int8 dw 96x96x16 3x3s1",
+            same(1, 1, 1, 1),
+            1,
+            [1, 96, 96, 16],
+            3,
+        ),
+        (
+            "int8 dw 32x32x32 3x3s1",
+            same(1, 1, 1, 1),
+            1,
+            [1, 32, 32, 32],
+            3,
+        ),
+        (
+            "int8 dw 32x32x64 3x3s1",
+            same(1, 1, 1, 1),
+            1,
+            [1, 32, 32, 64],
+            3,
+        ),
+        (
+            "int8 dw 64x64x24 5x5s1",
+            same(2, 2, 2, 2),
+            1,
+            [1, 64, 64, 24],
+            5,
+        ),
+        (
+            "int8 dw 64x64x24 5x5s2",
+            same(1, 2, 1, 2),
+            2,
+            [1, 64, 64, 24],
+            5,
+        ),
+        (
+            "int8 dw 16x16x88 5x5s1",
+            same(2, 2, 2, 2),
+            1,
+            [1, 16, 16, 88],
+            5,
+        ),
+    ];
+    for (name, pad, stride, x, k) in q_dw {
+        let c = x[3];
+        time_q(
+            name,
+            dw(pad, stride),
+            vec![
+                (x.to_vec(), pseudo(x.iter().product(), 1)),
+                (vec![1, k, k, c], pseudo(k * k * c, 2)),
+                (vec![c], pseudo(c, 3)),
+            ],
+            Some(3),
+        );
+    }
     time_q(
         "int8 add 32x32x64",
         KernelOp::from(Binary {

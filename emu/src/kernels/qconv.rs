@@ -959,12 +959,17 @@ impl<T: QuantElem, F: QuantElem> Body for DepthwiseLoops<'_, T, F> {
         for n in 0..g.batches {
             let img = window(input, n * image, image)?;
             for oy in 0..g.out_h {
+                let out_row = out_rows
+                    .next()
+                    .ok_or(QuantError::InvalidParams("index out of bounds"))?;
                 if let Some(simd) = simd.as_mut() {
+                    // Requantised in registers where the stage allows it, else the sums
+                    // and the stage's rows.
+                    if simd.row_requantised(g, img, oy, &stage.rows, out_row) {
+                        continue;
+                    }
                     if simd.row_sums(g, img, oy, &mut accs) {
-                        let row = out_rows
-                            .next()
-                            .ok_or(QuantError::InvalidParams("index out of bounds"))?;
-                        stage.rows.rows(&accs, row, out_c);
+                        stage.rows.rows(&accs, out_row, out_c);
                         continue;
                     }
                 }
@@ -1013,10 +1018,7 @@ impl<T: QuantElem, F: QuantElem> Body for DepthwiseLoops<'_, T, F> {
                         }
                     }
                 }
-                let row = out_rows
-                    .next()
-                    .ok_or(QuantError::InvalidParams("index out of bounds"))?;
-                stage.rows.rows(&accs, row, out_c);
+                stage.rows.rows(&accs, out_row, out_c);
             }
         }
         Ok(())

@@ -298,6 +298,11 @@ impl Requant {
         );
     }
 
+    /// Channels the stage has constants for (a channel past them is not written).
+    pub(crate) fn channels(&self) -> usize {
+        self.bias.len().min(self.mult.len()).min(self.shift.len())
+    }
+
     /// One output of channel `c`, as the reference computes it.
     #[inline(always)]
     pub(crate) fn one<T: QuantElem>(&self, acc: i32, c: usize) -> T {

@@ -18,14 +18,18 @@
 //!   (a column outside adds `z_u * w`, cancelled the same way).
 //!
 //! The words lie in channel order, so a step of eight (AVX2) or sixteen (AVX-512) lanes
-//! is any run of channels: a channel count that is not a whole number of steps ends with
-//! one step over the last channels, which overlaps the one before (its sums are the same
-//! integers, stored twice). Rows wholly outside the input are skipped (their taps add 0).
+//! is any run of channels. At eight lanes a channel count that is not a whole number of
+//! steps ends with one step over the last channels, which overlaps the one before (its
+//! sums are the same integers, stored twice); at sixteen, a column's words are padded to
+//! whole lines of sixteen and the last step is masked. The sums are requantised in
+//! registers by the output stage and stored as bytes (or stored as words, through the
+//! same kernels, where the stage has no vector form). Rows wholly outside the input are skipped (their taps add 0).
 //! Wrapping `i32` sums do not depend on the order of their terms, so every level gives
 //! the plain loop's integers.
 
 use super::{ConvGeometry, QuantElem};
 use crate::kernels::isa::Isa;
+use crate::kernels::requant::Requant;
 
 #[cfg(target_arch = "x86_64")]
 mod quads;
@@ -33,6 +37,23 @@ mod quads;
 /// The largest magnitude of an operand for the pair sums to be exact (as the integer
 /// GEMM's).
 const MAX_OPERAND: i64 = crate::kernels::igemm::MAX_OPERAND as i64;
+
+/// Words past the end of each prepared row, of the filter and of `start`: a sixteen-lane
+/// step reads sixteen channels from a multiple of sixteen, so the last step of a row
+/// whose channel count is not a multiple reads up to fifteen words past its last
+/// channel (their sums are never stored).
+const PAD: usize = 16;
+
+/// Words past what a buffer needs, to start it on a 64-byte boundary.
+const SLACK: usize = 15;
+
+/// The first word of `v` on a 64-byte boundary (at most [`SLACK`] words in; 0 should
+/// the pointer not say).
+fn aligned(v: &[i32]) -> usize {
+    Some(v.as_ptr().align_offset(64))
+        .filter(|&o| o <= SLACK)
+        .unwrap_or(0)
+}
 
 /// How a filter row's taps are grouped into one word per channel (see the module doc).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,8 +78,10 @@ impl Kind {
 struct Slot {
     /// `(image address, input row)`, or `None` when empty.
     tag: Option<(usize, usize)>,
-    /// `cols * c` words.
+    /// `cols * pitch` words from `off` (then `PAD`).
     words: Vec<i32>,
+    /// Where the words start: the first 64-byte boundary of `words` ([`aligned`]).
+    off: usize,
 }
 
 /// One layer's filter and input zero point, prepared for the vector rows, and the
@@ -83,8 +106,15 @@ pub(super) struct Prepared<T> {
     b: usize,
     /// Prepared columns per row.
     cols: usize,
-    /// The filter as words `[filter_h][groups][c]`, channels in order.
+    /// The filter as words `[filter_h][groups][pitch]` from `filter_off`, channels in
+    /// order.
     filter: Vec<i32>,
+    /// Where the filter's words start ([`aligned`]).
+    filter_off: usize,
+    /// Words a prepared column and a filter group take: the channel count, rounded up to
+    /// a multiple of sixteen at the sixteen-lane levels (so, the rows starting on a
+    /// 64-byte boundary, every sixteen-lane load of a step is one cache line).
+    pitch: usize,
     /// Quads: per filter row and channel, `z_u * sum_kx (w - w_zp)` (`[filter_h][c]`).
     share: Vec<i32>,
     /// Quads: the negated shares of the output row being summed (`c`).
@@ -178,12 +208,19 @@ impl<T: QuantElem> Prepared<T> {
                 .checked_add((groups - 1).checked_mul(b)?)?
                 .checked_add(1)?,
         };
-        cols.checked_mul(c)?.checked_mul(g.filter_h)?;
+        let pitch = match level >= Isa::Avx512 {
+            true => c.checked_next_multiple_of(16)?,
+            false => c,
+        };
+        cols.checked_mul(pitch)?
+            .checked_mul(g.filter_h)?
+            .checked_add(PAD + SLACK)?;
         // Tap `kx` of a filter row is part `kx % per` of word `kx / per`: the low half
         // of a pair (`pair(lo, hi)`), or byte `kx % 4` of a quad; taps past the width 0.
         let bits = 32 / per;
         let mask = (1u64 << bits) - 1;
-        let mut words = vec![0i32; g.filter_h * groups * c];
+        let mut words = vec![0i32; g.filter_h * groups * pitch + PAD + SLACK];
+        let filter_off = aligned(&words);
         let mut share = vec![
             0i32;
             if kind == Kind::Quads {
@@ -196,7 +233,7 @@ impl<T: QuantElem> Prepared<T> {
             for kx in 0..g.filter_w {
                 let tap = &weights[(ky * g.filter_w + kx) * c..][..c];
                 let shift = bits * (kx % per);
-                let word = &mut words[(ky * groups + kx / per) * c..][..c];
+                let word = &mut words[filter_off + (ky * groups + kx / per) * pitch..][..c];
                 for (o, &w) in word.iter_mut().zip(tap) {
                     *o |= (((w as u64) & mask) << shift) as u32 as i32;
                 }
@@ -228,14 +265,17 @@ impl<T: QuantElem> Prepared<T> {
             b,
             cols,
             filter: words,
+            filter_off,
+            pitch,
             share,
-            start: vec![0; c],
+            start: vec![0; c + PAD],
             zp_row: vec![T::saturate_from_i32(in_zp); c],
             zp: in_zp as i16,
             slots: (0..g.filter_h)
                 .map(|_| Slot {
                     tag: None,
                     words: Vec::new(),
+                    off: 0,
                 })
                 .collect(),
             ends: Vec::new(),
@@ -264,12 +304,102 @@ impl<T: QuantElem> Prepared<T> {
         oy: usize,
         accs: &mut [i32],
     ) -> bool {
+        let Some(live) = self.live_rows(g, img, oy, accs.len()) else {
+            return false;
+        };
+        #[cfg(target_arch = "x86_64")]
+        {
+            let c = self.g.in_c;
+            let mut sink = x86::Words::new(accs, c);
+            // SAFETY: the contract of `run16` / `run8` for this level (`live_rows` checked
+            // that `accs` is `out_w * c` words).
+            unsafe {
+                if self.level >= Isa::Avx512 {
+                    self.run16(&live, &mut sink);
+                } else {
+                    self.run8(&live, &mut sink);
+                }
+            }
+        }
+        self.live = live;
+        true
+    }
+
+    /// Output row `oy` of image `img` as [`Prepared::row_sums`] sums it, requantised by
+    /// `stage` in registers and stored into `out` (`out_w * in_c` bytes): no row of sums
+    /// is stored and read back. Writes nothing and returns false where the stage has no
+    /// vector form or too few channels, or a length disagrees (the caller then
+    /// requantises [`Prepared::row_sums`]'s sums).
+    pub(super) fn row_requantised(
+        &mut self,
+        g: &ConvGeometry,
+        img: &[T],
+        oy: usize,
+        stage: &Requant,
+        out: &mut [T],
+    ) -> bool {
+        let Some((lanes, full, epi)) = stage.vector_form() else {
+            return false;
+        };
+        if std::mem::size_of::<T>() != 1 || stage.channels() < self.g.in_c {
+            return false;
+        }
+        let Some(live) = self.live_rows(g, img, oy, out.len()) else {
+            return false;
+        };
+        #[cfg(target_arch = "x86_64")]
+        {
+            let c = self.g.in_c;
+            let wide = self.level >= Isa::Avx512;
+            macro_rules! run {
+                ($full:literal, $epi:literal) => {
+                    // SAFETY: T is one byte (checked above); the level is capped at the
+                    // CPU's, so it has AVX-512 F and BW where `wide`, AVX2 otherwise;
+                    // the contract of `run16` / `run8` as in `row_sums` (`out` is
+                    // `out_w * c` elements, checked by `live_rows`).
+                    unsafe {
+                        if wide {
+                            x86::with_bytes16::<T, $full, $epi>(stage, lanes, out, c, |s| {
+                                self.run16(&live, s)
+                            })
+                        } else {
+                            x86::with_bytes8::<T, $full, $epi>(stage, lanes, out, c, |s| {
+                                self.run8(&live, s)
+                            })
+                        }
+                    }
+                };
+            }
+            match (full, epi) {
+                (false, false) => run!(false, false),
+                (true, false) => run!(true, false),
+                (false, true) => run!(false, true),
+                (true, true) => run!(true, true),
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (lanes, full, epi);
+        self.live = live;
+        true
+    }
+
+    /// The live rows of output row `oy` (its `(prepared row, filter row)` per tap row
+    /// inside the input), the rows prepared as needed, for an output row of `len`
+    /// elements; `None` (nothing changed) where the geometry or a length disagrees with
+    /// the prepared layer. Hand the list back to `self.live` when done.
+    fn live_rows(
+        &mut self,
+        g: &ConvGeometry,
+        img: &[T],
+        oy: usize,
+        len: usize,
+    ) -> Option<Vec<(*const i32, *const i32)>> {
         let c = self.g.in_c;
         let sizes_ok = *g == self.g
             && g.in_h.checked_mul(g.in_w).and_then(|p| p.checked_mul(c)) == Some(img.len())
-            && g.out_w.checked_mul(c) == Some(accs.len());
+            && g.out_w.checked_mul(c) == Some(len);
         if !sizes_ok {
-            return false;
+            return None;
         }
         // The input rows this output row reads (its taps' rows inside the input).
         let (mut rows, mut live) = (
@@ -289,20 +419,20 @@ impl<T: QuantElem> Prepared<T> {
                 Some(at) => at,
                 None => {
                     // A slot no row of this output row needs (there are `filter_h`).
-                    let Some(at) = self.slots.iter().position(|s| {
+                    let at = self.slots.iter().position(|s| {
                         s.tag.is_none_or(|(im, r)| {
                             im != image || !rows.iter().any(|&(_, need)| need == r)
                         })
-                    }) else {
-                        return false;
-                    };
+                    })?;
                     self.prepare_row(img, iy, at);
                     at
                 }
             };
+            let slot = &self.slots[at];
+            let filter_row = self.filter_off + ky * self.groups * self.pitch;
             live.push((
-                self.slots[at].words.as_ptr(),
-                self.filter[ky * self.groups * c..].as_ptr(),
+                slot.words[slot.off..].as_ptr(),
+                self.filter[filter_row..].as_ptr(),
             ));
         }
         if self.kind == Kind::Quads {
@@ -315,9 +445,8 @@ impl<T: QuantElem> Prepared<T> {
                 }
             }
         }
-        self.sums(&live, accs);
-        (self.rows, self.live) = (rows, live);
-        true
+        self.rows = rows;
+        Some(live)
     }
 
     /// Prepares input row `iy` of `img` (checked by the caller to be inside) into slot
@@ -349,28 +478,33 @@ impl<T: QuantElem> Prepared<T> {
         }
         let slot = &mut self.slots[at];
         slot.tag = None;
-        slot.words.resize(self.cols * c, 0);
+        slot.words.resize(self.cols * self.pitch + PAD + SLACK, 0);
+        slot.off = aligned(&slot.words);
+        let pitch = self.pitch;
         #[cfg(target_arch = "x86_64")]
         {
-            let (zp, words) = (self.zp, &mut slot.words[..]);
+            let (zp, words) = (self.zp, &mut slot.words[slot.off..]);
             // Each call's contract: the level is capped at the CPU's (AVX2 at least,
             // AVX-512 F and BW at Isa::Avx512 and above, VNNI for quads); every column
             // pointer was taken from a slice of at least `c` one-byte elements (a pixel
-            // of the row, or `zp_row`); `words` is `cols * c` long, `ends` has `cols`
+            // of the row, or `zp_row`); `words` is `cols * pitch + PAD` long (`pitch >= c`
+            // after `off <= SLACK`), `ends` has `cols`
             // entries (pairs) and `table` every column `k * step + t * d`, `k < cols`,
             // `t < loads` (quads); each step range is at least one step wide and within
             // `c` (see `Steps`; quads have `c >= 16`).
             // SAFETY: the contract of `build`, as just listed.
             unsafe {
                 match self.kind {
-                    Kind::Quads => quads::build::<T>(&table, self.cols, step, d, loads, c, words),
+                    Kind::Quads => {
+                        quads::build::<T>(&table, self.cols, step, d, loads, c, pitch, words)
+                    }
                     Kind::Pairs => {
                         let s = Steps::of(self.level, c);
                         if let Some(to) = s.wide {
-                            x86::build16::<T>(&ends, c, 0, to, zp, words);
+                            x86::build16::<T>(&ends, pitch, 0, to, zp, words);
                         }
                         if let Some(from) = s.narrow {
-                            x86::build8::<T>(&ends, c, from, c, zp, words);
+                            x86::build8::<T>(&ends, pitch, from, c, zp, words);
                         }
                     }
                 }
@@ -380,36 +514,41 @@ impl<T: QuantElem> Prepared<T> {
         (self.ends, self.table) = (ends, table);
     }
 
-    /// The sums of every pixel of an output row from its live rows: `(prepared row,
-    /// filter row)` per tap row inside the input.
-    fn sums(&self, live: &[(*const i32, *const i32)], accs: &mut [i32]) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            let c = self.g.in_c;
-            let (groups, a, b, n) = (self.groups, self.a, self.b, self.g.out_w);
-            // Each call's contract: as `build`'s for the level and steps; every prepared
-            // row is `cols * c` words and every filter row `groups * c` words (from
-            // `filter_h * groups * c`), so pixel `ox < out_w`, group `p < groups` reads
-            // words up to `((out_w - 1) * a + (groups - 1) * b + 1) * c = cols * c`;
-            // `accs` is `out_w * c` words (checked by `row_sums`), `start` `c`.
-            // SAFETY: the contract of `sums`, as just listed.
-            unsafe {
-                match self.kind {
-                    Kind::Quads => quads::sums(live, groups, a, b, c, n, &self.start, accs),
-                    Kind::Pairs => {
-                        let s = Steps::of(self.level, c);
-                        if let Some(to) = s.wide {
-                            x86::sums16(live, groups, a, b, c, n, 0, to, accs);
-                        }
-                        if let Some(from) = s.narrow {
-                            x86::sums8(live, groups, a, b, c, n, from, c, accs);
-                        }
-                    }
-                }
+    /// The sums of every pixel of an output row from its live rows into `sink`, sixteen
+    /// lanes a step (quads, or pairs at AVX-512).
+    ///
+    /// # Safety
+    /// The level is AVX-512 or above (so the CPU has AVX-512 F and BW, and VNNI for
+    /// quads); `live` from `live_rows`; the sink takes `out_w` pixels of `c` channels.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn run16<S: x86::Sink16>(&self, live: &[(*const i32, *const i32)], sink: &mut S) {
+        let (c, pitch) = (self.g.in_c, self.pitch);
+        let (groups, a, b, n) = (self.groups, self.a, self.b, self.g.out_w);
+        // Each prepared row is `cols * pitch + PAD` words and each filter row has
+        // `groups * pitch + PAD` after it (of `filter_h * groups * pitch + PAD`), so
+        // pixel `ox < out_w`, group `p < groups` reads words up to `((out_w - 1) * a +
+        // (groups - 1) * b + 1) * pitch + PAD = cols * pitch + PAD`; `start` is
+        // `c + PAD`; `pitch >= c >= 8`.
+        // SAFETY: the contract of `sums`, as just listed, and the caller's.
+        unsafe {
+            match self.kind {
+                Kind::Quads => quads::sums(live, groups, a, b, c, pitch, n, &self.start, sink),
+                Kind::Pairs => x86::sums16(live, groups, a, b, c, pitch, n, sink),
             }
         }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = (live, accs);
+    }
+
+    /// [`Prepared::run16`] eight lanes a step (pairs at AVX2).
+    ///
+    /// # Safety
+    /// The CPU has AVX2; `live` from `live_rows`; the sink takes `out_w` pixels of `c`
+    /// channels.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn run8<S: x86::Sink8>(&self, live: &[(*const i32, *const i32)], sink: &mut S) {
+        let c = self.g.in_c;
+        let (groups, a, b, n) = (self.groups, self.a, self.b, self.g.out_w);
+        // SAFETY: as for `run16`; pairs (quads need VNNI, so a wide level).
+        unsafe { x86::sums8(live, groups, a, b, c, self.pitch, n, sink) }
     }
 }
 
@@ -447,7 +586,12 @@ impl Steps {
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::QuantElem;
+    use crate::kernels::requant::x86::{
+        store_bytes16, store_bytes8, Stage256, Stage512, Step256, Step512,
+    };
+    use crate::kernels::requant::{Lanes, Requant};
     use std::arch::x86_64::*;
+    use std::marker::PhantomData;
 
     /// The step starts over channels `from..to` for `v` lanes: whole steps, then one
     /// ending at `to` if some are left (`to - from >= v`).
@@ -458,24 +602,201 @@ mod x86 {
         (0..whole).map(move |i| from + i * v).chain(tail)
     }
 
-    /// One body for the two widths of the row preparation and the sums.
-    macro_rules! width {
-        ($build:ident, $sums:ident, $feature:literal, $lanes:literal, $vec:ty,
+    /// Where a sixteen-lane sums kernel puts an output row's sums: channel step by
+    /// channel step (`c0` a multiple of sixteen), pixel by pixel, each step's constants
+    /// made once for the row.
+    pub(super) trait Sink16 {
+        /// A step's constants.
+        type Step;
+        /// The constants of channels `c0..c0 + 16`.
+        ///
+        /// # Safety
+        /// The CPU has AVX-512 F and BW.
+        unsafe fn step(&self, c0: usize) -> Self::Step;
+        /// Lanes `..n` of `acc`: channels `c0..c0 + n` of pixel `ox`.
+        ///
+        /// # Safety
+        /// The CPU has AVX-512 F and BW; pixel `ox` and channels `c0..c0 + n` lie in the
+        /// sink's row.
+        unsafe fn put(&mut self, st: &Self::Step, ox: usize, c0: usize, n: usize, acc: __m512i);
+    }
+
+    /// [`Sink16`] for eight-lane kernels, whose steps are all eight lanes (the last
+    /// overlapping the one before).
+    pub(super) trait Sink8 {
+        /// A step's constants.
+        type Step;
+        /// The constants of channels `c0..c0 + 8`.
+        ///
+        /// # Safety
+        /// The CPU has AVX2.
+        unsafe fn step(&self, c0: usize) -> Self::Step;
+        /// Channels `c0..c0 + 8` of pixel `ox`.
+        ///
+        /// # Safety
+        /// The CPU has AVX2; pixel `ox` and channels `c0..c0 + 8` lie in the sink's row.
+        unsafe fn put(&mut self, st: &Self::Step, ox: usize, c0: usize, acc: __m256i);
+    }
+
+    /// A row of sums stored as words, `c` a pixel.
+    pub(super) struct Words<'a> {
+        out: *mut i32,
+        c: usize,
+        _row: PhantomData<&'a mut [i32]>,
+    }
+
+    impl<'a> Words<'a> {
+        /// The sink writing `accs` (the caller's kernel writes only `out_w * c` words).
+        pub(super) fn new(accs: &'a mut [i32], c: usize) -> Self {
+            Words {
+                out: accs.as_mut_ptr(),
+                c,
+                _row: PhantomData,
+            }
+        }
+    }
+
+    impl Sink16 for Words<'_> {
+        type Step = ();
+
+        #[inline(always)]
+        unsafe fn step(&self, _: usize) {}
+
+        #[inline(always)]
+        unsafe fn put(&mut self, _: &(), ox: usize, c0: usize, n: usize, acc: __m512i) {
+            let mask = ((1u32 << n.min(16)) - 1) as u16;
+            // SAFETY: the masked store writes channels `c0..c0 + n` of pixel `ox`, inside
+            // the row (the caller's contract).
+            unsafe { _mm512_mask_storeu_epi32(self.out.add(ox * self.c + c0).cast(), mask, acc) };
+        }
+    }
+
+    impl Sink8 for Words<'_> {
+        type Step = ();
+
+        #[inline(always)]
+        unsafe fn step(&self, _: usize) {}
+
+        #[inline(always)]
+        unsafe fn put(&mut self, _: &(), ox: usize, c0: usize, acc: __m256i) {
+            // SAFETY: channels `c0..c0 + 8` of pixel `ox`, inside the row (the caller's).
+            unsafe { _mm256_storeu_si256(self.out.add(ox * self.c + c0).cast(), acc) };
+        }
+    }
+
+    /// A row of sums requantised by a stage (`Stage512` or `Stage256`) in registers and
+    /// stored as the one-byte `T`, `c` a pixel; `FULL` and `EPI` the stage's kind.
+    pub(super) struct Bytes<'a, S, T, const FULL: bool, const EPI: bool> {
+        stage: S,
+        out: *mut T,
+        c: usize,
+        _row: PhantomData<&'a mut [T]>,
+    }
+
+    impl<T: QuantElem, const FULL: bool, const EPI: bool> Sink16
+        for Bytes<'_, Stage512<'_>, T, FULL, EPI>
+    {
+        type Step = Step512;
+
+        #[inline(always)]
+        unsafe fn step(&self, c0: usize) -> Step512 {
+            // SAFETY: the CPU has AVX-512F (this function's contract).
+            unsafe { self.stage.step(c0) }
+        }
+
+        #[inline(always)]
+        unsafe fn put(&mut self, st: &Step512, ox: usize, c0: usize, n: usize, acc: __m512i) {
+            // SAFETY: the CPU has AVX-512F and BW, and the `n` bytes of channels
+            // `c0..c0 + n` of pixel `ox` lie in the row (this function's contract); T
+            // is one byte (`with_bytes16`).
+            unsafe {
+                let v = self.stage.apply::<FULL, EPI>(st, acc);
+                store_bytes16(v, self.out.add(ox * self.c + c0), n);
+            }
+        }
+    }
+
+    impl<T: QuantElem, const FULL: bool, const EPI: bool> Sink8
+        for Bytes<'_, Stage256<'_>, T, FULL, EPI>
+    {
+        type Step = Step256;
+
+        #[inline(always)]
+        unsafe fn step(&self, c0: usize) -> Step256 {
+            // SAFETY: the CPU has AVX2 (this function's contract).
+            unsafe { self.stage.step(c0) }
+        }
+
+        #[inline(always)]
+        unsafe fn put(&mut self, st: &Step256, ox: usize, c0: usize, acc: __m256i) {
+            // SAFETY: the CPU has AVX2, and the eight bytes of channels `c0..c0 + 8` of
+            // pixel `ox` lie in the row (this function's contract); T is one byte
+            // (`with_bytes8`).
+            unsafe {
+                let v = self.stage.apply::<FULL, EPI>(st, acc);
+                store_bytes8(v, self.out.add(ox * self.c + c0), 8);
+            }
+        }
+    }
+
+    /// Runs `body` with the sink requantising by `q` (its vector constants `l`) into
+    /// `out` on sixteen lanes.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F and BW; T is one byte wide.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    pub(super) unsafe fn with_bytes16<T: QuantElem, const FULL: bool, const EPI: bool>(
+        q: &Requant,
+        l: &Lanes,
+        out: &mut [T],
+        c: usize,
+        body: impl FnOnce(&mut Bytes<'_, Stage512<'_>, T, FULL, EPI>),
+    ) {
+        body(&mut Bytes {
+            stage: Stage512::new::<T>(q, l),
+            out: out.as_mut_ptr(),
+            c,
+            _row: PhantomData,
+        });
+    }
+
+    /// [`with_bytes16`] on eight lanes.
+    ///
+    /// # Safety
+    /// The CPU has AVX2; T is one byte wide.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn with_bytes8<T: QuantElem, const FULL: bool, const EPI: bool>(
+        q: &Requant,
+        l: &Lanes,
+        out: &mut [T],
+        c: usize,
+        body: impl FnOnce(&mut Bytes<'_, Stage256<'_>, T, FULL, EPI>),
+    ) {
+        body(&mut Bytes {
+            stage: Stage256::new::<T>(q, l),
+            out: out.as_mut_ptr(),
+            c,
+            _row: PhantomData,
+        });
+    }
+
+    /// One body for the two widths of the row preparation.
+    macro_rules! build {
+        ($build:ident, $feature:literal, $lanes:literal,
          $loadx:expr, $widen_s:ident, $widen_u:ident, $blend:expr, $set1_16:ident,
-         $sub16:ident, $slli:ident, $load:ident, $store:ident, $zero:ident,
-         $add:ident, $madd:ident) => {
+         $sub16:ident, $slli:ident, $store:ident) => {
             /// Prepares a row: for column `k` and channel `ch` in the steps of
-            /// `from..to`, word `k * c + ch` = `pair(a - zp, b - zp)` of the bytes at
-            /// `ends[k].0 + ch` and `ends[k].1 + ch`.
+            /// `from..to`, word `k * pitch + ch` = `pair(a - zp, b - zp)` of the bytes
+            /// at `ends[k].0 + ch` and `ends[k].1 + ch`.
             ///
             /// # Safety
             /// The CPU has the target features, T is one byte, every pointer of `ends`
-            /// has `c` readable bytes, `words` is `ends.len() * c` long, and
-            /// `$lanes <= to - from`, `to <= c`.
+            /// has `to` readable bytes, `words` is `ends.len() * pitch` long or longer,
+            /// and `$lanes <= to - from`, `to <= pitch`.
             #[target_feature(enable = $feature)]
             pub(super) unsafe fn $build<T: QuantElem>(
                 ends: &[(*const u8, *const u8)],
-                c: usize,
+                pitch: usize,
                 from: usize,
                 to: usize,
                 zp: i16,
@@ -485,8 +806,8 @@ mod x86 {
                 let out = words.as_mut_ptr();
                 for (k, &(pa, pb)) in ends.iter().enumerate() {
                     for s in starts(from, to, $lanes) {
-                        // SAFETY: `s + $lanes <= c` bytes from each pointer, and word
-                        // `k * c + s + $lanes <= words.len()` (the caller's contract).
+                        // SAFETY: `s + $lanes <= to` bytes from each pointer, and word
+                        // `k * pitch + s + $lanes <= words.len()` (the caller's contract).
                         unsafe {
                             let (xa, xb) = ($loadx(pa.add(s)), $loadx(pb.add(s)));
                             let (xa, xb) = if T::MIN < 0 {
@@ -495,91 +816,18 @@ mod x86 {
                                 ($widen_u(xa), $widen_u(xb))
                             };
                             let v = $sub16($blend(xa, $slli::<16>(xb)), zp);
-                            $store(out.add(k * c + s).cast(), v);
+                            $store(out.add(k * pitch + s).cast(), v);
                         }
-                    }
-                }
-            }
-
-            /// The sums of `n` pixels for the steps of `from..to`: pixel `ox`, channel
-            /// `ch` is the sum over live rows `(h, w)` and pairs `p` of the pair products
-            /// of words `h[(ox * a + p * b) * c + ch]` and `w[p * c + ch]`.
-            ///
-            /// # Safety
-            /// The CPU has the target features; each `h` has
-            /// `((n - 1) * a + (pairs - 1) * b + 1) * c` readable words and each `w`
-            /// `pairs * c`; `accs` is `n * c` words; `$lanes <= to - from`, `to <= c`.
-            #[target_feature(enable = $feature)]
-            #[allow(clippy::too_many_arguments)]
-            pub(super) unsafe fn $sums(
-                live: &[(*const i32, *const i32)],
-                pairs: usize,
-                a: usize,
-                b: usize,
-                c: usize,
-                n: usize,
-                from: usize,
-                to: usize,
-                accs: &mut [i32],
-            ) {
-                let out = accs.as_mut_ptr();
-                let (da, db) = (a * c, b * c);
-                for s in starts(from, to, $lanes) {
-                    let mut ox = 0;
-                    // Four pixels at once: each filter word loaded once for four.
-                    while ox + 4 <= n {
-                        let (mut s0, mut s1, mut s2, mut s3) = ($zero(), $zero(), $zero(), $zero());
-                        for &(h, w) in live {
-                            for p in 0..pairs {
-                                // SAFETY: pixels `ox..ox + 4 <= n`, pair `p < pairs`:
-                                // inside the rows' words (the caller's contract).
-                                unsafe {
-                                    let wv = $load(w.add(p * c + s).cast());
-                                    let at = h.add(ox * da + p * db + s);
-                                    s0 = $add(s0, $madd($load(at.cast()), wv));
-                                    s1 = $add(s1, $madd($load(at.add(da).cast()), wv));
-                                    s2 = $add(s2, $madd($load(at.add(2 * da).cast()), wv));
-                                    s3 = $add(s3, $madd($load(at.add(3 * da).cast()), wv));
-                                }
-                            }
-                        }
-                        // SAFETY: pixels `ox..ox + 4 <= n`, channels `s..s + $lanes <= c`.
-                        unsafe {
-                            let at = out.add(ox * c + s);
-                            $store(at.cast(), s0);
-                            $store(at.add(c).cast(), s1);
-                            $store(at.add(2 * c).cast(), s2);
-                            $store(at.add(3 * c).cast(), s3);
-                        }
-                        ox += 4;
-                    }
-                    while ox < n {
-                        let mut s0 = $zero();
-                        for &(h, w) in live {
-                            for p in 0..pairs {
-                                // SAFETY: as above, for one pixel.
-                                unsafe {
-                                    let wv = $load(w.add(p * c + s).cast());
-                                    let at = h.add(ox * da + p * db + s);
-                                    s0 = $add(s0, $madd($load(at.cast()), wv));
-                                }
-                            }
-                        }
-                        // SAFETY: pixel `ox < n`, channels `s..s + $lanes <= c`.
-                        unsafe { $store(out.add(ox * c + s).cast(), s0) };
-                        ox += 1;
                     }
                 }
             }
         };
     }
 
-    width!(
+    build!(
         build8,
-        sums8,
         "avx2",
         8,
-        __m256i,
         |p: *const u8| _mm_loadl_epi64(p.cast()),
         _mm256_cvtepi8_epi32,
         _mm256_cvtepu8_epi32,
@@ -587,18 +835,12 @@ mod x86 {
         _mm256_set1_epi16,
         _mm256_sub_epi16,
         _mm256_slli_epi32,
-        _mm256_loadu_si256,
-        _mm256_storeu_si256,
-        _mm256_setzero_si256,
-        _mm256_add_epi32,
-        _mm256_madd_epi16
+        _mm256_storeu_si256
     );
-    width!(
+    build!(
         build16,
-        sums16,
         "avx512f,avx512bw",
         16,
-        __m512i,
         |p: *const u8| _mm_loadu_si128(p.cast()),
         _mm512_cvtepi8_epi32,
         _mm512_cvtepu8_epi32,
@@ -606,11 +848,146 @@ mod x86 {
         _mm512_set1_epi16,
         _mm512_sub_epi16,
         _mm512_slli_epi32,
+        _mm512_storeu_si512
+    );
+
+    /// One body for the two widths of the pair sums.
+    macro_rules! pair_sums {
+        ($sums:ident, $feature:literal, $sink:ident, $lanes:literal, $steps:expr,
+         $load:ident, $zero:ident, $add:ident, $madd:ident, $put:ident) => {
+            /// The sums of `n` pixels into `sink`: pixel `ox`, channel `ch` is the sum
+            /// over live rows `(h, w)` and pairs `p` of the pair products of words
+            /// `h[(ox * a + p * b) * pitch + ch]` and `w[p * pitch + ch]`.
+            ///
+            /// # Safety
+            /// The CPU has the target features; each `h` has
+            /// `((n - 1) * a + (pairs - 1) * b + 1) * pitch + 16` readable words and
+            /// each `w` `pairs * pitch + 16`; the sink takes `n` pixels of `c`
+            /// channels; `pitch >= c >= $lanes`.
+            #[target_feature(enable = $feature)]
+            #[allow(clippy::too_many_arguments)]
+            pub(super) unsafe fn $sums<S: $sink>(
+                live: &[(*const i32, *const i32)],
+                pairs: usize,
+                a: usize,
+                b: usize,
+                c: usize,
+                pitch: usize,
+                n: usize,
+                sink: &mut S,
+            ) {
+                let (da, db) = (a * pitch, b * pitch);
+                for (s, k) in $steps(c) {
+                    // SAFETY: the CPU has the features (the caller's contract).
+                    let st = unsafe { sink.step(s) };
+                    let mut ox = 0;
+                    // Four pixels at once: each filter word loaded once for four.
+                    while ox + 4 <= n {
+                        let mut acc = [$zero(); 4];
+                        for &(h, w) in live {
+                            for p in 0..pairs {
+                                // SAFETY: pixels `ox..ox + 4 <= n`, pair `p < pairs`,
+                                // lanes `s..s + $lanes <= pitch + 16`: inside the rows'
+                                // words (the caller's contract).
+                                unsafe {
+                                    let wv = $load(w.add(p * pitch + s).cast());
+                                    let at = h.add(ox * da + p * db + s);
+                                    for (i, acc) in acc.iter_mut().enumerate() {
+                                        let x = $load(at.add(i * da).cast());
+                                        *acc = $add(*acc, $madd(x, wv));
+                                    }
+                                }
+                            }
+                        }
+                        for (i, &acc) in acc.iter().enumerate() {
+                            // SAFETY: pixels `ox..ox + 4 <= n`, channels `s..s + k <= c`.
+                            unsafe { $put(sink, &st, ox + i, s, k, acc) };
+                        }
+                        ox += 4;
+                    }
+                    while ox < n {
+                        let mut acc = $zero();
+                        for &(h, w) in live {
+                            for p in 0..pairs {
+                                // SAFETY: as above, for one pixel.
+                                unsafe {
+                                    let wv = $load(w.add(p * pitch + s).cast());
+                                    let at = h.add(ox * da + p * db + s);
+                                    acc = $add(acc, $madd($load(at.cast()), wv));
+                                }
+                            }
+                        }
+                        // SAFETY: pixel `ox < n`, channels `s..s + k <= c`.
+                        unsafe { $put(sink, &st, ox, s, k, acc) };
+                        ox += 1;
+                    }
+                }
+            }
+        };
+    }
+
+    /// The steps of sixteen lanes over `c` channels: `(first channel, lanes)`, each
+    /// starting at a multiple of sixteen, the last masked to the channels left.
+    #[inline(always)]
+    pub(super) fn steps16(c: usize) -> impl Iterator<Item = (usize, usize)> {
+        (0..c).step_by(16).map(move |s| (s, (c - s).min(16)))
+    }
+
+    /// The steps of eight lanes over `c >= 8` channels, the last overlapping.
+    #[inline(always)]
+    fn steps8(c: usize) -> impl Iterator<Item = (usize, usize)> {
+        starts(0, c, 8).map(|s| (s, 8))
+    }
+
+    #[inline(always)]
+    unsafe fn put16<S: Sink16>(
+        sink: &mut S,
+        st: &S::Step,
+        ox: usize,
+        c0: usize,
+        n: usize,
+        acc: __m512i,
+    ) {
+        // SAFETY: the caller's contract is `put`'s.
+        unsafe { sink.put(st, ox, c0, n, acc) }
+    }
+
+    #[inline(always)]
+    unsafe fn put8<S: Sink8>(
+        sink: &mut S,
+        st: &S::Step,
+        ox: usize,
+        c0: usize,
+        _: usize,
+        acc: __m256i,
+    ) {
+        // SAFETY: the caller's contract is `put`'s.
+        unsafe { sink.put(st, ox, c0, acc) }
+    }
+
+    pair_sums!(
+        sums8,
+        "avx2",
+        Sink8,
+        8,
+        steps8,
+        _mm256_loadu_si256,
+        _mm256_setzero_si256,
+        _mm256_add_epi32,
+        _mm256_madd_epi16,
+        put8
+    );
+    pair_sums!(
+        sums16,
+        "avx512f,avx512bw",
+        Sink16,
+        16,
+        steps16,
         _mm512_loadu_si512,
-        _mm512_storeu_si512,
         _mm512_setzero_si512,
         _mm512_add_epi32,
-        _mm512_madd_epi16
+        _mm512_madd_epi16,
+        put16
     );
 }
 
@@ -654,15 +1031,60 @@ mod tests {
         out
     }
 
-    /// Every vector level this CPU has gives the definition's sums, or declines (only
-    /// where the rows do not apply).
+    /// What the output stage is in a case: per channel `(bias, multiplier, shift)`
+    /// cycled over the channels, the output zero point, and whether an epilogue (a
+    /// fused REQUANTIZE_PRELU) follows.
+    #[derive(Clone, Debug)]
+    struct StageCase {
+        consts: Vec<(i32, i32, i32)>,
+        zp: i32,
+        epilogue: bool,
+    }
+
+    /// The stage of `case` over `c` channels for outputs of type `T`.
+    fn stage_of<T: QuantElem>(case: &StageCase, c: usize) -> Requant {
+        use crate::kernels::elementwise::quantize_simd::{PreluQuant, Quantizer};
+        use crate::kernels::requant::Epilogue;
+        let at = |k: usize| case.consts[k % case.consts.len()];
+        let (lo, hi) = (T::MIN, T::MAX);
+        let q = Requant::new(
+            (0..c).map(|k| at(k).0).collect(),
+            (0..c).map(|k| at(k).1).collect(),
+            (0..c).map(|k| at(k).2).collect(),
+            case.zp.clamp(lo, hi),
+            lo,
+            hi,
+        );
+        if !case.epilogue {
+            return q;
+        }
+        let prelu = PreluQuant {
+            in_scale: 0.05,
+            in_zp: (lo + hi) / 2,
+            out: Quantizer {
+                scale: 0.07,
+                zp: ((lo + hi) / 2 + 3) as f32,
+                lo: lo as f32,
+                hi: hi as f32,
+            },
+        };
+        let alpha: Vec<f32> = (0..c).map(|k| 0.25 - 0.1 * (k % 7) as f32).collect();
+        let e = Epilogue::new(prelu, ((lo, hi), (lo, hi)), &alpha, c, (lo + 5, hi - 9));
+        q.with_epilogue(Some(e))
+    }
+
+    /// Every vector level this CPU has gives the definition's sums, and the stage's
+    /// bytes of them when requantising in registers, or declines (only where the rows
+    /// do not apply).
     fn check<T: QuantElem, F: QuantElem>(
         g: &ConvGeometry,
         img: &[T],
         filter: &[F],
         in_zp: i32,
         w_zp: &[i32],
+        stage: &StageCase,
     ) -> Result<(), TestCaseError> {
+        let stage = stage_of::<T>(stage, g.in_c);
         for level in [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni] {
             let prepared = Prepared::<T>::new(level, g, filter, |c| w_zp[c], in_zp);
             let applies = cfg!(target_arch = "x86_64")
@@ -687,6 +1109,15 @@ mod tests {
                 let mut got = vec![7i32; g.out_w * g.in_c];
                 prop_assert!(prepared.row_sums(g, img, oy, &mut got));
                 prop_assert_eq!(&got, &want, "{:?} row {}", level, oy);
+                let want: Vec<i32> = want
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &v)| stage.one::<T>(v, i % g.in_c).to_i32())
+                    .collect();
+                let mut got = vec![T::saturate_from_i32(7); g.out_w * g.in_c];
+                prop_assert!(prepared.row_requantised(g, img, oy, &stage, &mut got));
+                let got: Vec<i32> = got.iter().map(|v| v.to_i32()).collect();
+                prop_assert_eq!(&got, &want, "{:?} requantised row {}", level, oy);
             }
         }
         Ok(())
@@ -700,7 +1131,9 @@ mod tests {
         /// span too), dilations, tap counts from 1 to 6 a row (one and two quads, odd
         /// and even pairs), input zero points at the types' extremes, filter zero
         /// points that keep the weights within a byte or not, signed and unsigned
-        /// operands.
+        /// operands; and the same rows requantised in registers give the output stage's
+        /// bytes of those sums (right and left shifts, the saturating multiplier, with
+        /// and without a fused REQUANTIZE_PRELU).
         #[test]
         fn quant_depthwise_row_sums_match_the_definition(
             c in 1usize..80,
@@ -722,6 +1155,15 @@ mod tests {
             ],
             w_zp in prop_oneof![Just(0i32), -128i32..=255],
             seed in any::<u64>(),
+            stage in (
+                proptest::collection::vec(
+                    (-5000i32..5000,
+                     prop_oneof![1i32 << 29..i32::MAX, Just(i32::MIN), Just(i32::MAX)],
+                     prop_oneof![-12i32..=-1, -31i32..=2]),
+                    1..5),
+                -300i32..300,
+                any::<bool>(),
+            ).prop_map(|(consts, zp, epilogue)| StageCase { consts, zp, epilogue }),
         ) {
             let out = |n: usize, f: usize| (n + 2 * pad).saturating_sub((f - 1) * dilation + 1) / stride + 1;
             let g = ConvGeometry {
@@ -739,17 +1181,17 @@ mod tests {
             let w_zps: Vec<i32> = (0..c).map(|k| if k % 3 == 0 { w_zp } else { 0 }).collect();
             let simg: Vec<i8> = img.iter().map(|&v| v as i8).collect();
             let sfilter: Vec<i8> = filter.iter().map(|&v| v as i8).collect();
-            check::<i8, i8>(&g, &simg, &sfilter, zp, &vec![0; c])?;
-            check::<u8, i8>(&g, &img, &sfilter, zp, &vec![0; c])?;
-            check::<u8, u8>(&g, &img, &filter, zp, &w_zps)?;
+            check::<i8, i8>(&g, &simg, &sfilter, zp, &vec![0; c], &stage)?;
+            check::<u8, i8>(&g, &img, &sfilter, zp, &vec![0; c], &stage)?;
+            check::<u8, u8>(&g, &img, &filter, zp, &w_zps, &stage)?;
             // Unsigned weights within a byte of their zero point (quads on VNNI).
             let near: Vec<u8> = filter
                 .iter()
                 .enumerate()
                 .map(|(i, &v)| (w_zps[i % c] + i32::from(v as i8)).clamp(0, 255) as u8)
                 .collect();
-            check::<u8, u8>(&g, &img, &near, zp, &w_zps)?;
-            check::<i8, u8>(&g, &simg, &near, zp, &w_zps)?;
+            check::<u8, u8>(&g, &img, &near, zp, &w_zps, &stage)?;
+            check::<i8, u8>(&g, &simg, &near, zp, &w_zps, &stage)?;
         }
     }
 

@@ -2,14 +2,14 @@
 //! prepared word holds four input bytes of one channel as `u8`, a filter word the four
 //! matching `i8` weights, and one `vpdpbusd` adds their four products to a lane.
 
-use super::x86::starts;
+use super::x86::{starts, steps16, Sink16};
 use super::QuantElem;
 use std::arch::x86_64::*;
 
 /// Sixteen channels a step.
 const LANES: usize = 16;
 
-/// Prepares a row of quads: for column `k < cols` and channel `ch`, word `k * c + ch`
+/// Prepares a row of quads: for column `k < cols` and channel `ch`, word `k * pitch + ch`
 /// holds the bytes at `table[k * step + t * d] + ch` for `t < loads` (0 above), each
 /// flipped by `0x80` for an `i8` input (so it reads as `x + 128`; a byte above `loads`
 /// meets a zero weight).
@@ -20,7 +20,7 @@ const LANES: usize = 16;
 /// # Safety
 /// The CPU has AVX-512 F, BW and VNNI; T is one byte; `1 <= loads <= 4`; `table` has
 /// `(cols - 1) * step + (loads - 1) * d + 1` entries (or `cols` is 0), each with `c`
-/// readable bytes; `words` is `cols * c` long; `c >= 16`.
+/// readable bytes; `words` is `cols * pitch` long; `pitch >= c >= 16`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn build<T: QuantElem>(
@@ -30,6 +30,7 @@ pub(super) unsafe fn build<T: QuantElem>(
     d: usize,
     loads: usize,
     c: usize,
+    pitch: usize,
     words: &mut [i32],
 ) {
     // The flip of bytes `ts` (the bytes above `loads` stay 0, so that a shift moves
@@ -38,6 +39,9 @@ pub(super) unsafe fn build<T: QuantElem>(
         true => ts.fold(0u32, |f, t| f | 0x80 << (8 * t)),
         false => 0,
     };
+    if cols == 0 {
+        return;
+    }
     let out = words.as_mut_ptr();
     let table = table.as_ptr();
     // The bytes of input column `j` for channels `s..s + 16`, zero-extended to lanes
@@ -63,6 +67,31 @@ pub(super) unsafe fn build<T: QuantElem>(
     // The flip of a shifted column's `m` new bytes.
     let fresh = flip(loads - m..loads);
     let down = _mm512_set1_epi32(8 * m as i32);
+    if shifted && m == 1 {
+        // One new tap a column (a stride of one dilation, the common case): its byte
+        // flipped and moved to the top tap off the chain from column to column, which
+        // is then one shift and one `or`.
+        let top = loads - 1;
+        let (up, fresh) = (
+            _mm512_set1_epi32(8 * top as i32),
+            _mm512_set1_epi32(fresh as i32),
+        );
+        for s in starts(0, c, LANES) {
+            let mut v = whole(0, s);
+            // SAFETY: words `s + 16 <= pitch` (the caller's contract; `cols >= 1` here).
+            unsafe { _mm512_storeu_si512(out.add(s).cast(), v) };
+            for k in 1..cols {
+                // SAFETY: entry `k * step + top * d` of `table` is one a column reads,
+                // with `s + 16 <= c` readable bytes (the caller's contract).
+                let x = unsafe { _mm_loadu_si128((*table.add(k * step + top * d)).add(s).cast()) };
+                let new = _mm512_xor_si512(_mm512_sllv_epi32(_mm512_cvtepu8_epi32(x), up), fresh);
+                v = _mm512_or_si512(_mm512_srli_epi32::<8>(v), new);
+                // SAFETY: words `k * pitch + s + 16 <= cols * pitch` (the caller's).
+                unsafe { _mm512_storeu_si512(out.add(k * pitch + s).cast(), v) };
+            }
+        }
+        return;
+    }
     for s in starts(0, c, LANES) {
         let mut v = _mm512_setzero_si512();
         for k in 0..cols {
@@ -75,44 +104,49 @@ pub(super) unsafe fn build<T: QuantElem>(
                 }
                 _mm512_xor_si512(n, _mm512_set1_epi32(fresh as i32))
             };
-            // SAFETY: words `k * c + s + 16 <= cols * c` (the caller's contract).
-            unsafe { _mm512_storeu_si512(out.add(k * c + s).cast(), v) };
+            // SAFETY: words `k * pitch + s + 16 <= cols * pitch` (the caller's contract).
+            unsafe { _mm512_storeu_si512(out.add(k * pitch + s).cast(), v) };
         }
     }
 }
 
-/// The sums of `n` pixels: pixel `ox`, channel `ch` is `start[ch]` plus, over live rows
-/// `(h, w)` and groups `p`, the quad products of words `h[(ox * a + p * b) * c + ch]`
-/// (`u8`) and `w[p * c + ch]` (`i8`).
+/// The sums of `n` pixels into `sink`: pixel `ox`, channel `ch` is `start[ch]` plus,
+/// over live rows `(h, w)` and groups `p`, the quad products of words
+/// `h[(ox * a + p * b) * pitch + ch]` (`u8`) and `w[p * pitch + ch]` (`i8`). The channel
+/// steps start at multiples of sixteen, the last masked ([`steps16`]): lanes past `c`
+/// read words after the channels', which are there (`+ 16` below) and whose sums no
+/// sink stores.
 ///
 /// # Safety
 /// The CPU has AVX-512 F, BW and VNNI; each `h` has
-/// `((n - 1) * a + (groups - 1) * b + 1) * c` readable words and each `w` `groups * c`;
-/// `start` is `c` words and `accs` `n * c`; `c >= 16`.
+/// `((n - 1) * a + (groups - 1) * b + 1) * pitch + 16` readable words and each `w`
+/// `groups * pitch + 16`; `start` is `c + 16` words; the sink takes `n` pixels of `c`
+/// channels; `pitch >= c`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn sums(
+pub(super) unsafe fn sums<S: Sink16>(
     live: &[(*const i32, *const i32)],
     groups: usize,
     a: usize,
     b: usize,
     c: usize,
+    pitch: usize,
     n: usize,
     start: &[i32],
-    accs: &mut [i32],
+    sink: &mut S,
 ) {
-    let out = accs.as_mut_ptr();
-    let (da, db) = (a * c, b * c);
+    let (da, db) = (a * pitch, b * pitch);
     // `$px` pixels from `ox` at once: each filter word loaded once for all of them.
     macro_rules! block {
-        ($px:literal, $ox:expr, $s:expr, $init:expr) => {{
+        ($px:literal, $ox:expr, $s:expr, $k:expr, $init:expr, $st:expr) => {{
             let mut acc = [$init; $px];
             for &(h, w) in live {
                 for p in 0..groups {
-                    // SAFETY: pixels `ox..ox + $px <= n`, group `p < groups`: inside
-                    // the rows' words (the caller's contract).
+                    // SAFETY: pixels `ox..ox + $px <= n`, group `p < groups`, lanes
+                    // `s..s + 16 <= pitch + 16`: inside the rows' words (the caller's
+                    // contract).
                     unsafe {
-                        let wv = _mm512_loadu_si512(w.add(p * c + $s).cast());
+                        let wv = _mm512_loadu_si512(w.add(p * pitch + $s).cast());
                         let at = h.add($ox * da + p * db + $s);
                         for (i, acc) in acc.iter_mut().enumerate() {
                             let x = _mm512_loadu_si512(at.add(i * da).cast());
@@ -121,26 +155,28 @@ pub(super) unsafe fn sums(
                     }
                 }
             }
-            for (i, acc) in acc.iter().enumerate() {
-                // SAFETY: pixels `ox..ox + $px <= n`, channels `s..s + 16 <= c`.
-                unsafe { _mm512_storeu_si512(out.add(($ox + i) * c + $s).cast(), *acc) };
+            for (i, &acc) in acc.iter().enumerate() {
+                // SAFETY: pixels `ox..ox + $px <= n`, channels `s..s + k <= c`.
+                unsafe { sink.put($st, $ox + i, $s, $k, acc) };
             }
         }};
     }
-    for s in starts(0, c, LANES) {
-        // SAFETY: `s + 16 <= c` words of `start`.
+    for (s, k) in steps16(c) {
+        // SAFETY: `s + 16 <= c + 16` words of `start`.
         let init = unsafe { _mm512_loadu_si512(start.as_ptr().add(s).cast()) };
+        // SAFETY: the CPU has AVX-512 F and BW.
+        let st = unsafe { sink.step(s) };
         let mut ox = 0;
         while ox + 8 <= n {
-            block!(8, ox, s, init);
+            block!(8, ox, s, k, init, &st);
             ox += 8;
         }
         if ox + 4 <= n {
-            block!(4, ox, s, init);
+            block!(4, ox, s, k, init, &st);
             ox += 4;
         }
         while ox < n {
-            block!(1, ox, s, init);
+            block!(1, ox, s, k, init, &st);
             ox += 1;
         }
     }
