@@ -93,33 +93,6 @@ impl SharedRegion {
         Ok(unsafe { self.map.as_mut_ptr().add(off) })
     }
 
-    /// Asks the CPU to fetch the cache lines of `[offset, offset + len)` for writing
-    /// (a hint: nothing is read or written, and a range outside the region is ignored).
-    /// A producer calls it on lines it will write next, so that their transfer from the
-    /// core that last read them happens now, not behind its next write.
-    #[inline]
-    pub fn prefetch_write(&self, offset: u64, len: u64) {
-        let Ok(p) = self.ptr(offset, len) else {
-            return;
-        };
-        #[cfg(target_arch = "x86_64")]
-        {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_ET0};
-            // From the line `offset` is in (the mapping starts on a page, so that line
-            // is in it) to the one the range ends in.
-            let mut line = p as usize & !63;
-            let end = p as usize + len as usize;
-            while line < end {
-                // SAFETY: a prefetch never faults and accesses no memory architecturally;
-                // the line lies in the live mapping (`ptr` checked the range).
-                unsafe { _mm_prefetch::<_MM_HINT_ET0>(line as *const i8) };
-                line += 64;
-            }
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = p;
-    }
-
     /// Copies bytes out of the region.
     #[inline]
     pub fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), MemError> {

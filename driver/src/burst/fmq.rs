@@ -228,23 +228,7 @@ impl Fmq {
         if self.word(OFF_WAITING).load(Ordering::SeqCst) != 0 {
             futex_wake(self.word(OFF_DATA_SEQ));
         }
-        self.prefetch_next(w.wrapping_add(packet.len() as u32), packet.len());
         Ok(())
-    }
-
-    /// Fetches for writing the lines a next packet of `len` elements from counter `w`
-    /// will fill (as far as the ring's end), but the first one if the packet just written
-    /// ends in it (the consumer is reading that one): their transfer from the consumer's
-    /// core, which read them a lap ago, then happens while this end waits, not behind the
-    /// next write, which the consumer waits for.
-    fn prefetch_next(&self, w: u32, len: usize) {
-        let start = self.slot_offset(w);
-        let room = (self.capacity - w % self.capacity) as usize;
-        let end = start + (len.min(room) * ELEMENT) as u64;
-        let first = start.next_multiple_of(64);
-        if first < end {
-            self.region.prefetch_write(first, end - first);
-        }
     }
 
     /// Consumer: takes every element available now (at least one), in order.
