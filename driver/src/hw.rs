@@ -264,18 +264,46 @@ pub struct Hardware {
 #[derive(Clone, Debug)]
 pub struct Job {
     /// The program's device address and length.
-    pub program: (u64, u64),
+    program: (u64, u64),
     /// The arena's device address and length: the device memory the copies may touch.
-    pub arena: (u64, u64),
+    arena: (u64, u64),
     /// Host memory (IOVA) to the arena.
-    pub inputs: Vec<CopyDescriptor>,
+    inputs: Vec<CopyDescriptor>,
     /// The arena to host memory (IOVA).
-    pub outputs: Vec<CopyDescriptor>,
+    outputs: Vec<CopyDescriptor>,
     /// The timing model's time for the program (the watchdog's yardstick).
-    pub program_ns: u64,
+    program_ns: u64,
+    /// The copy list as the device reads it (inputs, then outputs), encoded once: a job
+    /// run again (a burst's memo) only writes it into its slot.
+    list: Vec<u8>,
 }
 
 impl Job {
+    /// The job of the program at `program` (address, length) over the arena `arena`:
+    /// `inputs` into it, `outputs` out of it; `program_ns` is the timing model's time for
+    /// the program.
+    pub fn new(
+        program: (u64, u64),
+        arena: (u64, u64),
+        inputs: Vec<CopyDescriptor>,
+        outputs: Vec<CopyDescriptor>,
+        program_ns: u64,
+    ) -> Job {
+        let list = inputs
+            .iter()
+            .chain(&outputs)
+            .flat_map(|c| c.encode())
+            .collect();
+        Job {
+            program,
+            arena,
+            inputs,
+            outputs,
+            program_ns,
+            list,
+        }
+    }
+
     /// The same work as a command list: copies in, a fence, the program, a fence, copies
     /// out (for a job whose list does not fit a slot, or when every slot is taken).
     fn commands(&self) -> Vec<Command> {
@@ -523,26 +551,7 @@ impl Hardware {
 
     /// Writes a job's copy list (inputs, then outputs) at `list` in the list region.
     fn write_job_list(&self, list: u64, job: &Job) -> Result<(), HwError> {
-        const N: usize = 8;
-        let mut buf = [0u8; N * SG_ENTRY_SIZE as usize];
-        let all: Vec<_>;
-        let copies = job.inputs.iter().chain(&job.outputs);
-        // Small lists (nearly all) go from the stack in one write.
-        let bytes: &[u8] = match job.inputs.len() + job.outputs.len() <= N {
-            true => {
-                let mut n = 0;
-                for (chunk, c) in buf.chunks_exact_mut(SG_ENTRY_SIZE as usize).zip(copies) {
-                    chunk.copy_from_slice(&c.encode());
-                    n += chunk.len();
-                }
-                &buf[..n]
-            }
-            false => {
-                all = copies.flat_map(|c| c.encode()).collect();
-                &all
-            }
-        };
-        Ok(self.job_lists.write(list, bytes)?)
+        Ok(self.job_lists.write(list, &job.list)?)
     }
 
     /// Queues one command for copy-list slot `k`'s job and waits for its completion.

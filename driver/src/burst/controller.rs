@@ -11,12 +11,12 @@ use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use super::datum::{deserialize_result, serialize_request, ResultDatum, ResultPacket};
+use super::datum::{deserialize_result, serialize_request, ResultDatum};
 use super::fmq::{Element, Fmq, FmqError};
-use crate::execute::same_arguments;
+use crate::execute::{same_arguments, Shapes};
 use crate::hal::{
-    ErrorStatus, MeasureTiming, Memory, NativeHandle, OutputShape, Request, RequestArgument,
-    RequestMemoryPool, Timing,
+    ErrorStatus, MeasureTiming, Memory, NativeHandle, Request, RequestArgument, RequestMemoryPool,
+    Timing,
 };
 use crate::interface::{IBurstCallback, IBurstContext, IPreparedModel};
 
@@ -234,18 +234,18 @@ struct Busy {
 struct Got {
     packet: Vec<Element>,
     status: ErrorStatus,
-    shapes: Vec<OutputShape>,
+    shapes: Shapes,
 }
 
 impl Got {
     /// `packet`'s result, if it is this one's with only the timing changed.
-    fn again(&self, packet: &[Element]) -> Option<ResultPacket> {
+    fn again(&self, packet: &[Element]) -> Option<(ErrorStatus, Shapes, Timing)> {
         let (last, head) = packet.split_last()?;
         if packet.len() != self.packet.len() || *head != self.packet[..head.len()] {
             return None;
         }
         match ResultDatum::decode(last)? {
-            ResultDatum::ExecutionTiming(t) => Some((self.status, self.shapes.clone(), t)),
+            ResultDatum::ExecutionTiming(t) => Some((self.status, Arc::clone(&self.shapes), t)),
             _ => None,
         }
     }
@@ -308,13 +308,14 @@ impl BurstController {
 
     /// Runs `request` as a burst execution. Its pools must be memories (a driver-managed
     /// buffer's token has no slot: INVALID_ARGUMENT, so the caller can fall back to
-    /// another path, as the runtime does).
+    /// another path, as the runtime does). The shapes are shared with the controller's
+    /// last result: a burst repeating a result allocates none.
     pub fn execute(
         &self,
         request: &Request,
         measure: MeasureTiming,
-    ) -> (ErrorStatus, Vec<OutputShape>, Timing) {
-        let fail = |s| (s, Vec::new(), Timing::NONE);
+    ) -> (ErrorStatus, Shapes, Timing) {
+        let fail = |s| (s, Shapes::from([]), Timing::NONE);
         let mut busy = self.busy.lock().unwrap_or_else(|p| p.into_inner());
         let Busy {
             sent: last,
@@ -387,8 +388,8 @@ impl BurstController {
         &self,
         packet: &mut Vec<Element>,
         got: &mut Option<Got>,
-    ) -> (ErrorStatus, Vec<OutputShape>, Timing) {
-        let fail = |s| (s, Vec::new(), Timing::NONE);
+    ) -> (ErrorStatus, Shapes, Timing) {
+        let fail = |s| (s, Shapes::from([]), Timing::NONE);
         let read =
             self.results
                 .read_blocking_into(self.spin, Some(self.timeout), &|| false, packet);
@@ -401,15 +402,16 @@ impl BurstController {
         }
         match deserialize_result(packet) {
             Ok((status, shapes, timing)) => {
+                let shapes = Shapes::from(shapes);
                 let g = got.get_or_insert_with(|| Got {
                     packet: Vec::new(),
                     status,
-                    shapes: Vec::new(),
+                    shapes: Arc::clone(&shapes),
                 });
                 g.packet.clear();
                 g.packet.extend_from_slice(packet);
                 g.status = status;
-                g.shapes.clone_from(&shapes);
+                g.shapes = Arc::clone(&shapes);
                 (status, shapes, timing)
             }
             Err(e) => {

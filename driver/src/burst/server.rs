@@ -154,6 +154,7 @@ fn serve(
     let mut last: Option<(ErrorStatus, Shapes, Timing, Vec<Element>)> = None;
     // Each request is read into the same buffer.
     let mut packet = Vec::new();
+    let local = local_model(model);
     loop {
         match requests.read_blocking_into(spin, None, &stop, &mut packet) {
             Ok(()) => {}
@@ -165,7 +166,7 @@ fn serve(
                 return;
             }
         };
-        let (status, shapes, timing) = execute(model, callback, shared, &packet);
+        let (status, shapes, timing) = execute(model, local, callback, shared, &packet);
         let same = last
             .as_ref()
             .is_some_and(|l| l.0 == status && Arc::ptr_eq(&l.1, &shapes) && l.2 == timing);
@@ -186,15 +187,15 @@ fn failure() -> Vec<Element> {
     serialize_result(ErrorStatus::GeneralFailure, &[], Timing::NONE)
 }
 
-/// Runs one request packet.
+/// Runs one request packet on `model` (`local`: the same model as this driver's own).
 fn execute(
     model: &Arc<dyn IPreparedModel>,
+    local: Option<&VnpuPreparedModel>,
     callback: &dyn IBurstCallback,
     shared: &Shared,
     packet: &[Element],
 ) -> (ErrorStatus, Shapes, Timing) {
     let fail = |s: ErrorStatus| (s, Shapes::from([]), Timing::NONE);
-    let local = local_model(model);
     if let Some(m) = local {
         let memo = shared.memo.lock().unwrap_or_else(|p| p.into_inner());
         if memo.memo.is_some() && memo.packet[..] == *packet {

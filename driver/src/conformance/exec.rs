@@ -131,7 +131,8 @@ pub fn execute(
                 Ok(b) => b,
                 Err(s) => return Err(format!("configureExecutionBurst: {s}")),
             };
-            Ok(burst.execute(request, measure))
+            let (status, shapes, timing) = burst.execute(request, measure);
+            Ok((status, shapes.to_vec(), timing))
         }
         ExecPath::Reusable => Err("--path reusable needs --interface aidl".into()),
     }

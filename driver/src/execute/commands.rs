@@ -55,13 +55,13 @@ pub(super) fn job(
     outputs: Vec<CopyDescriptor>,
     program_ns: u64,
 ) -> Job {
-    Job {
-        program: (inst.program.addr, inst.program_len),
-        arena: (inst.arena.addr, inst.arena.len),
+    Job::new(
+        (inst.program.addr, inst.program_len),
+        (inst.arena.addr, inst.arena.len),
         inputs,
         outputs,
         program_ns,
-    }
+    )
 }
 
 /// A fence after the input copies, the instance's program (with its loop timeout and
