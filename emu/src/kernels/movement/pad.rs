@@ -131,9 +131,9 @@ impl Kernel for Pad {
     }
 
     /// Each run of the input that stays contiguous in the output (everything inside the
-    /// last padded dimension) is copied once, and the gaps between runs are filled: a
-    /// channel pad copies one pixel and fills its padded channels at a time, and no
-    /// byte of the output is written twice.
+    /// last padded dimension) is copied once, and the gaps between runs are filled (byte
+    /// outputs are filled whole first instead): a channel pad copies one pixel and fills
+    /// its padded channels at a time.
     fn run(&self, inputs: &[View<'_>], outputs: &mut [ViewMut<'_>]) -> Result<()> {
         let x = inputs[0];
         let out = &mut outputs[0];
@@ -149,10 +149,20 @@ impl Kernel for Pad {
             Some(b) => fill_short(gap, b),
             None => repeat_fill(gap, &fill),
         };
-        if x.bytes.is_empty() {
+        // Byte elements: one fill of the whole output, then the copies (measured faster
+        // than a few padded bytes filled between each pixel's copies: face_detection_
+        // short_range_int8's PADs 0.13 vs 0.18 ms); wider ones fill only the gaps.
+        if es == 1 || x.bytes.is_empty() {
             fill_gap(out.bytes);
-            return Ok(());
+            if x.bytes.is_empty() {
+                return Ok(());
+            }
         }
+        let fill_gap = |gap: &mut [u8]| {
+            if es != 1 {
+                fill_gap(gap)
+            }
+        };
         let shape = x.shape();
         let rank = shape.len();
         // The last padded dimension: the ones after it are copied whole.
