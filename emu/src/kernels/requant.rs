@@ -356,8 +356,9 @@ impl Requant {
     fn block_at<T: QuantElem>(&self, level: Isa, sums: &[i32], dst: &mut [T], width: usize) {
         #[cfg(target_arch = "x86_64")]
         if let Some(lanes) = &self.lanes {
-            // SAFETY: (each call) the level is capped at the CPU's, so it has AVX-512 F
-            // and BW at Isa::Avx512 and above, AVX2 at Isa::Avx2 and above.
+            // (each call) the level is capped at the CPU's, so it has AVX-512 F and BW at
+            // Isa::Avx512 and above, AVX2 at Isa::Avx2 and above.
+            // SAFETY: by the above.
             let done = unsafe {
                 match (level, self.full, self.epilogue.is_some()) {
                     (Isa::Scalar, _, _) => false,
@@ -461,8 +462,9 @@ pub(crate) mod x86 {
             } else {
                 _mm_packus_epi16(v16, v16)
             };
-            // SAFETY: `lanes` is eight one-byte elements (T is u8 or i8: a one-byte
-            // QuantElem), one unaligned 64-bit store.
+            // `lanes` is eight one-byte elements (T is u8 or i8: a one-byte QuantElem), one
+            // unaligned 64-bit store.
+            // SAFETY: by the above.
             unsafe { _mm_storel_epi64(lanes.as_mut_ptr().cast(), v8) };
         } else {
             let mut out = [0i32; 8];
@@ -553,8 +555,7 @@ pub(crate) mod x86 {
     pub(crate) fn store16_avx512<T: QuantElem>(v: __m512i, lanes: &mut [T]) {
         if std::mem::size_of::<T>() == 1 {
             let n = lanes.len().min(16);
-            // SAFETY: T is a one-byte QuantElem (u8 or i8), so `lanes` is `n` bytes or
-            // more.
+            // SAFETY: T is a one-byte QuantElem (u8 or i8), so `lanes` is `n` bytes or more.
             unsafe { store_bytes16(v, lanes.as_mut_ptr(), n) };
         } else {
             let mut out = [0i32; 16];
@@ -1111,8 +1112,9 @@ mod tests {
                 .map(|c| multiply_by_quantized_multiplier(sums[c].wrapping_add(bias[c]), mult[c], shift[c]))
                 .collect();
             let mut got = [0i32; 16];
-            // SAFETY: the CPU has AVX-512F (checked above); one unaligned 512-bit load and
-            // store of sixteen words.
+            // The CPU has AVX-512F (checked above); one unaligned 512-bit load and store of sixteen
+            // words.
+            // SAFETY: by the above.
             unsafe {
                 let l = q.lanes.as_ref().unwrap();
                 let stage = x86::Stage512::new::<i16>(&q, l);

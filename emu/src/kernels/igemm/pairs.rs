@@ -189,8 +189,8 @@ mod x86 {
                 )
             };
             for (s, &row) in acc.iter_mut().zip(rows) {
-                // SAFETY: row `r` has `b.len() / NR` words (the caller's contract) and
-                // `p` is below that.
+                // Row `r` has `b.len() / NR` words (the caller's contract) and `p` is below that.
+                // SAFETY: by the above.
                 let x = _mm256_set1_epi32(unsafe { *row.add(p) });
                 s[0] = _mm256_add_epi32(s[0], _mm256_madd_epi16(x, b0));
                 s[1] = _mm256_add_epi32(s[1], _mm256_madd_epi16(x, b1));
@@ -207,8 +207,9 @@ mod x86 {
         }
         let rows = row_starts::<R>(a, k2);
         let zero = _mm256_setzero_si256();
-        // SAFETY: the CPU has AVX2 (this function's feature) and row `r` starts at word
-        // `r * k2` of `a`, which holds `R * k2` words (checked above).
+        // The CPU has AVX2 (this function's feature) and row `r` starts at word `r * k2` of `a`,
+        // which holds `R * k2` words (checked above).
+        // SAFETY: by the above.
         let acc = unsafe { sums_avx2(&rows, b, [zero, zero]) };
         for (o, s) in out.chunks_exact_mut(NR).zip(&acc) {
             let Ok(o) = <&mut [i32; NR]>::try_from(o) else {
@@ -294,8 +295,9 @@ mod x86 {
                     // SAFETY: `bp` is 16 words, one unaligned 512-bit load.
                     let y = unsafe { _mm512_loadu_si512(bp.as_ptr().cast()) };
                     for (s, &row) in acc.iter_mut().zip(&rows) {
-                        // SAFETY: row `r` starts at word `r * k2` of `a`, which holds
-                        // `R * k2` words (checked above), and `p < k2`.
+                        // Row `r` starts at word `r * k2` of `a`, which holds `R * k2` words
+                        // (checked above), and `p < k2`.
+                        // SAFETY: by the above.
                         let x = _mm512_set1_epi32(unsafe { *row.add(p) });
                         *s = $step(*s, x, y);
                     }
@@ -320,8 +322,9 @@ mod x86 {
     });
 
     pub(super) fn avx2(a: &[i32], b: &[i32], out: &mut [i32]) {
-        // SAFETY: chosen by `kernel_for` only at Isa::Avx2 or above, after capping the
-        // level at the CPU's, so the CPU has AVX2.
+        // Chosen by `kernel_for` only at Isa::Avx2 or above, after capping the level at the CPU's,
+        // so the CPU has AVX2.
+        // SAFETY: by the above.
         unsafe { tile_avx2::<ROWS256>(a, b, out) }
     }
 

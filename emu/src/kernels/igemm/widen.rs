@@ -98,8 +98,8 @@ mod x86 {
             return;
         }
         let rows: [*const u8; R] = std::array::from_fn(|r| a[r * pitch..].as_ptr());
-        // SAFETY: each row holds `4g` bytes (`tile_fits`), `b` is whole groups and
-        // `start` 16 words.
+        // Each row holds `4g` bytes (`tile_fits`), `b` is whole groups and `start` 16 words.
+        // SAFETY: by the above.
         let sums = unsafe { sums_avx2(&rows, &b[..g * GROUP_BYTES], start.as_ptr()) };
         // Row by row at `r * ldo` (not `chunks_mut(ldo)`, whose count is a division).
         for (r, s) in sums.iter().enumerate() {
@@ -133,8 +133,9 @@ mod x86 {
         let (body, tail) = src.split_at(src.len() / 16 * 16);
         let (dst_body, dst_tail) = dst.split_at_mut(body.len() / 2);
         for (s, d) in body.chunks_exact(16).zip(dst_body.chunks_exact_mut(8)) {
-            // SAFETY: `s` is 16 bytes and `d` 8 words: one unaligned 128-bit load, one
-            // unaligned 256-bit store.
+            // `s` is 16 bytes and `d` 8 words: one unaligned 128-bit load, one unaligned 256-bit
+            // store.
+            // SAFETY: by the above.
             unsafe {
                 let w = _mm256_cvtepu8_epi16(_mm_loadu_si128(s.as_ptr().cast()));
                 _mm256_storeu_si256(d.as_mut_ptr().cast(), w);
@@ -175,8 +176,9 @@ mod x86 {
             .chunks_exact(panel)
             .flat_map(|p| p[..groups * GROUP_BYTES].chunks_exact(GROUP_BYTES));
         for (g, d) in groups_of.zip(out[..len].chunks_exact_mut(2 * NR)) {
-            // SAFETY: `g` is 64 bytes (four unaligned 128-bit loads inside it) and `d`
-            // 32 words (four unaligned 256-bit stores inside it).
+            // `g` is 64 bytes (four unaligned 128-bit loads inside it) and `d` 32 words (four
+            // unaligned 256-bit stores inside it).
+            // SAFETY: by the above.
             unsafe {
                 let w: [__m256i; 4] = std::array::from_fn(|c| {
                     let x = _mm_loadu_si128(g.as_ptr().add(16 * c).cast());
@@ -252,8 +254,9 @@ mod x86 {
         out: &mut [i32],
         ldo: usize,
     ) {
-        // SAFETY: chosen by `quads::kernel_for` only at Isa::Avx2 or above, after capping
-        // the level at the CPU's, so the CPU has AVX2.
+        // Chosen by `quads::kernel_for` only at Isa::Avx2 or above, after capping the level at the
+        // CPU's, so the CPU has AVX2.
+        // SAFETY: by the above.
         unsafe { tile_avx2::<ROWS256>(a, pitch, b, start, out, ldo) }
     }
 

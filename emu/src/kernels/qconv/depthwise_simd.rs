@@ -311,8 +311,9 @@ impl<T: QuantElem> Prepared<T> {
         {
             let c = self.g.in_c;
             let mut sink = x86::Words::new(accs, c);
-            // SAFETY: the contract of `run16` / `run8` for this level (`live_rows` checked
-            // that `accs` is `out_w * c` words).
+            // The contract of `run16` / `run8` for this level (`live_rows` checked that `accs` is
+            // `out_w * c` words).
+            // SAFETY: by the above.
             unsafe {
                 if self.level >= Isa::Avx512 {
                     self.run16(&live, &mut sink);
@@ -353,10 +354,11 @@ impl<T: QuantElem> Prepared<T> {
             let wide = self.level >= Isa::Avx512;
             macro_rules! run {
                 ($full:literal, $epi:literal) => {
-                    // SAFETY: T is one byte (checked above); the level is capped at the
-                    // CPU's, so it has AVX-512 F and BW where `wide`, AVX2 otherwise;
-                    // the contract of `run16` / `run8` as in `row_sums` (`out` is
-                    // `out_w * c` elements, checked by `live_rows`).
+                    // T is one byte (checked above); the level is capped at the CPU's, so it has
+                    // AVX-512 F and BW where `wide`, AVX2 otherwise; the contract of `run16` /
+                    // `run8` as in `row_sums` (`out` is `out_w * c` elements, checked by
+                    // `live_rows`).
+                    // SAFETY: by the above.
                     unsafe {
                         if wide {
                             x86::with_bytes16::<T, $full, $epi>(stage, lanes, out, c, |s| {
@@ -665,8 +667,9 @@ mod x86 {
         #[inline(always)]
         unsafe fn put(&mut self, _: &(), ox: usize, c0: usize, n: usize, acc: __m512i) {
             let mask = ((1u32 << n.min(16)) - 1) as u16;
-            // SAFETY: the masked store writes channels `c0..c0 + n` of pixel `ox`, inside
-            // the row (the caller's contract).
+            // The masked store writes channels `c0..c0 + n` of pixel `ox`, inside the row (the
+            // caller's contract).
+            // SAFETY: by the above.
             unsafe { _mm512_mask_storeu_epi32(self.out.add(ox * self.c + c0).cast(), mask, acc) };
         }
     }
@@ -706,9 +709,9 @@ mod x86 {
 
         #[inline(always)]
         unsafe fn put(&mut self, st: &Step512, ox: usize, c0: usize, n: usize, acc: __m512i) {
-            // SAFETY: the CPU has AVX-512F and BW, and the `n` bytes of channels
-            // `c0..c0 + n` of pixel `ox` lie in the row (this function's contract); T
-            // is one byte (`with_bytes16`).
+            // The CPU has AVX-512F and BW, and the `n` bytes of channels `c0..c0 + n` of pixel `ox`
+            // lie in the row (this function's contract); T is one byte (`with_bytes16`).
+            // SAFETY: by the above.
             unsafe {
                 let v = self.stage.apply::<FULL, EPI>(st, acc);
                 store_bytes16(v, self.out.add(ox * self.c + c0), n);
@@ -729,9 +732,9 @@ mod x86 {
 
         #[inline(always)]
         unsafe fn put(&mut self, st: &Step256, ox: usize, c0: usize, acc: __m256i) {
-            // SAFETY: the CPU has AVX2, and the eight bytes of channels `c0..c0 + 8` of
-            // pixel `ox` lie in the row (this function's contract); T is one byte
-            // (`with_bytes8`).
+            // The CPU has AVX2, and the eight bytes of channels `c0..c0 + 8` of pixel `ox` lie in
+            // the row (this function's contract); T is one byte (`with_bytes8`).
+            // SAFETY: by the above.
             unsafe {
                 let v = self.stage.apply::<FULL, EPI>(st, acc);
                 store_bytes8(v, self.out.add(ox * self.c + c0), 8);
@@ -806,8 +809,9 @@ mod x86 {
                 let out = words.as_mut_ptr();
                 for (k, &(pa, pb)) in ends.iter().enumerate() {
                     for s in starts(from, to, $lanes) {
-                        // SAFETY: `s + $lanes <= to` bytes from each pointer, and word
-                        // `k * pitch + s + $lanes <= words.len()` (the caller's contract).
+                        // `s + $lanes <= to` bytes from each pointer, and word `k * pitch + s +
+                        // $lanes <= words.len()` (the caller's contract).
+                        // SAFETY: by the above.
                         unsafe {
                             let (xa, xb) = ($loadx(pa.add(s)), $loadx(pb.add(s)));
                             let (xa, xb) = if T::MIN < 0 {
@@ -886,9 +890,9 @@ mod x86 {
                         let mut acc = [$zero(); 4];
                         for &(h, w) in live {
                             for p in 0..pairs {
-                                // SAFETY: pixels `ox..ox + 4 <= n`, pair `p < pairs`,
-                                // lanes `s..s + $lanes <= pitch + 16`: inside the rows'
-                                // words (the caller's contract).
+                                // Pixels `ox..ox + 4 <= n`, pair `p < pairs`, lanes `s..s + $lanes
+                                // <= pitch + 16`: inside the rows' words (the caller's contract).
+                                // SAFETY: by the above.
                                 unsafe {
                                     let wv = $load(w.add(p * pitch + s).cast());
                                     let at = h.add(ox * da + p * db + s);

@@ -47,8 +47,9 @@ pub(super) unsafe fn build<T: QuantElem>(
     // The bytes of input column `j` for channels `s..s + 16`, zero-extended to lanes
     // and moved to byte `t` of each.
     let tap = |j: usize, t: usize, s: usize| {
-        // SAFETY: entry `j` of `table` has `s + 16 <= c` readable bytes (the caller's
-        // contract, for every `j` a column reads).
+        // Entry `j` of `table` has `s + 16 <= c` readable bytes (the caller's contract, for every
+        // `j` a column reads).
+        // SAFETY: by the above.
         let x = unsafe { _mm_loadu_si128((*table.add(j)).add(s).cast()) };
         _mm512_sllv_epi32(_mm512_cvtepu8_epi32(x), _mm512_set1_epi32(8 * t as i32))
     };
@@ -81,8 +82,9 @@ pub(super) unsafe fn build<T: QuantElem>(
             // SAFETY: words `s + 16 <= pitch` (the caller's contract; `cols >= 1` here).
             unsafe { _mm512_storeu_si512(out.add(s).cast(), v) };
             for k in 1..cols {
-                // SAFETY: entry `k * step + top * d` of `table` is one a column reads,
-                // with `s + 16 <= c` readable bytes (the caller's contract).
+                // Entry `k * step + top * d` of `table` is one a column reads, with `s + 16 <= c`
+                // readable bytes (the caller's contract).
+                // SAFETY: by the above.
                 let x = unsafe { _mm_loadu_si128((*table.add(k * step + top * d)).add(s).cast()) };
                 let new = _mm512_xor_si512(_mm512_sllv_epi32(_mm512_cvtepu8_epi32(x), up), fresh);
                 v = _mm512_or_si512(_mm512_srli_epi32::<8>(v), new);
@@ -142,9 +144,9 @@ pub(super) unsafe fn sums<S: Sink16>(
             let mut acc = [$init; $px];
             for &(h, w) in live {
                 for p in 0..groups {
-                    // SAFETY: pixels `ox..ox + $px <= n`, group `p < groups`, lanes
-                    // `s..s + 16 <= pitch + 16`: inside the rows' words (the caller's
-                    // contract).
+                    // Pixels `ox..ox + $px <= n`, group `p < groups`, lanes `s..s + 16 <= pitch +
+                    // 16`: inside the rows' words (the caller's contract).
+                    // SAFETY: by the above.
                     unsafe {
                         let wv = _mm512_loadu_si512(w.add(p * pitch + $s).cast());
                         let at = h.add($ox * da + p * db + $s);
