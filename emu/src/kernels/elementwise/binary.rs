@@ -10,6 +10,7 @@
 //! Parameter words: kind (Add 0, Sub 1, Mul 2, Div 3), act. Inputs: a, b. Output: one.
 
 use super::{decode_kind, kind_enum};
+use crate::kernels::elementwise::quant_add_affine::{Affine, Real};
 use crate::kernels::elementwise::{quant_binary_simd, zip_f32};
 use crate::kernels::isa::{isa, Isa};
 use crate::kernels::kernel::{same_dtype, Kernel, Words};
@@ -19,9 +20,11 @@ use crate::kernels::quant::{
     quantize_multiplier, quantize_multiplier_smaller_than_one_exp, quantized_activation_range,
     QuantElem,
 };
-use crate::kernels::requant::Requant;
+use crate::kernels::requant::{memoised, Memo, Requant};
 use crate::kernels::{Activation, KernelError, Result};
 use crate::tensor::{widen_f16, DType, TensorType, View, ViewMut};
+use std::cell::RefCell;
+use std::rc::Rc;
 
 kind_enum! {
     /// Which arithmetic operation.
@@ -161,9 +164,9 @@ fn run_quant<T: QuantElem>(
     run_quant_at(isa(), p, x, y, o, sa, sb, so);
 }
 
-/// [`run_quant`] at the vector level `level` (capped at the CPU's): same shapes run the
-/// vector lanes (`quant_binary_simd`) as far as they go, ADD/SUB otherwise (and at the
-/// plain level) their tables, the rest element by element.
+/// [`run_quant`] at the vector level `level` (capped at the CPU's): same shapes run
+/// ADD/SUB's affine form where one was found for the constants (`quant_add_affine`),
+/// else [`exact_same_shape`]; other shapes element by element.
 #[allow(clippy::too_many_arguments)]
 fn run_quant_at<T: QuantElem>(
     level: Isa,
@@ -176,29 +179,101 @@ fn run_quant_at<T: QuantElem>(
     so: &[usize],
 ) {
     if sa == so && sb == so {
-        let consts = quant_binary_simd::Consts {
-            mul: p.kind == BinaryKind::Mul,
-            off: [p.off1, p.off2],
-            input: [p.m1, p.m2],
-            out: p.out,
-            zp: p.out_off,
-            lo: p.lo,
-            hi: p.hi,
-        };
-        let done = quant_binary_simd::same_shape(level, &consts, x, y, o);
-        let (x, y, o) = (&x[done..], &y[done..], &mut o[done..]);
-        if done == 0 && p.kind != BinaryKind::Mul {
-            add_same_shape(p, x, y, o);
-        } else {
-            for ((d, &a), &b) in o.iter_mut().zip(x).zip(y) {
-                *d = T::saturate_from_i32(quant_elem(p, a.to_i32(), b.to_i32()));
+        let done = match affine_form::<T>(level, p).as_ref() {
+            Some(form) => {
+                let exact_one =
+                    |a: T, b: T| T::saturate_from_i32(quant_elem(p, a.to_i32(), b.to_i32()));
+                form.run(level, x, y, o, &exact_one).done
             }
-        }
+            None => 0,
+        };
+        exact_same_shape(level, p, &x[done..], &y[done..], &mut o[done..]);
         return;
     }
     for_each_broadcast(sa, sb, so, |i, ia, ib| {
         o[i] = T::saturate_from_i32(quant_elem(p, x[ia].to_i32(), y[ib].to_i32()));
     });
+}
+
+thread_local! {
+    /// The affine forms fitted on this thread, by constants ([`affine_form`]).
+    static FORMS: Memo<Option<Affine>> = RefCell::default();
+}
+
+/// ADD/SUB's affine form for `p` and the one-byte type `T`, fitted once per thread
+/// (about 50 µs: two runs over every pair of values, see `quant_add_affine`); `None` for
+/// MUL, for other types and where no form passes.
+fn affine_form<T: QuantElem>(level: Isa, p: &QuantParams) -> Rc<Option<Affine>> {
+    let key = vec![
+        T::MIN as u32,
+        p.kind as u32,
+        p.off1 as u32,
+        p.off2 as u32,
+        p.out_off as u32,
+        p.m1.0 as u32,
+        p.m1.1 as u32,
+        p.m2.0 as u32,
+        p.m2.1 as u32,
+        p.out.0 as u32,
+        p.out.1 as u32,
+        p.lo as u32,
+        p.hi as u32,
+    ];
+    let fit = || {
+        if p.kind == BinaryKind::Mul || std::mem::size_of::<T>() != 1 {
+            return Ok::<_, std::convert::Infallible>(None);
+        }
+        // Each operand's term is `v m_i 2^(s_i) / 2^11` (its shift left by 20, the high
+        // multiply's 2^31), the output `acc m_o 2^(s_o) / 2^31`.
+        let scale = |(m, s): (i32, i32)| f64::from(m) * 2f64.powi(s);
+        let out = scale(p.out) / 2f64.powi(31 + 11);
+        let a = [scale(p.m1) * out, scale(p.m2) * out];
+        let real = Real {
+            a,
+            c: f64::from(p.off1) * a[0] + f64::from(p.off2) * a[1] + f64::from(p.out_off),
+            lo: p.lo,
+            hi: p.hi,
+        };
+        let exact_one = |a: T, b: T| T::saturate_from_i32(quant_elem(p, a.to_i32(), b.to_i32()));
+        Ok(Affine::fit(
+            level,
+            &real,
+            |x: &[T], y: &[T], o: &mut [T]| exact_same_shape(level, p, x, y, o),
+            exact_one,
+        ))
+    };
+    match memoised(&FORMS, key, fit) {
+        Ok(form) => form,
+        Err(never) => match never {},
+    }
+}
+
+/// Elements from which [`add_same_shape`]'s tables pay.
+const TABLES_FROM: usize = 256;
+
+/// Same-shaped operands through the reference's integers: the vector lanes
+/// (`quant_binary_simd`) as far as they go, ADD/SUB otherwise (and at the plain level)
+/// their tables, the rest element by element.
+fn exact_same_shape<T: QuantElem>(level: Isa, p: &QuantParams, x: &[T], y: &[T], o: &mut [T]) {
+    let consts = quant_binary_simd::Consts {
+        mul: p.kind == BinaryKind::Mul,
+        off: [p.off1, p.off2],
+        input: [p.m1, p.m2],
+        out: p.out,
+        zp: p.out_off,
+        lo: p.lo,
+        hi: p.hi,
+    };
+    let done = quant_binary_simd::same_shape(level, &consts, x, y, o);
+    let (x, y, o) = (&x[done..], &y[done..], &mut o[done..]);
+    // The tables cost as much as some hundreds of elements: not for a vector step's tail.
+    if done == 0 && p.kind != BinaryKind::Mul && x.len() >= TABLES_FROM {
+        add_same_shape(p, x, y, o);
+    } else {
+        for ((d, &a), &b) in o.iter_mut().zip(x).zip(y) {
+            *d = T::saturate_from_i32(quant_elem(p, a.to_i32(), b.to_i32()));
+        }
+    }
 }
 
 /// ADD/SUB of same-shaped operands: each operand's rescaled term depends on its stored
@@ -411,6 +486,67 @@ mod tests {
         so.bytes().to_vec()
     }
 
+    /// Every pair of `T`'s values (then `tail` more) through [`run_quant_at`] at each
+    /// level against [`quant_elem`].
+    fn check_every_pair<T: QuantElem>(
+        kind: BinaryKind,
+        act: Activation,
+        scales: [f32; 3],
+        zero_points: [i32; 3],
+        tail: usize,
+    ) -> std::result::Result<(), TestCaseError> {
+        let dt = if T::MIN < 0 { DType::I8 } else { DType::U8 };
+        let ts = [0, 1, 2].map(|i| TensorType::quantized(dt, &[1], scales[i], zero_points[i]));
+        let p = Binary { kind, act }
+            .quant_params(&[&ts[0], &ts[1], &ts[2]])
+            .unwrap();
+        let values: Vec<i32> = (T::MIN..=T::MAX).collect();
+        let mut x: Vec<T> = values
+            .iter()
+            .flat_map(|&v| std::iter::repeat_n(T::saturate_from_i32(v), values.len()))
+            .collect();
+        let mut y: Vec<T> = (0..values.len())
+            .flat_map(|_| values.iter().map(|&v| T::saturate_from_i32(v)))
+            .collect();
+        x.extend(x[..tail].to_vec());
+        y.extend(y[1000..1000 + tail].to_vec());
+        let want: Vec<i32> = x
+            .iter()
+            .zip(&y)
+            .map(|(a, b)| T::saturate_from_i32(quant_elem(&p, a.to_i32(), b.to_i32())).to_i32())
+            .collect();
+        let shape = [x.len()];
+        for level in [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni] {
+            let mut got = vec![T::saturate_from_i32(0); x.len()];
+            run_quant_at(level, &p, &x, &y, &mut got, &shape, &shape, &shape);
+            let got: Vec<i32> = got.iter().map(|v| v.to_i32()).collect();
+            prop_assert!(got == want, "{:?} {:?}", level, p);
+        }
+        Ok(())
+    }
+
+    /// Real models' ADD scales (distinct, not in simple ratios) get an affine form with
+    /// few pairs flagged, so the proptest above runs it; equal scales put sums on
+    /// rounding steps.
+    #[test]
+    fn affine_forms_fit_real_scales() {
+        if crate::kernels::isa::detected() < Isa::Avx2 {
+            return;
+        }
+        let form = |s: [f32; 3]| {
+            let ts = [0, 1, 2].map(|i| TensorType::quantized(DType::I8, &[1], s[i], i as i32 - 5));
+            let add = Binary {
+                kind: BinaryKind::Add,
+                act: Activation::None,
+            };
+            let p = add.quant_params(&[&ts[0], &ts[1], &ts[2]]).unwrap();
+            affine_form::<i8>(Isa::Avx2, &p).is_some()
+        };
+        assert!(form([0.0213, 0.0347, 0.0411]));
+        assert!(form([0.1, 0.0037, 0.0555]));
+        assert!(form([0.05, 0.05, 0.05]), "one step in two is flagged");
+    }
+
     proptest! {
         #[test]
         fn quant_matches_float_reference(
@@ -448,6 +584,33 @@ mod tests {
                     .clamp(i64::from(lo), i64::from(hi));
                 prop_assert!((i64::from(got[i]) - want).abs() <= 1,
                     "{:?} element {}: got {}, want {}", kind, i, got[i], want);
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(crate::kernels::proptest_config(48))]
+        /// ADD/SUB through `run_quant_at` at every level the CPU has, over every pair of
+        /// operand values (plus a tail shorter than a vector step), give the reference's
+        /// integers: the affine form where one is fitted (see
+        /// `affine_forms_fit_real_scales`), the exact lanes elsewhere.
+        #[test]
+        fn quant_add_affine_forms_bit_identical(
+            sub in any::<bool>(),
+            signed in any::<bool>(),
+            act in 0u32..4,
+            s1 in 0.001f32..1.0, s2 in 0.001f32..1.0, so in 0.005f32..2.0,
+            z1 in -128i32..128, z2 in -128i32..128, zo in -128i32..128,
+            tail in 0usize..16,
+        ) {
+            let kind = if sub { BinaryKind::Sub } else { BinaryKind::Add };
+            let act = [Activation::None, Activation::Relu, Activation::Relu1, Activation::Relu6]
+                [act as usize];
+            if signed {
+                check_every_pair::<i8>(kind, act, [s1, s2, so], [z1, z2, zo], tail)?;
+            } else {
+                let z = [z1, z2, zo].map(|z| z + 128);
+                check_every_pair::<u8>(kind, act, [s1, s2, so], z, tail)?;
             }
         }
     }

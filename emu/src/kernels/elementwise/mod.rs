@@ -7,6 +7,7 @@ pub mod logical;
 mod lut_simd;
 pub mod math;
 pub mod minmax;
+mod quant_add_affine;
 mod quant_binary_simd;
 pub(crate) mod quantize_simd;
 pub mod unary;
