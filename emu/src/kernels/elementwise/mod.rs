@@ -1,5 +1,6 @@
 //! Element-wise kernels: broadcast binary arithmetic and unary functions.
 
+mod affine;
 pub mod binary;
 pub mod compare;
 pub mod convert;

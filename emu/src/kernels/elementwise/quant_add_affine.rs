@@ -17,6 +17,7 @@
 //! (2.9 before on AVX-512, 6 on AVX2), and the results are the reference's by
 //! exhaustion, not by an error bound.
 
+use super::affine::{same, Lanes, Shape, Window, MOST_FLAGGED_PER_64K};
 use crate::kernels::isa::Isa;
 use crate::kernels::quant::QuantElem;
 
@@ -28,19 +29,9 @@ pub(crate) struct Affine {
     /// The constant: offsets, the rounding half, the zero point and the window's upper
     /// part, all scaled by `2^k`.
     b: i32,
-    /// The shift.
-    k: u32,
-    /// A fraction `t mod 2^k` below this is flagged.
-    window: i32,
-    /// The clamp.
-    lo: i32,
-    /// The clamp.
-    hi: i32,
+    /// The lanes' shift, window and clamp.
+    shape: Shape,
 }
-
-/// Flagged pairs a form may leave out of the 65,536 (a form flagging more is not kept:
-/// operands whose scales make many sums land on a rounding step stay on the exact lanes).
-const MOST_FLAGGED: usize = 1 << 10;
 
 /// The ADD/SUB constants a form is fitted to: the real coefficient of each operand's
 /// stored value and the real constant, in output steps, and the clamp.
@@ -60,7 +51,7 @@ impl Affine {
     /// The form of `real` for the one-byte type `T`, kept only if, run at `level` over
     /// every pair of `T`'s values, every pair it does not flag gives what `exact` gives
     /// (the reference's integers for a block of pairs); `None` where no such form
-    /// exists with at most [`MOST_FLAGGED`] pairs flagged, or `level` has no lanes.
+    /// exists with at most [`MOST_FLAGGED_PER_64K`] pairs flagged, or `level` has no lanes.
     pub fn fit<T: QuantElem>(
         level: Isa,
         real: &Real,
@@ -90,34 +81,23 @@ impl Affine {
         if form.run(level, &x, &y, &mut got, &exact_one).done != x.len() {
             return None;
         }
-        let (mut below, mut above) = (0i64, 0i64);
-        let step = 1i64 << form.k;
+        let mut window = Window::default();
         for ((&g, &w), (&p, &q)) in got.iter().zip(&want).zip(x.iter().zip(&y)) {
-            let (g, w) = (g.to_i32(), w.to_i32());
-            if g == w {
-                continue;
-            }
-            let fraction = form.t(p.to_i32(), q.to_i32()) & (step - 1);
-            if w == g - 1 {
-                below = below.max(fraction + 1);
-            } else if w == g + 1 {
-                above = above.max(step - fraction);
-            } else {
-                return None;
+            if g.to_i32() != w.to_i32() {
+                let t = form.t(p.to_i32(), q.to_i32());
+                window.take(form.shape.k, g.to_i32(), w.to_i32(), t)?;
             }
         }
-        if below + above >= step / 4 {
-            return None;
-        }
-        form.b = i32::try_from(i64::from(form.b) + above).ok()?;
-        form.window = (below + above) as i32;
+        let (raise, width) = window.raise_and_width();
+        form.b = i32::try_from(i64::from(form.b) + raise).ok()?;
+        form.shape.window = width;
         if !form.fits::<T>() {
             return None;
         }
         // The kept form, flagged pairs computed exactly: every pair must agree.
         let lanes = form.run(level, &x, &y, &mut got, &exact_one);
-        let same = bytemuck::cast_slice::<T, u8>(&got) == bytemuck::cast_slice::<T, u8>(&want);
-        (lanes.done == x.len() && same && lanes.flagged <= MOST_FLAGGED).then_some(form)
+        let kept = lanes.done == x.len() && lanes.flagged <= MOST_FLAGGED_PER_64K;
+        (kept && same(&got, &want)).then_some(form)
     }
 
     /// `real` scaled by the largest `2^k` (at most `2^24`) for which every `t` of `T`'s
@@ -130,10 +110,12 @@ impl Affine {
             let form = Affine {
                 a: [a[0] as i32, a[1] as i32],
                 b: b as i32,
-                k,
-                window: 0,
-                lo: real.lo,
-                hi: real.hi,
+                shape: Shape {
+                    k,
+                    window: 0,
+                    lo: real.lo,
+                    hi: real.hi,
+                },
             };
             let limit = f64::from(1u32 << 29);
             let ok = a.iter().all(|v| v.abs() < limit) && b.abs() < limit && form.fits::<T>();
@@ -148,7 +130,7 @@ impl Affine {
         ends.iter().all(|&p| {
             ends.iter().all(|&q| {
                 let t = self.t(p, q);
-                t.abs() < limit && (t + i64::from(self.window)).abs() < limit
+                t.abs() < limit && (t + i64::from(self.shape.window)).abs() < limit
             })
         })
     }
@@ -198,44 +180,14 @@ impl Affine {
     }
 }
 
-/// What one [`Affine::run`] did.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub(crate) struct Lanes {
-    /// Elements written.
-    pub done: usize,
-    /// Of those, the flagged ones (computed by the exact path).
-    pub flagged: usize,
-}
-
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{Affine, Lanes};
+    use super::Affine;
+    use crate::kernels::elementwise::affine::{x86::*, Lanes};
     use crate::kernels::quant::QuantElem;
     use std::arch::x86_64::*;
 
-    /// The flagged lanes of a step at `at` (bit `i` of `flags` is element `at + i`),
-    /// recomputed exactly.
-    #[inline(never)]
-    fn mend<T: QuantElem>(
-        mut flags: u64,
-        at: usize,
-        x: &[T],
-        y: &[T],
-        o: &mut [T],
-        exact_one: &impl Fn(T, T) -> T,
-    ) -> usize {
-        let count = flags.count_ones() as usize;
-        while flags != 0 {
-            let i = at + flags.trailing_zeros() as usize;
-            if let (Some(&p), Some(&q), Some(d)) = (x.get(i), y.get(i), o.get_mut(i)) {
-                *d = exact_one(p, q);
-            }
-            flags &= flags - 1;
-        }
-        count
-    }
-
-    /// Sixty-four elements a step (sixteen for the tail) in 32-bit lanes.
+    /// `t` sixteen lanes at a time.
     #[target_feature(enable = "avx512f,avx512bw")]
     pub(super) fn run_avx512<T: QuantElem>(
         f: &Affine,
@@ -246,11 +198,9 @@ mod x86 {
     ) -> Lanes {
         let set = _mm512_set1_epi32;
         let (a1, a2, b) = (set(f.a[0]), set(f.a[1]), set(f.b));
-        let (mask, window) = (set((1 << f.k) - 1), set(f.window));
-        let (lo, hi, k) = (set(f.lo), set(f.hi), _mm_cvtsi32_si128(f.k as i32));
         let widen = |v: &[T]| {
-            // SAFETY: T is one byte (checked by `Affine::run`) and `v` is a whole step
-            // of sixteen: one unaligned 128-bit load.
+            // SAFETY: T is one byte (checked by `Affine::run`) and `v` is sixteen
+            // elements: one unaligned 128-bit load.
             let b = unsafe { _mm_loadu_si128(v.as_ptr().cast()) };
             if T::MIN < 0 {
                 _mm512_cvtepi8_epi32(b)
@@ -258,62 +208,15 @@ mod x86 {
                 _mm512_cvtepu8_epi32(b)
             }
         };
-        // Sixteen `t` from element `at`, and the lanes flagged.
-        let form = |at: usize| {
+        let t = |at: usize| {
             let (p, q) = (widen(&x[at..at + 16]), widen(&y[at..at + 16]));
-            let t = _mm512_add_epi32(
-                _mm512_add_epi32(_mm512_mullo_epi32(p, a1), _mm512_mullo_epi32(q, a2)),
-                b,
-            );
-            let flags = _mm512_cmplt_epi32_mask(_mm512_and_si512(t, mask), window);
-            (_mm512_sra_epi32(t, k), u64::from(flags))
+            let sum = _mm512_add_epi32(_mm512_mullo_epi32(p, a1), _mm512_mullo_epi32(q, a2));
+            _mm512_add_epi32(sum, b)
         };
-        let mut lanes = Lanes::default();
-        // Sixty-four a step, narrowed by packing (each 128-bit lane of the packed bytes
-        // holds four elements of each quarter: a dword permutation puts them in order),
-        // clamped as bytes (the packs saturate to T's range, the clamp is inside it).
-        let order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-        let (lo8, hi8) = (_mm512_set1_epi8(f.lo as i8), _mm512_set1_epi8(f.hi as i8));
-        let quads = x.len() / 64;
-        for s in 0..quads {
-            let at = 64 * s;
-            let (v0, f0) = form(at);
-            let (v1, f1) = form(at + 16);
-            let (v2, f2) = form(at + 32);
-            let (v3, f3) = form(at + 48);
-            let (w01, w23) = (_mm512_packs_epi32(v0, v1), _mm512_packs_epi32(v2, v3));
-            let bytes = if T::MIN < 0 {
-                let b = _mm512_permutexvar_epi32(order, _mm512_packs_epi16(w01, w23));
-                _mm512_min_epi8(_mm512_max_epi8(b, lo8), hi8)
-            } else {
-                let b = _mm512_permutexvar_epi32(order, _mm512_packus_epi16(w01, w23));
-                _mm512_min_epu8(_mm512_max_epu8(b, lo8), hi8)
-            };
-            let d = &mut o[at..at + 64];
-            // SAFETY: `d` is sixty-four one-byte elements: one unaligned 512-bit store.
-            unsafe { _mm512_storeu_si512(d.as_mut_ptr().cast(), bytes) };
-            let flags = f0 | f1 << 16 | f2 << 32 | f3 << 48;
-            if flags != 0 {
-                lanes.flagged += mend(flags, at, x, y, o, exact_one);
-            }
-        }
-        for s in 4 * quads..x.len() / 16 {
-            let at = 16 * s;
-            let (t, flags) = form(at);
-            let v = _mm512_min_epi32(_mm512_max_epi32(t, lo), hi);
-            let d = &mut o[at..at + 16];
-            // The clamp is inside T's range, so the narrowing only drops high bytes.
-            // SAFETY: `d` is sixteen one-byte elements: one unaligned 128-bit store.
-            unsafe { _mm_storeu_si128(d.as_mut_ptr().cast(), _mm512_cvtepi32_epi8(v)) };
-            if flags != 0 {
-                lanes.flagged += mend(flags, at, x, y, o, exact_one);
-            }
-        }
-        lanes.done = x.len() / 16 * 16;
-        lanes
+        lanes_avx512(&f.shape, o, t, &|i| exact_one(x[i], y[i]))
     }
 
-    /// Thirty-two elements a step (sixteen for the tail) in 32-bit lanes.
+    /// `t` eight lanes at a time.
     #[target_feature(enable = "avx2")]
     pub(super) fn run_avx2<T: QuantElem>(
         f: &Affine,
@@ -324,11 +227,9 @@ mod x86 {
     ) -> Lanes {
         let set = _mm256_set1_epi32;
         let (a1, a2, b) = (set(f.a[0]), set(f.a[1]), set(f.b));
-        let (mask, window) = (set((1 << f.k) - 1), set(f.window));
-        let (lo, hi, k) = (set(f.lo), set(f.hi), _mm_cvtsi32_si128(f.k as i32));
         let widen = |v: &[T]| {
-            // SAFETY: T is one byte (checked by `Affine::run`) and `v` is a half step of
-            // eight: one unaligned 64-bit load.
+            // SAFETY: T is one byte (checked by `Affine::run`) and `v` is eight
+            // elements: one unaligned 64-bit load.
             let b = unsafe { _mm_loadl_epi64(v.as_ptr().cast()) };
             if T::MIN < 0 {
                 _mm256_cvtepi8_epi32(b)
@@ -336,71 +237,12 @@ mod x86 {
                 _mm256_cvtepu8_epi32(b)
             }
         };
-        // Eight `t` from element `at`, shifted, and the lanes flagged.
-        let form = |at: usize| {
+        let t = |at: usize| {
             let (p, q) = (widen(&x[at..at + 8]), widen(&y[at..at + 8]));
-            let t = _mm256_add_epi32(
-                _mm256_add_epi32(_mm256_mullo_epi32(p, a1), _mm256_mullo_epi32(q, a2)),
-                b,
-            );
-            let low = _mm256_cmpgt_epi32(window, _mm256_and_si256(t, mask));
-            let flags = _mm256_movemask_ps(_mm256_castsi256_ps(low)) as u32;
-            (_mm256_sra_epi32(t, k), u64::from(flags))
+            let sum = _mm256_add_epi32(_mm256_mullo_epi32(p, a1), _mm256_mullo_epi32(q, a2));
+            _mm256_add_epi32(sum, b)
         };
-        let mut lanes = Lanes::default();
-        // Thirty-two a step, narrowed by packing (each 128-bit lane of the packed bytes
-        // holds four elements of each quarter: a dword permutation puts them in order),
-        // clamped as bytes (the packs saturate to T's range, the clamp is inside it).
-        let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-        let (lo8, hi8) = (_mm256_set1_epi8(f.lo as i8), _mm256_set1_epi8(f.hi as i8));
-        let quads = x.len() / 32;
-        for s in 0..quads {
-            let at = 32 * s;
-            let (v0, f0) = form(at);
-            let (v1, f1) = form(at + 8);
-            let (v2, f2) = form(at + 16);
-            let (v3, f3) = form(at + 24);
-            let (w01, w23) = (_mm256_packs_epi32(v0, v1), _mm256_packs_epi32(v2, v3));
-            let bytes = if T::MIN < 0 {
-                let b = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(w01, w23), order);
-                _mm256_min_epi8(_mm256_max_epi8(b, lo8), hi8)
-            } else {
-                let b = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(w01, w23), order);
-                _mm256_min_epu8(_mm256_max_epu8(b, lo8), hi8)
-            };
-            let d = &mut o[at..at + 32];
-            // SAFETY: `d` is thirty-two one-byte elements: one unaligned 256-bit store.
-            unsafe { _mm256_storeu_si256(d.as_mut_ptr().cast(), bytes) };
-            let flags = f0 | f1 << 8 | f2 << 16 | f3 << 24;
-            if flags != 0 {
-                lanes.flagged += mend(flags, at, x, y, o, exact_one);
-            }
-        }
-        // Eight results (clamped, so inside T's range) as eight `i16` lanes.
-        let half = |v: __m256i| {
-            let v = _mm256_min_epi32(_mm256_max_epi32(v, lo), hi);
-            _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v))
-        };
-        let steps = x.len() / 16;
-        for s in 2 * quads..steps {
-            let at = 16 * s;
-            let ((v0, f0), (v1, f1)) = (form(at), form(at + 8));
-            let (v0, v1) = (half(v0), half(v1));
-            let bytes = if T::MIN < 0 {
-                _mm_packs_epi16(v0, v1)
-            } else {
-                _mm_packus_epi16(v0, v1)
-            };
-            let d = &mut o[at..at + 16];
-            // SAFETY: `d` is sixteen one-byte elements: one unaligned 128-bit store.
-            unsafe { _mm_storeu_si128(d.as_mut_ptr().cast(), bytes) };
-            let flags = f0 | f1 << 8;
-            if flags != 0 {
-                lanes.flagged += mend(flags, at, x, y, o, exact_one);
-            }
-        }
-        lanes.done = 16 * steps;
-        lanes
+        lanes_avx2(&f.shape, o, t, &|i| exact_one(x[i], y[i]))
     }
 }
 
