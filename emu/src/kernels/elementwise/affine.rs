@@ -104,11 +104,11 @@ pub(crate) mod x86 {
     ) -> Lanes {
         let set = _mm512_set1_epi32;
         let (mask, window) = (set((1 << shape.k) - 1), set(shape.window));
-        let k = _mm_cvtsi32_si128(shape.k as i32);
+        let k = _mm512_set1_epi32(shape.k as i32);
         let shifted = |at: usize| {
             let t = t(at);
             let flags = _mm512_cmplt_epi32_mask(_mm512_and_si512(t, mask), window);
-            (_mm512_sra_epi32(t, k), u64::from(flags))
+            (_mm512_srav_epi32(t, k), u64::from(flags))
         };
         // Each 128-bit lane of the packed bytes holds four elements of each quarter: a
         // dword permutation puts them in order; the packs saturate to T's range, the
@@ -186,12 +186,12 @@ pub(crate) mod x86 {
     ) -> Lanes {
         let set = _mm256_set1_epi32;
         let (mask, window) = (set((1 << shape.k) - 1), set(shape.window));
-        let k = _mm_cvtsi32_si128(shape.k as i32);
+        let k = _mm256_set1_epi32(shape.k as i32);
         let shifted = |at: usize| {
             let t = t(at);
             let low = _mm256_cmpgt_epi32(window, _mm256_and_si256(t, mask));
             let flags = _mm256_movemask_ps(_mm256_castsi256_ps(low)) as u32;
-            (_mm256_sra_epi32(t, k), u64::from(flags))
+            (_mm256_srav_epi32(t, k), u64::from(flags))
         };
         let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
         let (lo, hi) = (

@@ -10,6 +10,7 @@ pub mod math;
 pub mod minmax;
 mod quant_add_affine;
 mod quant_binary_simd;
+mod quant_prelu_affine;
 pub(crate) mod quantize_simd;
 pub mod unary;
 

@@ -9,6 +9,10 @@
 
 use super::super::isa::{isa, Isa};
 use super::super::quant::QuantElem;
+use super::super::requant::{memoised, Memo};
+use super::quant_prelu_affine::PreluForm;
+use std::cell::RefCell;
+use std::rc::Rc;
 
 /// A one-byte quantised element (int8 or uint8).
 pub(crate) trait Byte: QuantElem {
@@ -191,6 +195,53 @@ pub(crate) fn prelu_at<T: Byte, U: Byte>(
         alpha
     };
     let level = level.min(super::super::isa::detected());
+    // The affine form on AVX2 only: on AVX-512 the float lanes measured faster
+    // (Zen 5: 7.3 against 10.9 us for 32x32x64; on AVX2 the form saves a third).
+    if level > Isa::Avx2 {
+        return prelu_exact(level, p, x, alpha, dst);
+    }
+    if let Some(form) = prelu_form::<T, U>(level, p, alpha).as_ref() {
+        form.run(level, p, x, alpha, dst);
+        return;
+    }
+    prelu_exact(level, p, x, alpha, dst);
+}
+
+thread_local! {
+    /// The REQUANTIZE_PRELU forms fitted on this thread, by constants and slopes.
+    static PRELU_FORMS: Memo<Option<PreluForm>> = RefCell::default();
+}
+
+/// The affine form of `p` with the slopes `alpha` (as [`prelu_at`] repeats them) from
+/// `T` to `U`, fitted once per thread (`quant_prelu_affine`); `None` where none passes.
+fn prelu_form<T: Byte, U: Byte>(
+    level: Isa,
+    p: &PreluQuant,
+    alpha: &[f32],
+) -> Rc<Option<PreluForm>> {
+    let o = &p.out;
+    let mut key = Vec::with_capacity(alpha.len() + 8);
+    key.extend([T::MIN, U::MIN, p.in_zp].map(|v| v as u32));
+    key.extend([p.in_scale, o.scale, o.zp, o.lo, o.hi].map(f32::to_bits));
+    key.extend(alpha.iter().map(|a| a.to_bits()));
+    let fit = || {
+        let exact = |x: &[T], o: &mut [U]| prelu_exact(level, p, x, alpha, o);
+        Ok::<_, std::convert::Infallible>(PreluForm::fit(level, p, alpha, exact))
+    };
+    match memoised(&PRELU_FORMS, key, fit) {
+        Ok(form) => form,
+        Err(never) => match never {},
+    }
+}
+
+/// [`prelu_at`] by the float arithmetic's lanes (`alpha` already repeated out).
+fn prelu_exact<T: Byte, U: Byte>(
+    level: Isa,
+    p: &PreluQuant,
+    x: &[T],
+    alpha: &[f32],
+    dst: &mut [U],
+) {
     let bounded = p.bounded::<T, U>(alpha);
     #[cfg(target_arch = "x86_64")]
     {
