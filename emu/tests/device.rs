@@ -418,14 +418,15 @@ fn a_job_through_its_plan_does_what_the_general_path_does() {
         general, planned,
         "the general path leaves the same outputs and arena"
     );
-    // The weight rewritten between jobs: the plan's next job reads it as it is now (the
-    // plan holds the weight cache's copy only while the cache keeps it), then back.
+    // The weight rewritten between jobs: each path's next job reads it as it is now
+    // (both hold the weight cache's copy only while the cache keeps it), then back.
     buf.write(48, &f32_bytes(&[3.0; 4])).unwrap();
     let weight = |from| [(Opcode::DmaCopy, BUF_IOVA + from, DRAM_BASE + 0x2000, 16)];
-    assert_eq!(
-        run(&mut q, &buf, &weight(48)).0,
-        [33.0, -3.0, -81.0, 13.5, 32.0, -1.0, -84.0, 9.5]
-    );
+    let rewritten = [33.0, -3.0, -81.0, 13.5, 32.0, -1.0, -84.0, 9.5];
+    assert_eq!(run(&mut q, &buf, &weight(48)).0, rewritten);
+    dev.set_tracing(true);
+    assert_eq!(run(&mut q, &buf, &[]).0, rewritten, "the general path");
+    dev.set_tracing(false);
     assert_eq!(run(&mut q, &buf, &weight(32)), planned);
     // The same IOVA mapped to another buffer: read as it is now, not as it was.
     dev.iommu().unmap(BUF_IOVA).unwrap();
