@@ -10,6 +10,7 @@
 //! copy.
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::coherence::{Coherence, Ticket};
@@ -26,6 +27,8 @@ pub struct WeightCache {
     /// write may have read bytes it was changing, and is not kept.
     coherence: Coherence,
     inner: Mutex<Inner>,
+    /// Counts the entries dropped, for whatever reason ([`Self::generation`]).
+    dropped: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -71,7 +74,22 @@ impl WeightCache {
             budget,
             coherence: Coherence::default(),
             inner: Mutex::new(Inner::default()),
+            dropped: AtomicU64::new(0),
         }
+    }
+
+    /// Changes whenever an entry is dropped (a write over it, the budget, a reset). While
+    /// it has not changed, every tensor a probe hit since is still kept, so still the
+    /// bytes DRAM holds: a caller may keep using it without probing again (a job plan's
+    /// weights, [`crate::engine`]).
+    pub fn generation(&self) -> u64 {
+        self.dropped.load(Ordering::Acquire)
+    }
+
+    /// Counts a dropped entry (under the lock, before the caller's next probe can see
+    /// the entry gone).
+    fn drop_counted(&self) {
+        self.dropped.fetch_add(1, Ordering::AcqRel);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -131,6 +149,7 @@ impl WeightCache {
             .insert((addr, len as u64), Entry { data, used })
         {
             inner.bytes -= old.data.bytes().len();
+            self.drop_counted();
         }
         inner.bytes += len;
         inner.longest = inner.longest.max(len as u64);
@@ -145,6 +164,7 @@ impl WeightCache {
             };
             if let Some(e) = inner.entries.remove(&oldest) {
                 inner.bytes -= e.data.bytes().len();
+                self.drop_counted();
             }
         }
     }
@@ -166,6 +186,7 @@ impl WeightCache {
         {
             if let Some(e) = inner.entries.remove(&k) {
                 inner.bytes -= e.data.bytes().len();
+                self.drop_counted();
             }
             if inner.volatile.len() >= VOLATILE_KEYS {
                 inner.volatile.clear();
@@ -179,6 +200,7 @@ impl WeightCache {
         let mut inner = self.lock();
         self.coherence.cleared();
         inner.entries.clear();
+        self.drop_counted();
         inner.volatile.clear();
         inner.bytes = 0;
         inner.longest = 0;
@@ -212,6 +234,30 @@ mod tests {
             "another length is another tensor"
         );
         assert!(c.get(0x1004, 64).is_none());
+    }
+
+    /// The generation changes with every entry dropped (a write over it, the budget, a
+    /// reset), and with nothing else: a holder of a hit may trust it while it stands.
+    #[test]
+    fn the_generation_changes_when_an_entry_goes() {
+        let c = WeightCache::new(1024);
+        let g = c.generation();
+        c.offer(0x1000, staged(256, 1), c.ticket());
+        c.offer(0x2000, staged(256, 2), c.ticket());
+        assert!(c.get(0x1000, 256).is_some());
+        c.invalidate(0x8000, 16); // over nothing kept
+        assert_eq!(c.generation(), g, "kept, hit, and a write elsewhere");
+        c.invalidate(0x1010, 4);
+        assert_ne!(c.generation(), g, "a write over an entry");
+        assert!(c.get(0x1000, 256).is_none());
+        let g = c.generation();
+        for k in 3..8u64 {
+            c.offer(k * 0x1000, staged(256, k as u8), c.ticket());
+        }
+        assert_ne!(c.generation(), g, "the budget dropped the oldest");
+        let g = c.generation();
+        c.clear();
+        assert_ne!(c.generation(), g);
     }
 
     #[test]

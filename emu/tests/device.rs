@@ -396,9 +396,9 @@ fn a_job_through_its_plan_does_what_the_general_path_does() {
     ];
     assert_eq!(submit(&mut q, &setup, None), [ok, ok]);
     let list = Some(BUF_IOVA + 2048);
-    // One job; its outputs and the arena as it left it.
-    let mut run = |q: &mut HostQueue, buf: &SharedRegion| {
-        assert_eq!(submit(q, &[], list), [ok]);
+    // One job after the commands `pre`; its outputs and the arena as it left it.
+    let mut run = |q: &mut HostQueue, buf: &SharedRegion, pre: &[(Opcode, u64, u64, u64)]| {
+        assert!(submit(q, pre, list).iter().all(|&s| s == ok));
         let readback = (Opcode::DmaCopy, DRAM_BASE, BUF_IOVA + 6144, 0x400);
         assert_eq!(submit(q, &[readback], None), [ok]);
         let mut out = [0f32; 8];
@@ -408,22 +408,32 @@ fn a_job_through_its_plan_does_what_the_general_path_does() {
         (out, arena)
     };
     let want = [22.0, -2.0, -54.0, 9.0, 21.0, 0.0, -57.0, 5.0];
-    let planned = run(&mut q, &buf);
+    let planned = run(&mut q, &buf, &[]);
     assert_eq!(planned.0, want);
-    assert_eq!(run(&mut q, &buf), planned, "the kept plan, run again");
+    assert_eq!(run(&mut q, &buf, &[]), planned, "the kept plan, run again");
     dev.set_tracing(true);
-    let general = run(&mut q, &buf);
+    let general = run(&mut q, &buf, &[]);
     dev.set_tracing(false);
     assert_eq!(
         general, planned,
         "the general path leaves the same outputs and arena"
     );
+    // The weight rewritten between jobs: each path's next job reads it as it is now
+    // (both hold the weight cache's copy only while the cache keeps it), then back.
+    buf.write(48, &f32_bytes(&[3.0; 4])).unwrap();
+    let weight = |from| [(Opcode::DmaCopy, BUF_IOVA + from, DRAM_BASE + 0x2000, 16)];
+    let rewritten = [33.0, -3.0, -81.0, 13.5, 32.0, -1.0, -84.0, 9.5];
+    assert_eq!(run(&mut q, &buf, &weight(48)).0, rewritten);
+    dev.set_tracing(true);
+    assert_eq!(run(&mut q, &buf, &[]).0, rewritten, "the general path");
+    dev.set_tracing(false);
+    assert_eq!(run(&mut q, &buf, &weight(32)), planned);
     // The same IOVA mapped to another buffer: read as it is now, not as it was.
     dev.iommu().unmap(BUF_IOVA).unwrap();
     buf = buffer(&[0.0; 4]);
     map(&buf);
     assert_eq!(
-        run(&mut q, &buf).0,
+        run(&mut q, &buf, &[]).0,
         [20.0, 2.0, -60.0, 1.0, 20.0, 2.0, -60.0, 1.0]
     );
     // A JOB naming unmapped memory is refused: its list (DMA_FAULT when fetched), or,

@@ -32,8 +32,10 @@ use crate::weights::Probe;
 use crate::Bus;
 
 /// Bytes of slots and DRAM reads a plan may keep (a larger job takes the general path,
-/// where the per-job overhead does not matter).
-pub const FAST_BYTES: u64 = 1 << 20;
+/// where the per-job overhead does not matter). A weight the cache may keep counts for
+/// nothing: the plan holds the cache's own copy. The shipped int8 models' plans keep
+/// 0.5-2 MB and run faster through them; the float face models' (4-14 MB) do not.
+pub const FAST_BYTES: u64 = 4 << 20;
 
 /// What a decoded program keeps of the last job that ran it.
 #[derive(Debug)]
@@ -94,7 +96,8 @@ struct Fast {
     leaves: Vec<Option<usize>>,
     /// The hull of the DRAM the job writes: invalidated in the caches once per job.
     hull: (u64, u64),
-    /// Bytes of each DRAM read's buffer.
+    /// Bytes of each DRAM read's buffer (0 for a tensor the weight cache may keep: made
+    /// only if the cache will not keep it after all).
     reads: Vec<u64>,
     /// The job's modelled time: its copies and its ops (all static).
     ns: u64,
@@ -104,8 +107,6 @@ struct Fast {
 #[derive(Debug)]
 struct Step {
     op: usize,
-    /// Whether an input may come from the weight cache.
-    cached: bool,
     ins: SmallVec<[Src; 4]>,
     outs: SmallVec<[Out; 2]>,
 }
@@ -139,6 +140,10 @@ struct State {
     slots: Vec<Staged>,
     /// The DRAM reads' buffers.
     reads: Vec<Staged>,
+    /// By DRAM read: a weight's bytes (`None`: the read's buffer holds them).
+    held: Vec<Held>,
+    /// The weight cache's generation when the [`Held::Kept`] ones were probed.
+    held_generation: u64,
     /// Each copy's host-side translation (copies in, then out).
     host: Vec<KeptTranslation>,
 }
@@ -226,7 +231,7 @@ impl Fast {
                             // the job writes may not (one invalidation per job).
                             let cache = plan.keep.get(i as usize).copied().unwrap_or(false)
                                 && !overlap(r, hull_len);
-                            reads.push(r.1);
+                            reads.push(if cache { 0 } else { r.1 });
                             Src::Dram {
                                 tensor: i as usize,
                                 cache,
@@ -253,15 +258,7 @@ impl Fast {
                 });
             }
             ns = ns.saturating_add(plan.fixed_ns[k]?);
-            let cached = ins
-                .iter()
-                .any(|s| matches!(s, Src::Dram { cache: true, .. }));
-            steps.push(Step {
-                op: k,
-                cached,
-                ins,
-                outs,
-            });
+            steps.push(Step { op: k, ins, outs });
         }
         let leaves = copies
             .outputs
@@ -368,8 +365,16 @@ impl Step {
     ) -> Result<(), (Status, u64)> {
         let op = &program.ops[self.op];
         let base = bus.dram_base;
-        // Weights from the weight cache (kept there across jobs), by input.
-        let mut cached: SmallVec<[Option<Arc<Staged>>; 4]> = SmallVec::new();
+        // Weights from the weight cache (kept there across jobs). A tensor a probe hit
+        // in an earlier op or job is used again without a probe (a lock and a map lookup
+        // per weight, several per op) while the cache has dropped nothing since: it is
+        // still kept, so still DRAM's bytes. (Not probed, it ages in the cache's LRU
+        // order; dropped under budget pressure, it is probed again.)
+        let generation = bus.weights.generation();
+        if generation != st.held_generation {
+            st.held.iter_mut().for_each(|h| *h = Held::None);
+            st.held_generation = generation;
+        }
         for src in &self.ins {
             let Src::Dram {
                 tensor,
@@ -377,36 +382,39 @@ impl Step {
                 read,
             } = *src
             else {
-                if self.cached {
-                    cached.push(None);
-                }
                 continue;
             };
+            if matches!(st.held[read], Held::Kept(_)) {
+                continue;
+            }
             let t = &program.tensors[tensor];
             let probe = match cache {
                 true => bus.weights.probe(t.addr, t.byte_len),
                 false => Probe::Volatile,
             };
-            let held = match probe {
-                Probe::Hit(s) => Some(s),
+            let len = t.byte_len as usize;
+            st.held[read] = match probe {
+                Probe::Hit(s) => Held::Kept(s),
                 Probe::Miss => {
                     let ticket = bus.weights.ticket();
-                    let mut s = Staged::zeroed(t.byte_len as usize);
+                    let mut s = Staged::zeroed(len);
                     dram.read(t.addr - base, s.bytes_mut())
                         .map_err(|_| (Status::DmaFault, t.addr))?;
                     let s = Arc::new(s);
                     bus.weights.offer(t.addr, Arc::clone(&s), ticket);
-                    Some(s)
+                    Held::Loaded(s)
                 }
                 Probe::Volatile => {
-                    dram.read(t.addr - base, st.reads[read].bytes_mut())
+                    // A weight the cache will not keep gets its buffer the first time.
+                    let buf = &mut st.reads[read];
+                    if buf.bytes().len() != len {
+                        *buf = Staged::zeroed(len);
+                    }
+                    dram.read(t.addr - base, buf.bytes_mut())
                         .map_err(|_| (Status::DmaFault, t.addr))?;
-                    None
+                    Held::None
                 }
             };
-            if self.cached {
-                cached.push(held);
-            }
         }
         // The outputs' buffers leave their slots while the kernel writes them (no slot
         // is both an input and an output of one op: the plan checked).
@@ -424,11 +432,11 @@ impl Step {
         let ran = {
             let st = &*st;
             let mut inputs: SmallVec<[View<'_>; 4]> = SmallVec::new();
-            for (k, (src, &i)) in self.ins.iter().zip(&op.inputs).enumerate() {
+            for (src, &i) in self.ins.iter().zip(&op.inputs) {
                 let bytes = match src {
                     Src::Slot(s) => st.slots[*s].bytes(),
-                    Src::Dram { read, .. } => match cached.get(k).and_then(Option::as_ref) {
-                        Some(s) => s.bytes(),
+                    Src::Dram { read, .. } => match st.held[*read].bytes() {
+                        Some(b) => b,
                         None => st.reads[*read].bytes(),
                     },
                 };
@@ -486,7 +494,30 @@ impl State {
                 .iter()
                 .map(|&l| Staged::zeroed(l as usize))
                 .collect(),
+            held: vec![Held::None; f.reads.len()],
+            held_generation: 0,
             host: (0..copies).map(|_| KeptTranslation::default()).collect(),
+        }
+    }
+}
+
+/// A weight the plan holds.
+#[derive(Clone, Debug)]
+enum Held {
+    None,
+    /// What a probe of the weight cache hit: good without a probe while the cache's
+    /// generation is unchanged.
+    Kept(Arc<Staged>),
+    /// Loaded from DRAM and offered to the cache: good for this op only (the cache may
+    /// not keep it; the next run probes).
+    Loaded(Arc<Staged>),
+}
+
+impl Held {
+    fn bytes(&self) -> Option<&[u8]> {
+        match self {
+            Held::None => None,
+            Held::Kept(s) | Held::Loaded(s) => Some(s.bytes()),
         }
     }
 }

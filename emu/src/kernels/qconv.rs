@@ -242,22 +242,24 @@ impl OutputStage {
     /// The stage of `q` over `channels` channels with `bias`, built once per thread
     /// ([`memoised`]).
     fn new(q: &QuantParams<'_>, channels: usize, bias: &[i32]) -> Result<Rc<Self>> {
-        let mut key = Vec::with_capacity(3 * channels + 16);
-        key.extend([channels as u32, bias.len() as u32]);
-        key.extend(bias.iter().map(|&b| b as u32));
-        for p in [q.filter_zero_point, q.output_multiplier, q.output_shift] {
-            match p {
-                PerChannel::Uniform(v) => key.extend([0, v as u32]),
-                PerChannel::Each(v) => {
-                    key.extend([1, v.len() as u32]);
-                    key.extend(v.iter().map(|&x| x as u32));
+        let key = |key: &mut Vec<u32>| {
+            key.extend([channels as u32, bias.len() as u32]);
+            // Whole slices at a time (a copy, not a loop per word).
+            key.extend_from_slice(bytemuck::cast_slice(bias));
+            for p in [q.filter_zero_point, q.output_multiplier, q.output_shift] {
+                match p {
+                    PerChannel::Uniform(v) => key.extend([0, v as u32]),
+                    PerChannel::Each(v) => {
+                        key.extend([1, v.len() as u32]);
+                        key.extend_from_slice(bytemuck::cast_slice(v));
+                    }
                 }
             }
-        }
-        key.extend([q.output_zero_point, q.act_min, q.act_max].map(|v| v as u32));
-        if let Some(e) = q.epilogue {
-            e.key(&mut key);
-        }
+            key.extend([q.output_zero_point, q.act_min, q.act_max].map(|v| v as u32));
+            if let Some(e) = q.epilogue {
+                e.key(key);
+            }
+        };
         memoised(&STAGES, key, || Self::build(q, channels, bias))
     }
 

@@ -38,12 +38,23 @@ pub(crate) struct WordHasher(u64);
 impl WordHasher {
     /// Words of a long key the hash reads (a key is compared whole on a hit anyway, so
     /// hashing a sample of it only risks a compare, and a layer's key runs to hundreds
-    /// of words: per-channel constants, read on every execution).
-    const SAMPLE: usize = 32;
+    /// of words: per-channel constants, read on every execution). Eight spread over a
+    /// layer's biases and multipliers tell its layers apart; 32 took a tenth of a small
+    /// layer's run (each word one multiply on a dependent chain).
+    const SAMPLE: usize = 8;
 
+    /// Mixes in up to eight bytes (a short chunk, the key's tail, zero-padded).
+    #[inline(always)]
     fn mix(&mut self, c: &[u8]) {
-        let mut w = [0u8; 8];
-        w[..c.len()].copy_from_slice(c);
+        // A whole word is read as one (a byte copy per word was most of a lookup's hash).
+        let w = match <[u8; 8]>::try_from(c) {
+            Ok(w) => w,
+            Err(_) => {
+                let mut w = [0u8; 8];
+                w[..c.len()].copy_from_slice(c);
+                w
+            }
+        };
         self.0 =
             (self.0.rotate_left(5) ^ u64::from_le_bytes(w)).wrapping_mul(0x517c_c1b7_2722_0a95);
     }
@@ -73,26 +84,41 @@ impl Hasher for WordHasher {
 /// Entries a [`Memo`] keeps before it starts over (a model has a few hundred layers).
 const MEMO_ENTRIES: usize = 1024;
 
-/// The stage `build` makes from what `key` describes, built once per thread and kept
-/// in `memo` (the engine runs a model's layers on one thread, execution after
-/// execution: a layer's multipliers, shifts and vector constants are worked out on its
-/// first run, not on every one). Failures are not kept.
+thread_local! {
+    /// The buffer [`memoised`] writes keys into, kept between lookups: a lookup that hits
+    /// (every run of a layer but its first) allocates nothing. Taken out for the duration
+    /// of a lookup (a nested one, from a `build`, finds it empty and grows its own).
+    static KEY: std::cell::Cell<Vec<u32>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// The stage `build` makes from what `key` describes (the words it appends), built once
+/// per thread and kept in `memo` (the engine runs a model's layers on one thread,
+/// execution after execution: a layer's multipliers, shifts and vector constants are
+/// worked out on its first run, not on every one). Failures are not kept.
 pub(crate) fn memoised<V: 'static, E>(
     memo: &'static LocalKey<Memo<V>>,
-    key: Vec<u32>,
+    key: impl FnOnce(&mut Vec<u32>),
     build: impl FnOnce() -> Result<V, E>,
 ) -> Result<Rc<V>, E> {
-    if let Some(v) = memo.with_borrow(|m| m.get(&key).cloned()) {
-        return Ok(v);
-    }
-    let v = Rc::new(build()?);
-    memo.with_borrow_mut(|m| {
-        if m.len() >= MEMO_ENTRIES {
-            m.clear();
-        }
-        m.insert(key, v.clone());
-    });
-    Ok(v)
+    let mut words = KEY.take();
+    words.clear();
+    key(&mut words);
+    let hit = memo.with_borrow(|m| m.get(words.as_slice()).cloned());
+    let got = match hit {
+        Some(v) => Ok(v),
+        None => build().map(|v| {
+            let v = Rc::new(v);
+            memo.with_borrow_mut(|m| {
+                if m.len() >= MEMO_ENTRIES {
+                    m.clear();
+                }
+                m.insert(words.clone(), v.clone());
+            });
+            v
+        }),
+    };
+    KEY.set(words);
+    got
 }
 use super::isa::{isa, Isa};
 use super::quant::{multiply_by_quantized_multiplier, QuantElem};
@@ -152,7 +178,7 @@ impl Epilogue {
         w.extend([p.in_scale, o.scale, o.zp, o.lo, o.hi].map(f32::to_bits));
         w.extend([p.in_zp, self.lo, self.hi, i32::from(self.bounded)].map(|v| v as u32));
         w.push(self.alpha.len() as u32);
-        w.extend(self.alpha.iter().map(|a| a.to_bits()));
+        w.extend_from_slice(bytemuck::cast_slice(&self.alpha));
     }
 
     /// The result of intermediate value `q` of channel `c`.
@@ -1034,7 +1060,7 @@ mod tests {
         };
         assert_eq!(hash(&key(1)), hash(&key(2)), "word 3 is not sampled");
         for v in [1, 2, 1, 2] {
-            let got = memoised(&TEST_MEMO, key(v), || Ok::<u32, ()>(v)).unwrap();
+            let got = memoised(&TEST_MEMO, |w| w.extend(key(v)), || Ok::<u32, ()>(v)).unwrap();
             assert_eq!(*got, v);
         }
         assert_eq!(TEST_MEMO.with_borrow(|m| m.len()), 2);

@@ -311,7 +311,8 @@ fn type_key(t: &TensorType, w: &mut Vec<u32>) {
     w.extend([q.scale.to_bits(), q.zero_point as u32]);
     if let Some(pc) = &q.per_channel {
         w.extend([pc.axis, pc.scales.len() as u32]);
-        w.extend(pc.scales.iter().map(|s| s.to_bits()));
+        // The scales' bits, copied whole (a loop per word cost more than the lookup).
+        w.extend_from_slice(bytemuck::cast_slice(&pc.scales));
     }
 }
 
@@ -324,13 +325,14 @@ fn conv_stage<K: ConvCore>(
     out: &TensorType,
     slope: &[f32],
 ) -> Result<Rc<QStage>> {
-    let mut key = Vec::with_capacity(64 + 2 * inputs[1].shape.first().copied().unwrap_or(0));
-    key.extend([K::CHANNEL_AXIS as u32, k.activation() as u32]);
-    ConvEpilogue::encode(&k.epilogue(), &mut key);
-    for t in inputs.iter().copied().chain([out]) {
-        type_key(t, &mut key);
-    }
-    key.extend(slope.iter().map(|a| a.to_bits()));
+    let key = |key: &mut Vec<u32>| {
+        key.extend([K::CHANNEL_AXIS as u32, k.activation() as u32]);
+        ConvEpilogue::encode(&k.epilogue(), key);
+        for t in inputs.iter().copied().chain([out]) {
+            type_key(t, key);
+        }
+        key.extend_from_slice(bytemuck::cast_slice(slope));
+    };
     memoised(&STAGES, key, || build_stage(k, inputs, out, slope))
 }
 
@@ -436,7 +438,8 @@ pub(crate) fn run_conv<K: ConvCore>(
         inputs: &[View<'_>],
         out_ty: &TensorType,
     ) -> Result<Rc<QStage>> {
-        let tys: Vec<&TensorType> = inputs.iter().map(|v| v.ty).collect();
+        // On the stack: a convolution has at most four inputs.
+        let tys: smallvec::SmallVec<[&TensorType; 4]> = inputs.iter().map(|v| v.ty).collect();
         let slope = match inputs.get(3) {
             Some(a) => a.f32s()?,
             None => &[],
