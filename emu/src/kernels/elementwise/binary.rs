@@ -204,21 +204,15 @@ thread_local! {
 /// (about 50 µs: two runs over every pair of values, see `quant_add_affine`); `None` for
 /// MUL, for other types and where no form passes.
 fn affine_form<T: QuantElem>(level: Isa, p: &QuantParams) -> Rc<Option<Affine>> {
-    let key = vec![
-        T::MIN as u32,
-        p.kind as u32,
-        p.off1 as u32,
-        p.off2 as u32,
-        p.out_off as u32,
-        p.m1.0 as u32,
-        p.m1.1 as u32,
-        p.m2.0 as u32,
-        p.m2.1 as u32,
-        p.out.0 as u32,
-        p.out.1 as u32,
-        p.lo as u32,
-        p.hi as u32,
-    ];
+    let key = |w: &mut Vec<u32>| {
+        w.extend([T::MIN, p.kind as i32, p.off1, p.off2, p.out_off].map(|v| v as u32));
+        w.extend(
+            [p.m1, p.m2, p.out]
+                .iter()
+                .flat_map(|&(m, s)| [m as u32, s as u32]),
+        );
+        w.extend([p.lo as u32, p.hi as u32]);
+    };
     let fit = || {
         if p.kind == BinaryKind::Mul || std::mem::size_of::<T>() != 1 {
             return Ok::<_, std::convert::Infallible>(None);

@@ -220,10 +220,11 @@ fn prelu_form<T: Byte, U: Byte>(
     alpha: &[f32],
 ) -> Rc<Option<PreluForm>> {
     let o = &p.out;
-    let mut key = Vec::with_capacity(alpha.len() + 8);
-    key.extend([T::MIN, U::MIN, p.in_zp].map(|v| v as u32));
-    key.extend([p.in_scale, o.scale, o.zp, o.lo, o.hi].map(f32::to_bits));
-    key.extend(alpha.iter().map(|a| a.to_bits()));
+    let key = |w: &mut Vec<u32>| {
+        w.extend([T::MIN, U::MIN, p.in_zp].map(|v| v as u32));
+        w.extend([p.in_scale, o.scale, o.zp, o.lo, o.hi].map(f32::to_bits));
+        w.extend_from_slice(bytemuck::cast_slice(alpha));
+    };
     let fit = || {
         let exact = |x: &[T], o: &mut [U]| prelu_exact(level, p, x, alpha, o);
         Ok::<_, std::convert::Infallible>(PreluForm::fit(level, p, alpha, exact))
