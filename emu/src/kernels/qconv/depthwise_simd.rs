@@ -125,10 +125,6 @@ pub(super) struct Prepared<T> {
     zp: i16,
     /// Up to `filter_h` prepared input rows.
     slots: Vec<Slot>,
-    /// The column pointers of the row being prepared (kept to spare an allocation).
-    ends: Vec<(*const u8, *const u8)>,
-    /// The input columns of the row being prepared (kept to spare an allocation).
-    table: Vec<*const u8>,
     /// `(ky, iy)` of the output row being summed: its filter rows inside the input.
     rows: Vec<(usize, usize)>,
     /// `(prepared row, filter row)` of the output row being summed.
@@ -278,8 +274,6 @@ impl<T: QuantElem> Prepared<T> {
                     off: 0,
                 })
                 .collect(),
-            ends: Vec::new(),
-            table: Vec::new(),
             rows: Vec::with_capacity(g.filter_h),
             live: Vec::with_capacity(g.filter_h),
         })
@@ -457,63 +451,50 @@ impl<T: QuantElem> Prepared<T> {
         let g = &self.g;
         let c = g.in_c;
         let row = &img[iy * g.in_w * c..(iy + 1) * g.in_w * c];
-        // Column pointers by arithmetic (no slicing per column): a column inside the row
-        // points at its pixel, one outside at `zp_row`.
-        let (base, zp_row) = (row.as_ptr().cast::<u8>(), self.zp_row.as_ptr().cast::<u8>());
-        // Every input column a prepared column reads, `k * step + t * dilation_w` for
-        // `t < loads`: the left padding, the row's pixels, the right padding.
-        let (step, d, loads) = (self.step, g.dilation_w, self.loads);
-        let mut table = std::mem::take(&mut self.table);
-        table.clear();
-        if self.cols > 0 {
-            let reach = (self.cols - 1) * step + (loads - 1) * d + 1;
-            let left = g.pad_left.min(reach);
-            let inside = g.in_w.min(reach - left);
-            table.resize(left, zp_row);
-            table.extend((0..inside).map(|x| base.wrapping_add(x * c)));
-            table.resize(reach, zp_row);
-        }
-        let mut ends = std::mem::take(&mut self.ends);
-        ends.clear();
-        if self.kind == Kind::Pairs {
-            ends.extend((0..self.cols).map(|k| (table[k * step], table[k * step + d])));
-        }
         let slot = &mut self.slots[at];
         slot.tag = None;
         slot.words.resize(self.cols * self.pitch + PAD + SLACK, 0);
         slot.off = aligned(&slot.words);
-        let pitch = self.pitch;
         #[cfg(target_arch = "x86_64")]
         {
+            // Column pointers by arithmetic, per column as the kernels read them (no
+            // table of them built per row): a column inside the row points at its
+            // pixel, one outside at `zp_row`.
+            let cols = x86::Columns {
+                base: row.as_ptr().cast(),
+                zp_row: self.zp_row.as_ptr().cast(),
+                pad: g.pad_left,
+                width: g.in_w,
+                c,
+            };
+            let (step, d, loads, n, pitch) =
+                (self.step, g.dilation_w, self.loads, self.cols, self.pitch);
             let (zp, words) = (self.zp, &mut slot.words[slot.off..]);
             // Each call's contract: the level is capped at the CPU's (AVX2 at least,
             // AVX-512 F and BW at Isa::Avx512 and above, VNNI for quads); every column
-            // pointer was taken from a slice of at least `c` one-byte elements (a pixel
-            // of the row, or `zp_row`); `words` is `cols * pitch + PAD` long (`pitch >= c`
-            // after `off <= SLACK`), `ends` has `cols`
-            // entries (pairs) and `table` every column `k * step + t * d`, `k < cols`,
-            // `t < loads` (quads); each step range is at least one step wide and within
-            // `c` (see `Steps`; quads have `c >= 16`).
+            // pointer `cols` gives was taken from a slice of at least `c` one-byte
+            // elements (a pixel of the row, or `zp_row`); `words` is `cols * pitch + PAD`
+            // long (`pitch >= c` after `off <= SLACK`); each step range is at least one
+            // step wide and within `c` (see `Steps`; quads have `c >= 16`).
             // SAFETY: the contract of `build`, as just listed.
             unsafe {
                 match self.kind {
-                    Kind::Quads => {
-                        quads::build::<T>(&table, self.cols, step, d, loads, c, pitch, words)
-                    }
+                    Kind::Quads => quads::build::<T>(cols, n, step, d, loads, pitch, words),
                     Kind::Pairs => {
                         let s = Steps::of(self.level, c);
                         if let Some(to) = s.wide {
-                            x86::build16::<T>(&ends, pitch, 0, to, zp, words);
+                            x86::build16::<T>(cols, n, step, d, pitch, 0, to, zp, words);
                         }
                         if let Some(from) = s.narrow {
-                            x86::build8::<T>(&ends, pitch, from, c, zp, words);
+                            x86::build8::<T>(cols, n, step, d, pitch, from, c, zp, words);
                         }
                     }
                 }
             }
         }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = row;
         slot.tag = Some((img.as_ptr() as usize, iy));
-        (self.ends, self.table) = (ends, table);
     }
 
     /// The sums of every pixel of an output row from its live rows into `sink`, sixteen
@@ -783,77 +764,151 @@ mod x86 {
         });
     }
 
-    /// One body for the two widths of the row preparation.
-    macro_rules! build {
-        ($build:ident, $feature:literal, $lanes:literal,
-         $loadx:expr, $widen_s:ident, $widen_u:ident, $blend:expr, $set1_16:ident,
-         $sub16:ident, $slli:ident, $store:ident) => {
-            /// Prepares a row: for column `k` and channel `ch` in the steps of
-            /// `from..to`, word `k * pitch + ch` = `pair(a - zp, b - zp)` of the bytes
-            /// at `ends[k].0 + ch` and `ends[k].1 + ch`.
-            ///
-            /// # Safety
-            /// The CPU has the target features, T is one byte, every pointer of `ends`
-            /// has `to` readable bytes, `words` is `ends.len() * pitch` long or longer,
-            /// and `$lanes <= to - from`, `to <= pitch`.
-            #[target_feature(enable = $feature)]
-            pub(super) unsafe fn $build<T: QuantElem>(
-                ends: &[(*const u8, *const u8)],
-                pitch: usize,
-                from: usize,
-                to: usize,
-                zp: i16,
-                words: &mut [i32],
-            ) {
-                let zp = $set1_16(zp);
-                let out = words.as_mut_ptr();
-                for (k, &(pa, pb)) in ends.iter().enumerate() {
-                    for s in starts(from, to, $lanes) {
-                        // `s + $lanes <= to` bytes from each pointer, and word `k * pitch + s +
-                        // $lanes <= words.len()` (the caller's contract).
-                        // SAFETY: by the above.
-                        unsafe {
-                            let (xa, xb) = ($loadx(pa.add(s)), $loadx(pb.add(s)));
-                            let (xa, xb) = if T::MIN < 0 {
-                                ($widen_s(xa), $widen_s(xb))
-                            } else {
-                                ($widen_u(xa), $widen_u(xb))
-                            };
-                            let v = $sub16($blend(xa, $slli::<16>(xb)), zp);
-                            $store(out.add(k * pitch + s).cast(), v);
-                        }
-                    }
-                }
-            }
-        };
+    /// Where a prepared row's input columns are: column `j`, counted from the first of
+    /// the left padding, is pixel `j - pad` of the row at `base` where that is inside
+    /// the row, else the zero point's pixel `zp_row`.
+    #[derive(Clone, Copy)]
+    pub(super) struct Columns {
+        /// The row's first pixel.
+        pub(super) base: *const u8,
+        /// `c` bytes of the input zero point.
+        pub(super) zp_row: *const u8,
+        /// Columns of left padding.
+        pub(super) pad: usize,
+        /// Pixels in the row.
+        pub(super) width: usize,
+        /// Bytes a pixel (the channel count).
+        pub(super) c: usize,
     }
 
-    build!(
-        build8,
-        "avx2",
-        8,
-        |p: *const u8| _mm_loadl_epi64(p.cast()),
-        _mm256_cvtepi8_epi32,
-        _mm256_cvtepu8_epi32,
-        |a, b| _mm256_blend_epi16::<0xAA>(a, b),
-        _mm256_set1_epi16,
-        _mm256_sub_epi16,
-        _mm256_slli_epi32,
-        _mm256_storeu_si256
-    );
-    build!(
-        build16,
-        "avx512f,avx512bw",
-        16,
-        |p: *const u8| _mm_loadu_si128(p.cast()),
-        _mm512_cvtepi8_epi32,
-        _mm512_cvtepu8_epi32,
-        |a, b| _mm512_mask_blend_epi16(0xAAAA_AAAA, a, b),
-        _mm512_set1_epi16,
-        _mm512_sub_epi16,
-        _mm512_slli_epi32,
-        _mm512_storeu_si512
-    );
+    impl Columns {
+        /// The `c` bytes of column `j` (computed, not looked up: a table of them cost
+        /// as much to build per row as the vector work on sixteen channels).
+        #[inline(always)]
+        pub(super) fn at(&self, j: usize) -> *const u8 {
+            match j.checked_sub(self.pad) {
+                Some(x) if x < self.width => self.base.wrapping_add(x * self.c),
+                _ => self.zp_row,
+            }
+        }
+    }
+
+    /// Prepares a row of pairs sixteen lanes a step: for prepared column `k < n` and
+    /// channel `ch` in the steps of `from..to`, word `k * pitch + ch` =
+    /// `pair(a - zp, b - zp)` of the bytes `ch` of input columns `k * step` and
+    /// `k * step + d`.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F and BW, T is one byte, every column of `cols` has `to`
+    /// readable bytes, `words` is `n * pitch` long or longer, and `16 <= to - from`,
+    /// `to <= pitch`.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn build16<T: QuantElem>(
+        cols: Columns,
+        n: usize,
+        step: usize,
+        d: usize,
+        pitch: usize,
+        from: usize,
+        to: usize,
+        zp: i16,
+        words: &mut [i32],
+    ) {
+        let zp = _mm512_set1_epi16(zp);
+        let out = words.as_mut_ptr();
+        for k in 0..n {
+            let (pa, pb) = (cols.at(k * step), cols.at(k * step + d));
+            for s in starts(from, to, 16) {
+                // `s + 16 <= to` bytes from each column, and word `k * pitch + s + 16 <=
+                // words.len()` (the caller's contract).
+                // SAFETY: by the above.
+                unsafe {
+                    let (xa, xb) = (
+                        _mm_loadu_si128(pa.add(s).cast()),
+                        _mm_loadu_si128(pb.add(s).cast()),
+                    );
+                    let (xa, xb) = if T::MIN < 0 {
+                        (_mm512_cvtepi8_epi32(xa), _mm512_cvtepi8_epi32(xb))
+                    } else {
+                        (_mm512_cvtepu8_epi32(xa), _mm512_cvtepu8_epi32(xb))
+                    };
+                    let v = _mm512_mask_blend_epi16(0xAAAA_AAAA, xa, _mm512_slli_epi32::<16>(xb));
+                    _mm512_storeu_si512(out.add(k * pitch + s).cast(), _mm512_sub_epi16(v, zp));
+                }
+            }
+        }
+    }
+
+    /// [`build16`] on AVX2, eight lanes a step: the bytes of the two columns are
+    /// interleaved first and then widened to `i16`, so a pair word costs one
+    /// interleave and one widening per eight channels (sixteen channels a step where
+    /// two steps fit: one load of each column for both).
+    ///
+    /// # Safety
+    /// The CPU has AVX2, T is one byte, every column of `cols` has `to` readable bytes,
+    /// `words` is `n * pitch` long or longer, and `8 <= to - from`, `to <= pitch`.
+    #[target_feature(enable = "avx2")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn build8<T: QuantElem>(
+        cols: Columns,
+        n: usize,
+        step: usize,
+        d: usize,
+        pitch: usize,
+        from: usize,
+        to: usize,
+        zp: i16,
+        words: &mut [i32],
+    ) {
+        let zp = _mm256_set1_epi16(zp);
+        let widen = |v: __m128i| match T::MIN < 0 {
+            true => _mm256_cvtepi8_epi16(v),
+            false => _mm256_cvtepu8_epi16(v),
+        };
+        // Sixteen-channel steps over `from..to` while they fit whole, then the rest
+        // in eight-channel steps, the last overlapping the one before (`to - from >= 8`).
+        let wide = (to - from) / 16;
+        let rest = from + wide * 16;
+        let out = words.as_mut_ptr();
+        for k in 0..n {
+            let (pa, pb) = (cols.at(k * step), cols.at(k * step + d));
+            // SAFETY: word `k * pitch + to <= words.len()` (the caller's contract).
+            let o = unsafe { out.add(k * pitch) };
+            for i in 0..wide {
+                let s = from + i * 16;
+                // `s + 16 <= to` bytes from each column, words `s + 16 <= to <= pitch` of
+                // column `k` (the caller's contract).
+                // SAFETY: by the above.
+                unsafe {
+                    let (xa, xb) = (
+                        _mm_loadu_si128(pa.add(s).cast()),
+                        _mm_loadu_si128(pb.add(s).cast()),
+                    );
+                    let lo = _mm256_sub_epi16(widen(_mm_unpacklo_epi8(xa, xb)), zp);
+                    let hi = _mm256_sub_epi16(widen(_mm_unpackhi_epi8(xa, xb)), zp);
+                    _mm256_storeu_si256(o.add(s).cast(), lo);
+                    _mm256_storeu_si256(o.add(s + 8).cast(), hi);
+                }
+            }
+            if rest == to {
+                continue;
+            }
+            for s in starts(rest.min(to - 8), to, 8) {
+                // `s + 8 <= to` bytes from each column (`s >= from`), words `s + 8 <= pitch`
+                // of column `k` (the caller's contract).
+                // SAFETY: by the above.
+                unsafe {
+                    let (xa, xb) = (
+                        _mm_loadl_epi64(pa.add(s).cast()),
+                        _mm_loadl_epi64(pb.add(s).cast()),
+                    );
+                    let v = _mm256_sub_epi16(widen(_mm_unpacklo_epi8(xa, xb)), zp);
+                    _mm256_storeu_si256(o.add(s).cast(), v);
+                }
+            }
+        }
+    }
 
     /// One body for the two widths of the pair sums.
     macro_rules! pair_sums {
