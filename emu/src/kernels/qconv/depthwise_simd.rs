@@ -619,6 +619,19 @@ mod x86 {
         /// # Safety
         /// The CPU has AVX2; pixel `ox` and channels `c0..c0 + 8` lie in the sink's row.
         unsafe fn put(&mut self, st: &Self::Step, ox: usize, c0: usize, acc: __m256i);
+        /// Channels `c0..c0 + 16` of pixel `ox`: `lo` the first eight (constants
+        /// `st[0]`), `hi` the next eight (`st[1]`).
+        ///
+        /// # Safety
+        /// The CPU has AVX2; pixel `ox` and channels `c0..c0 + 16` lie in the sink's row.
+        unsafe fn put2(
+            &mut self,
+            st: &[Self::Step; 2],
+            ox: usize,
+            c0: usize,
+            lo: __m256i,
+            hi: __m256i,
+        );
     }
 
     /// A row of sums stored as words, `c` a pixel.
@@ -665,6 +678,16 @@ mod x86 {
         unsafe fn put(&mut self, _: &(), ox: usize, c0: usize, acc: __m256i) {
             // SAFETY: channels `c0..c0 + 8` of pixel `ox`, inside the row (the caller's).
             unsafe { _mm256_storeu_si256(self.out.add(ox * self.c + c0).cast(), acc) };
+        }
+
+        #[inline(always)]
+        unsafe fn put2(&mut self, _: &[(); 2], ox: usize, c0: usize, lo: __m256i, hi: __m256i) {
+            // SAFETY: channels `c0..c0 + 16` of pixel `ox`, inside the row (the caller's).
+            unsafe {
+                let at = self.out.add(ox * self.c + c0);
+                _mm256_storeu_si256(at.cast(), lo);
+                _mm256_storeu_si256(at.add(8).cast(), hi);
+            }
         }
     }
 
@@ -721,6 +744,44 @@ mod x86 {
                 store_bytes8(v, self.out.add(ox * self.c + c0), 8);
             }
         }
+
+        #[inline(always)]
+        unsafe fn put2(
+            &mut self,
+            st: &[Step256; 2],
+            ox: usize,
+            c0: usize,
+            lo: __m256i,
+            hi: __m256i,
+        ) {
+            // The CPU has AVX2, and the sixteen bytes of channels `c0..c0 + 16` of pixel `ox` lie
+            // in the row (this function's contract); T is one byte (`with_bytes8`).
+            // SAFETY: by the above.
+            unsafe {
+                let lo = self.stage.apply::<FULL, EPI>(&st[0], lo);
+                let hi = self.stage.apply::<FULL, EPI>(&st[1], hi);
+                store_bytes8x2(lo, hi, self.out.add(ox * self.c + c0));
+            }
+        }
+    }
+
+    /// Stores `lo` and `hi` as sixteen bytes at `at`, each narrowed as `store_bytes8`
+    /// narrows it (saturating to `i16`, then to `T`).
+    ///
+    /// # Safety
+    /// The CPU has AVX2; T is one byte wide; `at` has sixteen writable bytes.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn store_bytes8x2<T: QuantElem>(lo: __m256i, hi: __m256i, at: *mut T) {
+        // Both halves in one register: dwords 0 and 4 hold `lo`'s bytes, 1 and 5 `hi`'s.
+        let v16 = _mm256_packs_epi32(lo, hi);
+        let v8 = match T::MIN < 0 {
+            true => _mm256_packs_epi16(v16, v16),
+            false => _mm256_packus_epi16(v16, v16),
+        };
+        let v = _mm256_permutevar8x32_epi32(v8, _mm256_setr_epi32(0, 4, 1, 5, 0, 4, 1, 5));
+        // SAFETY: `at` has sixteen writable bytes (the caller's contract).
+        unsafe { _mm_storeu_si128(at.cast(), _mm256_castsi256_si128(v)) };
     }
 
     /// Runs `body` with the sink requantising by `q` (its vector constants `l`) into
@@ -910,79 +971,73 @@ mod x86 {
         }
     }
 
-    /// One body for the two widths of the pair sums.
-    macro_rules! pair_sums {
-        ($sums:ident, $feature:literal, $sink:ident, $lanes:literal, $steps:expr,
-         $load:ident, $zero:ident, $add:ident, $madd:ident, $put:ident) => {
-            /// The sums of `n` pixels into `sink`: pixel `ox`, channel `ch` is the sum
-            /// over live rows `(h, w)` and pairs `p` of the pair products of words
-            /// `h[(ox * a + p * b) * pitch + ch]` and `w[p * pitch + ch]`.
-            ///
-            /// # Safety
-            /// The CPU has the target features; each `h` has
-            /// `((n - 1) * a + (pairs - 1) * b + 1) * pitch + 16` readable words and
-            /// each `w` `pairs * pitch + 16`; the sink takes `n` pixels of `c`
-            /// channels; `pitch >= c >= $lanes`.
-            #[target_feature(enable = $feature)]
-            #[allow(clippy::too_many_arguments)]
-            pub(super) unsafe fn $sums<S: $sink>(
-                live: &[(*const i32, *const i32)],
-                pairs: usize,
-                a: usize,
-                b: usize,
-                c: usize,
-                pitch: usize,
-                n: usize,
-                sink: &mut S,
-            ) {
-                let (da, db) = (a * pitch, b * pitch);
-                for (s, k) in $steps(c) {
-                    // SAFETY: the CPU has the features (the caller's contract).
-                    let st = unsafe { sink.step(s) };
-                    let mut ox = 0;
-                    // Four pixels at once: each filter word loaded once for four.
-                    while ox + 4 <= n {
-                        let mut acc = [$zero(); 4];
-                        for &(h, w) in live {
-                            for p in 0..pairs {
-                                // Pixels `ox..ox + 4 <= n`, pair `p < pairs`, lanes `s..s + $lanes
-                                // <= pitch + 16`: inside the rows' words (the caller's contract).
-                                // SAFETY: by the above.
-                                unsafe {
-                                    let wv = $load(w.add(p * pitch + s).cast());
-                                    let at = h.add(ox * da + p * db + s);
-                                    for (i, acc) in acc.iter_mut().enumerate() {
-                                        let x = $load(at.add(i * da).cast());
-                                        *acc = $add(*acc, $madd(x, wv));
-                                    }
-                                }
+    /// The sixteen-lane pair sums of `n` pixels into `sink`: pixel `ox`, channel `ch`
+    /// is the sum over live rows `(h, w)` and pairs `p` of the pair products of words
+    /// `h[(ox * a + p * b) * pitch + ch]` and `w[p * pitch + ch]`.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F and BW; each `h` has
+    /// `((n - 1) * a + (pairs - 1) * b + 1) * pitch + 16` readable words and each `w`
+    /// `pairs * pitch + 16`; the sink takes `n` pixels of `c` channels; `pitch >= c >=
+    /// 16`.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn sums16<S: Sink16>(
+        live: &[(*const i32, *const i32)],
+        pairs: usize,
+        a: usize,
+        b: usize,
+        c: usize,
+        pitch: usize,
+        n: usize,
+        sink: &mut S,
+    ) {
+        let (da, db) = (a * pitch, b * pitch);
+        for (s, k) in steps16(c) {
+            // SAFETY: the CPU has the features (the caller's contract).
+            let st = unsafe { sink.step(s) };
+            let mut ox = 0;
+            // Four pixels at once: each filter word loaded once for four.
+            while ox + 4 <= n {
+                let mut acc = [_mm512_setzero_si512(); 4];
+                for &(h, w) in live {
+                    for p in 0..pairs {
+                        // Pixels `ox..ox + 4 <= n`, pair `p < pairs`, lanes `s..s + 16 <=
+                        // pitch + 16`: inside the rows' words (the caller's contract).
+                        // SAFETY: by the above.
+                        unsafe {
+                            let wv = _mm512_loadu_si512(w.add(p * pitch + s).cast());
+                            let at = h.add(ox * da + p * db + s);
+                            for (i, acc) in acc.iter_mut().enumerate() {
+                                let x = _mm512_loadu_si512(at.add(i * da).cast());
+                                *acc = _mm512_add_epi32(*acc, _mm512_madd_epi16(x, wv));
                             }
                         }
-                        for (i, &acc) in acc.iter().enumerate() {
-                            // SAFETY: pixels `ox..ox + 4 <= n`, channels `s..s + k <= c`.
-                            unsafe { $put(sink, &st, ox + i, s, k, acc) };
-                        }
-                        ox += 4;
-                    }
-                    while ox < n {
-                        let mut acc = $zero();
-                        for &(h, w) in live {
-                            for p in 0..pairs {
-                                // SAFETY: as above, for one pixel.
-                                unsafe {
-                                    let wv = $load(w.add(p * pitch + s).cast());
-                                    let at = h.add(ox * da + p * db + s);
-                                    acc = $add(acc, $madd($load(at.cast()), wv));
-                                }
-                            }
-                        }
-                        // SAFETY: pixel `ox < n`, channels `s..s + k <= c`.
-                        unsafe { $put(sink, &st, ox, s, k, acc) };
-                        ox += 1;
                     }
                 }
+                for (i, &acc) in acc.iter().enumerate() {
+                    // SAFETY: pixels `ox..ox + 4 <= n`, channels `s..s + k <= c`.
+                    unsafe { sink.put(&st, ox + i, s, k, acc) };
+                }
+                ox += 4;
             }
-        };
+            while ox < n {
+                let mut acc = _mm512_setzero_si512();
+                for &(h, w) in live {
+                    for p in 0..pairs {
+                        // SAFETY: as above, for one pixel.
+                        unsafe {
+                            let wv = _mm512_loadu_si512(w.add(p * pitch + s).cast());
+                            let x = _mm512_loadu_si512(h.add(ox * da + p * db + s).cast());
+                            acc = _mm512_add_epi32(acc, _mm512_madd_epi16(x, wv));
+                        }
+                    }
+                }
+                // SAFETY: pixel `ox < n`, channels `s..s + k <= c`.
+                unsafe { sink.put(&st, ox, s, k, acc) };
+                ox += 1;
+            }
+        }
     }
 
     /// The steps of sixteen lanes over `c` channels: `(first channel, lanes)`, each
@@ -992,62 +1047,114 @@ mod x86 {
         (0..c).step_by(16).map(move |s| (s, (c - s).min(16)))
     }
 
-    /// The steps of eight lanes over `c >= 8` channels, the last overlapping.
-    #[inline(always)]
-    fn steps8(c: usize) -> impl Iterator<Item = (usize, usize)> {
-        starts(0, c, 8).map(|s| (s, 8))
-    }
-
-    #[inline(always)]
-    unsafe fn put16<S: Sink16>(
-        sink: &mut S,
-        st: &S::Step,
-        ox: usize,
-        c0: usize,
+    /// [`sums16`] on AVX2: blocks of sixteen channels as two eight-lane halves where
+    /// they fit (a pixel's sixteen sums requantised and stored at once), then
+    /// eight-lane steps over the rest, the last overlapping the one before; four pixels
+    /// at once, each filter word loaded once for the four.
+    ///
+    /// # Safety
+    /// The CPU has AVX2; each `h` has `((n - 1) * a + (pairs - 1) * b + 1) * pitch`
+    /// readable words and each `w` `pairs * pitch`; the sink takes `n` pixels of `c`
+    /// channels; `pitch >= c >= 8`.
+    #[target_feature(enable = "avx2")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn sums8<S: Sink8>(
+        live: &[(*const i32, *const i32)],
+        pairs: usize,
+        a: usize,
+        b: usize,
+        c: usize,
+        pitch: usize,
         n: usize,
-        acc: __m512i,
-    ) {
-        // SAFETY: the caller's contract is `put`'s.
-        unsafe { sink.put(st, ox, c0, n, acc) }
-    }
-
-    #[inline(always)]
-    unsafe fn put8<S: Sink8>(
         sink: &mut S,
-        st: &S::Step,
-        ox: usize,
-        c0: usize,
-        _: usize,
-        acc: __m256i,
     ) {
-        // SAFETY: the caller's contract is `put`'s.
-        unsafe { sink.put(st, ox, c0, acc) }
+        let (da, db) = (a * pitch, b * pitch);
+        let ld = |p: *const i32| {
+            // SAFETY: every word a caller below reads lies in a row or filter row (the
+            // caller's contract, as each says).
+            unsafe { _mm256_loadu_si256(p.cast()) }
+        };
+        let mac =
+            |acc: __m256i, x: __m256i, w: __m256i| _mm256_add_epi32(acc, _mm256_madd_epi16(x, w));
+        // `$px` pixels from `ox` of the block of sixteen channels from `s`.
+        macro_rules! halves {
+            ($px:literal, $ox:expr, $s:expr, $st:expr) => {{
+                let mut acc = [[_mm256_setzero_si256(); 2]; $px];
+                for &(h, w) in live {
+                    for p in 0..pairs {
+                        // Pixels `ox..ox + $px <= n`, pair `p < pairs`, channels `s..s + 16 <=
+                        // c <= pitch`: inside the rows' words (the caller's contract).
+                        let (wp, at) = (
+                            w.wrapping_add(p * pitch + $s),
+                            h.wrapping_add($ox * da + p * db + $s),
+                        );
+                        let (w0, w1) = (ld(wp), ld(wp.wrapping_add(8)));
+                        for (i, acc) in acc.iter_mut().enumerate() {
+                            let x = at.wrapping_add(i * da);
+                            acc[0] = mac(acc[0], ld(x), w0);
+                            acc[1] = mac(acc[1], ld(x.wrapping_add(8)), w1);
+                        }
+                    }
+                }
+                for (i, acc) in acc.iter().enumerate() {
+                    // SAFETY: pixels `ox..ox + $px <= n`, channels `s..s + 16 <= c`.
+                    unsafe { sink.put2($st, $ox + i, $s, acc[0], acc[1]) };
+                }
+            }};
+        }
+        // `$px` pixels from `ox` of the eight channels from `s`.
+        macro_rules! step {
+            ($px:literal, $ox:expr, $s:expr, $st:expr) => {{
+                let mut acc = [_mm256_setzero_si256(); $px];
+                for &(h, w) in live {
+                    for p in 0..pairs {
+                        // Pixels `ox..ox + $px <= n`, pair `p < pairs`, channels `s..s + 8 <= c
+                        // <= pitch`: inside the rows' words (the caller's contract).
+                        let wv = ld(w.wrapping_add(p * pitch + $s));
+                        let at = h.wrapping_add($ox * da + p * db + $s);
+                        for (i, acc) in acc.iter_mut().enumerate() {
+                            *acc = mac(*acc, ld(at.wrapping_add(i * da)), wv);
+                        }
+                    }
+                }
+                for (i, &acc) in acc.iter().enumerate() {
+                    // SAFETY: pixels `ox..ox + $px <= n`, channels `s..s + 8 <= c`.
+                    unsafe { sink.put(&$st, $ox + i, $s, acc) };
+                }
+            }};
+        }
+        let wide = c / 16;
+        for s in (0..wide).map(|i| i * 16) {
+            // SAFETY: the CPU has AVX2 (the caller's contract).
+            let st = unsafe { [sink.step(s), sink.step(s + 8)] };
+            let mut ox = 0;
+            while ox + 2 <= n {
+                halves!(2, ox, s, &st);
+                ox += 2;
+            }
+            while ox < n {
+                halves!(1, ox, s, &st);
+                ox += 1;
+            }
+        }
+        let rest = wide * 16;
+        if rest == c {
+            return;
+        }
+        for s in starts(rest.min(c - 8), c, 8) {
+            // SAFETY: the CPU has AVX2 (the caller's contract).
+            let st = unsafe { sink.step(s) };
+            let mut ox = 0;
+            while ox + 4 <= n {
+                step!(4, ox, s, st);
+                ox += 4;
+            }
+            while ox < n {
+                step!(1, ox, s, st);
+                ox += 1;
+            }
+        }
     }
-
-    pair_sums!(
-        sums8,
-        "avx2",
-        Sink8,
-        8,
-        steps8,
-        _mm256_loadu_si256,
-        _mm256_setzero_si256,
-        _mm256_add_epi32,
-        _mm256_madd_epi16,
-        put8
-    );
-    pair_sums!(
-        sums16,
-        "avx512f,avx512bw",
-        Sink16,
-        16,
-        steps16,
-        _mm512_loadu_si512,
-        _mm512_setzero_si512,
-        _mm512_add_epi32,
-        _mm512_madd_epi16,
-        put16
-    );
 }
 
 #[cfg(test)]
