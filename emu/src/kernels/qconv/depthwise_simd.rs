@@ -29,7 +29,10 @@
 
 use super::{ConvGeometry, QuantElem};
 use crate::kernels::isa::Isa;
-use crate::kernels::requant::Requant;
+use crate::kernels::requant::{memoised, Memo, Requant};
+use std::cell::RefCell;
+use std::marker::PhantomData;
+use std::rc::Rc;
 
 #[cfg(target_arch = "x86_64")]
 mod quads;
@@ -84,9 +87,10 @@ struct Slot {
     off: usize,
 }
 
-/// One layer's filter and input zero point, prepared for the vector rows, and the
-/// prepared input rows kept between output rows.
-pub(super) struct Prepared<T> {
+/// One layer's filter and input zero point, prepared for the vector rows: built on a
+/// layer's first execution and kept per thread ([`LAYERS`]), with the scratch rows of
+/// the last execution to finish.
+struct Layer {
     /// The grouping of the taps.
     kind: Kind,
     /// The level the steps run at (AVX2 or wider, capped at the CPU's).
@@ -117,12 +121,21 @@ pub(super) struct Prepared<T> {
     pitch: usize,
     /// Quads: per filter row and channel, `z_u * sum_kx (w - w_zp)` (`[filter_h][c]`).
     share: Vec<i32>,
-    /// Quads: the negated shares of the output row being summed (`c`).
-    start: Vec<i32>,
-    /// `c` copies of the input zero point: what a column outside the input reads.
-    zp_row: Vec<T>,
+    /// `c` copies of the input zero point's byte: what a column outside the input
+    /// reads.
+    zp_row: Vec<u8>,
     /// The input zero point.
     zp: i16,
+    /// The scratch of an execution that finished, for the next to take (none while one
+    /// runs).
+    spare: RefCell<Option<Scratch>>,
+}
+
+/// What an execution changes as it goes: the prepared input rows kept between output
+/// rows and the lists of the output row being summed.
+struct Scratch {
+    /// Quads: the negated shares of the output row being summed (`c`).
+    start: Vec<i32>,
     /// Up to `filter_h` prepared input rows.
     slots: Vec<Slot>,
     /// `(ky, iy)` of the output row being summed: its filter rows inside the input.
@@ -131,20 +144,73 @@ pub(super) struct Prepared<T> {
     live: Vec<(*const i32, *const i32)>,
 }
 
-impl<T: QuantElem> Prepared<T> {
-    /// The prepared layer for filter `[filter_h, filter_w, in_c]` with per-channel filter
-    /// zero points `filter_zp(channel)` and input zero point `in_zp`, or `None` where the
-    /// vector rows do not apply: no vector level, operands wider than a byte, fewer than
-    /// eight channels, no taps, a zero point outside the element type's range (a filter
-    /// value minus its zero point outside `[-32767, 32767]`), or lengths that disagree.
-    pub(super) fn new<F: QuantElem>(
+thread_local! {
+    /// The prepared layers of this thread, by everything they are built from.
+    static LAYERS: Memo<Layer> = RefCell::default();
+}
+
+/// One execution's view of a prepared layer: the layer, and the scratch it took from
+/// it (handed back when dropped).
+pub(super) struct Prepared<T> {
+    /// The layer.
+    l: Rc<Layer>,
+    /// This execution's scratch.
+    s: Scratch,
+    /// The element type of the images.
+    _t: PhantomData<T>,
+}
+
+impl<T> Drop for Prepared<T> {
+    fn drop(&mut self) {
+        // The rows' tags name images by address, which the next execution may reuse
+        // for other values: the rows are kept only as buffers.
+        let mut s = std::mem::replace(&mut self.s, Scratch::empty());
+        for slot in &mut s.slots {
+            slot.tag = None;
+        }
+        self.l.spare.replace(Some(s));
+    }
+}
+
+impl Scratch {
+    /// Scratch holding nothing (no allocation).
+    fn empty() -> Self {
+        Scratch {
+            start: Vec::new(),
+            slots: Vec::new(),
+            rows: Vec::new(),
+            live: Vec::new(),
+        }
+    }
+
+    /// Fresh scratch for `l`.
+    fn new(l: &Layer) -> Self {
+        let g = &l.g;
+        Scratch {
+            start: vec![0; g.in_c + PAD],
+            slots: (0..g.filter_h)
+                .map(|_| Slot {
+                    tag: None,
+                    words: Vec::new(),
+                    off: 0,
+                })
+                .collect(),
+            rows: Vec::with_capacity(g.filter_h),
+            live: Vec::with_capacity(g.filter_h),
+        }
+    }
+}
+
+impl Layer {
+    /// [`Prepared::new`]'s layer for images of `T` (`zps` the filter zero points, `level`
+    /// capped at the CPU's already).
+    fn build<T: QuantElem, F: QuantElem>(
         level: Isa,
         g: &ConvGeometry,
         filter: &[F],
-        filter_zp: impl Fn(usize) -> i32,
+        zps: &[i32],
         in_zp: i32,
     ) -> Option<Self> {
-        let level = level.min(crate::kernels::isa::detected());
         let c = g.in_c;
         let taps = g.filter_h.checked_mul(g.filter_w)?;
         let one_byte = std::mem::size_of::<T>() == 1 && std::mem::size_of::<F>() == 1;
@@ -160,13 +226,12 @@ impl<T: QuantElem> Prepared<T> {
         {
             return None;
         }
-        let zps: Vec<i32> = (0..c).map(&filter_zp).collect();
         // The filter values less their zero points, `[filter_h][filter_w][c]`.
         let mut weights = Vec::with_capacity(filter.len());
         for tap in filter.chunks_exact(c) {
             weights.extend(
                 tap.iter()
-                    .zip(&zps)
+                    .zip(zps)
                     .map(|(w, &zp)| i64::from(w.to_i32()) - i64::from(zp)),
             );
         }
@@ -264,25 +329,85 @@ impl<T: QuantElem> Prepared<T> {
             filter_off,
             pitch,
             share,
-            start: vec![0; c + PAD],
-            zp_row: vec![T::saturate_from_i32(in_zp); c],
+            zp_row: vec![T::saturate_from_i32(in_zp).to_i32() as u8; c],
             zp: in_zp as i16,
-            slots: (0..g.filter_h)
-                .map(|_| Slot {
-                    tag: None,
-                    words: Vec::new(),
-                    off: 0,
-                })
-                .collect(),
-            rows: Vec::with_capacity(g.filter_h),
-            live: Vec::with_capacity(g.filter_h),
+            spare: RefCell::new(None),
+        })
+    }
+}
+
+impl<T: QuantElem> Prepared<T> {
+    /// The prepared layer for filter `[filter_h, filter_w, in_c]` with per-channel filter
+    /// zero points `filter_zp(channel)` and input zero point `in_zp`, or `None` where the
+    /// vector rows do not apply: no vector level, operands wider than a byte, fewer than
+    /// eight channels, no taps, a zero point outside the element type's range (a filter
+    /// value minus its zero point outside `[-32767, 32767]`), or lengths that disagree.
+    /// The filter's words are built on the layer's first execution on this thread and
+    /// looked up after (the lookup's key is every input of the build).
+    pub(super) fn new<F: QuantElem>(
+        level: Isa,
+        g: &ConvGeometry,
+        filter: &[F],
+        filter_zp: impl Fn(usize) -> i32,
+        in_zp: i32,
+    ) -> Option<Self> {
+        let level = level.min(crate::kernels::isa::detected());
+        let one_byte = std::mem::size_of::<T>() == 1 && std::mem::size_of::<F>() == 1;
+        if level < Isa::Avx2
+            || !one_byte
+            || g.in_c < 8
+            || g.filter_h
+                .checked_mul(g.filter_w)
+                .and_then(|t| t.checked_mul(g.in_c))
+                != Some(filter.len())
+        {
+            return None;
+        }
+        let zps: Vec<i32> = (0..g.in_c).map(&filter_zp).collect();
+        let dims = [
+            g.batches,
+            g.in_h,
+            g.in_w,
+            g.in_c,
+            g.out_h,
+            g.out_w,
+            g.filter_h,
+            g.filter_w,
+            g.stride_h,
+            g.stride_w,
+            g.dilation_h,
+            g.dilation_w,
+            g.pad_top,
+            g.pad_left,
+        ];
+        let mut key = Vec::with_capacity(dims.len() + 4 + zps.len() + filter.len().div_ceil(4));
+        key.extend([level as u32, T::MIN as u32, F::MIN as u32, in_zp as u32]);
+        key.extend(
+            dims.iter()
+                .flat_map(|&d| [d as u32, (d as u64 >> 32) as u32]),
+        );
+        key.extend(zps.iter().map(|&z| z as u32));
+        key.extend(filter.chunks(4).map(|w| {
+            w.iter()
+                .rev()
+                .fold(0u32, |k, v| k << 8 | u32::from(v.to_i32() as u8))
+        }));
+        let l = memoised(&LAYERS, key, || {
+            Layer::build::<T, F>(level, g, filter, &zps, in_zp).ok_or(())
+        })
+        .ok()?;
+        let s = l.spare.take().unwrap_or_else(|| Scratch::new(&l));
+        Some(Prepared {
+            l,
+            s,
+            _t: PhantomData,
         })
     }
 
     /// Whether the words are byte quads (for the tests: which path a case reaches).
     #[cfg(test)]
     fn quads(&self) -> bool {
-        self.kind == Kind::Quads
+        self.l.kind == Kind::Quads
     }
 
     /// The sums of output row `oy` of image `img` (`[in_h, in_w, in_c]`), every channel of
@@ -303,20 +428,20 @@ impl<T: QuantElem> Prepared<T> {
         };
         #[cfg(target_arch = "x86_64")]
         {
-            let c = self.g.in_c;
+            let c = self.l.g.in_c;
             let mut sink = x86::Words::new(accs, c);
             // The contract of `run16` / `run8` for this level (`live_rows` checked that `accs` is
             // `out_w * c` words).
             // SAFETY: by the above.
             unsafe {
-                if self.level >= Isa::Avx512 {
+                if self.l.level >= Isa::Avx512 {
                     self.run16(&live, &mut sink);
                 } else {
                     self.run8(&live, &mut sink);
                 }
             }
         }
-        self.live = live;
+        self.s.live = live;
         true
     }
 
@@ -336,7 +461,7 @@ impl<T: QuantElem> Prepared<T> {
         let Some((lanes, full, epi)) = stage.vector_form() else {
             return false;
         };
-        if std::mem::size_of::<T>() != 1 || stage.channels() < self.g.in_c {
+        if std::mem::size_of::<T>() != 1 || stage.channels() < self.l.g.in_c {
             return false;
         }
         let Some(live) = self.live_rows(g, img, oy, out.len()) else {
@@ -344,8 +469,8 @@ impl<T: QuantElem> Prepared<T> {
         };
         #[cfg(target_arch = "x86_64")]
         {
-            let c = self.g.in_c;
-            let wide = self.level >= Isa::Avx512;
+            let c = self.l.g.in_c;
+            let wide = self.l.level >= Isa::Avx512;
             macro_rules! run {
                 ($full:literal, $epi:literal) => {
                     // T is one byte (checked above); the level is capped at the CPU's, so it has
@@ -375,14 +500,14 @@ impl<T: QuantElem> Prepared<T> {
         }
         #[cfg(not(target_arch = "x86_64"))]
         let _ = (lanes, full, epi);
-        self.live = live;
+        self.s.live = live;
         true
     }
 
     /// The live rows of output row `oy` (its `(prepared row, filter row)` per tap row
     /// inside the input), the rows prepared as needed, for an output row of `len`
     /// elements; `None` (nothing changed) where the geometry or a length disagrees with
-    /// the prepared layer. Hand the list back to `self.live` when done.
+    /// the prepared layer. Hand the list back to `self.s.live` when done.
     fn live_rows(
         &mut self,
         g: &ConvGeometry,
@@ -390,8 +515,8 @@ impl<T: QuantElem> Prepared<T> {
         oy: usize,
         len: usize,
     ) -> Option<Vec<(*const i32, *const i32)>> {
-        let c = self.g.in_c;
-        let sizes_ok = *g == self.g
+        let c = self.l.g.in_c;
+        let sizes_ok = *g == self.l.g
             && g.in_h.checked_mul(g.in_w).and_then(|p| p.checked_mul(c)) == Some(img.len())
             && g.out_w.checked_mul(c) == Some(len);
         if !sizes_ok {
@@ -399,8 +524,8 @@ impl<T: QuantElem> Prepared<T> {
         }
         // The input rows this output row reads (its taps' rows inside the input).
         let (mut rows, mut live) = (
-            std::mem::take(&mut self.rows),
-            std::mem::take(&mut self.live),
+            std::mem::take(&mut self.s.rows),
+            std::mem::take(&mut self.s.live),
         );
         rows.clear();
         live.clear();
@@ -411,11 +536,11 @@ impl<T: QuantElem> Prepared<T> {
         let image = img.as_ptr() as usize;
         for &(ky, iy) in &rows {
             let tag = Some((image, iy));
-            let at = match self.slots.iter().position(|s| s.tag == tag) {
+            let at = match self.s.slots.iter().position(|s| s.tag == tag) {
                 Some(at) => at,
                 None => {
                     // A slot no row of this output row needs (there are `filter_h`).
-                    let at = self.slots.iter().position(|s| {
+                    let at = self.s.slots.iter().position(|s| {
                         s.tag.is_none_or(|(im, r)| {
                             im != image || !rows.iter().any(|&(_, need)| need == r)
                         })
@@ -424,36 +549,37 @@ impl<T: QuantElem> Prepared<T> {
                     at
                 }
             };
-            let slot = &self.slots[at];
-            let filter_row = self.filter_off + ky * self.groups * self.pitch;
+            let slot = &self.s.slots[at];
+            let filter_row = self.l.filter_off + ky * self.l.groups * self.l.pitch;
             live.push((
                 slot.words[slot.off..].as_ptr(),
-                self.filter[filter_row..].as_ptr(),
+                self.l.filter[filter_row..].as_ptr(),
             ));
         }
-        if self.kind == Kind::Quads {
+        if self.l.kind == Kind::Quads {
             // Every sum starts at minus the zero point's share of the live filter rows.
-            self.start.fill(0);
+            self.s.start.fill(0);
             for &(ky, _) in &rows {
-                let share = &self.share[ky * c..(ky + 1) * c];
-                for (s, &z) in self.start.iter_mut().zip(share) {
+                let share = &self.l.share[ky * c..(ky + 1) * c];
+                for (s, &z) in self.s.start.iter_mut().zip(share) {
                     *s = s.wrapping_sub(z);
                 }
             }
         }
-        self.rows = rows;
+        self.s.rows = rows;
         Some(live)
     }
 
     /// Prepares input row `iy` of `img` (checked by the caller to be inside) into slot
     /// `at`.
     fn prepare_row(&mut self, img: &[T], iy: usize, at: usize) {
-        let g = &self.g;
+        let g = &self.l.g;
         let c = g.in_c;
         let row = &img[iy * g.in_w * c..(iy + 1) * g.in_w * c];
-        let slot = &mut self.slots[at];
+        let slot = &mut self.s.slots[at];
         slot.tag = None;
-        slot.words.resize(self.cols * self.pitch + PAD + SLACK, 0);
+        slot.words
+            .resize(self.l.cols * self.l.pitch + PAD + SLACK, 0);
         slot.off = aligned(&slot.words);
         #[cfg(target_arch = "x86_64")]
         {
@@ -462,14 +588,19 @@ impl<T: QuantElem> Prepared<T> {
             // pixel, one outside at `zp_row`.
             let cols = x86::Columns {
                 base: row.as_ptr().cast(),
-                zp_row: self.zp_row.as_ptr().cast(),
+                zp_row: self.l.zp_row.as_ptr().cast(),
                 pad: g.pad_left,
                 width: g.in_w,
                 c,
             };
-            let (step, d, loads, n, pitch) =
-                (self.step, g.dilation_w, self.loads, self.cols, self.pitch);
-            let (zp, words) = (self.zp, &mut slot.words[slot.off..]);
+            let (step, d, loads, n, pitch) = (
+                self.l.step,
+                g.dilation_w,
+                self.l.loads,
+                self.l.cols,
+                self.l.pitch,
+            );
+            let (zp, words) = (self.l.zp, &mut slot.words[slot.off..]);
             // Each call's contract: the level is capped at the CPU's (AVX2 at least,
             // AVX-512 F and BW at Isa::Avx512 and above, VNNI for quads); every column
             // pointer `cols` gives was taken from a slice of at least `c` one-byte
@@ -478,10 +609,10 @@ impl<T: QuantElem> Prepared<T> {
             // step wide and within `c` (see `Steps`; quads have `c >= 16`).
             // SAFETY: the contract of `build`, as just listed.
             unsafe {
-                match self.kind {
+                match self.l.kind {
                     Kind::Quads => quads::build::<T>(cols, n, step, d, loads, pitch, words),
                     Kind::Pairs => {
-                        let s = Steps::of(self.level, c);
+                        let s = Steps::of(self.l.level, c);
                         if let Some(to) = s.wide {
                             x86::build16::<T>(cols, n, step, d, pitch, 0, to, zp, words);
                         }
@@ -505,8 +636,8 @@ impl<T: QuantElem> Prepared<T> {
     /// quads); `live` from `live_rows`; the sink takes `out_w` pixels of `c` channels.
     #[cfg(target_arch = "x86_64")]
     unsafe fn run16<S: x86::Sink16>(&self, live: &[(*const i32, *const i32)], sink: &mut S) {
-        let (c, pitch) = (self.g.in_c, self.pitch);
-        let (groups, a, b, n) = (self.groups, self.a, self.b, self.g.out_w);
+        let (c, pitch) = (self.l.g.in_c, self.l.pitch);
+        let (groups, a, b, n) = (self.l.groups, self.l.a, self.l.b, self.l.g.out_w);
         // Each prepared row is `cols * pitch + PAD` words and each filter row has
         // `groups * pitch + PAD` after it (of `filter_h * groups * pitch + PAD`), so
         // pixel `ox < out_w`, group `p < groups` reads words up to `((out_w - 1) * a +
@@ -514,8 +645,8 @@ impl<T: QuantElem> Prepared<T> {
         // `c + PAD`; `pitch >= c >= 8`.
         // SAFETY: the contract of `sums`, as just listed, and the caller's.
         unsafe {
-            match self.kind {
-                Kind::Quads => quads::sums(live, groups, a, b, c, pitch, n, &self.start, sink),
+            match self.l.kind {
+                Kind::Quads => quads::sums(live, groups, a, b, c, pitch, n, &self.s.start, sink),
                 Kind::Pairs => x86::sums16(live, groups, a, b, c, pitch, n, sink),
             }
         }
@@ -528,10 +659,10 @@ impl<T: QuantElem> Prepared<T> {
     /// channels.
     #[cfg(target_arch = "x86_64")]
     unsafe fn run8<S: x86::Sink8>(&self, live: &[(*const i32, *const i32)], sink: &mut S) {
-        let c = self.g.in_c;
-        let (groups, a, b, n) = (self.groups, self.a, self.b, self.g.out_w);
+        let c = self.l.g.in_c;
+        let (groups, a, b, n) = (self.l.groups, self.l.a, self.l.b, self.l.g.out_w);
         // SAFETY: as for `run16`; pairs (quads need VNNI, so a wide level).
-        unsafe { x86::sums8(live, groups, a, b, c, self.pitch, n, sink) }
+        unsafe { x86::sums8(live, groups, a, b, c, self.l.pitch, n, sink) }
     }
 }
 
@@ -1251,7 +1382,18 @@ mod tests {
         stage: &StageCase,
     ) -> Result<(), TestCaseError> {
         let stage = stage_of::<T>(stage, g.in_c);
-        for level in [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni] {
+        // Two executions of each level: the second finds the layer built by the first
+        // and takes its scratch rows, with other values in the same image buffer (so at
+        // the same address the first execution's rows were kept by).
+        let mut img = img.to_vec();
+        for (pass, level) in [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni]
+            .into_iter()
+            .flat_map(|l| [(0, l), (1, l)])
+        {
+            if pass == 1 {
+                img.reverse();
+            }
+            let img = &img[..];
             let prepared = Prepared::<T>::new(level, g, filter, |c| w_zp[c], in_zp);
             let applies = cfg!(target_arch = "x86_64")
                 && level.min(crate::kernels::isa::detected()) >= Isa::Avx2
@@ -1274,7 +1416,7 @@ mod tests {
                 let want = want(g, img, oy, filter, in_zp, w_zp);
                 let mut got = vec![7i32; g.out_w * g.in_c];
                 prop_assert!(prepared.row_sums(g, img, oy, &mut got));
-                prop_assert_eq!(&got, &want, "{:?} row {}", level, oy);
+                prop_assert_eq!(&got, &want, "{:?} pass {} row {}", level, pass, oy);
                 let want: Vec<i32> = want
                     .iter()
                     .enumerate()
@@ -1283,7 +1425,14 @@ mod tests {
                 let mut got = vec![T::saturate_from_i32(7); g.out_w * g.in_c];
                 prop_assert!(prepared.row_requantised(g, img, oy, &stage, &mut got));
                 let got: Vec<i32> = got.iter().map(|v| v.to_i32()).collect();
-                prop_assert_eq!(&got, &want, "{:?} requantised row {}", level, oy);
+                prop_assert_eq!(
+                    &got,
+                    &want,
+                    "{:?} pass {} requantised row {}",
+                    level,
+                    pass,
+                    oy
+                );
             }
         }
         Ok(())
@@ -1299,7 +1448,8 @@ mod tests {
         /// points that keep the weights within a byte or not, signed and unsigned
         /// operands; and the same rows requantised in registers give the output stage's
         /// bytes of those sums (right and left shifts, the saturating multiplier, with
-        /// and without a fused REQUANTIZE_PRELU).
+        /// and without a fused REQUANTIZE_PRELU); and so does an execution of a layer
+        /// built before (kept rows must not be taken for the new image's).
         #[test]
         fn quant_depthwise_row_sums_match_the_definition(
             c in 1usize..80,
