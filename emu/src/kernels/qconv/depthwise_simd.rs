@@ -1207,51 +1207,52 @@ mod x86 {
         };
         let mac =
             |acc: __m256i, x: __m256i, w: __m256i| _mm256_add_epi32(acc, _mm256_madd_epi16(x, w));
-        // `$px` pixels from `ox` of the block of sixteen channels from `s`.
+        // Pixels `ox + $i` of the block of sixteen channels from `s` (the indices written
+        // out: an array indexed in a loop was kept in memory, not in registers).
         macro_rules! halves {
-            ($px:literal, $ox:expr, $s:expr, $st:expr) => {{
-                let mut acc = [[_mm256_setzero_si256(); 2]; $px];
+            ($ox:expr, $s:expr, $st:expr; $($i:literal)+) => {{
+                let mut acc = [$({ let _ = $i; [_mm256_setzero_si256(); 2] }),+];
                 for &(h, w) in live {
                     for p in 0..pairs {
-                        // Pixels `ox..ox + $px <= n`, pair `p < pairs`, channels `s..s + 16 <=
-                        // c <= pitch`: inside the rows' words (the caller's contract).
+                        // Pixels `ox + $i < n`, pair `p < pairs`, channels `s..s + 16 <= c <=
+                        // pitch`: inside the rows' words (the caller's contract).
                         let (wp, at) = (
                             w.wrapping_add(p * pitch + $s),
                             h.wrapping_add($ox * da + p * db + $s),
                         );
                         let (w0, w1) = (ld(wp), ld(wp.wrapping_add(8)));
-                        for (i, acc) in acc.iter_mut().enumerate() {
-                            let x = at.wrapping_add(i * da);
-                            acc[0] = mac(acc[0], ld(x), w0);
-                            acc[1] = mac(acc[1], ld(x.wrapping_add(8)), w1);
-                        }
+                        $(
+                            let x = at.wrapping_add($i * da);
+                            acc[$i][0] = mac(acc[$i][0], ld(x), w0);
+                            acc[$i][1] = mac(acc[$i][1], ld(x.wrapping_add(8)), w1);
+                        )+
                     }
                 }
-                for (i, acc) in acc.iter().enumerate() {
-                    // SAFETY: pixels `ox..ox + $px <= n`, channels `s..s + 16 <= c`.
-                    unsafe { sink.put2($st, $ox + i, $s, acc[0], acc[1]) };
-                }
+                $(
+                    // SAFETY: pixel `ox + $i < n`, channels `s..s + 16 <= c`.
+                    unsafe { sink.put2($st, $ox + $i, $s, acc[$i][0], acc[$i][1]) };
+                )+
             }};
         }
-        // `$px` pixels from `ox` of the eight channels from `s`.
+        // Pixels `ox + $i` of the eight channels from `s`.
         macro_rules! step {
-            ($px:literal, $ox:expr, $s:expr, $st:expr) => {{
-                let mut acc = [_mm256_setzero_si256(); $px];
+            ($ox:expr, $s:expr, $st:expr; $($i:literal)+) => {{
+                let mut acc = [$({ let _ = $i; _mm256_setzero_si256() }),+];
                 for &(h, w) in live {
                     for p in 0..pairs {
-                        // Pixels `ox..ox + $px <= n`, pair `p < pairs`, channels `s..s + 8 <= c
-                        // <= pitch`: inside the rows' words (the caller's contract).
+                        // Pixels `ox + $i < n`, pair `p < pairs`, channels `s..s + 8 <= c <=
+                        // pitch`: inside the rows' words (the caller's contract).
                         let wv = ld(w.wrapping_add(p * pitch + $s));
                         let at = h.wrapping_add($ox * da + p * db + $s);
-                        for (i, acc) in acc.iter_mut().enumerate() {
-                            *acc = mac(*acc, ld(at.wrapping_add(i * da)), wv);
-                        }
+                        $(
+                            acc[$i] = mac(acc[$i], ld(at.wrapping_add($i * da)), wv);
+                        )+
                     }
                 }
-                for (i, &acc) in acc.iter().enumerate() {
-                    // SAFETY: pixels `ox..ox + $px <= n`, channels `s..s + 8 <= c`.
-                    unsafe { sink.put(&$st, $ox + i, $s, acc) };
-                }
+                $(
+                    // SAFETY: pixel `ox + $i < n`, channels `s..s + 8 <= c`.
+                    unsafe { sink.put(&$st, $ox + $i, $s, acc[$i]) };
+                )+
             }};
         }
         let wide = c / 16;
@@ -1259,12 +1260,12 @@ mod x86 {
             // SAFETY: the CPU has AVX2 (the caller's contract).
             let st = unsafe { [sink.step(s), sink.step(s + 8)] };
             let mut ox = 0;
-            while ox + 2 <= n {
-                halves!(2, ox, s, &st);
-                ox += 2;
+            while ox + 4 <= n {
+                halves!(ox, s, &st; 0 1 2 3);
+                ox += 4;
             }
             while ox < n {
-                halves!(1, ox, s, &st);
+                halves!(ox, s, &st; 0);
                 ox += 1;
             }
         }
@@ -1277,11 +1278,11 @@ mod x86 {
             let st = unsafe { sink.step(s) };
             let mut ox = 0;
             while ox + 4 <= n {
-                step!(4, ox, s, st);
+                step!(ox, s, st; 0 1 2 3);
                 ox += 4;
             }
             while ox < n {
-                step!(1, ox, s, st);
+                step!(ox, s, st; 0);
                 ox += 1;
             }
         }
