@@ -983,6 +983,41 @@ mod x86 {
                 _ => self.zp_row,
             }
         }
+
+        /// `f(k, a, b)` for each prepared column `k < n`, `a` and `b` the bytes of input
+        /// columns `k * step` and `k * step + d` (`step >= 1`): the columns whose two
+        /// are inside the row by stepping a pointer, the others by [`Columns::at`] (a
+        /// product and a compare per column cost about as much as the vector work of
+        /// sixteen channels).
+        #[inline(always)]
+        pub(super) fn pairs(
+            &self,
+            n: usize,
+            step: usize,
+            d: usize,
+            mut f: impl FnMut(usize, *const u8, *const u8),
+        ) {
+            // Both inside for `k` in `lo..hi`: `k * step >= pad` and `k * step + d <
+            // pad + width`.
+            let lo = self.pad.div_ceil(step).min(n);
+            let hi = match (self.pad + self.width).checked_sub(d + 1) {
+                Some(last) => (last / step + 1).clamp(lo, n),
+                None => lo,
+            };
+            for k in 0..lo {
+                f(k, self.at(k * step), self.at(k * step + d));
+            }
+            let mut a = self
+                .base
+                .wrapping_add((lo * step).wrapping_sub(self.pad).wrapping_mul(self.c));
+            for k in lo..hi {
+                f(k, a, a.wrapping_add(d * self.c));
+                a = a.wrapping_add(step * self.c);
+            }
+            for k in hi..n {
+                f(k, self.at(k * step), self.at(k * step + d));
+            }
+        }
     }
 
     /// Prepares a row of pairs sixteen lanes a step: for prepared column `k < n` and
@@ -1009,8 +1044,7 @@ mod x86 {
     ) {
         let zp = _mm512_set1_epi16(zp);
         let out = words.as_mut_ptr();
-        for k in 0..n {
-            let (pa, pb) = (cols.at(k * step), cols.at(k * step + d));
+        cols.pairs(n, step, d, |k, pa, pb| {
             for s in starts(from, to, 16) {
                 // `s + 16 <= to` bytes from each column, and word `k * pitch + s + 16 <=
                 // words.len()` (the caller's contract).
@@ -1029,7 +1063,7 @@ mod x86 {
                     _mm512_storeu_si512(out.add(k * pitch + s).cast(), _mm512_sub_epi16(v, zp));
                 }
             }
-        }
+        });
     }
 
     /// [`build16`] on AVX2, eight lanes a step: the bytes of the two columns are
@@ -1063,8 +1097,7 @@ mod x86 {
         let wide = (to - from) / 16;
         let rest = from + wide * 16;
         let out = words.as_mut_ptr();
-        for k in 0..n {
-            let (pa, pb) = (cols.at(k * step), cols.at(k * step + d));
+        cols.pairs(n, step, d, |k, pa, pb| {
             // SAFETY: word `k * pitch + to <= words.len()` (the caller's contract).
             let o = unsafe { out.add(k * pitch) };
             for i in 0..wide {
@@ -1084,7 +1117,7 @@ mod x86 {
                 }
             }
             if rest == to {
-                continue;
+                return;
             }
             for s in starts(rest.min(to - 8), to, 8) {
                 // `s + 8 <= to` bytes from each column (`s >= from`), words `s + 8 <= pitch`
@@ -1099,7 +1132,7 @@ mod x86 {
                     _mm256_storeu_si256(o.add(s).cast(), v);
                 }
             }
-        }
+        });
     }
 
     /// The sixteen-lane pair sums of `n` pixels into `sink`: pixel `ox`, channel `ch`
