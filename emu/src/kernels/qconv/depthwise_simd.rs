@@ -1232,6 +1232,36 @@ mod x86 {
         n: usize,
         sink: &mut S,
     ) {
+        // The pair counts of 3- to 6-tap filter rows with the loop over them unrolled
+        // (3x3 and 5x5 filters); others counted at run time.
+        // SAFETY: the caller's contract is each call's.
+        unsafe {
+            match pairs {
+                2 => sums8_of::<2, S>(live, pairs, a, b, c, pitch, n, sink),
+                3 => sums8_of::<3, S>(live, pairs, a, b, c, pitch, n, sink),
+                _ => sums8_of::<0, S>(live, pairs, a, b, c, pitch, n, sink),
+            }
+        }
+    }
+
+    /// [`sums8`] for `P` pairs a filter row (`P == 0`: `pairs`).
+    ///
+    /// # Safety
+    /// As for [`sums8`]; `P` is 0 or `pairs`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn sums8_of<const P: usize, S: Sink8>(
+        live: &[(*const i32, *const i32)],
+        pairs: usize,
+        a: usize,
+        b: usize,
+        c: usize,
+        pitch: usize,
+        n: usize,
+        sink: &mut S,
+    ) {
+        let pairs = if P == 0 { pairs } else { P };
         let (da, db) = (a * pitch, b * pitch);
         let ld = |p: *const i32| {
             // SAFETY: every word a caller below reads lies in a row or filter row (the
