@@ -916,7 +916,8 @@ pub(crate) mod x86 {
             } else {
                 x
             };
-            // `srdhm_avx2` with the multiplier's odd lanes shifted once per step.
+            // `srdhm_avx2` with the multiplier's odd lanes moved once per step (a shuffle:
+            // after a 64-bit shift LLVM expands `vpmuldq` into three `vpmuludq`).
             let h = _mm256_set1_epi64x(1 << 30);
             let even = _mm256_srli_epi64(_mm256_add_epi64(_mm256_mul_epi32(x, st.m), h), 31);
             let odd = _mm256_slli_epi64(
