@@ -136,29 +136,30 @@ pub(super) unsafe fn sums<S: Sink16>(
     sink: &mut S,
 ) {
     let (da, db) = (a * pitch, b * pitch);
-    // `$px` pixels from `ox` at once: each filter word loaded once for all of them.
+    // Pixels `ox + $i` at once: each filter word loaded once for all of them (the
+    // indices written out: an array indexed in a loop may be kept in memory).
     macro_rules! block {
-        ($px:literal, $ox:expr, $s:expr, $k:expr, $init:expr, $st:expr) => {{
-            let mut acc = [$init; $px];
+        ($ox:expr, $s:expr, $k:expr, $init:expr, $st:expr; $($i:literal)+) => {{
+            let mut acc = [$({ let _ = $i; $init }),+];
             for &(h, w) in live {
                 for p in 0..groups {
-                    // Pixels `ox..ox + $px <= n`, group `p < groups`, lanes `s..s + 16 <= pitch +
-                    // 16`: inside the rows' words (the caller's contract).
+                    // Pixels `ox + $i < n`, group `p < groups`, lanes `s..s + 16 <= pitch + 16`:
+                    // inside the rows' words (the caller's contract).
                     // SAFETY: by the above.
                     unsafe {
                         let wv = _mm512_loadu_si512(w.add(p * pitch + $s).cast());
                         let at = h.add($ox * da + p * db + $s);
-                        for (i, acc) in acc.iter_mut().enumerate() {
-                            let x = _mm512_loadu_si512(at.add(i * da).cast());
-                            *acc = _mm512_dpbusd_epi32(*acc, x, wv);
-                        }
+                        $(
+                            let x = _mm512_loadu_si512(at.add($i * da).cast());
+                            acc[$i] = _mm512_dpbusd_epi32(acc[$i], x, wv);
+                        )+
                     }
                 }
             }
-            for (i, &acc) in acc.iter().enumerate() {
-                // SAFETY: pixels `ox..ox + $px <= n`, channels `s..s + k <= c`.
-                unsafe { sink.put($st, $ox + i, $s, $k, acc) };
-            }
+            $(
+                // SAFETY: pixel `ox + $i < n`, channels `s..s + k <= c`.
+                unsafe { sink.put($st, $ox + $i, $s, $k, acc[$i]) };
+            )+
         }};
     }
     for (s, k) in steps16(c) {
@@ -168,15 +169,15 @@ pub(super) unsafe fn sums<S: Sink16>(
         let st = unsafe { sink.step(s) };
         let mut ox = 0;
         while ox + 8 <= n {
-            block!(8, ox, s, k, init, &st);
+            block!(ox, s, k, init, &st; 0 1 2 3 4 5 6 7);
             ox += 8;
         }
         if ox + 4 <= n {
-            block!(4, ox, s, k, init, &st);
+            block!(ox, s, k, init, &st; 0 1 2 3);
             ox += 4;
         }
         while ox < n {
-            block!(1, ox, s, k, init, &st);
+            block!(ox, s, k, init, &st; 0);
             ox += 1;
         }
     }
