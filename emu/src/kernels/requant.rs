@@ -908,7 +908,7 @@ pub(crate) mod x86 {
             Step256 {
                 bias: ld8(&l.bias, c0),
                 m,
-                m_odd: _mm256_srli_epi64(m, 32),
+                m_odd: _mm256_shuffle_epi32::<0xF5>(m),
                 left: ld8(&l.left, c0),
                 right: ld8(&l.right, c0),
                 mask: ld8(&l.mask, c0),
@@ -942,11 +942,15 @@ pub(crate) mod x86 {
             } else {
                 x
             };
-            // `srdhm_avx2` with the multiplier's odd lanes shifted once per step.
+            // `srdhm_avx2` with the multiplier's odd lanes moved once per step (a shuffle:
+            // after a 64-bit shift LLVM expands `vpmuldq` into three `vpmuludq`).
             let h = _mm256_set1_epi64x(1 << 30);
             let even = _mm256_srli_epi64(_mm256_add_epi64(_mm256_mul_epi32(x, st.m), h), 31);
             let odd = _mm256_slli_epi64(
-                _mm256_add_epi64(_mm256_mul_epi32(_mm256_srli_epi64(x, 32), st.m_odd), h),
+                _mm256_add_epi64(
+                    _mm256_mul_epi32(_mm256_shuffle_epi32::<0xF5>(x), st.m_odd),
+                    h,
+                ),
                 1,
             );
             let mut r = _mm256_blend_epi32::<0b1010_1010>(even, odd);

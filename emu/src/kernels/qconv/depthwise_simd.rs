@@ -29,7 +29,10 @@
 
 use super::{ConvGeometry, QuantElem};
 use crate::kernels::isa::Isa;
-use crate::kernels::requant::Requant;
+use crate::kernels::requant::{memoised, Memo, Requant};
+use std::cell::RefCell;
+use std::marker::PhantomData;
+use std::rc::Rc;
 
 #[cfg(target_arch = "x86_64")]
 mod quads;
@@ -84,9 +87,10 @@ struct Slot {
     off: usize,
 }
 
-/// One layer's filter and input zero point, prepared for the vector rows, and the
-/// prepared input rows kept between output rows.
-pub(super) struct Prepared<T> {
+/// One layer's filter and input zero point, prepared for the vector rows: built on a
+/// layer's first execution and kept per thread ([`LAYERS`]), with the scratch rows of
+/// the last execution to finish.
+struct Layer {
     /// The grouping of the taps.
     kind: Kind,
     /// The level the steps run at (AVX2 or wider, capped at the CPU's).
@@ -117,38 +121,96 @@ pub(super) struct Prepared<T> {
     pitch: usize,
     /// Quads: per filter row and channel, `z_u * sum_kx (w - w_zp)` (`[filter_h][c]`).
     share: Vec<i32>,
-    /// Quads: the negated shares of the output row being summed (`c`).
-    start: Vec<i32>,
-    /// `c` copies of the input zero point: what a column outside the input reads.
-    zp_row: Vec<T>,
+    /// `c` copies of the input zero point's byte: what a column outside the input
+    /// reads.
+    zp_row: Vec<u8>,
     /// The input zero point.
     zp: i16,
+    /// The scratch of an execution that finished, for the next to take (none while one
+    /// runs).
+    spare: RefCell<Option<Scratch>>,
+}
+
+/// What an execution changes as it goes: the prepared input rows kept between output
+/// rows and the lists of the output row being summed.
+struct Scratch {
+    /// Quads: the negated shares of the output row being summed (`c`).
+    start: Vec<i32>,
     /// Up to `filter_h` prepared input rows.
     slots: Vec<Slot>,
-    /// The column pointers of the row being prepared (kept to spare an allocation).
-    ends: Vec<(*const u8, *const u8)>,
-    /// The input columns of the row being prepared (kept to spare an allocation).
-    table: Vec<*const u8>,
     /// `(ky, iy)` of the output row being summed: its filter rows inside the input.
     rows: Vec<(usize, usize)>,
     /// `(prepared row, filter row)` of the output row being summed.
     live: Vec<(*const i32, *const i32)>,
 }
 
-impl<T: QuantElem> Prepared<T> {
-    /// The prepared layer for filter `[filter_h, filter_w, in_c]` with per-channel filter
-    /// zero points `filter_zp(channel)` and input zero point `in_zp`, or `None` where the
-    /// vector rows do not apply: no vector level, operands wider than a byte, fewer than
-    /// eight channels, no taps, a zero point outside the element type's range (a filter
-    /// value minus its zero point outside `[-32767, 32767]`), or lengths that disagree.
-    pub(super) fn new<F: QuantElem>(
+thread_local! {
+    /// The prepared layers of this thread, by everything they are built from.
+    static LAYERS: Memo<Layer> = RefCell::default();
+}
+
+/// One execution's view of a prepared layer: the layer, and the scratch it took from
+/// it (handed back when dropped).
+pub(super) struct Prepared<T> {
+    /// The layer.
+    l: Rc<Layer>,
+    /// This execution's scratch.
+    s: Scratch,
+    /// The element type of the images.
+    _t: PhantomData<T>,
+}
+
+impl<T> Drop for Prepared<T> {
+    fn drop(&mut self) {
+        // The rows' tags name images by address, which the next execution may reuse
+        // for other values: the rows are kept only as buffers.
+        let mut s = std::mem::replace(&mut self.s, Scratch::empty());
+        for slot in &mut s.slots {
+            slot.tag = None;
+        }
+        self.l.spare.replace(Some(s));
+    }
+}
+
+impl Scratch {
+    /// Scratch holding nothing (no allocation).
+    fn empty() -> Self {
+        Scratch {
+            start: Vec::new(),
+            slots: Vec::new(),
+            rows: Vec::new(),
+            live: Vec::new(),
+        }
+    }
+
+    /// Fresh scratch for `l`.
+    fn new(l: &Layer) -> Self {
+        let g = &l.g;
+        Scratch {
+            start: vec![0; g.in_c + PAD],
+            slots: (0..g.filter_h)
+                .map(|_| Slot {
+                    tag: None,
+                    words: Vec::new(),
+                    off: 0,
+                })
+                .collect(),
+            rows: Vec::with_capacity(g.filter_h),
+            live: Vec::with_capacity(g.filter_h),
+        }
+    }
+}
+
+impl Layer {
+    /// [`Prepared::new`]'s layer for images of `T` (`zps` the filter zero points, `level`
+    /// capped at the CPU's already).
+    fn build<T: QuantElem, F: QuantElem>(
         level: Isa,
         g: &ConvGeometry,
         filter: &[F],
-        filter_zp: impl Fn(usize) -> i32,
+        zps: &[i32],
         in_zp: i32,
     ) -> Option<Self> {
-        let level = level.min(crate::kernels::isa::detected());
         let c = g.in_c;
         let taps = g.filter_h.checked_mul(g.filter_w)?;
         let one_byte = std::mem::size_of::<T>() == 1 && std::mem::size_of::<F>() == 1;
@@ -164,13 +226,12 @@ impl<T: QuantElem> Prepared<T> {
         {
             return None;
         }
-        let zps: Vec<i32> = (0..c).map(&filter_zp).collect();
         // The filter values less their zero points, `[filter_h][filter_w][c]`.
         let mut weights = Vec::with_capacity(filter.len());
         for tap in filter.chunks_exact(c) {
             weights.extend(
                 tap.iter()
-                    .zip(&zps)
+                    .zip(zps)
                     .map(|(w, &zp)| i64::from(w.to_i32()) - i64::from(zp)),
             );
         }
@@ -268,27 +329,85 @@ impl<T: QuantElem> Prepared<T> {
             filter_off,
             pitch,
             share,
-            start: vec![0; c + PAD],
-            zp_row: vec![T::saturate_from_i32(in_zp); c],
+            zp_row: vec![T::saturate_from_i32(in_zp).to_i32() as u8; c],
             zp: in_zp as i16,
-            slots: (0..g.filter_h)
-                .map(|_| Slot {
-                    tag: None,
-                    words: Vec::new(),
-                    off: 0,
-                })
-                .collect(),
-            ends: Vec::new(),
-            table: Vec::new(),
-            rows: Vec::with_capacity(g.filter_h),
-            live: Vec::with_capacity(g.filter_h),
+            spare: RefCell::new(None),
+        })
+    }
+}
+
+impl<T: QuantElem> Prepared<T> {
+    /// The prepared layer for filter `[filter_h, filter_w, in_c]` with per-channel filter
+    /// zero points `filter_zp(channel)` and input zero point `in_zp`, or `None` where the
+    /// vector rows do not apply: no vector level, operands wider than a byte, fewer than
+    /// eight channels, no taps, a zero point outside the element type's range (a filter
+    /// value minus its zero point outside `[-32767, 32767]`), or lengths that disagree.
+    /// The filter's words are built on the layer's first execution on this thread and
+    /// looked up after (the lookup's key is every input of the build).
+    pub(super) fn new<F: QuantElem>(
+        level: Isa,
+        g: &ConvGeometry,
+        filter: &[F],
+        filter_zp: impl Fn(usize) -> i32,
+        in_zp: i32,
+    ) -> Option<Self> {
+        let level = level.min(crate::kernels::isa::detected());
+        let one_byte = std::mem::size_of::<T>() == 1 && std::mem::size_of::<F>() == 1;
+        if level < Isa::Avx2
+            || !one_byte
+            || g.in_c < 8
+            || g.filter_h
+                .checked_mul(g.filter_w)
+                .and_then(|t| t.checked_mul(g.in_c))
+                != Some(filter.len())
+        {
+            return None;
+        }
+        let zps: Vec<i32> = (0..g.in_c).map(&filter_zp).collect();
+        let dims = [
+            g.batches,
+            g.in_h,
+            g.in_w,
+            g.in_c,
+            g.out_h,
+            g.out_w,
+            g.filter_h,
+            g.filter_w,
+            g.stride_h,
+            g.stride_w,
+            g.dilation_h,
+            g.dilation_w,
+            g.pad_top,
+            g.pad_left,
+        ];
+        let mut key = Vec::with_capacity(dims.len() + 4 + zps.len() + filter.len().div_ceil(4));
+        key.extend([level as u32, T::MIN as u32, F::MIN as u32, in_zp as u32]);
+        key.extend(
+            dims.iter()
+                .flat_map(|&d| [d as u32, (d as u64 >> 32) as u32]),
+        );
+        key.extend(zps.iter().map(|&z| z as u32));
+        key.extend(filter.chunks(4).map(|w| {
+            w.iter()
+                .rev()
+                .fold(0u32, |k, v| k << 8 | u32::from(v.to_i32() as u8))
+        }));
+        let l = memoised(&LAYERS, key, || {
+            Layer::build::<T, F>(level, g, filter, &zps, in_zp).ok_or(())
+        })
+        .ok()?;
+        let s = l.spare.take().unwrap_or_else(|| Scratch::new(&l));
+        Some(Prepared {
+            l,
+            s,
+            _t: PhantomData,
         })
     }
 
     /// Whether the words are byte quads (for the tests: which path a case reaches).
     #[cfg(test)]
     fn quads(&self) -> bool {
-        self.kind == Kind::Quads
+        self.l.kind == Kind::Quads
     }
 
     /// The sums of output row `oy` of image `img` (`[in_h, in_w, in_c]`), every channel of
@@ -309,20 +428,20 @@ impl<T: QuantElem> Prepared<T> {
         };
         #[cfg(target_arch = "x86_64")]
         {
-            let c = self.g.in_c;
+            let c = self.l.g.in_c;
             let mut sink = x86::Words::new(accs, c);
             // The contract of `run16` / `run8` for this level (`live_rows` checked that `accs` is
             // `out_w * c` words).
             // SAFETY: by the above.
             unsafe {
-                if self.level >= Isa::Avx512 {
+                if self.l.level >= Isa::Avx512 {
                     self.run16(&live, &mut sink);
                 } else {
                     self.run8(&live, &mut sink);
                 }
             }
         }
-        self.live = live;
+        self.s.live = live;
         true
     }
 
@@ -342,7 +461,7 @@ impl<T: QuantElem> Prepared<T> {
         let Some((lanes, full, epi)) = stage.vector_form() else {
             return false;
         };
-        if std::mem::size_of::<T>() != 1 || stage.channels() < self.g.in_c {
+        if std::mem::size_of::<T>() != 1 || stage.channels() < self.l.g.in_c {
             return false;
         }
         let Some(live) = self.live_rows(g, img, oy, out.len()) else {
@@ -350,8 +469,8 @@ impl<T: QuantElem> Prepared<T> {
         };
         #[cfg(target_arch = "x86_64")]
         {
-            let c = self.g.in_c;
-            let wide = self.level >= Isa::Avx512;
+            let c = self.l.g.in_c;
+            let wide = self.l.level >= Isa::Avx512;
             macro_rules! run {
                 ($full:literal, $epi:literal) => {
                     // T is one byte (checked above); the level is capped at the CPU's, so it has
@@ -381,14 +500,14 @@ impl<T: QuantElem> Prepared<T> {
         }
         #[cfg(not(target_arch = "x86_64"))]
         let _ = (lanes, full, epi);
-        self.live = live;
+        self.s.live = live;
         true
     }
 
     /// The live rows of output row `oy` (its `(prepared row, filter row)` per tap row
     /// inside the input), the rows prepared as needed, for an output row of `len`
     /// elements; `None` (nothing changed) where the geometry or a length disagrees with
-    /// the prepared layer. Hand the list back to `self.live` when done.
+    /// the prepared layer. Hand the list back to `self.s.live` when done.
     fn live_rows(
         &mut self,
         g: &ConvGeometry,
@@ -396,8 +515,8 @@ impl<T: QuantElem> Prepared<T> {
         oy: usize,
         len: usize,
     ) -> Option<Vec<(*const i32, *const i32)>> {
-        let c = self.g.in_c;
-        let sizes_ok = *g == self.g
+        let c = self.l.g.in_c;
+        let sizes_ok = *g == self.l.g
             && g.in_h.checked_mul(g.in_w).and_then(|p| p.checked_mul(c)) == Some(img.len())
             && g.out_w.checked_mul(c) == Some(len);
         if !sizes_ok {
@@ -405,8 +524,8 @@ impl<T: QuantElem> Prepared<T> {
         }
         // The input rows this output row reads (its taps' rows inside the input).
         let (mut rows, mut live) = (
-            std::mem::take(&mut self.rows),
-            std::mem::take(&mut self.live),
+            std::mem::take(&mut self.s.rows),
+            std::mem::take(&mut self.s.live),
         );
         rows.clear();
         live.clear();
@@ -417,11 +536,11 @@ impl<T: QuantElem> Prepared<T> {
         let image = img.as_ptr() as usize;
         for &(ky, iy) in &rows {
             let tag = Some((image, iy));
-            let at = match self.slots.iter().position(|s| s.tag == tag) {
+            let at = match self.s.slots.iter().position(|s| s.tag == tag) {
                 Some(at) => at,
                 None => {
                     // A slot no row of this output row needs (there are `filter_h`).
-                    let at = self.slots.iter().position(|s| {
+                    let at = self.s.slots.iter().position(|s| {
                         s.tag.is_none_or(|(im, r)| {
                             im != image || !rows.iter().any(|&(_, need)| need == r)
                         })
@@ -430,90 +549,83 @@ impl<T: QuantElem> Prepared<T> {
                     at
                 }
             };
-            let slot = &self.slots[at];
-            let filter_row = self.filter_off + ky * self.groups * self.pitch;
+            let slot = &self.s.slots[at];
+            let filter_row = self.l.filter_off + ky * self.l.groups * self.l.pitch;
             live.push((
                 slot.words[slot.off..].as_ptr(),
-                self.filter[filter_row..].as_ptr(),
+                self.l.filter[filter_row..].as_ptr(),
             ));
         }
-        if self.kind == Kind::Quads {
+        if self.l.kind == Kind::Quads {
             // Every sum starts at minus the zero point's share of the live filter rows.
-            self.start.fill(0);
+            self.s.start.fill(0);
             for &(ky, _) in &rows {
-                let share = &self.share[ky * c..(ky + 1) * c];
-                for (s, &z) in self.start.iter_mut().zip(share) {
+                let share = &self.l.share[ky * c..(ky + 1) * c];
+                for (s, &z) in self.s.start.iter_mut().zip(share) {
                     *s = s.wrapping_sub(z);
                 }
             }
         }
-        self.rows = rows;
+        self.s.rows = rows;
         Some(live)
     }
 
     /// Prepares input row `iy` of `img` (checked by the caller to be inside) into slot
     /// `at`.
     fn prepare_row(&mut self, img: &[T], iy: usize, at: usize) {
-        let g = &self.g;
+        let g = &self.l.g;
         let c = g.in_c;
         let row = &img[iy * g.in_w * c..(iy + 1) * g.in_w * c];
-        // Column pointers by arithmetic (no slicing per column): a column inside the row
-        // points at its pixel, one outside at `zp_row`.
-        let (base, zp_row) = (row.as_ptr().cast::<u8>(), self.zp_row.as_ptr().cast::<u8>());
-        // Every input column a prepared column reads, `k * step + t * dilation_w` for
-        // `t < loads`: the left padding, the row's pixels, the right padding.
-        let (step, d, loads) = (self.step, g.dilation_w, self.loads);
-        let mut table = std::mem::take(&mut self.table);
-        table.clear();
-        if self.cols > 0 {
-            let reach = (self.cols - 1) * step + (loads - 1) * d + 1;
-            let left = g.pad_left.min(reach);
-            let inside = g.in_w.min(reach - left);
-            table.resize(left, zp_row);
-            table.extend((0..inside).map(|x| base.wrapping_add(x * c)));
-            table.resize(reach, zp_row);
-        }
-        let mut ends = std::mem::take(&mut self.ends);
-        ends.clear();
-        if self.kind == Kind::Pairs {
-            ends.extend((0..self.cols).map(|k| (table[k * step], table[k * step + d])));
-        }
-        let slot = &mut self.slots[at];
+        let slot = &mut self.s.slots[at];
         slot.tag = None;
-        slot.words.resize(self.cols * self.pitch + PAD + SLACK, 0);
+        slot.words
+            .resize(self.l.cols * self.l.pitch + PAD + SLACK, 0);
         slot.off = aligned(&slot.words);
-        let pitch = self.pitch;
         #[cfg(target_arch = "x86_64")]
         {
-            let (zp, words) = (self.zp, &mut slot.words[slot.off..]);
+            // Column pointers by arithmetic, per column as the kernels read them (no
+            // table of them built per row): a column inside the row points at its
+            // pixel, one outside at `zp_row`.
+            let cols = x86::Columns {
+                base: row.as_ptr().cast(),
+                zp_row: self.l.zp_row.as_ptr().cast(),
+                pad: g.pad_left,
+                width: g.in_w,
+                c,
+            };
+            let (step, d, loads, n, pitch) = (
+                self.l.step,
+                g.dilation_w,
+                self.l.loads,
+                self.l.cols,
+                self.l.pitch,
+            );
+            let (zp, words) = (self.l.zp, &mut slot.words[slot.off..]);
             // Each call's contract: the level is capped at the CPU's (AVX2 at least,
             // AVX-512 F and BW at Isa::Avx512 and above, VNNI for quads); every column
-            // pointer was taken from a slice of at least `c` one-byte elements (a pixel
-            // of the row, or `zp_row`); `words` is `cols * pitch + PAD` long (`pitch >= c`
-            // after `off <= SLACK`), `ends` has `cols`
-            // entries (pairs) and `table` every column `k * step + t * d`, `k < cols`,
-            // `t < loads` (quads); each step range is at least one step wide and within
-            // `c` (see `Steps`; quads have `c >= 16`).
+            // pointer `cols` gives was taken from a slice of at least `c` one-byte
+            // elements (a pixel of the row, or `zp_row`); `words` is `cols * pitch + PAD`
+            // long (`pitch >= c` after `off <= SLACK`); each step range is at least one
+            // step wide and within `c` (see `Steps`; quads have `c >= 16`).
             // SAFETY: the contract of `build`, as just listed.
             unsafe {
-                match self.kind {
-                    Kind::Quads => {
-                        quads::build::<T>(&table, self.cols, step, d, loads, c, pitch, words)
-                    }
+                match self.l.kind {
+                    Kind::Quads => quads::build::<T>(cols, n, step, d, loads, pitch, words),
                     Kind::Pairs => {
-                        let s = Steps::of(self.level, c);
+                        let s = Steps::of(self.l.level, c);
                         if let Some(to) = s.wide {
-                            x86::build16::<T>(&ends, pitch, 0, to, zp, words);
+                            x86::build16::<T>(cols, n, step, d, pitch, 0, to, zp, words);
                         }
                         if let Some(from) = s.narrow {
-                            x86::build8::<T>(&ends, pitch, from, c, zp, words);
+                            x86::build8::<T>(cols, n, step, d, pitch, from, c, zp, words);
                         }
                     }
                 }
             }
         }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = row;
         slot.tag = Some((img.as_ptr() as usize, iy));
-        (self.ends, self.table) = (ends, table);
     }
 
     /// The sums of every pixel of an output row from its live rows into `sink`, sixteen
@@ -524,8 +636,8 @@ impl<T: QuantElem> Prepared<T> {
     /// quads); `live` from `live_rows`; the sink takes `out_w` pixels of `c` channels.
     #[cfg(target_arch = "x86_64")]
     unsafe fn run16<S: x86::Sink16>(&self, live: &[(*const i32, *const i32)], sink: &mut S) {
-        let (c, pitch) = (self.g.in_c, self.pitch);
-        let (groups, a, b, n) = (self.groups, self.a, self.b, self.g.out_w);
+        let (c, pitch) = (self.l.g.in_c, self.l.pitch);
+        let (groups, a, b, n) = (self.l.groups, self.l.a, self.l.b, self.l.g.out_w);
         // Each prepared row is `cols * pitch + PAD` words and each filter row has
         // `groups * pitch + PAD` after it (of `filter_h * groups * pitch + PAD`), so
         // pixel `ox < out_w`, group `p < groups` reads words up to `((out_w - 1) * a +
@@ -533,8 +645,8 @@ impl<T: QuantElem> Prepared<T> {
         // `c + PAD`; `pitch >= c >= 8`.
         // SAFETY: the contract of `sums`, as just listed, and the caller's.
         unsafe {
-            match self.kind {
-                Kind::Quads => quads::sums(live, groups, a, b, c, pitch, n, &self.start, sink),
+            match self.l.kind {
+                Kind::Quads => quads::sums(live, groups, a, b, c, pitch, n, &self.s.start, sink),
                 Kind::Pairs => x86::sums16(live, groups, a, b, c, pitch, n, sink),
             }
         }
@@ -547,10 +659,10 @@ impl<T: QuantElem> Prepared<T> {
     /// channels.
     #[cfg(target_arch = "x86_64")]
     unsafe fn run8<S: x86::Sink8>(&self, live: &[(*const i32, *const i32)], sink: &mut S) {
-        let c = self.g.in_c;
-        let (groups, a, b, n) = (self.groups, self.a, self.b, self.g.out_w);
+        let c = self.l.g.in_c;
+        let (groups, a, b, n) = (self.l.groups, self.l.a, self.l.b, self.l.g.out_w);
         // SAFETY: as for `run16`; pairs (quads need VNNI, so a wide level).
-        unsafe { x86::sums8(live, groups, a, b, c, self.pitch, n, sink) }
+        unsafe { x86::sums8(live, groups, a, b, c, self.l.pitch, n, sink) }
     }
 }
 
@@ -638,6 +750,19 @@ mod x86 {
         /// # Safety
         /// The CPU has AVX2; pixel `ox` and channels `c0..c0 + 8` lie in the sink's row.
         unsafe fn put(&mut self, st: &Self::Step, ox: usize, c0: usize, acc: __m256i);
+        /// Channels `c0..c0 + 16` of pixel `ox`: `lo` the first eight (constants
+        /// `st[0]`), `hi` the next eight (`st[1]`).
+        ///
+        /// # Safety
+        /// The CPU has AVX2; pixel `ox` and channels `c0..c0 + 16` lie in the sink's row.
+        unsafe fn put2(
+            &mut self,
+            st: &[Self::Step; 2],
+            ox: usize,
+            c0: usize,
+            lo: __m256i,
+            hi: __m256i,
+        );
     }
 
     /// A row of sums stored as words, `c` a pixel.
@@ -684,6 +809,16 @@ mod x86 {
         unsafe fn put(&mut self, _: &(), ox: usize, c0: usize, acc: __m256i) {
             // SAFETY: channels `c0..c0 + 8` of pixel `ox`, inside the row (the caller's).
             unsafe { _mm256_storeu_si256(self.out.add(ox * self.c + c0).cast(), acc) };
+        }
+
+        #[inline(always)]
+        unsafe fn put2(&mut self, _: &[(); 2], ox: usize, c0: usize, lo: __m256i, hi: __m256i) {
+            // SAFETY: channels `c0..c0 + 16` of pixel `ox`, inside the row (the caller's).
+            unsafe {
+                let at = self.out.add(ox * self.c + c0);
+                _mm256_storeu_si256(at.cast(), lo);
+                _mm256_storeu_si256(at.add(8).cast(), hi);
+            }
         }
     }
 
@@ -740,6 +875,44 @@ mod x86 {
                 store_bytes8(v, self.out.add(ox * self.c + c0), 8);
             }
         }
+
+        #[inline(always)]
+        unsafe fn put2(
+            &mut self,
+            st: &[Step256; 2],
+            ox: usize,
+            c0: usize,
+            lo: __m256i,
+            hi: __m256i,
+        ) {
+            // The CPU has AVX2, and the sixteen bytes of channels `c0..c0 + 16` of pixel `ox` lie
+            // in the row (this function's contract); T is one byte (`with_bytes8`).
+            // SAFETY: by the above.
+            unsafe {
+                let lo = self.stage.apply::<FULL, EPI>(&st[0], lo);
+                let hi = self.stage.apply::<FULL, EPI>(&st[1], hi);
+                store_bytes8x2(lo, hi, self.out.add(ox * self.c + c0));
+            }
+        }
+    }
+
+    /// Stores `lo` and `hi` as sixteen bytes at `at`, each narrowed as `store_bytes8`
+    /// narrows it (saturating to `i16`, then to `T`).
+    ///
+    /// # Safety
+    /// The CPU has AVX2; T is one byte wide; `at` has sixteen writable bytes.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn store_bytes8x2<T: QuantElem>(lo: __m256i, hi: __m256i, at: *mut T) {
+        // Both halves in one register: dwords 0 and 4 hold `lo`'s bytes, 1 and 5 `hi`'s.
+        let v16 = _mm256_packs_epi32(lo, hi);
+        let v8 = match T::MIN < 0 {
+            true => _mm256_packs_epi16(v16, v16),
+            false => _mm256_packus_epi16(v16, v16),
+        };
+        let v = _mm256_permutevar8x32_epi32(v8, _mm256_setr_epi32(0, 4, 1, 5, 0, 4, 1, 5));
+        // SAFETY: `at` has sixteen writable bytes (the caller's contract).
+        unsafe { _mm_storeu_si128(at.cast(), _mm256_castsi256_si128(v)) };
     }
 
     /// Runs `body` with the sink requantising by `q` (its vector constants `l`) into
@@ -783,151 +956,252 @@ mod x86 {
         });
     }
 
-    /// One body for the two widths of the row preparation.
-    macro_rules! build {
-        ($build:ident, $feature:literal, $lanes:literal,
-         $loadx:expr, $widen_s:ident, $widen_u:ident, $blend:expr, $set1_16:ident,
-         $sub16:ident, $slli:ident, $store:ident) => {
-            /// Prepares a row: for column `k` and channel `ch` in the steps of
-            /// `from..to`, word `k * pitch + ch` = `pair(a - zp, b - zp)` of the bytes
-            /// at `ends[k].0 + ch` and `ends[k].1 + ch`.
-            ///
-            /// # Safety
-            /// The CPU has the target features, T is one byte, every pointer of `ends`
-            /// has `to` readable bytes, `words` is `ends.len() * pitch` long or longer,
-            /// and `$lanes <= to - from`, `to <= pitch`.
-            #[target_feature(enable = $feature)]
-            pub(super) unsafe fn $build<T: QuantElem>(
-                ends: &[(*const u8, *const u8)],
-                pitch: usize,
-                from: usize,
-                to: usize,
-                zp: i16,
-                words: &mut [i32],
-            ) {
-                let zp = $set1_16(zp);
-                let out = words.as_mut_ptr();
-                for (k, &(pa, pb)) in ends.iter().enumerate() {
-                    for s in starts(from, to, $lanes) {
-                        // `s + $lanes <= to` bytes from each pointer, and word `k * pitch + s +
-                        // $lanes <= words.len()` (the caller's contract).
-                        // SAFETY: by the above.
-                        unsafe {
-                            let (xa, xb) = ($loadx(pa.add(s)), $loadx(pb.add(s)));
-                            let (xa, xb) = if T::MIN < 0 {
-                                ($widen_s(xa), $widen_s(xb))
-                            } else {
-                                ($widen_u(xa), $widen_u(xb))
-                            };
-                            let v = $sub16($blend(xa, $slli::<16>(xb)), zp);
-                            $store(out.add(k * pitch + s).cast(), v);
-                        }
-                    }
-                }
-            }
-        };
+    /// Where a prepared row's input columns are: column `j`, counted from the first of
+    /// the left padding, is pixel `j - pad` of the row at `base` where that is inside
+    /// the row, else the zero point's pixel `zp_row`.
+    #[derive(Clone, Copy)]
+    pub(super) struct Columns {
+        /// The row's first pixel.
+        pub(super) base: *const u8,
+        /// `c` bytes of the input zero point.
+        pub(super) zp_row: *const u8,
+        /// Columns of left padding.
+        pub(super) pad: usize,
+        /// Pixels in the row.
+        pub(super) width: usize,
+        /// Bytes a pixel (the channel count).
+        pub(super) c: usize,
     }
 
-    build!(
-        build8,
-        "avx2",
-        8,
-        |p: *const u8| _mm_loadl_epi64(p.cast()),
-        _mm256_cvtepi8_epi32,
-        _mm256_cvtepu8_epi32,
-        |a, b| _mm256_blend_epi16::<0xAA>(a, b),
-        _mm256_set1_epi16,
-        _mm256_sub_epi16,
-        _mm256_slli_epi32,
-        _mm256_storeu_si256
-    );
-    build!(
-        build16,
-        "avx512f,avx512bw",
-        16,
-        |p: *const u8| _mm_loadu_si128(p.cast()),
-        _mm512_cvtepi8_epi32,
-        _mm512_cvtepu8_epi32,
-        |a, b| _mm512_mask_blend_epi16(0xAAAA_AAAA, a, b),
-        _mm512_set1_epi16,
-        _mm512_sub_epi16,
-        _mm512_slli_epi32,
-        _mm512_storeu_si512
-    );
+    impl Columns {
+        /// The `c` bytes of column `j` (computed, not looked up: a table of them cost
+        /// as much to build per row as the vector work on sixteen channels).
+        #[inline(always)]
+        pub(super) fn at(&self, j: usize) -> *const u8 {
+            match j.checked_sub(self.pad) {
+                Some(x) if x < self.width => self.base.wrapping_add(x * self.c),
+                _ => self.zp_row,
+            }
+        }
 
-    /// One body for the two widths of the pair sums.
-    macro_rules! pair_sums {
-        ($sums:ident, $feature:literal, $sink:ident, $lanes:literal, $steps:expr,
-         $load:ident, $zero:ident, $add:ident, $madd:ident, $put:ident) => {
-            /// The sums of `n` pixels into `sink`: pixel `ox`, channel `ch` is the sum
-            /// over live rows `(h, w)` and pairs `p` of the pair products of words
-            /// `h[(ox * a + p * b) * pitch + ch]` and `w[p * pitch + ch]`.
-            ///
-            /// # Safety
-            /// The CPU has the target features; each `h` has
-            /// `((n - 1) * a + (pairs - 1) * b + 1) * pitch + 16` readable words and
-            /// each `w` `pairs * pitch + 16`; the sink takes `n` pixels of `c`
-            /// channels; `pitch >= c >= $lanes`.
-            #[target_feature(enable = $feature)]
-            #[allow(clippy::too_many_arguments)]
-            pub(super) unsafe fn $sums<S: $sink>(
-                live: &[(*const i32, *const i32)],
-                pairs: usize,
-                a: usize,
-                b: usize,
-                c: usize,
-                pitch: usize,
-                n: usize,
-                sink: &mut S,
-            ) {
-                let (da, db) = (a * pitch, b * pitch);
-                for (s, k) in $steps(c) {
-                    // SAFETY: the CPU has the features (the caller's contract).
-                    let st = unsafe { sink.step(s) };
-                    let mut ox = 0;
-                    // Four pixels at once: each filter word loaded once for four.
-                    while ox + 4 <= n {
-                        let mut acc = [$zero(); 4];
-                        for &(h, w) in live {
-                            for p in 0..pairs {
-                                // Pixels `ox..ox + 4 <= n`, pair `p < pairs`, lanes `s..s + $lanes
-                                // <= pitch + 16`: inside the rows' words (the caller's contract).
-                                // SAFETY: by the above.
-                                unsafe {
-                                    let wv = $load(w.add(p * pitch + s).cast());
-                                    let at = h.add(ox * da + p * db + s);
-                                    for (i, acc) in acc.iter_mut().enumerate() {
-                                        let x = $load(at.add(i * da).cast());
-                                        *acc = $add(*acc, $madd(x, wv));
-                                    }
-                                }
-                            }
-                        }
-                        for (i, &acc) in acc.iter().enumerate() {
-                            // SAFETY: pixels `ox..ox + 4 <= n`, channels `s..s + k <= c`.
-                            unsafe { $put(sink, &st, ox + i, s, k, acc) };
-                        }
-                        ox += 4;
-                    }
-                    while ox < n {
-                        let mut acc = $zero();
-                        for &(h, w) in live {
-                            for p in 0..pairs {
-                                // SAFETY: as above, for one pixel.
-                                unsafe {
-                                    let wv = $load(w.add(p * pitch + s).cast());
-                                    let at = h.add(ox * da + p * db + s);
-                                    acc = $add(acc, $madd($load(at.cast()), wv));
-                                }
-                            }
-                        }
-                        // SAFETY: pixel `ox < n`, channels `s..s + k <= c`.
-                        unsafe { $put(sink, &st, ox, s, k, acc) };
-                        ox += 1;
-                    }
+        /// `f(k, a, b)` for each prepared column `k < n`, `a` and `b` the bytes of input
+        /// columns `k * step` and `k * step + d` (`step >= 1`): the columns whose two
+        /// are inside the row by stepping a pointer, the others by [`Columns::at`] (a
+        /// product and a compare per column cost about as much as the vector work of
+        /// sixteen channels).
+        #[inline(always)]
+        pub(super) fn pairs(
+            &self,
+            n: usize,
+            step: usize,
+            d: usize,
+            mut f: impl FnMut(usize, *const u8, *const u8),
+        ) {
+            // Both inside for `k` in `lo..hi`: `k * step >= pad` and `k * step + d <
+            // pad + width`.
+            let lo = self.pad.div_ceil(step).min(n);
+            let hi = match (self.pad + self.width).checked_sub(d + 1) {
+                Some(last) => (last / step + 1).clamp(lo, n),
+                None => lo,
+            };
+            for k in 0..lo {
+                f(k, self.at(k * step), self.at(k * step + d));
+            }
+            let mut a = self
+                .base
+                .wrapping_add((lo * step).wrapping_sub(self.pad).wrapping_mul(self.c));
+            for k in lo..hi {
+                f(k, a, a.wrapping_add(d * self.c));
+                a = a.wrapping_add(step * self.c);
+            }
+            for k in hi..n {
+                f(k, self.at(k * step), self.at(k * step + d));
+            }
+        }
+    }
+
+    /// Prepares a row of pairs sixteen lanes a step: for prepared column `k < n` and
+    /// channel `ch` in the steps of `from..to`, word `k * pitch + ch` =
+    /// `pair(a - zp, b - zp)` of the bytes `ch` of input columns `k * step` and
+    /// `k * step + d`.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F and BW, T is one byte, every column of `cols` has `to`
+    /// readable bytes, `words` is `n * pitch` long or longer, and `16 <= to - from`,
+    /// `to <= pitch`.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn build16<T: QuantElem>(
+        cols: Columns,
+        n: usize,
+        step: usize,
+        d: usize,
+        pitch: usize,
+        from: usize,
+        to: usize,
+        zp: i16,
+        words: &mut [i32],
+    ) {
+        let zp = _mm512_set1_epi16(zp);
+        let out = words.as_mut_ptr();
+        cols.pairs(n, step, d, |k, pa, pb| {
+            for s in starts(from, to, 16) {
+                // `s + 16 <= to` bytes from each column, and word `k * pitch + s + 16 <=
+                // words.len()` (the caller's contract).
+                // SAFETY: by the above.
+                unsafe {
+                    let (xa, xb) = (
+                        _mm_loadu_si128(pa.add(s).cast()),
+                        _mm_loadu_si128(pb.add(s).cast()),
+                    );
+                    let (xa, xb) = if T::MIN < 0 {
+                        (_mm512_cvtepi8_epi32(xa), _mm512_cvtepi8_epi32(xb))
+                    } else {
+                        (_mm512_cvtepu8_epi32(xa), _mm512_cvtepu8_epi32(xb))
+                    };
+                    let v = _mm512_mask_blend_epi16(0xAAAA_AAAA, xa, _mm512_slli_epi32::<16>(xb));
+                    _mm512_storeu_si512(out.add(k * pitch + s).cast(), _mm512_sub_epi16(v, zp));
                 }
             }
+        });
+    }
+
+    /// [`build16`] on AVX2, eight lanes a step: the bytes of the two columns are
+    /// interleaved first and then widened to `i16`, so a pair word costs one
+    /// interleave and one widening per eight channels (sixteen channels a step where
+    /// two steps fit: one load of each column for both).
+    ///
+    /// # Safety
+    /// The CPU has AVX2, T is one byte, every column of `cols` has `to` readable bytes,
+    /// `words` is `n * pitch` long or longer, and `8 <= to - from`, `to <= pitch`.
+    #[target_feature(enable = "avx2")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn build8<T: QuantElem>(
+        cols: Columns,
+        n: usize,
+        step: usize,
+        d: usize,
+        pitch: usize,
+        from: usize,
+        to: usize,
+        zp: i16,
+        words: &mut [i32],
+    ) {
+        let zp = _mm256_set1_epi16(zp);
+        let widen = |v: __m128i| match T::MIN < 0 {
+            true => _mm256_cvtepi8_epi16(v),
+            false => _mm256_cvtepu8_epi16(v),
         };
+        // Sixteen-channel steps over `from..to` while they fit whole, then the rest
+        // in eight-channel steps, the last overlapping the one before (`to - from >= 8`).
+        let wide = (to - from) / 16;
+        let rest = from + wide * 16;
+        let out = words.as_mut_ptr();
+        cols.pairs(n, step, d, |k, pa, pb| {
+            // SAFETY: word `k * pitch + to <= words.len()` (the caller's contract).
+            let o = unsafe { out.add(k * pitch) };
+            for i in 0..wide {
+                let s = from + i * 16;
+                // `s + 16 <= to` bytes from each column, words `s + 16 <= to <= pitch` of
+                // column `k` (the caller's contract).
+                // SAFETY: by the above.
+                unsafe {
+                    let (xa, xb) = (
+                        _mm_loadu_si128(pa.add(s).cast()),
+                        _mm_loadu_si128(pb.add(s).cast()),
+                    );
+                    let lo = _mm256_sub_epi16(widen(_mm_unpacklo_epi8(xa, xb)), zp);
+                    let hi = _mm256_sub_epi16(widen(_mm_unpackhi_epi8(xa, xb)), zp);
+                    _mm256_storeu_si256(o.add(s).cast(), lo);
+                    _mm256_storeu_si256(o.add(s + 8).cast(), hi);
+                }
+            }
+            if rest == to {
+                return;
+            }
+            for s in starts(rest.min(to - 8), to, 8) {
+                // `s + 8 <= to` bytes from each column (`s >= from`), words `s + 8 <= pitch`
+                // of column `k` (the caller's contract).
+                // SAFETY: by the above.
+                unsafe {
+                    let (xa, xb) = (
+                        _mm_loadl_epi64(pa.add(s).cast()),
+                        _mm_loadl_epi64(pb.add(s).cast()),
+                    );
+                    let v = _mm256_sub_epi16(widen(_mm_unpacklo_epi8(xa, xb)), zp);
+                    _mm256_storeu_si256(o.add(s).cast(), v);
+                }
+            }
+        });
+    }
+
+    /// The sixteen-lane pair sums of `n` pixels into `sink`: pixel `ox`, channel `ch`
+    /// is the sum over live rows `(h, w)` and pairs `p` of the pair products of words
+    /// `h[(ox * a + p * b) * pitch + ch]` and `w[p * pitch + ch]`.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F and BW; each `h` has
+    /// `((n - 1) * a + (pairs - 1) * b + 1) * pitch + 16` readable words and each `w`
+    /// `pairs * pitch + 16`; the sink takes `n` pixels of `c` channels; `pitch >= c >=
+    /// 16`.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn sums16<S: Sink16>(
+        live: &[(*const i32, *const i32)],
+        pairs: usize,
+        a: usize,
+        b: usize,
+        c: usize,
+        pitch: usize,
+        n: usize,
+        sink: &mut S,
+    ) {
+        let (da, db) = (a * pitch, b * pitch);
+        for (s, k) in steps16(c) {
+            // SAFETY: the CPU has the features (the caller's contract).
+            let st = unsafe { sink.step(s) };
+            let mut ox = 0;
+            // Four pixels at once: each filter word loaded once for four.
+            while ox + 4 <= n {
+                let mut acc = [_mm512_setzero_si512(); 4];
+                for &(h, w) in live {
+                    for p in 0..pairs {
+                        // Pixels `ox..ox + 4 <= n`, pair `p < pairs`, lanes `s..s + 16 <=
+                        // pitch + 16`: inside the rows' words (the caller's contract).
+                        // SAFETY: by the above.
+                        unsafe {
+                            let wv = _mm512_loadu_si512(w.add(p * pitch + s).cast());
+                            let at = h.add(ox * da + p * db + s);
+                            for (i, acc) in acc.iter_mut().enumerate() {
+                                let x = _mm512_loadu_si512(at.add(i * da).cast());
+                                *acc = _mm512_add_epi32(*acc, _mm512_madd_epi16(x, wv));
+                            }
+                        }
+                    }
+                }
+                for (i, &acc) in acc.iter().enumerate() {
+                    // SAFETY: pixels `ox..ox + 4 <= n`, channels `s..s + k <= c`.
+                    unsafe { sink.put(&st, ox + i, s, k, acc) };
+                }
+                ox += 4;
+            }
+            while ox < n {
+                let mut acc = _mm512_setzero_si512();
+                for &(h, w) in live {
+                    for p in 0..pairs {
+                        // SAFETY: as above, for one pixel.
+                        unsafe {
+                            let wv = _mm512_loadu_si512(w.add(p * pitch + s).cast());
+                            let x = _mm512_loadu_si512(h.add(ox * da + p * db + s).cast());
+                            acc = _mm512_add_epi32(acc, _mm512_madd_epi16(x, wv));
+                        }
+                    }
+                }
+                // SAFETY: pixel `ox < n`, channels `s..s + k <= c`.
+                unsafe { sink.put(&st, ox, s, k, acc) };
+                ox += 1;
+            }
+        }
     }
 
     /// The steps of sixteen lanes over `c` channels: `(first channel, lanes)`, each
@@ -937,62 +1211,145 @@ mod x86 {
         (0..c).step_by(16).map(move |s| (s, (c - s).min(16)))
     }
 
-    /// The steps of eight lanes over `c >= 8` channels, the last overlapping.
-    #[inline(always)]
-    fn steps8(c: usize) -> impl Iterator<Item = (usize, usize)> {
-        starts(0, c, 8).map(|s| (s, 8))
-    }
-
-    #[inline(always)]
-    unsafe fn put16<S: Sink16>(
-        sink: &mut S,
-        st: &S::Step,
-        ox: usize,
-        c0: usize,
+    /// [`sums16`] on AVX2: blocks of sixteen channels as two eight-lane halves where
+    /// they fit (a pixel's sixteen sums requantised and stored at once), then
+    /// eight-lane steps over the rest, the last overlapping the one before; four pixels
+    /// at once, each filter word loaded once for the four.
+    ///
+    /// # Safety
+    /// The CPU has AVX2; each `h` has `((n - 1) * a + (pairs - 1) * b + 1) * pitch`
+    /// readable words and each `w` `pairs * pitch`; the sink takes `n` pixels of `c`
+    /// channels; `pitch >= c >= 8`.
+    #[target_feature(enable = "avx2")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn sums8<S: Sink8>(
+        live: &[(*const i32, *const i32)],
+        pairs: usize,
+        a: usize,
+        b: usize,
+        c: usize,
+        pitch: usize,
         n: usize,
-        acc: __m512i,
-    ) {
-        // SAFETY: the caller's contract is `put`'s.
-        unsafe { sink.put(st, ox, c0, n, acc) }
-    }
-
-    #[inline(always)]
-    unsafe fn put8<S: Sink8>(
         sink: &mut S,
-        st: &S::Step,
-        ox: usize,
-        c0: usize,
-        _: usize,
-        acc: __m256i,
     ) {
-        // SAFETY: the caller's contract is `put`'s.
-        unsafe { sink.put(st, ox, c0, acc) }
+        // The pair counts of 3- to 6-tap filter rows with the loop over them unrolled
+        // (3x3 and 5x5 filters); others counted at run time.
+        // SAFETY: the caller's contract is each call's.
+        unsafe {
+            match pairs {
+                2 => sums8_of::<2, S>(live, pairs, a, b, c, pitch, n, sink),
+                3 => sums8_of::<3, S>(live, pairs, a, b, c, pitch, n, sink),
+                _ => sums8_of::<0, S>(live, pairs, a, b, c, pitch, n, sink),
+            }
+        }
     }
 
-    pair_sums!(
-        sums8,
-        "avx2",
-        Sink8,
-        8,
-        steps8,
-        _mm256_loadu_si256,
-        _mm256_setzero_si256,
-        _mm256_add_epi32,
-        _mm256_madd_epi16,
-        put8
-    );
-    pair_sums!(
-        sums16,
-        "avx512f,avx512bw",
-        Sink16,
-        16,
-        steps16,
-        _mm512_loadu_si512,
-        _mm512_setzero_si512,
-        _mm512_add_epi32,
-        _mm512_madd_epi16,
-        put16
-    );
+    /// [`sums8`] for `P` pairs a filter row (`P == 0`: `pairs`).
+    ///
+    /// # Safety
+    /// As for [`sums8`]; `P` is 0 or `pairs`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn sums8_of<const P: usize, S: Sink8>(
+        live: &[(*const i32, *const i32)],
+        pairs: usize,
+        a: usize,
+        b: usize,
+        c: usize,
+        pitch: usize,
+        n: usize,
+        sink: &mut S,
+    ) {
+        let pairs = if P == 0 { pairs } else { P };
+        let (da, db) = (a * pitch, b * pitch);
+        let ld = |p: *const i32| {
+            // SAFETY: every word a caller below reads lies in a row or filter row (the
+            // caller's contract, as each says).
+            unsafe { _mm256_loadu_si256(p.cast()) }
+        };
+        let mac =
+            |acc: __m256i, x: __m256i, w: __m256i| _mm256_add_epi32(acc, _mm256_madd_epi16(x, w));
+        // Pixels `ox + $i` of the block of sixteen channels from `s` (the indices written
+        // out: an array indexed in a loop was kept in memory, not in registers).
+        macro_rules! halves {
+            ($ox:expr, $s:expr, $st:expr; $($i:literal)+) => {{
+                let mut acc = [$({ let _ = $i; [_mm256_setzero_si256(); 2] }),+];
+                for &(h, w) in live {
+                    for p in 0..pairs {
+                        // Pixels `ox + $i < n`, pair `p < pairs`, channels `s..s + 16 <= c <=
+                        // pitch`: inside the rows' words (the caller's contract).
+                        let (wp, at) = (
+                            w.wrapping_add(p * pitch + $s),
+                            h.wrapping_add($ox * da + p * db + $s),
+                        );
+                        let (w0, w1) = (ld(wp), ld(wp.wrapping_add(8)));
+                        $(
+                            let x = at.wrapping_add($i * da);
+                            acc[$i][0] = mac(acc[$i][0], ld(x), w0);
+                            acc[$i][1] = mac(acc[$i][1], ld(x.wrapping_add(8)), w1);
+                        )+
+                    }
+                }
+                $(
+                    // SAFETY: pixel `ox + $i < n`, channels `s..s + 16 <= c`.
+                    unsafe { sink.put2($st, $ox + $i, $s, acc[$i][0], acc[$i][1]) };
+                )+
+            }};
+        }
+        // Pixels `ox + $i` of the eight channels from `s`.
+        macro_rules! step {
+            ($ox:expr, $s:expr, $st:expr; $($i:literal)+) => {{
+                let mut acc = [$({ let _ = $i; _mm256_setzero_si256() }),+];
+                for &(h, w) in live {
+                    for p in 0..pairs {
+                        // Pixels `ox + $i < n`, pair `p < pairs`, channels `s..s + 8 <= c <=
+                        // pitch`: inside the rows' words (the caller's contract).
+                        let wv = ld(w.wrapping_add(p * pitch + $s));
+                        let at = h.wrapping_add($ox * da + p * db + $s);
+                        $(
+                            acc[$i] = mac(acc[$i], ld(at.wrapping_add($i * da)), wv);
+                        )+
+                    }
+                }
+                $(
+                    // SAFETY: pixel `ox + $i < n`, channels `s..s + 8 <= c`.
+                    unsafe { sink.put(&$st, $ox + $i, $s, acc[$i]) };
+                )+
+            }};
+        }
+        let wide = c / 16;
+        for s in (0..wide).map(|i| i * 16) {
+            // SAFETY: the CPU has AVX2 (the caller's contract).
+            let st = unsafe { [sink.step(s), sink.step(s + 8)] };
+            let mut ox = 0;
+            while ox + 4 <= n {
+                halves!(ox, s, &st; 0 1 2 3);
+                ox += 4;
+            }
+            while ox < n {
+                halves!(ox, s, &st; 0);
+                ox += 1;
+            }
+        }
+        let rest = wide * 16;
+        if rest == c {
+            return;
+        }
+        for s in starts(rest.min(c - 8), c, 8) {
+            // SAFETY: the CPU has AVX2 (the caller's contract).
+            let st = unsafe { sink.step(s) };
+            let mut ox = 0;
+            while ox + 4 <= n {
+                step!(ox, s, st; 0 1 2 3);
+                ox += 4;
+            }
+            while ox < n {
+                step!(ox, s, st; 0);
+                ox += 1;
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -1089,7 +1446,18 @@ mod tests {
         stage: &StageCase,
     ) -> Result<(), TestCaseError> {
         let stage = stage_of::<T>(stage, g.in_c);
-        for level in [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni] {
+        // Two executions of each level: the second finds the layer built by the first
+        // and takes its scratch rows, with other values in the same image buffer (so at
+        // the same address the first execution's rows were kept by).
+        let mut img = img.to_vec();
+        for (pass, level) in [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni]
+            .into_iter()
+            .flat_map(|l| [(0, l), (1, l)])
+        {
+            if pass == 1 {
+                img.reverse();
+            }
+            let img = &img[..];
             let prepared = Prepared::<T>::new(level, g, filter, |c| w_zp[c], in_zp);
             let applies = cfg!(target_arch = "x86_64")
                 && level.min(crate::kernels::isa::detected()) >= Isa::Avx2
@@ -1112,7 +1480,7 @@ mod tests {
                 let want = want(g, img, oy, filter, in_zp, w_zp);
                 let mut got = vec![7i32; g.out_w * g.in_c];
                 prop_assert!(prepared.row_sums(g, img, oy, &mut got));
-                prop_assert_eq!(&got, &want, "{:?} row {}", level, oy);
+                prop_assert_eq!(&got, &want, "{:?} pass {} row {}", level, pass, oy);
                 let want: Vec<i32> = want
                     .iter()
                     .enumerate()
@@ -1121,7 +1489,14 @@ mod tests {
                 let mut got = vec![T::saturate_from_i32(7); g.out_w * g.in_c];
                 prop_assert!(prepared.row_requantised(g, img, oy, &stage, &mut got));
                 let got: Vec<i32> = got.iter().map(|v| v.to_i32()).collect();
-                prop_assert_eq!(&got, &want, "{:?} requantised row {}", level, oy);
+                prop_assert_eq!(
+                    &got,
+                    &want,
+                    "{:?} pass {} requantised row {}",
+                    level,
+                    pass,
+                    oy
+                );
             }
         }
         Ok(())
@@ -1137,7 +1512,8 @@ mod tests {
         /// points that keep the weights within a byte or not, signed and unsigned
         /// operands; and the same rows requantised in registers give the output stage's
         /// bytes of those sums (right and left shifts, the saturating multiplier, with
-        /// and without a fused REQUANTIZE_PRELU).
+        /// and without a fused REQUANTIZE_PRELU); and so does an execution of a layer
+        /// built before (kept rows must not be taken for the new image's).
         #[test]
         fn quant_depthwise_row_sums_match_the_definition(
             c in 1usize..80,

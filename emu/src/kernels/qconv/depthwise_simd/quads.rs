@@ -2,15 +2,16 @@
 //! prepared word holds four input bytes of one channel as `u8`, a filter word the four
 //! matching `i8` weights, and one `vpdpbusd` adds their four products to a lane.
 
-use super::x86::{starts, steps16, Sink16};
+use super::x86::{starts, steps16, Columns, Sink16};
 use super::QuantElem;
 use std::arch::x86_64::*;
 
 /// Sixteen channels a step.
 const LANES: usize = 16;
 
-/// Prepares a row of quads: for column `k < cols` and channel `ch`, word `k * pitch + ch`
-/// holds the bytes at `table[k * step + t * d] + ch` for `t < loads` (0 above), each
+/// Prepares a row of quads: for column `k < n` and channel `ch`, word `k * pitch + ch`
+/// holds the bytes `ch` of input column `k * step + t * d` of `cols` for `t < loads`
+/// (0 above), each
 /// flipped by `0x80` for an `i8` input (so it reads as `x + 128`; a byte above `loads`
 /// meets a zero weight).
 ///
@@ -18,18 +19,16 @@ const LANES: usize = 16;
 /// moved down `m` bytes and `m` new ones: one shift and `m` loads a column, not `loads`.
 ///
 /// # Safety
-/// The CPU has AVX-512 F, BW and VNNI; T is one byte; `1 <= loads <= 4`; `table` has
-/// `(cols - 1) * step + (loads - 1) * d + 1` entries (or `cols` is 0), each with `c`
-/// readable bytes; `words` is `cols * pitch` long; `pitch >= c >= 16`.
+/// The CPU has AVX-512 F, BW and VNNI; T is one byte; `1 <= loads <= 4`; every column
+/// of `cols` has `c` readable bytes; `words` is `n * pitch` long; `pitch >= c >= 16`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn build<T: QuantElem>(
-    table: &[*const u8],
-    cols: usize,
+    cols: Columns,
+    n: usize,
     step: usize,
     d: usize,
     loads: usize,
-    c: usize,
     pitch: usize,
     words: &mut [i32],
 ) {
@@ -39,18 +38,17 @@ pub(super) unsafe fn build<T: QuantElem>(
         true => ts.fold(0u32, |f, t| f | 0x80 << (8 * t)),
         false => 0,
     };
-    if cols == 0 {
+    if n == 0 {
         return;
     }
+    let c = cols.c;
     let out = words.as_mut_ptr();
-    let table = table.as_ptr();
     // The bytes of input column `j` for channels `s..s + 16`, zero-extended to lanes
     // and moved to byte `t` of each.
     let tap = |j: usize, t: usize, s: usize| {
-        // Entry `j` of `table` has `s + 16 <= c` readable bytes (the caller's contract, for every
-        // `j` a column reads).
+        // Column `j` has `s + 16 <= c` readable bytes (the caller's contract).
         // SAFETY: by the above.
-        let x = unsafe { _mm_loadu_si128((*table.add(j)).add(s).cast()) };
+        let x = unsafe { _mm_loadu_si128(cols.at(j).add(s).cast()) };
         _mm512_sllv_epi32(_mm512_cvtepu8_epi32(x), _mm512_set1_epi32(8 * t as i32))
     };
     let every = flip(0..loads);
@@ -79,16 +77,16 @@ pub(super) unsafe fn build<T: QuantElem>(
         );
         for s in starts(0, c, LANES) {
             let mut v = whole(0, s);
-            // SAFETY: words `s + 16 <= pitch` (the caller's contract; `cols >= 1` here).
+            // SAFETY: words `s + 16 <= pitch` (the caller's contract; `n >= 1` here).
             unsafe { _mm512_storeu_si512(out.add(s).cast(), v) };
-            for k in 1..cols {
-                // Entry `k * step + top * d` of `table` is one a column reads, with `s + 16 <= c`
-                // readable bytes (the caller's contract).
+            for k in 1..n {
+                // Column `k * step + top * d` has `s + 16 <= c` readable bytes (the caller's
+                // contract).
                 // SAFETY: by the above.
-                let x = unsafe { _mm_loadu_si128((*table.add(k * step + top * d)).add(s).cast()) };
+                let x = unsafe { _mm_loadu_si128(cols.at(k * step + top * d).add(s).cast()) };
                 let new = _mm512_xor_si512(_mm512_sllv_epi32(_mm512_cvtepu8_epi32(x), up), fresh);
                 v = _mm512_or_si512(_mm512_srli_epi32::<8>(v), new);
-                // SAFETY: words `k * pitch + s + 16 <= cols * pitch` (the caller's).
+                // SAFETY: words `k * pitch + s + 16 <= n * pitch` (the caller's).
                 unsafe { _mm512_storeu_si512(out.add(k * pitch + s).cast(), v) };
             }
         }
@@ -96,7 +94,7 @@ pub(super) unsafe fn build<T: QuantElem>(
     }
     for s in starts(0, c, LANES) {
         let mut v = _mm512_setzero_si512();
-        for k in 0..cols {
+        for k in 0..n {
             v = if k == 0 || !shifted {
                 whole(k, s)
             } else {
@@ -106,7 +104,7 @@ pub(super) unsafe fn build<T: QuantElem>(
                 }
                 _mm512_xor_si512(n, _mm512_set1_epi32(fresh as i32))
             };
-            // SAFETY: words `k * pitch + s + 16 <= cols * pitch` (the caller's contract).
+            // SAFETY: words `k * pitch + s + 16 <= n * pitch` (the caller's contract).
             unsafe { _mm512_storeu_si512(out.add(k * pitch + s).cast(), v) };
         }
     }
@@ -138,29 +136,30 @@ pub(super) unsafe fn sums<S: Sink16>(
     sink: &mut S,
 ) {
     let (da, db) = (a * pitch, b * pitch);
-    // `$px` pixels from `ox` at once: each filter word loaded once for all of them.
+    // Pixels `ox + $i` at once: each filter word loaded once for all of them (the
+    // indices written out: an array indexed in a loop may be kept in memory).
     macro_rules! block {
-        ($px:literal, $ox:expr, $s:expr, $k:expr, $init:expr, $st:expr) => {{
-            let mut acc = [$init; $px];
+        ($ox:expr, $s:expr, $k:expr, $init:expr, $st:expr; $($i:literal)+) => {{
+            let mut acc = [$({ let _ = $i; $init }),+];
             for &(h, w) in live {
                 for p in 0..groups {
-                    // Pixels `ox..ox + $px <= n`, group `p < groups`, lanes `s..s + 16 <= pitch +
-                    // 16`: inside the rows' words (the caller's contract).
+                    // Pixels `ox + $i < n`, group `p < groups`, lanes `s..s + 16 <= pitch + 16`:
+                    // inside the rows' words (the caller's contract).
                     // SAFETY: by the above.
                     unsafe {
                         let wv = _mm512_loadu_si512(w.add(p * pitch + $s).cast());
                         let at = h.add($ox * da + p * db + $s);
-                        for (i, acc) in acc.iter_mut().enumerate() {
-                            let x = _mm512_loadu_si512(at.add(i * da).cast());
-                            *acc = _mm512_dpbusd_epi32(*acc, x, wv);
-                        }
+                        $(
+                            let x = _mm512_loadu_si512(at.add($i * da).cast());
+                            acc[$i] = _mm512_dpbusd_epi32(acc[$i], x, wv);
+                        )+
                     }
                 }
             }
-            for (i, &acc) in acc.iter().enumerate() {
-                // SAFETY: pixels `ox..ox + $px <= n`, channels `s..s + k <= c`.
-                unsafe { sink.put($st, $ox + i, $s, $k, acc) };
-            }
+            $(
+                // SAFETY: pixel `ox + $i < n`, channels `s..s + k <= c`.
+                unsafe { sink.put($st, $ox + $i, $s, $k, acc[$i]) };
+            )+
         }};
     }
     for (s, k) in steps16(c) {
@@ -170,15 +169,15 @@ pub(super) unsafe fn sums<S: Sink16>(
         let st = unsafe { sink.step(s) };
         let mut ox = 0;
         while ox + 8 <= n {
-            block!(8, ox, s, k, init, &st);
+            block!(ox, s, k, init, &st; 0 1 2 3 4 5 6 7);
             ox += 8;
         }
         if ox + 4 <= n {
-            block!(4, ox, s, k, init, &st);
+            block!(ox, s, k, init, &st; 0 1 2 3);
             ox += 4;
         }
         while ox < n {
-            block!(1, ox, s, k, init, &st);
+            block!(ox, s, k, init, &st; 0);
             ox += 1;
         }
     }
