@@ -380,18 +380,19 @@ impl<T: QuantElem> Prepared<T> {
             g.pad_top,
             g.pad_left,
         ];
-        let mut key = Vec::with_capacity(dims.len() + 4 + zps.len() + filter.len().div_ceil(4));
-        key.extend([level as u32, T::MIN as u32, F::MIN as u32, in_zp as u32]);
-        key.extend(
-            dims.iter()
-                .flat_map(|&d| [d as u32, (d as u64 >> 32) as u32]),
-        );
-        key.extend(zps.iter().map(|&z| z as u32));
-        key.extend(filter.chunks(4).map(|w| {
-            w.iter()
-                .rev()
-                .fold(0u32, |k, v| k << 8 | u32::from(v.to_i32() as u8))
-        }));
+        let key = |key: &mut Vec<u32>| {
+            key.extend([level as u32, T::MIN as u32, F::MIN as u32, in_zp as u32]);
+            key.extend(
+                dims.iter()
+                    .flat_map(|&d| [d as u32, (d as u64 >> 32) as u32]),
+            );
+            key.extend(zps.iter().map(|&z| z as u32));
+            key.extend(filter.chunks(4).map(|w| {
+                w.iter()
+                    .rev()
+                    .fold(0u32, |k, v| k << 8 | u32::from(v.to_i32() as u8))
+            }));
+        };
         let l = memoised(&LAYERS, key, || {
             Layer::build::<T, F>(level, g, filter, &zps, in_zp).ok_or(())
         })
