@@ -12,7 +12,7 @@ use crate::kernels::quant::QuantElem;
 
 /// Flagged inputs a form may leave out of each 65,536 (a form flagging more is not kept:
 /// constants that put many results on a rounding step stay on the exact path).
-pub(crate) const MOST_FLAGGED_PER_64K: usize = 1 << 10;
+const MOST_FLAGGED_PER_64K: usize = 1 << 10;
 
 /// The shift, window and clamp of a form's lanes.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -48,8 +48,25 @@ pub(crate) struct Window {
 }
 
 impl Window {
+    /// The window of a form of shift `k` whose lanes, unflagged, gave `got` where the
+    /// reference gives `want`; `t(i)` is element `i`'s `t`.
+    pub fn of<T: QuantElem>(
+        k: u32,
+        got: &[T],
+        want: &[T],
+        t: impl Fn(usize) -> i64,
+    ) -> Option<Window> {
+        let mut window = Window::default();
+        for (i, (g, w)) in got.iter().zip(want).enumerate() {
+            if g.to_i32() != w.to_i32() {
+                window.take(k, g.to_i32(), w.to_i32(), t(i))?;
+            }
+        }
+        Some(window)
+    }
+
     /// Takes one wrong lane: its result `got`, the reference's `want`, its `t`.
-    pub fn take(&mut self, k: u32, got: i32, want: i32, t: i64) -> Option<()> {
+    fn take(&mut self, k: u32, got: i32, want: i32, t: i64) -> Option<()> {
         let step = 1i64 << k;
         let fraction = t & (step - 1);
         if want == got - 1 {
@@ -62,10 +79,17 @@ impl Window {
         (self.below + self.above < step / 4).then_some(())
     }
 
-    /// What `t` must be raised by, and the window.
-    pub fn raise_and_width(&self) -> (i64, i32) {
-        (self.above, (self.below + self.above) as i32)
+    /// Sets the window in `shape`, raising the form's constant `b` by its upper part.
+    pub fn apply(&self, b: &mut i32, shape: &mut Shape) -> Option<()> {
+        *b = i32::try_from(i64::from(*b) + self.above).ok()?;
+        shape.window = (self.below + self.above) as i32;
+        Some(())
     }
+}
+
+/// Whether a form that flagged `flagged` of `len` inputs flags few enough to be kept.
+pub(crate) fn few_flagged(flagged: usize, len: usize) -> bool {
+    flagged * (1 << 16) <= MOST_FLAGGED_PER_64K * len
 }
 
 /// Whether `got` and `want` hold the same values.

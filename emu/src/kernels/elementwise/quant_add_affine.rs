@@ -17,7 +17,7 @@
 //! (2.9 before on AVX-512, 6 on AVX2), and the results are the reference's by
 //! exhaustion, not by an error bound.
 
-use super::affine::{same, Lanes, Shape, Window, MOST_FLAGGED_PER_64K};
+use super::affine::{few_flagged, same, Lanes, Shape, Window};
 use crate::kernels::isa::Isa;
 use crate::kernels::quant::QuantElem;
 
@@ -51,7 +51,7 @@ impl Affine {
     /// The form of `real` for the one-byte type `T`, kept only if, run at `level` over
     /// every pair of `T`'s values, every pair it does not flag gives what `exact` gives
     /// (the reference's integers for a block of pairs); `None` where no such form
-    /// exists with at most [`MOST_FLAGGED_PER_64K`] pairs flagged, or `level` has no lanes.
+    /// exists that flags at most one pair in 64, or `level` has no lanes.
     pub fn fit<T: QuantElem>(
         level: Isa,
         real: &Real,
@@ -81,22 +81,15 @@ impl Affine {
         if form.run(level, &x, &y, &mut got, &exact_one).done != x.len() {
             return None;
         }
-        let mut window = Window::default();
-        for ((&g, &w), (&p, &q)) in got.iter().zip(&want).zip(x.iter().zip(&y)) {
-            if g.to_i32() != w.to_i32() {
-                let t = form.t(p.to_i32(), q.to_i32());
-                window.take(form.shape.k, g.to_i32(), w.to_i32(), t)?;
-            }
-        }
-        let (raise, width) = window.raise_and_width();
-        form.b = i32::try_from(i64::from(form.b) + raise).ok()?;
-        form.shape.window = width;
+        let t = |i: usize| form.t(x[i].to_i32(), y[i].to_i32());
+        let window = Window::of(form.shape.k, &got, &want, t)?;
+        window.apply(&mut form.b, &mut form.shape)?;
         if !form.fits::<T>() {
             return None;
         }
         // The kept form, flagged pairs computed exactly: every pair must agree.
         let lanes = form.run(level, &x, &y, &mut got, &exact_one);
-        let kept = lanes.done == x.len() && lanes.flagged <= MOST_FLAGGED_PER_64K;
+        let kept = lanes.done == x.len() && few_flagged(lanes.flagged, x.len());
         (kept && same(&got, &want)).then_some(form)
     }
 

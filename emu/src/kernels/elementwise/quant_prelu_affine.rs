@@ -7,7 +7,7 @@
 //! over every stored value in every lane, gave the float arithmetic's results (flagged
 //! lanes recomputed by it): exact by exhaustion.
 
-use super::affine::{same, Lanes, Shape, Window, MOST_FLAGGED_PER_64K};
+use super::affine::{few_flagged, same, Lanes, Shape, Window};
 use super::quantize_simd::{Byte, PreluQuant};
 use crate::kernels::isa::Isa;
 
@@ -53,21 +53,14 @@ impl PreluForm {
         let mut form = Self::scaled::<T>(p, alpha)?;
         let mut got = want.clone();
         form.run(level, p, &x, alpha, &mut got);
-        let mut window = Window::default();
-        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-            if g.to_i32() != w.to_i32() {
-                let t = form.t(x[i].to_i32(), i % lanes);
-                window.take(form.shape.k, g.to_i32(), w.to_i32(), t)?;
-            }
-        }
-        let (raise, width) = window.raise_and_width();
-        form.b = i32::try_from(i64::from(form.b) + raise).ok()?;
-        form.shape.window = width;
+        let t = |i: usize| form.t(x[i].to_i32(), i % lanes);
+        let window = Window::of(form.shape.k, &got, &want, t)?;
+        window.apply(&mut form.b, &mut form.shape)?;
         if !form.fits::<T>() {
             return None;
         }
         let run = form.run(level, p, &x, alpha, &mut got);
-        let kept = run.flagged * (1 << 16) <= MOST_FLAGGED_PER_64K * x.len();
+        let kept = few_flagged(run.flagged, x.len());
         (kept && same(&got, &want)).then_some(form)
     }
 
