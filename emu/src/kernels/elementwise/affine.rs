@@ -159,9 +159,9 @@ pub(crate) mod x86 {
         let steps = o.len() / 16;
         let mut store = |at: usize, quarters: usize, bytes: __m512i, flags: u64| {
             let d = &mut o[at..at + 16 * quarters];
-            // SAFETY: `d` is `16 * quarters` one-byte elements (T is one byte: the
-            // callers check): one unaligned store, masked to them when short (a masked
-            // store of the whole is slower).
+            // `d` is `16 * quarters` one-byte elements (T is one byte: the callers
+            // check); a masked store of the whole is slower than a plain one.
+            // SAFETY: one unaligned store within `d`, masked to it when short.
             unsafe {
                 if quarters == 4 {
                     _mm512_storeu_si512(d.as_mut_ptr().cast(), bytes);
@@ -239,8 +239,9 @@ pub(crate) mod x86 {
         let steps = o.len() / 16;
         let mut store = |at: usize, quarters: usize, bytes: __m256i, flags: u64| {
             let d = &mut o[at..at + 8 * quarters];
-            // SAFETY: `d` is `8 * quarters` (16 or 32) one-byte elements (T is one byte:
-            // the callers check): one unaligned 256- or 128-bit store.
+            // `d` is `8 * quarters` (16 or 32) one-byte elements (T is one byte: the
+            // callers check).
+            // SAFETY: one unaligned 256- or 128-bit store within `d`.
             unsafe {
                 if quarters == 4 {
                     _mm256_storeu_si256(d.as_mut_ptr().cast(), bytes);

@@ -155,8 +155,8 @@ impl Affine {
         #[cfg(target_arch = "x86_64")]
         {
             let (x, y, o) = (&x[..n], &y[..n], &mut o[..n]);
-            // SAFETY: the level is capped at the CPU's: AVX-512 F and BW at Isa::Avx512
-            // and above, AVX2 at Isa::Avx2 and above; T is one byte (checked above).
+            // The level is capped at the CPU's; T is one byte (checked above).
+            // SAFETY: AVX-512 F and BW at Isa::Avx512 and above, AVX2 at Isa::Avx2.
             unsafe {
                 if level >= Isa::Avx512 {
                     x86::run_avx512(self, x, y, o, exact_one)
@@ -192,8 +192,8 @@ mod x86 {
         let set = _mm512_set1_epi32;
         let (a1, a2, b) = (set(f.a[0]), set(f.a[1]), set(f.b));
         let widen = |v: &[T]| {
-            // SAFETY: T is one byte (checked by `Affine::run`) and `v` is sixteen
-            // elements: one unaligned 128-bit load.
+            // T is one byte (checked by `Affine::run`) and `v` is sixteen elements.
+            // SAFETY: one unaligned 128-bit load within `v`.
             let b = unsafe { _mm_loadu_si128(v.as_ptr().cast()) };
             if T::MIN < 0 {
                 _mm512_cvtepi8_epi32(b)
@@ -221,8 +221,8 @@ mod x86 {
         let set = _mm256_set1_epi32;
         let (a1, a2, b) = (set(f.a[0]), set(f.a[1]), set(f.b));
         let widen = |v: &[T]| {
-            // SAFETY: T is one byte (checked by `Affine::run`) and `v` is eight
-            // elements: one unaligned 64-bit load.
+            // T is one byte (checked by `Affine::run`) and `v` is eight elements.
+            // SAFETY: one unaligned 64-bit load within `v`.
             let b = unsafe { _mm_loadl_epi64(v.as_ptr().cast()) };
             if T::MIN < 0 {
                 _mm256_cvtepi8_epi32(b)

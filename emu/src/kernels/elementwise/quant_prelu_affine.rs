@@ -140,8 +140,8 @@ impl PreluForm {
             let exact = |i: usize| p.one::<T, U>(x[i], alpha[i]);
             #[cfg(target_arch = "x86_64")]
             {
-                // SAFETY: the level is capped at the CPU's: AVX-512 F and BW at
-                // Isa::Avx512 and above, AVX2 at Isa::Avx2 and above.
+                // The level is capped at the CPU's.
+                // SAFETY: AVX-512 F and BW at Isa::Avx512 and above, AVX2 at Isa::Avx2.
                 let run = unsafe {
                     if level >= Isa::Avx512 {
                         x86::run_avx512(self, x, dst, &exact)
@@ -187,8 +187,8 @@ mod x86 {
         let n = x.len().min(f.neg.len());
         let t = |at: usize| {
             let (q, neg) = (&x[at..at + 16], &f.neg[at..at + 16]);
-            // SAFETY: T is one byte and `q` sixteen of them, `neg` sixteen i32: one
-            // unaligned 128-bit and one 512-bit load.
+            // T is one byte: `q` is sixteen of them, `neg` sixteen i32.
+            // SAFETY: one unaligned 128-bit load within `q`, one 512-bit within `neg`.
             let (q, neg) = unsafe {
                 (
                     _mm_loadu_si128(q.as_ptr().cast()),
@@ -231,8 +231,8 @@ mod x86 {
         let n = x.len().min(f.neg.len());
         let t = |at: usize| {
             let (q, neg) = (&x[at..at + 8], &f.neg[at..at + 8]);
-            // SAFETY: T is one byte and `q` eight of them, `neg` eight i32: one
-            // unaligned 64-bit and one 256-bit load.
+            // T is one byte: `q` is eight of them, `neg` eight i32.
+            // SAFETY: one unaligned 64-bit load within `q`, one 256-bit within `neg`.
             let (q, neg) = unsafe {
                 (
                     _mm_loadl_epi64(q.as_ptr().cast()),

@@ -1265,8 +1265,8 @@ mod x86 {
         let pairs = if P == 0 { pairs } else { P };
         let (da, db) = (a * pitch, b * pitch);
         let ld = |p: *const i32| {
-            // SAFETY: every word a caller below reads lies in a row or filter row (the
-            // caller's contract, as each says).
+            // The callers below say why their words lie in a row or filter row.
+            // SAFETY: every word read lies in a row or filter row (callers' contract).
             unsafe { _mm256_loadu_si256(p.cast()) }
         };
         let mac =
