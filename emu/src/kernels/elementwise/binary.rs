@@ -152,6 +152,12 @@ fn quant_elem(p: &QuantParams, x: i32, y: i32) -> i32 {
     raw.clamp(p.lo, p.hi)
 }
 
+/// [`quant_elem`] of two stored values, as the output's stored value.
+#[inline]
+fn quant_one<T: QuantElem>(p: &QuantParams, x: T, y: T) -> T {
+    T::saturate_from_i32(quant_elem(p, x.to_i32(), y.to_i32()))
+}
+
 fn run_quant<T: QuantElem>(
     p: &QuantParams,
     x: &[T],
@@ -180,18 +186,14 @@ fn run_quant_at<T: QuantElem>(
 ) {
     if sa == so && sb == so {
         let done = match affine_form::<T>(level, p).as_ref() {
-            Some(form) => {
-                let exact_one =
-                    |a: T, b: T| T::saturate_from_i32(quant_elem(p, a.to_i32(), b.to_i32()));
-                form.run(level, x, y, o, &exact_one).done
-            }
+            Some(form) => form.run(level, x, y, o, &|a, b| quant_one(p, a, b)).done,
             None => 0,
         };
         exact_same_shape(level, p, &x[done..], &y[done..], &mut o[done..]);
         return;
     }
     for_each_broadcast(sa, sb, so, |i, ia, ib| {
-        o[i] = T::saturate_from_i32(quant_elem(p, x[ia].to_i32(), y[ib].to_i32()));
+        o[i] = quant_one(p, x[ia], y[ib]);
     });
 }
 
@@ -228,12 +230,11 @@ fn affine_form<T: QuantElem>(level: Isa, p: &QuantParams) -> Rc<Option<Affine>> 
             lo: p.lo,
             hi: p.hi,
         };
-        let exact_one = |a: T, b: T| T::saturate_from_i32(quant_elem(p, a.to_i32(), b.to_i32()));
         Ok(Affine::fit(
             level,
             &real,
             |x: &[T], y: &[T], o: &mut [T]| exact_same_shape(level, p, x, y, o),
-            exact_one,
+            |a, b| quant_one(p, a, b),
         ))
     };
     match memoised(&FORMS, key, fit) {
@@ -265,7 +266,7 @@ fn exact_same_shape<T: QuantElem>(level: Isa, p: &QuantParams, x: &[T], y: &[T],
         add_same_shape(p, x, y, o);
     } else {
         for ((d, &a), &b) in o.iter_mut().zip(x).zip(y) {
-            *d = T::saturate_from_i32(quant_elem(p, a.to_i32(), b.to_i32()));
+            *d = quant_one(p, a, b);
         }
     }
 }
@@ -494,20 +495,13 @@ mod tests {
         let p = Binary { kind, act }
             .quant_params(&[&ts[0], &ts[1], &ts[2]])
             .unwrap();
-        let values: Vec<i32> = (T::MIN..=T::MAX).collect();
-        let mut x: Vec<T> = values
-            .iter()
-            .flat_map(|&v| std::iter::repeat_n(T::saturate_from_i32(v), values.len()))
-            .collect();
-        let mut y: Vec<T> = (0..values.len())
-            .flat_map(|_| values.iter().map(|&v| T::saturate_from_i32(v)))
-            .collect();
+        let (mut x, mut y) = crate::kernels::elementwise::quant_add_affine::every_pair::<T>();
         x.extend(x[..tail].to_vec());
         y.extend(y[1000..1000 + tail].to_vec());
         let want: Vec<i32> = x
             .iter()
             .zip(&y)
-            .map(|(a, b)| T::saturate_from_i32(quant_elem(&p, a.to_i32(), b.to_i32())).to_i32())
+            .map(|(&a, &b)| quant_one(&p, a, b).to_i32())
             .collect();
         let shape = [x.len()];
         for level in [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni] {

@@ -21,6 +21,20 @@ use super::affine::{few_flagged, same, Lanes, Shape, Window};
 use crate::kernels::isa::Isa;
 use crate::kernels::quant::QuantElem;
 
+/// Every pair of `T`'s values, as two operands: `x` steps through the values slowly,
+/// `y` quickly (`x[256 i + j]` is value `i`, `y[256 i + j]` value `j`, for one-byte `T`).
+pub(crate) fn every_pair<T: QuantElem>() -> (Vec<T>, Vec<T>) {
+    let values: Vec<T> = (T::MIN..=T::MAX).map(T::saturate_from_i32).collect();
+    let x = values
+        .iter()
+        .flat_map(|&v| std::iter::repeat_n(v, values.len()))
+        .collect();
+    let y = (0..values.len())
+        .flat_map(|_| values.iter().copied())
+        .collect();
+    (x, y)
+}
+
 /// The affine form of one ADD/SUB (see the module comment).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Affine {
@@ -64,14 +78,7 @@ impl Affine {
         if !(real.a.iter().all(|a| a.is_finite()) && real.c.is_finite()) {
             return None;
         }
-        let values: Vec<T> = (T::MIN..=T::MAX).map(T::saturate_from_i32).collect();
-        let x: Vec<T> = values
-            .iter()
-            .flat_map(|&v| std::iter::repeat_n(v, values.len()))
-            .collect();
-        let y: Vec<T> = (0..values.len())
-            .flat_map(|_| values.iter().copied())
-            .collect();
+        let (x, y) = every_pair::<T>();
         let mut want = vec![T::saturate_from_i32(0); x.len()];
         exact(&x, &y, &mut want);
         let mut form = Self::scaled::<T>(real)?;
