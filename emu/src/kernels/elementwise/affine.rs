@@ -103,10 +103,81 @@ pub(crate) mod x86 {
     use crate::kernels::quant::QuantElem;
     use std::arch::x86_64::*;
 
+    /// The flagged lanes of a run's steps, noted in a small array and mended when it
+    /// fills and after the run: mending inside the loop made the compiler keep the
+    /// lanes' constants in memory, and moving each step's flags to a general register was
+    /// half the lanes' time.
+    struct Notes {
+        /// The noted steps' starts and flags (bit `i` is element `at + i`).
+        steps: [(usize, u64); 32],
+        /// How many are noted.
+        len: usize,
+        /// Lanes mended so far.
+        mended: usize,
+    }
+
+    impl Notes {
+        fn new() -> Self {
+            Notes {
+                steps: [(0, 0); 32],
+                len: 0,
+                mended: 0,
+            }
+        }
+
+        /// Notes the flagged lanes of the step at `at`, mending the noted ones first if
+        /// the array is full.
+        #[inline(always)]
+        fn note<T: QuantElem>(
+            &mut self,
+            at: usize,
+            flags: u64,
+            o: &mut [T],
+            exact: &impl Fn(usize) -> T,
+        ) {
+            if self.len == self.steps.len() {
+                self.mend(o, exact);
+            }
+            if let Some(s) = self.steps.get_mut(self.len) {
+                *s = (at, flags);
+                self.len += 1;
+            }
+        }
+
+        /// Recomputes every noted lane by `exact` (of an element's index).
+        #[cold]
+        #[inline(never)]
+        fn mend<T: QuantElem>(&mut self, o: &mut [T], exact: &impl Fn(usize) -> T) {
+            for &(at, flags) in &self.steps[..self.len] {
+                self.mended += mend(flags, at, o, exact);
+            }
+            self.len = 0;
+        }
+
+        /// The run's lanes: `done` elements written, the noted ones mended.
+        fn finish<T: QuantElem>(
+            mut self,
+            done: usize,
+            o: &mut [T],
+            exact: &impl Fn(usize) -> T,
+        ) -> Lanes {
+            self.mend(o, exact);
+            Lanes {
+                done,
+                flagged: self.mended,
+            }
+        }
+    }
+
     /// The flagged lanes of a step at `at` (bit `i` of `flags` is element `at + i`),
-    /// recomputed by `exact` (of an element's index).
-    #[inline(never)]
-    fn mend<T: QuantElem>(mut flags: u64, at: usize, o: &mut [T], exact: &impl Fn(usize) -> T) {
+    /// recomputed by `exact`; returns their count.
+    fn mend<T: QuantElem>(
+        mut flags: u64,
+        at: usize,
+        o: &mut [T],
+        exact: &impl Fn(usize) -> T,
+    ) -> usize {
+        let count = flags.count_ones() as usize;
         while flags != 0 {
             let i = at + flags.trailing_zeros() as usize;
             if let Some(d) = o.get_mut(i) {
@@ -114,6 +185,7 @@ pub(crate) mod x86 {
             }
             flags &= flags - 1;
         }
+        count
     }
 
     /// The first `o.len() / 16 * 16` elements of `o` from `t(at)`, the sixteen `t` of
@@ -129,10 +201,12 @@ pub(crate) mod x86 {
         let set = _mm512_set1_epi32;
         let (mask, window) = (set((1 << shape.k) - 1), set(shape.window));
         let k = _mm512_set1_epi32(shape.k as i32);
+        // A lane is flagged when its fraction is below the window: the sign of their
+        // difference (both lie in `0..2^k`).
         let shifted = |at: usize| {
             let t = t(at);
-            let flags = _mm512_cmplt_epi32_mask(_mm512_and_si512(t, mask), window);
-            (_mm512_srav_epi32(t, k), u64::from(flags))
+            let low = _mm512_sub_epi32(_mm512_and_si512(t, mask), window);
+            (_mm512_srav_epi32(t, k), low)
         };
         // Each 128-bit lane of the packed bytes holds four elements of each quarter: a
         // dword permutation puts them in order; the packs saturate to T's range, the
@@ -155,9 +229,10 @@ pub(crate) mod x86 {
                 _mm512_min_epu8(_mm512_max_epu8(b, lo), hi)
             }
         };
-        let mut lanes = Lanes::default();
         let steps = o.len() / 16;
-        let mut store = |at: usize, quarters: usize, bytes: __m512i, flags: u64| {
+        let mut notes = Notes::new();
+        let zero = _mm512_setzero_si512();
+        let mut store = |at: usize, quarters: usize, bytes: __m512i, low: [__m512i; 4]| {
             let d = &mut o[at..at + 16 * quarters];
             // `d` is `16 * quarters` one-byte elements (T is one byte: the callers
             // check); a masked store of the whole is slower than a plain one.
@@ -170,9 +245,17 @@ pub(crate) mod x86 {
                     _mm512_mask_storeu_epi8(d.as_mut_ptr().cast(), keep, bytes);
                 }
             }
-            if flags != 0 {
-                lanes.flagged += flags.count_ones() as usize;
-                mend(flags, at, o, exact);
+            // One test of the four steps' signs; their bits only when one is set.
+            let any = _mm512_or_si512(
+                _mm512_or_si512(low[0], low[1]),
+                _mm512_or_si512(low[2], low[3]),
+            );
+            if _mm512_cmplt_epi32_mask(any, zero) != 0 {
+                let bits = |v: __m512i| u64::from(_mm512_cmplt_epi32_mask(v, zero));
+                let flags = (0..4)
+                    .map(|j| bits(low[j]) << (16 * j))
+                    .fold(0, |a, b| a | b);
+                notes.note(at, flags, o, exact);
             }
         };
         for at in (0..steps / 4).map(|s| 64 * s) {
@@ -180,22 +263,18 @@ pub(crate) mod x86 {
             let (v1, f1) = shifted(at + 16);
             let (v2, f2) = shifted(at + 32);
             let (v3, f3) = shifted(at + 48);
-            let flags = f0 | f1 << 16 | f2 << 32 | f3 << 48;
-            store(at, 4, pack([v0, v1, v2, v3]), flags);
+            store(at, 4, pack([v0, v1, v2, v3]), [f0, f1, f2, f3]);
         }
         let (at, quarters) = (steps / 4 * 64, steps % 4);
         if quarters > 0 {
-            let mut v = [_mm512_setzero_si512(); 4];
-            let mut flags = 0u64;
-            for (j, v) in v.iter_mut().enumerate().take(quarters) {
-                let (w, f) = shifted(at + 16 * j);
-                *v = w;
-                flags |= f << (16 * j);
+            // Unused quarters: zeros, unflagged (a difference of 0 has no sign).
+            let (mut v, mut low) = ([zero; 4], [zero; 4]);
+            for j in 0..quarters {
+                (v[j], low[j]) = shifted(at + 16 * j);
             }
-            store(at, quarters, pack(v), flags);
+            store(at, quarters, pack(v), low);
         }
-        lanes.done = 16 * steps;
-        lanes
+        notes.finish(16 * steps, o, exact)
     }
 
     /// [`lanes_avx512`] on AVX2: `t(at)` gives the eight `t` of elements `at..at + 8`,
@@ -214,8 +293,7 @@ pub(crate) mod x86 {
         let shifted = |at: usize| {
             let t = t(at);
             let low = _mm256_cmpgt_epi32(window, _mm256_and_si256(t, mask));
-            let flags = _mm256_movemask_ps(_mm256_castsi256_ps(low)) as u32;
-            (_mm256_srav_epi32(t, k), u64::from(flags))
+            (_mm256_srav_epi32(t, k), low)
         };
         let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
         let (lo, hi) = (
@@ -235,9 +313,9 @@ pub(crate) mod x86 {
                 _mm256_min_epu8(_mm256_max_epu8(b, lo), hi)
             }
         };
-        let mut lanes = Lanes::default();
         let steps = o.len() / 16;
-        let mut store = |at: usize, quarters: usize, bytes: __m256i, flags: u64| {
+        let mut notes = Notes::new();
+        let mut store = |at: usize, quarters: usize, bytes: __m256i, low: [__m256i; 4]| {
             let d = &mut o[at..at + 8 * quarters];
             // `d` is `8 * quarters` (16 or 32) one-byte elements (T is one byte: the
             // callers check).
@@ -249,9 +327,17 @@ pub(crate) mod x86 {
                     _mm_storeu_si128(d.as_mut_ptr().cast(), _mm256_castsi256_si128(bytes));
                 }
             }
-            if flags != 0 {
-                lanes.flagged += flags.count_ones() as usize;
-                mend(flags, at, o, exact);
+            // One test of the four flag vectors; their bits only when one is set.
+            let any = _mm256_or_si256(
+                _mm256_or_si256(low[0], low[1]),
+                _mm256_or_si256(low[2], low[3]),
+            );
+            if _mm256_testz_si256(any, any) == 0 {
+                let bits = |v: __m256i| _mm256_movemask_ps(_mm256_castsi256_ps(v)) as u8;
+                let flags = (0..4)
+                    .map(|j| u64::from(bits(low[j])) << (8 * j))
+                    .fold(0, |a, b| a | b);
+                notes.note(at, flags, o, exact);
             }
         };
         for at in (0..steps / 2).map(|s| 32 * s) {
@@ -259,17 +345,15 @@ pub(crate) mod x86 {
             let (v1, f1) = shifted(at + 8);
             let (v2, f2) = shifted(at + 16);
             let (v3, f3) = shifted(at + 24);
-            let flags = f0 | f1 << 8 | f2 << 16 | f3 << 24;
-            store(at, 4, pack([v0, v1, v2, v3]), flags);
+            store(at, 4, pack([v0, v1, v2, v3]), [f0, f1, f2, f3]);
         }
         if steps % 2 == 1 {
             let at = steps / 2 * 32;
             let (v0, f0) = shifted(at);
             let (v1, f1) = shifted(at + 8);
             let zero = _mm256_setzero_si256();
-            store(at, 2, pack([v0, v1, zero, zero]), f0 | f1 << 8);
+            store(at, 2, pack([v0, v1, zero, zero]), [f0, f1, zero, zero]);
         }
-        lanes.done = 16 * steps;
-        lanes
+        notes.finish(16 * steps, o, exact)
     }
 }
