@@ -160,7 +160,9 @@ impl Epilogue {
         let mut slopes: Vec<f32> = (0..channels)
             .map(|c| alpha.get(c % alpha.len().max(1)).copied().unwrap_or(1.0))
             .collect();
-        let bounded = prelu.bounded_over(input, output, &slopes);
+        // The bounded lanes leave the output's clamp to this one inside it.
+        let inside = prelu.out.lo <= lo as f32 && hi as f32 <= prelu.out.hi;
+        let bounded = inside && prelu.bounded_over(input, output, &slopes);
         slopes.resize(channels.div_ceil(16) * 16, 0.0);
         Epilogue {
             prelu,
