@@ -594,8 +594,9 @@ impl Hardware {
             let Some(queue) = q.queue.as_mut() else {
                 return Err(HwError::Lost);
             };
+            // The caller waits for the job: the device may run it on this thread.
             queue
-                .submit(&self.device, &[entry])
+                .submit_waiting(&self.device, &[entry])
                 .map_err(|_| HwError::Timeout)?;
             // Polled: a job the device ran on the doorbell is complete already.
             if let Some(c) = self.reap(&mut q, id) {
@@ -737,7 +738,7 @@ impl Hardware {
         if cmds.len() > (QUEUE_ENTRIES / 2) as usize {
             return Err(HwError::BatchTooLarge(cmds.len()));
         }
-        let pending = self.submit_batch(&cmds, program_ns, epoch)?;
+        let pending = self.submit_batch(&cmds, program_ns, epoch, false)?;
         Ok(Submitted { hw: self, pending })
     }
 
@@ -747,18 +748,20 @@ impl Hardware {
         program_ns: u64,
         epoch: Option<u64>,
     ) -> Result<Vec<CompletionEntry>, HwError> {
-        match self.submit_batch(cmds, program_ns, epoch)? {
+        match self.submit_batch(cmds, program_ns, epoch, true)? {
             Some((batch, first)) => self.finish_batch(&batch, first),
             None => Ok(Vec::new()),
         }
     }
 
-    /// Queues a batch (`None` for an empty one) and rings the doorbell.
+    /// Queues a batch (`None` for an empty one) and rings the doorbell (`waiting`: the
+    /// caller waits for the batch next, so an idle device may run it on this thread).
     fn submit_batch(
         &self,
         cmds: &[Command],
         program_ns: u64,
         epoch: Option<u64>,
+        waiting: bool,
     ) -> Result<Option<(Arc<Batch>, u32)>, HwError> {
         if cmds.is_empty() {
             return Ok(None);
@@ -839,7 +842,11 @@ impl Hardware {
             let Some(queue) = q.queue.as_mut() else {
                 return Err(HwError::Lost);
             };
-            queue.submit(dev, entries).map_err(|_| HwError::Timeout)?;
+            match waiting {
+                true => queue.submit_waiting(dev, entries),
+                false => queue.submit(dev, entries),
+            }
+            .map_err(|_| HwError::Timeout)?;
             q.batches.insert(first, Arc::clone(&batch));
         }
         Ok(Some((batch, first)))

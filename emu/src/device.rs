@@ -226,6 +226,30 @@ pub const INLINE_SG_ENTRIES: u64 = 16;
 /// The largest program run inline (a handful of kernels).
 pub const INLINE_PROGRAM_BYTES: u64 = 4 << 10;
 
+/// The commands a doorbell handled on its own thread runs there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Inline {
+    /// The small ones ([`regs::SQ_TAIL`]).
+    Small,
+    /// Every one without a loop ([`regs::SQ_TAIL_WAIT`]: the host waits for them).
+    LoopFree,
+}
+
+impl Inline {
+    fn admits(self, job: &Task) -> bool {
+        match self {
+            Inline::Small => is_small(job),
+            Inline::LoopFree => loop_free(job),
+        }
+    }
+}
+
+/// Whether a command runs without a loop (a program with one may run long: never on
+/// the doorbell's thread).
+fn loop_free(job: &Task) -> bool {
+    !matches!(job, &Task::Program { loop_timeout_ns, .. } if loop_timeout_ns != 0)
+}
+
 /// Whether a command is small enough to run on the doorbell's thread.
 fn is_small(job: &Task) -> bool {
     match job {
@@ -333,6 +357,7 @@ impl Device {
         match offset {
             regs::SCRATCH => !regs.get(offset),
             regs::PROGRESS => self.shared.bus.progress.load(Ordering::Acquire),
+            regs::SQ_TAIL_WAIT => regs.get(regs::SQ_TAIL),
             _ => regs.get(offset),
         }
     }
@@ -350,11 +375,14 @@ impl Device {
             | regs::CQ_SIZE
             | regs::IRQ_MASK => regs.set(offset, value),
             regs::IRQ_STATUS => regs.fetch_and(offset, !value),
-            regs::SQ_TAIL if self.inline => {
-                regs.set(offset, value);
+            regs::SQ_TAIL | regs::SQ_TAIL_WAIT if self.inline => {
+                regs.set(regs::SQ_TAIL, value);
                 // Handled here if the command processor is free; else it is woken.
                 match self.cp.try_lock() {
-                    Ok(mut cp) => cp.handle_inline(),
+                    Ok(mut cp) => cp.handle_inline(match offset {
+                        regs::SQ_TAIL_WAIT => Inline::LoopFree,
+                        _ => Inline::Small,
+                    }),
                     Err(_) => self.shared.kick(),
                 }
             }
@@ -367,7 +395,11 @@ impl Device {
                     self.shared.kick();
                 }
             }
-            regs::SQ_TAIL | regs::CONTROL => {
+            regs::SQ_TAIL | regs::SQ_TAIL_WAIT => {
+                regs.set(regs::SQ_TAIL, value);
+                self.shared.kick();
+            }
+            regs::CONTROL => {
                 regs.set(offset, value);
                 self.shared.kick();
             }
@@ -571,8 +603,8 @@ struct CommandProcessor {
     /// The processor faulted (STATUS_FAULT): it ignores everything but a reset.
     halted: bool,
     completed: u64,
-    /// Handling a doorbell on the ringing thread: small commands run here.
-    inline_pass: bool,
+    /// Handling a doorbell on the ringing thread: which commands run here.
+    inline_pass: Option<Inline>,
     /// The rings' translations.
     tlb: Iotlb,
     /// The translation of the last JOB's copy list.
@@ -600,7 +632,7 @@ impl CommandProcessor {
             lost: false,
             halted: false,
             completed: 0,
-            inline_pass: false,
+            inline_pass: None,
             tlb: Iotlb::default(),
             job_list: job::Fetched::default(),
         }
@@ -618,11 +650,11 @@ impl CommandProcessor {
         }
     }
 
-    /// A doorbell handled on the ringing thread.
-    fn handle_inline(&mut self) {
-        self.inline_pass = true;
+    /// A doorbell handled on the ringing thread, running the commands `which` admits.
+    fn handle_inline(&mut self, which: Inline) {
+        self.inline_pass = Some(which);
         self.handle_guarded(Event::Kick);
-        self.inline_pass = false;
+        self.inline_pass = None;
     }
 
     fn handle(&mut self, ev: Event) {
@@ -947,8 +979,12 @@ impl CommandProcessor {
             fault,
             job,
         };
-        // Idle engines and a small command: run it here, in order by construction.
-        if self.inline_pass && self.in_flight == 0 && is_small(&work.job) {
+        // Idle engines and a command the doorbell admits: run it here, in order by
+        // construction.
+        let here = self
+            .inline_pass
+            .is_some_and(|which| which.admits(&work.job));
+        if here && self.in_flight == 0 {
             if let Some(outcome) = run_job(&self.s.bus, &work) {
                 self.complete(work.req_id, irq, outcome);
             }

@@ -77,6 +77,25 @@ impl HostQueue {
 
     /// Writes entries and rings the doorbell once. Fails (writing nothing) if they do not fit.
     pub fn submit(&mut self, dev: &Device, entries: &[SubmissionEntry]) -> Result<(), QueueFull> {
+        self.submit_to(dev, entries, regs::SQ_TAIL)
+    }
+
+    /// [`HostQueue::submit`] by the doorbell of a host that waits for these entries
+    /// ([`regs::SQ_TAIL_WAIT`]): an idle device may run them all before the write returns.
+    pub fn submit_waiting(
+        &mut self,
+        dev: &Device,
+        entries: &[SubmissionEntry],
+    ) -> Result<(), QueueFull> {
+        self.submit_to(dev, entries, regs::SQ_TAIL_WAIT)
+    }
+
+    fn submit_to(
+        &mut self,
+        dev: &Device,
+        entries: &[SubmissionEntry],
+        doorbell: u32,
+    ) -> Result<(), QueueFull> {
         if entries.len() as u32 > self.free_slots(dev) {
             return Err(QueueFull);
         }
@@ -89,7 +108,7 @@ impl HostQueue {
             self.sq_tail = (self.sq_tail + 1) % self.size;
         }
         std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
-        dev.write_reg(regs::SQ_TAIL, self.sq_tail);
+        dev.write_reg(doorbell, self.sq_tail);
         Ok(())
     }
 

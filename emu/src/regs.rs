@@ -39,7 +39,13 @@ pub const COMPLETED_HI: u32 = 0x68;
 /// Work the engines have finished, counted in steps (an op of a program, a DMA command):
 /// it moves while a long program runs, so a host watchdog can tell slow from hung.
 pub const PROGRESS: u32 = 0x6C;
-const REG_COUNT: usize = 0x70 / 4;
+/// Doorbell of a host that waits for what it submits (a synchronous execution, a
+/// burst): the new tail, as [`SQ_TAIL`]; an idle device may run every command without a
+/// loop on the writing thread, not only the small ones (the host blocks either way,
+/// and the hops to an engine thread and back cost tens of microseconds on a small VM).
+/// Reads as [`SQ_TAIL`].
+pub const SQ_TAIL_WAIT: u32 = 0x70;
+const REG_COUNT: usize = 0x74 / 4;
 
 pub const ID_VALUE: u32 = 0x5550_4E56; // "VNPU"
 pub const VERSION_VALUE: u32 = 0x0001_0000;

@@ -884,8 +884,9 @@ fn a_command_processor_panic_latches_a_fault_until_reset() {
 
 /// The inline doorbell: on an idle device, small commands run on the thread that rings
 /// the doorbell, so their completions are in the ring when the register write returns
-/// (no thread hop); a large one still goes to its engine thread. With the option off,
-/// the same commands complete through the engines, with the same results.
+/// (no thread hop); a large one still goes to its engine thread, unless the host rang the
+/// waiting doorbell. With the option off, the same commands complete through the
+/// engines, with the same results.
 #[test]
 fn small_commands_complete_inline_on_an_idle_device() {
     for inline in [true, false] {
@@ -941,6 +942,32 @@ fn small_commands_complete_inline_on_an_idle_device() {
         .unwrap();
         let done = wait_for(&mut q, &dev, 1);
         assert_eq!(done[0].status, Status::Ok as u16);
+
+        // By the waiting doorbell (SQ_TAIL_WAIT) an idle device runs it on this thread
+        // too: complete when the write returns. Without the inline option, through the
+        // engine as before. The register reads as the tail.
+        buf.write(8192, &[7u8; 256]).unwrap();
+        q.submit_waiting(
+            &dev,
+            &[
+                cmd(Opcode::DmaCopy, 5, BUF_IOVA + 8192, DRAM_BASE, 200 << 10),
+                cmd(Opcode::Fence, 6, 0, 0, 0),
+                cmd(Opcode::DmaCopy, 7, DRAM_BASE, BUF_IOVA + 4096, 4),
+            ],
+        )
+        .unwrap();
+        let done = match inline {
+            true => q.drain(&dev),
+            false => wait_for(&mut q, &dev, 3),
+        };
+        assert_eq!(done.len(), 3, "{done:?}");
+        assert!(done.iter().all(|c| c.status == Status::Ok as u16));
+        buf.read(4096, &mut out[..4]).unwrap();
+        assert_eq!(out[..4], [7u8; 4]);
+        assert_eq!(
+            dev.read_reg(regs::SQ_TAIL_WAIT),
+            dev.read_reg(regs::SQ_TAIL)
+        );
     }
 }
 
