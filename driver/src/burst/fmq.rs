@@ -444,6 +444,47 @@ mod tests {
     }
 
     proptest! {
+        /// A hostile other end that writes any word of the queue's file at any time never
+        /// makes a read panic, hang or return more than the ring holds.
+        #[test]
+        fn hostile_words_never_break_the_reader(
+            capacity in 1u32..12,
+            ops in proptest::collection::vec(
+                (0u8..3, 0u64..(OFF_RING + 12 * ELEMENT as u64) / 4, any::<u32>(), 1usize..6),
+                1..60,
+            ),
+        ) {
+            let q = Fmq::create(capacity).unwrap();
+            let reader = Fmq::open(q.share().unwrap()).unwrap();
+            let len = OFF_RING + u64::from(capacity) * ELEMENT as u64;
+            for (op, word, value, n) in ops {
+                match op {
+                    0 => {
+                        // Header words the creator alone writes are read once, at opening.
+                        let at = (word * 4) % len;
+                        if at >= OFF_WRITE {
+                            q.word(at).store(value, Ordering::Release);
+                        }
+                    }
+                    1 => {
+                        let _ = q.write(&vec![element(value); n]);
+                    }
+                    _ => {
+                        let mut out = Vec::new();
+                        let read = reader.read_blocking_into(
+                            Duration::ZERO,
+                            Some(Duration::from_micros(200)),
+                            &|| false,
+                            &mut out,
+                        );
+                        if read.is_ok() {
+                            prop_assert!(!out.is_empty() && out.len() <= capacity as usize);
+                        }
+                    }
+                }
+            }
+        }
+
         /// Any interleaving of producer writes and consumer reads preserves order and
         /// loses nothing: what is read is exactly what was written, in order, and a write
         /// that does not fit is refused whole.
