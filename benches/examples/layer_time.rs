@@ -70,6 +70,14 @@ fn time_q(name: &str, op: KernelOp, ins: Vec<(Vec<usize>, Vec<f32>)>, filter_axi
                 };
                 (ty, staged(&q8(&d)))
             }
+            (3, Some(_)) => {
+                // A fused REQUANTIZE_PRELU's slope: float32, one per output channel.
+                let slope: Vec<f32> = d.iter().map(|&x| 0.05 + x.abs() * 0.2).collect();
+                (
+                    TensorType::new(DType::F32, &shape),
+                    staged(bytemuck::cast_slice(&slope)),
+                )
+            }
             (2, Some(_)) => {
                 let mut ty = TensorType::new(DType::I32, &shape);
                 ty.quant = Quant::new(act.scale * filter_scales[0], 0);
@@ -429,6 +437,28 @@ fn main() {
             Some(0),
         );
     }
+    // iris_landmark's 64->32 pointwise layer with its fused REQUANTIZE_PRELU.
+    time_q(
+        "int8 pw 32x32x64->32 +prelu",
+        KernelOp::from(Conv2d {
+            window: ConvWindow::strided(Padding::default(), (1, 1)),
+            act: Activation::None,
+            nchw: false,
+            epilogue: Some(ConvEpilogue {
+                prelu: true,
+                act: Activation::None,
+                scale: 1.0 / 40.0,
+                zero_point: 1,
+            }),
+        }),
+        vec![
+            (vec![1, 32, 32, 64], pseudo(32 * 32 * 64, 1)),
+            (vec![32, 1, 1, 64], pseudo(32 * 64, 2)),
+            (vec![32], pseudo(32, 3)),
+            (vec![32], pseudo(32, 4)),
+        ],
+        Some(0),
+    );
     // int8 depthwise layers of the shipped int8 models' shapes (5x5: face_detection).
     let q_dw: [(&str, Padding, u32, [usize; 4], usize); 6] = [
         (
