@@ -227,7 +227,12 @@ impl Body for Blocked<'_> {
             clamp,
         } = self;
         let Packed { data: bp, k, n } = b;
-        let Kernels { micro, wide, tall } = kernels;
+        let Kernels {
+            micro,
+            wide,
+            tall,
+            half,
+        } = kernels;
         let zeros = vec![0.0f32; KC.min(k)];
         // A strided A (not row-contiguous) is copied row by row first; a contiguous one is
         // read where it is (as are segmented rows).
@@ -293,6 +298,22 @@ impl Body for Blocked<'_> {
                     let mut r0 = 0;
                     while r0 < mc {
                         let c = &mut c[(i0 + r0) * rsc + j0..];
+                        // A panel of at most 8 columns twelve rows at a time where the
+                        // six-row kernel would multiply its empty half (AVX2).
+                        let narrow = pair.is_none() && cols <= 8 && mc - r0 >= TR;
+                        if let Some(half) = half.filter(|_| narrow) {
+                            half(TallTile {
+                                a: tile_rows(&zeros[..kc], seg, TR, |r| row(i0 + r0 + r)),
+                                b: [panel],
+                                c,
+                                rsc,
+                                cols,
+                                start: z.as_ref().map(|z| &z[..]),
+                                clamp,
+                            });
+                            r0 += TR;
+                            continue;
+                        }
                         // Twelve rows at a time where the CPU has the registers (twice
                         // the sums in flight, each A value feeding twice as many).
                         if let Some((one, two)) = tall.filter(|_| mc - r0 >= TR) {
@@ -606,9 +627,8 @@ mod x86 {
     /// [`Tile`] with AVX2 intrinsics: the twelve accumulators (six rows of two 8-lane
     /// halves) are registers, and the store adds the start (or C), clamps and writes in
     /// one pass with masked loads and stores for a part-filled panel (the plain-Rust
-    /// body's store, clamp included, ran scalar).
-    // `l` indexes six rows' segments at once, not one slice.
-    #[allow(clippy::needless_range_loop)]
+    /// body's store, clamp included, ran scalar). A panel of at most 8 columns multiplies
+    /// its first half only (its second half's sums were never stored).
     #[target_feature(enable = "avx2,fma")]
     fn tile_avx2(t: Tile<'_>) {
         let Tile {
@@ -621,31 +641,80 @@ mod x86 {
             start,
             clamp,
         } = t;
-        let Rows { base, pitch, seg } = a;
         let kc = b.len() / NR;
-        if seg == 0 || !kc.is_multiple_of(seg) {
+        if a.seg == 0 || !kc.is_multiple_of(a.seg) {
             return;
         }
-        const H: usize = NR / 8;
-        let mut acc = [[_mm256_setzero_ps(); H]; MR];
+        let cols = cols.min(NR);
+        let start = start.map(|z| &z[..cols]);
+        let rows = rows.min(MR);
+        if cols <= 8 {
+            let acc = sums_avx2::<MR, 1>(&a, b);
+            store_avx2(&acc[..rows], c, rsc, cols, start, clamp);
+        } else {
+            let acc = sums_avx2::<MR, 2>(&a, b);
+            store_avx2(&acc[..rows], c, rsc, cols, start, clamp);
+        }
+    }
+
+    /// [`TallTile`] over one panel with AVX2 intrinsics, for a panel of at most 8 columns
+    /// (a layer's last): twelve rows of the panel's first half, the twelve accumulators of
+    /// [`tile_avx2`] (which, six rows at a time, has six sums in flight for such a panel).
+    /// A wider panel runs both halves (correct, but its 24 sums do not fit the registers).
+    #[target_feature(enable = "avx2,fma")]
+    fn tall_avx2(t: TallTile<'_, 1>) {
+        let TallTile {
+            a,
+            b: [b],
+            c,
+            rsc,
+            cols,
+            start,
+            clamp,
+        } = t;
+        let kc = b.len() / NR;
+        if a.seg == 0 || !kc.is_multiple_of(a.seg) {
+            return;
+        }
+        let cols = cols.min(NR);
+        let start = start.map(|z| &z[..cols]);
+        if cols <= 8 {
+            let acc = sums_avx2::<TR, 1>(&a, b);
+            store_avx2(&acc, c, rsc, cols, start, clamp);
+        } else {
+            let acc = sums_avx2::<TR, 2>(&a, b);
+            store_avx2(&acc, c, rsc, cols, start, clamp);
+        }
+    }
+
+    /// The sums of `R` rows of A (`a`) times the first `H` 8-lane halves of a B panel
+    /// (`b`, `kc` rows of [`NR`], `kc` a whole number of `a`'s segments): each an
+    /// accumulator register, zero then one fused multiply-add per step of the depth.
+    // `l` indexes R rows' segments at once, not one slice.
+    #[allow(clippy::needless_range_loop)]
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn sums_avx2<const R: usize, const H: usize>(a: &Rows<'_, R>, b: &[f32]) -> [[__m256; H]; R] {
+        // At most a panel's two halves (the loads below read a step's row up to `H * 8`).
+        const { assert!(H <= 2) };
+        let Rows { base, pitch, seg } = *a;
+        let mut acc = [[_mm256_setzero_ps(); H]; R];
         for (s, bs) in b.chunks_exact(seg * NR).enumerate() {
             // Each row's segment, bounds-checked once here; the step loop reads through
             // the pointers (as the AVX-512 tall kernel does).
-            let mut rows_s = [std::ptr::null::<f32>(); MR];
-            for r in 0..MR {
+            let mut rows_s = [std::ptr::null::<f32>(); R];
+            for r in 0..R {
                 rows_s[r] = base[r][s * pitch[r]..][..seg].as_ptr();
             }
             let panel = bs.as_ptr();
             for l in 0..seg {
-                // SAFETY: `bs` is `seg * NR` floats and `l < seg`: NR = 16 floats from
-                // `l * NR`, two unaligned 256-bit loads.
-                let bv = unsafe {
-                    [
-                        _mm256_loadu_ps(panel.add(l * NR)),
-                        _mm256_loadu_ps(panel.add(l * NR + 8)),
-                    ]
-                };
-                for r in 0..MR {
+                let bv: [__m256; H] = std::array::from_fn(|q| {
+                    // `bs` is `seg * NR` floats and `l < seg`: 8 floats from
+                    // `l * NR + q * 8`, q < H <= 2, lie inside the step's NR = 16.
+                    // SAFETY: so the load stays inside `bs`.
+                    unsafe { _mm256_loadu_ps(panel.add(l * NR + q * 8)) }
+                });
+                for r in 0..R {
                     // SAFETY: `rows_s[r]` starts `seg` floats (checked above), `l < seg`.
                     let x = _mm256_set1_ps(unsafe { *rows_s[r].add(l) });
                     for q in 0..H {
@@ -654,31 +723,46 @@ mod x86 {
                 }
             }
         }
-        let cols = cols.min(NR);
-        let start = start.map(|z| &z[..cols]);
+        acc
+    }
+
+    /// Stores a tile's sums (`acc`, a row each, `H` 8-lane halves) into the `cols`
+    /// (at most `H * 8`) first columns of C's rows from `c` (row stride `rsc`):
+    /// `C = start + sums`, else `C += sums`, then clamped with `clamp`; one pass, masked
+    /// loads and stores for a part-filled half.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn store_avx2<const H: usize>(
+        acc: &[[__m256; H]],
+        c: &mut [f32],
+        rsc: usize,
+        cols: usize,
+        start: Option<&[f32]>,
+        clamp: Option<(f32, f32)>,
+    ) {
         let clamp = clamp.map(|(lo, hi)| (_mm256_set1_ps(lo), _mm256_set1_ps(hi)));
-        if cols == NR {
-            // A whole panel: each row checked once, then unmasked loads and stores.
-            for (r, sums) in acc.iter().enumerate().take(rows) {
-                let row = &mut c[r * rsc..][..NR];
-                let from = start.map_or(row.as_ptr(), <[f32]>::as_ptr);
+        if cols == H * 8 {
+            // Whole halves: each row checked once, then unmasked loads and stores.
+            for (r, sums) in acc.iter().enumerate() {
+                let row = &mut c[r * rsc..][..H * 8];
+                let from = start.map_or(row.as_ptr(), |z| z[..H * 8].as_ptr());
                 for (q, &sums) in sums.iter().enumerate() {
-                    // SAFETY: `from` is NR = 16 floats (a row of C or `start`, sliced
-                    // above): 8 from `q * 8`, q < 2.
+                    // `from` is H * 8 floats (a row of C or `start`, sliced above).
+                    // SAFETY: so 8 from `q * 8`, q < H, are inside it.
                     let before = unsafe { _mm256_loadu_ps(from.add(q * 8)) };
                     let mut v = _mm256_add_ps(before, sums);
                     if let Some((lo, hi)) = clamp {
                         // Max and min return their second operand when one is NaN: NaN kept.
                         v = _mm256_min_ps(hi, _mm256_max_ps(lo, v));
                     }
-                    // SAFETY: `row` is NR = 16 floats: 8 from `q * 8`, q < 2.
+                    // SAFETY: `row` is H * 8 floats: 8 from `q * 8`, q < H.
                     unsafe { _mm256_storeu_ps(row.as_mut_ptr().add(q * 8), v) };
                 }
             }
             return;
         }
         let iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-        for (r, sums) in acc.iter().enumerate().take(rows) {
+        for (r, sums) in acc.iter().enumerate() {
             let row = &mut c[r * rsc..][..cols];
             for (q, &sums) in sums.iter().enumerate() {
                 let lanes = cols.saturating_sub(q * 8).min(8);
@@ -693,8 +777,8 @@ mod x86 {
                     Some(z) => z[q * 8..][..lanes].as_ptr(),
                     None => dst.as_ptr(),
                 };
-                // SAFETY: `from` is `lanes` floats (of a row of C or of start, sliced
-                // above); `mask` selects the lanes below `lanes` only.
+                // `from` is `lanes` floats (of a row of C or of start, sliced above).
+                // SAFETY: so is the load, `mask` selecting the lanes below `lanes` only.
                 let before = unsafe {
                     if lanes == 8 {
                         _mm256_loadu_ps(from)
@@ -827,6 +911,11 @@ mod x86 {
         unsafe { tile_avx2(t) }
     }
 
+    pub(super) fn tall_half256(t: TallTile<'_, 1>) {
+        // SAFETY: chosen by `kernels_for` only where the CPU has AVX2 and FMA.
+        unsafe { tall_avx2(t) }
+    }
+
     pub(super) fn avx512(t: Tile<'_>) {
         // SAFETY: chosen by `kernels_for` only where the CPU has AVX-512F and FMA.
         unsafe { micro_avx512(t) }
@@ -844,6 +933,10 @@ struct Kernels {
     /// The twelve-row kernels over one and two panels, where the CPU has AVX-512 (its 32
     /// registers).
     tall: Option<(Tall, TallWide)>,
+    /// The twelve-row kernel over a panel of at most 8 columns (a product's last), where
+    /// the CPU's panel is two registers wide (AVX2): the six-row kernel multiplies both
+    /// halves of such a panel.
+    half: Option<Tall>,
 }
 
 /// The kernels for instruction-set level `isa` (which the CPU must have). The vector
@@ -859,6 +952,7 @@ fn kernels_for(isa: super::isa::Isa) -> Kernels {
                     micro: x86::avx512,
                     wide: Some(x86::wide512),
                     tall: Some((x86::tall512, x86::tall_wide512)),
+                    half: None,
                 }
             }
             Isa::Avx2 => {
@@ -866,6 +960,7 @@ fn kernels_for(isa: super::isa::Isa) -> Kernels {
                     micro: x86::avx2,
                     wide: None,
                     tall: None,
+                    half: Some(x86::tall_half256),
                 }
             }
             Isa::Scalar => {}
@@ -876,6 +971,7 @@ fn kernels_for(isa: super::isa::Isa) -> Kernels {
         micro: micro_plain,
         wide: None,
         tall: None,
+        half: None,
     }
 }
 
@@ -960,7 +1056,7 @@ mod tests {
             seed in any::<u32>(),
         ) {
             for isa in levels() {
-                let Kernels { micro, wide: Some(six_wide), tall: Some((tall, tall_wide)) } =
+                let Kernels { micro, wide: Some(six_wide), tall: Some((tall, tall_wide)), .. } =
                     kernels_for(isa) else { continue };
                 let kc = seg * segs;
                 let val = |i: usize, s: u32| {
@@ -1003,6 +1099,54 @@ mod tests {
                 } else {
                     tall(TallTile { a, b: [b0], c: &mut got, rsc, cols, start, clamp });
                 }
+                let same = got.iter().zip(&want).all(|(g, w)| g.to_bits() == w.to_bits());
+                prop_assert!(same, "{}", isa.name());
+            }
+        }
+    }
+
+    proptest! {
+        /// The twelve-row kernel for a narrow panel (AVX2) gives the same bits as two
+        /// six-row tiles of its level: panels of at most 8 columns (the ones it is chosen
+        /// for) and wider ones, segmented rows, both kinds of start and the clamp (NaN kept).
+        #[test]
+        fn half_tiles_match_six_row_tiles(
+            (seg, segs) in (1usize..12, 1usize..4),
+            cols in prop_oneof![1usize..=8, 9usize..=NR],
+            with_start in any::<bool>(),
+            clamp in prop_oneof![Just(None), Just(Some((-0.5f32, 0.75f32)))],
+            seed in any::<u32>(),
+        ) {
+            for isa in levels() {
+                let Kernels { micro, half: Some(half), .. } = kernels_for(isa) else { continue };
+                let kc = seg * segs;
+                let val = |i: usize, s: u32| {
+                    let v = (i as u32).wrapping_mul(2654435761).wrapping_add(s) >> 9;
+                    (v % 20011) as f32 / 7919.0 - 1.3
+                };
+                // Row r's segment t starts at r * 3 + t * pitch, pitch = seg + 5.
+                let pitch = seg + 5;
+                let mut a: Vec<f32> =
+                    (0..TR * 3 + segs * pitch + seg).map(|i| val(i, seed)).collect();
+                a[seed as usize % (TR * 3)] = f32::NAN;
+                let b: Vec<f32> = (0..kc * NR).map(|i| val(i, !seed)).collect();
+                let z: [f32; 2 * NR] = std::array::from_fn(|i| val(i, seed ^ 77));
+                let rsc = NR + 3;
+                let c0: Vec<f32> = (0..TR * rsc).map(|i| val(i, seed ^ 5)).collect();
+                let zeros = vec![0.0f32; kc];
+                let row = |r: usize| (&a[r * 3..], pitch);
+                let mut want = c0.clone();
+                for part in 0..2 {
+                    let a = tile_rows(&zeros, seg, MR, |r| row(part * MR + r));
+                    micro(Tile {
+                        a, b: &b, c: &mut want[part * MR * rsc..], rsc, rows: MR, cols,
+                        start: with_start.then_some(&z[..NR]), clamp,
+                    });
+                }
+                let mut got = c0.clone();
+                let a = tile_rows(&zeros, seg, TR, row);
+                let start = with_start.then_some(&z[..]);
+                half(TallTile { a, b: [&b], c: &mut got, rsc, cols, start, clamp });
                 let same = got.iter().zip(&want).all(|(g, w)| g.to_bits() == w.to_bits());
                 prop_assert!(same, "{}", isa.name());
             }
