@@ -232,6 +232,7 @@ impl Body for Blocked<'_> {
             wide,
             tall,
             half,
+            few,
         } = kernels;
         let zeros = vec![0.0f32; KC.min(k)];
         // A strided A (not row-contiguous) is copied row by row first; a contiguous one is
@@ -287,6 +288,10 @@ impl Body for Blocked<'_> {
                 let a_rows = |r0: usize, rows: usize| -> Rows<'_, MR> {
                     tile_rows(&zeros[..kc], seg, rows, |r| row(i0 + r0 + r))
                 };
+                // The rows past the last whole six-row tile run across several panels at
+                // once where the CPU has a kernel for it (AVX2); else as a part-filled tile.
+                let tail = few.map_or(0, |_| mc % MR);
+                let body = mc - tail;
                 let mut p = 0;
                 while p < panels {
                     let panel = &bp[(p * k + k0) * NR..][..kc * NR];
@@ -296,11 +301,11 @@ impl Body for Blocked<'_> {
                     let cols = (if pair.is_some() { 2 * NR } else { NR }).min(n - j0);
                     let z = start(j0, cols);
                     let mut r0 = 0;
-                    while r0 < mc {
+                    while r0 < body {
                         let c = &mut c[(i0 + r0) * rsc + j0..];
                         // A panel of at most 8 columns twelve rows at a time where the
                         // six-row kernel would multiply its empty half (AVX2).
-                        let narrow = pair.is_none() && cols <= 8 && mc - r0 >= TR;
+                        let narrow = pair.is_none() && cols <= 8 && body - r0 >= TR;
                         if let Some(half) = half.filter(|_| narrow) {
                             half(TallTile {
                                 a: tile_rows(&zeros[..kc], seg, TR, |r| row(i0 + r0 + r)),
@@ -316,7 +321,7 @@ impl Body for Blocked<'_> {
                         }
                         // Twelve rows at a time where the CPU has the registers (twice
                         // the sums in flight, each A value feeding twice as many).
-                        if let Some((one, two)) = tall.filter(|_| mc - r0 >= TR) {
+                        if let Some((one, two)) = tall.filter(|_| body - r0 >= TR) {
                             let a = tile_rows(&zeros[..kc], seg, TR, |r| row(i0 + r0 + r));
                             let start = z.as_ref().map(|z| &z[..]);
                             match pair {
@@ -342,7 +347,7 @@ impl Body for Blocked<'_> {
                             r0 += TR;
                             continue;
                         }
-                        let (at, rows) = (r0, MR.min(mc - r0));
+                        let (at, rows) = (r0, MR.min(body - r0));
                         r0 += MR;
                         match pair {
                             Some(wide) => wide(WideTile {
@@ -368,6 +373,38 @@ impl Body for Blocked<'_> {
                         }
                     }
                     p += if pair.is_some() { 2 } else { 1 };
+                }
+                let mut p = 0;
+                while let Some(few) = few.filter(|_| tail > 0 && p < panels) {
+                    let q = (FEW_SUMS / tail).min(panels - p);
+                    let j0 = p * NR;
+                    let cols = (q * NR).min(n - j0);
+                    let b = std::array::from_fn(|t| {
+                        if t < q {
+                            &bp[((p + t) * k + k0) * NR..][..kc * NR]
+                        } else {
+                            &[][..]
+                        }
+                    });
+                    let z = bias.filter(|_| k0 == 0).map(|b| {
+                        let mut z = [0.0f32; FEW_SUMS * NR];
+                        if !b.is_empty() {
+                            z[..cols].copy_from_slice(&b[j0..j0 + cols]);
+                        }
+                        z
+                    });
+                    few(FewTile {
+                        a: a_rows(body, tail),
+                        rows: tail,
+                        b,
+                        panels: q,
+                        c: &mut c[(i0 + body) * rsc + j0..],
+                        rsc,
+                        cols,
+                        start: z.as_ref().map(|z| &z[..]),
+                        clamp,
+                    });
+                    p += q;
                 }
                 i0 += mc;
             }
@@ -424,6 +461,18 @@ pub(crate) struct Rows<'a, const R: usize> {
     base: [&'a [f32]; R],
     pitch: [usize; R],
     seg: usize,
+}
+
+impl<'a, const R: usize> Rows<'a, R> {
+    /// The first `S` rows (`S <= R`).
+    #[inline(always)]
+    fn first<const S: usize>(&self) -> Rows<'a, S> {
+        Rows {
+            base: std::array::from_fn(|r| self.base[r]),
+            pitch: std::array::from_fn(|r| self.pitch[r]),
+            seg: self.seg,
+        }
+    }
 }
 
 /// One `MR x NR` tile of `C += A * B`: `a` holds A's `MR` rows (each `kc` long; rows past
@@ -483,6 +532,31 @@ pub(crate) struct TallTile<'a, const P: usize> {
 type Tall = fn(TallTile<'_, 1>);
 /// A tall micro-kernel over two panels: one [`TallTile`].
 type TallWide = fn(TallTile<'_, 2>);
+
+/// Panels times rows of a [`FewTile`]: its sums' registers in pairs (AVX2's six-row tile
+/// has six rows of one panel).
+const FEW_SUMS: usize = 6;
+
+/// The rows of a block past its last whole six-row tile (`rows`, fewer than [`MR`]) over
+/// `panels` adjacent B panels (`b`, up to `FEW_SUMS / rows`; the others empty): the
+/// registers a six-row tile spends on its zero rows hold more panels instead (a layer of
+/// one output pixel ran one row in a six-row tile). `cols` (up to `panels * NR`) columns
+/// of C from `c` written, `start` holding as many; otherwise as [`Tile`], each sum in the
+/// same order, so the results are the same bits.
+pub(crate) struct FewTile<'a> {
+    a: Rows<'a, MR>,
+    rows: usize,
+    b: [&'a [f32]; FEW_SUMS],
+    panels: usize,
+    c: &'a mut [f32],
+    rsc: usize,
+    cols: usize,
+    start: Option<&'a [f32]>,
+    clamp: Option<(f32, f32)>,
+}
+
+/// A few-row micro-kernel: one [`FewTile`].
+type Few = fn(FewTile<'_>);
 
 // The prologue (C = start, A's rows sliced) is written out in both bodies: shared through
 // an inlined function, the models ran about 5% slower.
@@ -621,7 +695,7 @@ fn micro_plain(t: Tile<'_>) {
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{Rows, TallTile, Tile, WideTile, MR, NR, TR};
+    use super::{FewTile, Rows, TallTile, Tile, WideTile, FEW_SUMS, MR, NR, TR};
     use std::arch::x86_64::*;
 
     /// [`Tile`] with AVX2 intrinsics: the twelve accumulators (six rows of two 8-lane
@@ -684,6 +758,87 @@ mod x86 {
         } else {
             let acc = sums_avx2::<TR, 2>(&a, b);
             store_avx2(&acc, c, rsc, cols, start, clamp);
+        }
+    }
+
+    /// [`FewTile`] with AVX2 intrinsics: one to five rows over as many panels as twelve
+    /// accumulators hold (six, three, two, one, one).
+    #[target_feature(enable = "avx2,fma")]
+    fn few_avx2(t: FewTile<'_>) {
+        let kc = t.b[0].len() / NR;
+        if t.a.seg == 0 || !kc.is_multiple_of(t.a.seg) || t.panels * t.rows > FEW_SUMS {
+            return;
+        }
+        match (t.rows, t.panels) {
+            (1, 6) => few_run::<1, 6>(t),
+            (1, 5) => few_run::<1, 5>(t),
+            (1, 4) => few_run::<1, 4>(t),
+            (1, 3) => few_run::<1, 3>(t),
+            (1, 2) => few_run::<1, 2>(t),
+            (1, 1) => few_run::<1, 1>(t),
+            (2, 3) => few_run::<2, 3>(t),
+            (2, 2) => few_run::<2, 2>(t),
+            (2, 1) => few_run::<2, 1>(t),
+            (3, 2) => few_run::<3, 2>(t),
+            (3, 1) => few_run::<3, 1>(t),
+            (4, 1) => few_run::<4, 1>(t),
+            (5, 1) => few_run::<5, 1>(t),
+            _ => {}
+        }
+    }
+
+    /// [`few_avx2`] for `R` rows over `P` panels.
+    // `l` indexes R rows' segments at once, not one slice.
+    #[allow(clippy::needless_range_loop)]
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn few_run<const R: usize, const P: usize>(t: FewTile<'_>) {
+        let FewTile {
+            a,
+            b,
+            c,
+            rsc,
+            cols,
+            start,
+            clamp,
+            ..
+        } = t;
+        let Rows { base, pitch, seg } = a.first::<R>();
+        let kc = b[0].len() / NR;
+        let b: [&[f32]; P] = std::array::from_fn(|q| &b[q][..kc * NR]);
+        let mut acc = [[[_mm256_setzero_ps(); 2]; R]; P];
+        for s in 0..kc / seg {
+            // Each row's segment and each panel's rows for it, bounds-checked once here.
+            let mut rows_s = [std::ptr::null::<f32>(); R];
+            for r in 0..R {
+                rows_s[r] = base[r][s * pitch[r]..][..seg].as_ptr();
+            }
+            let panels = b.map(|b| b[s * seg * NR..][..seg * NR].as_ptr());
+            for l in 0..seg {
+                let x: [__m256; R] = std::array::from_fn(|r| {
+                    // SAFETY: `rows_s[r]` starts `seg` floats (checked above), `l < seg`.
+                    _mm256_set1_ps(unsafe { *rows_s[r].add(l) })
+                });
+                for q in 0..P {
+                    for h in 0..2 {
+                        // `panels[q]` starts `seg * NR` floats (checked above) and
+                        // `l < seg`: 8 floats from `l * NR + h * 8`, h < 2, inside them.
+                        // SAFETY: so the load stays inside the panel's rows.
+                        let bv = unsafe { _mm256_loadu_ps(panels[q].add(l * NR + h * 8)) };
+                        for r in 0..R {
+                            acc[q][r][h] = _mm256_fmadd_ps(x[r], bv, acc[q][r][h]);
+                        }
+                    }
+                }
+            }
+        }
+        for (q, acc) in acc.iter().enumerate() {
+            let cols = cols.saturating_sub(q * NR).min(NR);
+            if cols == 0 {
+                break;
+            }
+            let start = start.map(|z| &z[q * NR..][..cols]);
+            store_avx2(acc, &mut c[q * NR..], rsc, cols, start, clamp);
         }
     }
 
@@ -911,6 +1066,11 @@ mod x86 {
         unsafe { tile_avx2(t) }
     }
 
+    pub(super) fn few256(t: FewTile<'_>) {
+        // SAFETY: chosen by `kernels_for` only where the CPU has AVX2 and FMA.
+        unsafe { few_avx2(t) }
+    }
+
     pub(super) fn tall_half256(t: TallTile<'_, 1>) {
         // SAFETY: chosen by `kernels_for` only where the CPU has AVX2 and FMA.
         unsafe { tall_avx2(t) }
@@ -937,6 +1097,9 @@ struct Kernels {
     /// the CPU's panel is two registers wide (AVX2): the six-row kernel multiplies both
     /// halves of such a panel.
     half: Option<Tall>,
+    /// The kernel for a block's rows past its last whole six-row tile, over several
+    /// panels at once (AVX2).
+    few: Option<Few>,
 }
 
 /// The kernels for instruction-set level `isa` (which the CPU must have). The vector
@@ -953,6 +1116,7 @@ fn kernels_for(isa: super::isa::Isa) -> Kernels {
                     wide: Some(x86::wide512),
                     tall: Some((x86::tall512, x86::tall_wide512)),
                     half: None,
+                    few: None,
                 }
             }
             Isa::Avx2 => {
@@ -961,6 +1125,7 @@ fn kernels_for(isa: super::isa::Isa) -> Kernels {
                     wide: None,
                     tall: None,
                     half: Some(x86::tall_half256),
+                    few: Some(x86::few256),
                 }
             }
             Isa::Scalar => {}
@@ -972,6 +1137,7 @@ fn kernels_for(isa: super::isa::Isa) -> Kernels {
         wide: None,
         tall: None,
         half: None,
+        few: None,
     }
 }
 
@@ -1147,6 +1313,69 @@ mod tests {
                 let a = tile_rows(&zeros, seg, TR, row);
                 let start = with_start.then_some(&z[..]);
                 half(TallTile { a, b: [&b], c: &mut got, rsc, cols, start, clamp });
+                let same = got.iter().zip(&want).all(|(g, w)| g.to_bits() == w.to_bits());
+                prop_assert!(same, "{}", isa.name());
+            }
+        }
+    }
+
+    proptest! {
+        /// The few-row kernel (AVX2) gives the same bits as six-row tiles of its level,
+        /// one per panel: one to five rows, as many panels as it takes for them, the last
+        /// part-filled, segmented rows, both kinds of start and the clamp (NaN kept).
+        #[test]
+        fn few_row_tiles_match_six_row_tiles(
+            (seg, segs) in (1usize..12, 1usize..4),
+            (rows, q, cols) in (1usize..MR).prop_flat_map(|rows| {
+                (Just(rows), 1..=FEW_SUMS / rows)
+            }).prop_flat_map(|(rows, q)| (Just(rows), Just(q), (q - 1) * NR + 1..=q * NR)),
+            with_start in any::<bool>(),
+            clamp in prop_oneof![Just(None), Just(Some((-0.5f32, 0.75f32)))],
+            seed in any::<u32>(),
+        ) {
+            for isa in levels() {
+                let Kernels { micro, few: Some(few), .. } = kernels_for(isa) else { continue };
+                let kc = seg * segs;
+                let val = |i: usize, s: u32| {
+                    let v = (i as u32).wrapping_mul(2654435761).wrapping_add(s) >> 9;
+                    (v % 20011) as f32 / 7919.0 - 1.3
+                };
+                let pitch = seg + 5;
+                let mut a: Vec<f32> =
+                    (0..MR * 3 + segs * pitch + seg).map(|i| val(i, seed)).collect();
+                a[seed as usize % (rows * 3)] = f32::NAN;
+                let b: Vec<f32> = (0..q * kc * NR).map(|i| val(i, !seed)).collect();
+                let z: Vec<f32> = (0..FEW_SUMS * NR).map(|i| val(i, seed ^ 77)).collect();
+                let rsc = q * NR + 3;
+                let c0: Vec<f32> = (0..MR * rsc).map(|i| val(i, seed ^ 5)).collect();
+                let zeros = vec![0.0f32; kc];
+                let row = |r: usize| (&a[r * 3..], pitch);
+                let panel = |t: usize| &b[t * kc * NR..][..kc * NR];
+                let mut want = c0.clone();
+                for t in 0..q {
+                    micro(Tile {
+                        a: tile_rows(&zeros, seg, rows, row),
+                        b: panel(t),
+                        c: &mut want[t * NR..],
+                        rsc,
+                        rows,
+                        cols: (cols - t * NR).min(NR),
+                        start: with_start.then(|| &z[t * NR..][..NR]),
+                        clamp,
+                    });
+                }
+                let mut got = c0.clone();
+                few(FewTile {
+                    a: tile_rows(&zeros, seg, rows, row),
+                    rows,
+                    b: std::array::from_fn(|t| if t < q { panel(t) } else { &[][..] }),
+                    panels: q,
+                    c: &mut got,
+                    rsc,
+                    cols,
+                    start: with_start.then_some(&z[..]),
+                    clamp,
+                });
                 let same = got.iter().zip(&want).all(|(g, w)| g.to_bits() == w.to_bits());
                 prop_assert!(same, "{}", isa.name());
             }
