@@ -231,7 +231,6 @@ impl Body for Blocked<'_> {
             micro,
             wide,
             tall,
-            half,
             few,
         } = kernels;
         let zeros = vec![0.0f32; KC.min(k)];
@@ -303,22 +302,6 @@ impl Body for Blocked<'_> {
                     let mut r0 = 0;
                     while r0 < body {
                         let c = &mut c[(i0 + r0) * rsc + j0..];
-                        // A panel of at most 8 columns twelve rows at a time where the
-                        // six-row kernel would multiply its empty half (AVX2).
-                        let narrow = pair.is_none() && cols <= 8 && body - r0 >= TR;
-                        if let Some(half) = half.filter(|_| narrow) {
-                            half(TallTile {
-                                a: tile_rows(&zeros[..kc], seg, TR, |r| row(i0 + r0 + r)),
-                                b: [panel],
-                                c,
-                                rsc,
-                                cols,
-                                start: z.as_ref().map(|z| &z[..]),
-                                clamp,
-                            });
-                            r0 += TR;
-                            continue;
-                        }
                         // Twelve rows at a time where the CPU has the registers (twice
                         // the sums in flight, each A value feeding twice as many).
                         if let Some((one, two)) = tall.filter(|_| body - r0 >= TR) {
@@ -464,12 +447,12 @@ pub(crate) struct Rows<'a, const R: usize> {
 }
 
 impl<'a, const R: usize> Rows<'a, R> {
-    /// The first `S` rows (`S <= R`).
+    /// The `S` rows from row `at` on (`at + S <= R`).
     #[inline(always)]
-    fn first<const S: usize>(&self) -> Rows<'a, S> {
+    fn part<const S: usize>(&self, at: usize) -> Rows<'a, S> {
         Rows {
-            base: std::array::from_fn(|r| self.base[r]),
-            pitch: std::array::from_fn(|r| self.pitch[r]),
+            base: std::array::from_fn(|r| self.base[at + r]),
+            pitch: std::array::from_fn(|r| self.pitch[at + r]),
             seg: self.seg,
         }
     }
@@ -731,10 +714,9 @@ mod x86 {
         }
     }
 
-    /// [`TallTile`] over one panel with AVX2 intrinsics, for a panel of at most 8 columns
-    /// (a layer's last): twelve rows of the panel's first half, the twelve accumulators of
-    /// [`tile_avx2`] (which, six rows at a time, has six sums in flight for such a panel).
-    /// A wider panel runs both halves (correct, but its 24 sums do not fit the registers).
+    /// [`TallTile`] over one panel with AVX2 intrinsics: a panel of at most 8 columns (a
+    /// layer's last) as twelve rows of its first half, the twelve accumulators of
+    /// [`tile_avx2`] (which multiplied both halves); a wider one as two six-row tiles.
     #[target_feature(enable = "avx2,fma")]
     fn tall_avx2(t: TallTile<'_, 1>) {
         let TallTile {
@@ -756,8 +738,11 @@ mod x86 {
             let acc = sums_avx2::<TR, 1>(&a, b);
             store_avx2(&acc, c, rsc, cols, start, clamp);
         } else {
-            let acc = sums_avx2::<TR, 2>(&a, b);
-            store_avx2(&acc, c, rsc, cols, start, clamp);
+            for half in 0..TR / MR {
+                let acc = sums_avx2::<MR, 2>(&a.part::<MR>(half * MR), b);
+                let c = &mut c[half * MR * rsc..];
+                store_avx2(&acc, c, rsc, cols, start, clamp);
+            }
         }
     }
 
@@ -803,7 +788,7 @@ mod x86 {
             clamp,
             ..
         } = t;
-        let Rows { base, pitch, seg } = a.first::<R>();
+        let Rows { base, pitch, seg } = a.part::<R>(0);
         let kc = b[0].len() / NR;
         let b: [&[f32]; P] = std::array::from_fn(|q| &b[q][..kc * NR]);
         let mut acc = [[[_mm256_setzero_ps(); 2]; R]; P];
@@ -1071,9 +1056,44 @@ mod x86 {
         unsafe { few_avx2(t) }
     }
 
-    pub(super) fn tall_half256(t: TallTile<'_, 1>) {
+    pub(super) fn tall256(t: TallTile<'_, 1>) {
         // SAFETY: chosen by `kernels_for` only where the CPU has AVX2 and FMA.
         unsafe { tall_avx2(t) }
+    }
+
+    /// [`tall256`] over two panels, one after the other (AVX2 has no two-panel kernel,
+    /// so the blocked loops never pair panels for it; this keeps the pair correct).
+    pub(super) fn tall_wide256(t: TallTile<'_, 2>) {
+        let TallTile {
+            a,
+            b: [b0, b1],
+            c,
+            rsc,
+            cols,
+            start,
+            clamp,
+        } = t;
+        let first = cols.min(NR);
+        tall256(TallTile {
+            a: a.part::<TR>(0),
+            b: [b0],
+            c: &mut c[..],
+            rsc,
+            cols: first,
+            start: start.map(|z| &z[..first]),
+            clamp,
+        });
+        if cols > NR {
+            tall256(TallTile {
+                a,
+                b: [b1],
+                c: &mut c[NR..],
+                rsc,
+                cols: cols - NR,
+                start: start.map(|z| &z[NR..]),
+                clamp,
+            });
+        }
     }
 
     pub(super) fn avx512(t: Tile<'_>) {
@@ -1090,13 +1110,10 @@ struct Kernels {
     /// The six-row kernel over two panels, where the CPU has the 32 vector registers its
     /// twelve accumulators need (AVX-512).
     wide: Option<Wide>,
-    /// The twelve-row kernels over one and two panels, where the CPU has AVX-512 (its 32
-    /// registers).
+    /// The twelve-row kernels over one and two panels: with AVX-512 (its 32 registers),
+    /// and with AVX2 for a panel of at most 8 columns (a product's last; others as two
+    /// six-row tiles), whose second half the six-row kernel multiplies for nothing.
     tall: Option<(Tall, TallWide)>,
-    /// The twelve-row kernel over a panel of at most 8 columns (a product's last), where
-    /// the CPU's panel is two registers wide (AVX2): the six-row kernel multiplies both
-    /// halves of such a panel.
-    half: Option<Tall>,
     /// The kernel for a block's rows past its last whole six-row tile, over several
     /// panels at once (AVX2).
     few: Option<Few>,
@@ -1115,7 +1132,6 @@ fn kernels_for(isa: super::isa::Isa) -> Kernels {
                     micro: x86::avx512,
                     wide: Some(x86::wide512),
                     tall: Some((x86::tall512, x86::tall_wide512)),
-                    half: None,
                     few: None,
                 }
             }
@@ -1123,8 +1139,7 @@ fn kernels_for(isa: super::isa::Isa) -> Kernels {
                 return Kernels {
                     micro: x86::avx2,
                     wide: None,
-                    tall: None,
-                    half: Some(x86::tall_half256),
+                    tall: Some((x86::tall256, x86::tall_wide256)),
                     few: Some(x86::few256),
                 }
             }
@@ -1136,7 +1151,6 @@ fn kernels_for(isa: super::isa::Isa) -> Kernels {
         micro: micro_plain,
         wide: None,
         tall: None,
-        half: None,
         few: None,
     }
 }
@@ -1274,17 +1288,21 @@ mod tests {
     proptest! {
         /// The twelve-row kernel for a narrow panel (AVX2) gives the same bits as two
         /// six-row tiles of its level: panels of at most 8 columns (the ones it is chosen
-        /// for) and wider ones, segmented rows, both kinds of start and the clamp (NaN kept).
+        /// for) and wider ones, one panel or two (its pair runs them one after the other),
+        /// segmented rows, both kinds of start and the clamp (NaN kept).
         #[test]
         fn half_tiles_match_six_row_tiles(
             (seg, segs) in (1usize..12, 1usize..4),
             cols in prop_oneof![1usize..=8, 9usize..=NR],
+            pair in any::<bool>(),
             with_start in any::<bool>(),
             clamp in prop_oneof![Just(None), Just(Some((-0.5f32, 0.75f32)))],
             seed in any::<u32>(),
         ) {
             for isa in levels() {
-                let Kernels { micro, half: Some(half), .. } = kernels_for(isa) else { continue };
+                // The AVX2 level's (AVX-512's are checked against its wide tiles above).
+                let Kernels { micro, wide: None, tall: Some((half, two)), .. } = kernels_for(isa)
+                else { continue };
                 let kc = seg * segs;
                 let val = |i: usize, s: u32| {
                     let v = (i as u32).wrapping_mul(2654435761).wrapping_add(s) >> 9;
@@ -1295,24 +1313,35 @@ mod tests {
                 let mut a: Vec<f32> =
                     (0..TR * 3 + segs * pitch + seg).map(|i| val(i, seed)).collect();
                 a[seed as usize % (TR * 3)] = f32::NAN;
-                let b: Vec<f32> = (0..kc * NR).map(|i| val(i, !seed)).collect();
+                let b: Vec<f32> = (0..2 * kc * NR).map(|i| val(i, !seed)).collect();
+                let (b0, b1) = b.split_at(kc * NR);
                 let z: [f32; 2 * NR] = std::array::from_fn(|i| val(i, seed ^ 77));
-                let rsc = NR + 3;
+                let rsc = 2 * NR + 3;
                 let c0: Vec<f32> = (0..TR * rsc).map(|i| val(i, seed ^ 5)).collect();
                 let zeros = vec![0.0f32; kc];
                 let row = |r: usize| (&a[r * 3..], pitch);
+                // With a pair, the first panel full and `cols` of the second.
+                let panels: &[(&[f32], usize)] =
+                    if pair { &[(b0, NR), (b1, cols)] } else { &[(b0, cols)] };
                 let mut want = c0.clone();
-                for part in 0..2 {
-                    let a = tile_rows(&zeros, seg, MR, |r| row(part * MR + r));
-                    micro(Tile {
-                        a, b: &b, c: &mut want[part * MR * rsc..], rsc, rows: MR, cols,
-                        start: with_start.then_some(&z[..NR]), clamp,
-                    });
+                for (t, &(b, cols)) in panels.iter().enumerate() {
+                    for part in 0..2 {
+                        let a = tile_rows(&zeros, seg, MR, |r| row(part * MR + r));
+                        micro(Tile {
+                            a, b, c: &mut want[part * MR * rsc + t * NR..], rsc, rows: MR, cols,
+                            start: with_start.then_some(&z[t * NR..][..NR]), clamp,
+                        });
+                    }
                 }
                 let mut got = c0.clone();
                 let a = tile_rows(&zeros, seg, TR, row);
                 let start = with_start.then_some(&z[..]);
-                half(TallTile { a, b: [&b], c: &mut got, rsc, cols, start, clamp });
+                if pair {
+                    let cols = NR + cols;
+                    two(TallTile { a, b: [b0, b1], c: &mut got, rsc, cols, start, clamp });
+                } else {
+                    half(TallTile { a, b: [b0], c: &mut got, rsc, cols, start, clamp });
+                }
                 let same = got.iter().zip(&want).all(|(g, w)| g.to_bits() == w.to_bits());
                 prop_assert!(same, "{}", isa.name());
             }
