@@ -227,7 +227,12 @@ impl Body for Blocked<'_> {
             clamp,
         } = self;
         let Packed { data: bp, k, n } = b;
-        let Kernels { micro, wide, tall } = kernels;
+        let Kernels {
+            micro,
+            wide,
+            tall,
+            few,
+        } = kernels;
         let zeros = vec![0.0f32; KC.min(k)];
         // A strided A (not row-contiguous) is copied row by row first; a contiguous one is
         // read where it is (as are segmented rows).
@@ -282,6 +287,10 @@ impl Body for Blocked<'_> {
                 let a_rows = |r0: usize, rows: usize| -> Rows<'_, MR> {
                     tile_rows(&zeros[..kc], seg, rows, |r| row(i0 + r0 + r))
                 };
+                // The rows past the last whole six-row tile run across several panels at
+                // once where the CPU has a kernel for it (AVX2); else as a part-filled tile.
+                let tail = few.map_or(0, |_| mc % MR);
+                let body = mc - tail;
                 let mut p = 0;
                 while p < panels {
                     let panel = &bp[(p * k + k0) * NR..][..kc * NR];
@@ -291,11 +300,11 @@ impl Body for Blocked<'_> {
                     let cols = (if pair.is_some() { 2 * NR } else { NR }).min(n - j0);
                     let z = start(j0, cols);
                     let mut r0 = 0;
-                    while r0 < mc {
+                    while r0 < body {
                         let c = &mut c[(i0 + r0) * rsc + j0..];
                         // Twelve rows at a time where the CPU has the registers (twice
                         // the sums in flight, each A value feeding twice as many).
-                        if let Some((one, two)) = tall.filter(|_| mc - r0 >= TR) {
+                        if let Some((one, two)) = tall.filter(|_| body - r0 >= TR) {
                             let a = tile_rows(&zeros[..kc], seg, TR, |r| row(i0 + r0 + r));
                             let start = z.as_ref().map(|z| &z[..]);
                             match pair {
@@ -321,7 +330,7 @@ impl Body for Blocked<'_> {
                             r0 += TR;
                             continue;
                         }
-                        let (at, rows) = (r0, MR.min(mc - r0));
+                        let (at, rows) = (r0, MR.min(body - r0));
                         r0 += MR;
                         match pair {
                             Some(wide) => wide(WideTile {
@@ -347,6 +356,38 @@ impl Body for Blocked<'_> {
                         }
                     }
                     p += if pair.is_some() { 2 } else { 1 };
+                }
+                let mut p = 0;
+                while let Some(few) = few.filter(|_| tail > 0 && p < panels) {
+                    let q = (FEW_SUMS / tail).min(panels - p);
+                    let j0 = p * NR;
+                    let cols = (q * NR).min(n - j0);
+                    let b = std::array::from_fn(|t| {
+                        if t < q {
+                            &bp[((p + t) * k + k0) * NR..][..kc * NR]
+                        } else {
+                            &[][..]
+                        }
+                    });
+                    let z = bias.filter(|_| k0 == 0).map(|b| {
+                        let mut z = [0.0f32; FEW_SUMS * NR];
+                        if !b.is_empty() {
+                            z[..cols].copy_from_slice(&b[j0..j0 + cols]);
+                        }
+                        z
+                    });
+                    few(FewTile {
+                        a: a_rows(body, tail),
+                        rows: tail,
+                        b,
+                        panels: q,
+                        c: &mut c[(i0 + body) * rsc + j0..],
+                        rsc,
+                        cols,
+                        start: z.as_ref().map(|z| &z[..]),
+                        clamp,
+                    });
+                    p += q;
                 }
                 i0 += mc;
             }
@@ -403,6 +444,18 @@ pub(crate) struct Rows<'a, const R: usize> {
     base: [&'a [f32]; R],
     pitch: [usize; R],
     seg: usize,
+}
+
+impl<'a, const R: usize> Rows<'a, R> {
+    /// The `S` rows from row `at` on (`at + S <= R`).
+    #[inline(always)]
+    fn part<const S: usize>(&self, at: usize) -> Rows<'a, S> {
+        Rows {
+            base: std::array::from_fn(|r| self.base[at + r]),
+            pitch: std::array::from_fn(|r| self.pitch[at + r]),
+            seg: self.seg,
+        }
+    }
 }
 
 /// One `MR x NR` tile of `C += A * B`: `a` holds A's `MR` rows (each `kc` long; rows past
@@ -462,6 +515,31 @@ pub(crate) struct TallTile<'a, const P: usize> {
 type Tall = fn(TallTile<'_, 1>);
 /// A tall micro-kernel over two panels: one [`TallTile`].
 type TallWide = fn(TallTile<'_, 2>);
+
+/// Panels times rows of a [`FewTile`]: its sums' registers in pairs (AVX2's six-row tile
+/// has six rows of one panel).
+const FEW_SUMS: usize = 6;
+
+/// The rows of a block past its last whole six-row tile (`rows`, fewer than [`MR`]) over
+/// `panels` adjacent B panels (`b`, up to `FEW_SUMS / rows`; the others empty): the
+/// registers a six-row tile spends on its zero rows hold more panels instead (a layer of
+/// one output pixel ran one row in a six-row tile). `cols` (up to `panels * NR`) columns
+/// of C from `c` written, `start` holding as many; otherwise as [`Tile`], each sum in the
+/// same order, so the results are the same bits.
+pub(crate) struct FewTile<'a> {
+    a: Rows<'a, MR>,
+    rows: usize,
+    b: [&'a [f32]; FEW_SUMS],
+    panels: usize,
+    c: &'a mut [f32],
+    rsc: usize,
+    cols: usize,
+    start: Option<&'a [f32]>,
+    clamp: Option<(f32, f32)>,
+}
+
+/// A few-row micro-kernel: one [`FewTile`].
+type Few = fn(FewTile<'_>);
 
 // The prologue (C = start, A's rows sliced) is written out in both bodies: shared through
 // an inlined function, the models ran about 5% slower.
@@ -600,15 +678,14 @@ fn micro_plain(t: Tile<'_>) {
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{Rows, TallTile, Tile, WideTile, MR, NR, TR};
+    use super::{FewTile, Rows, TallTile, Tile, WideTile, FEW_SUMS, MR, NR, TR};
     use std::arch::x86_64::*;
 
     /// [`Tile`] with AVX2 intrinsics: the twelve accumulators (six rows of two 8-lane
     /// halves) are registers, and the store adds the start (or C), clamps and writes in
     /// one pass with masked loads and stores for a part-filled panel (the plain-Rust
-    /// body's store, clamp included, ran scalar).
-    // `l` indexes six rows' segments at once, not one slice.
-    #[allow(clippy::needless_range_loop)]
+    /// body's store, clamp included, ran scalar). A panel of at most 8 columns multiplies
+    /// its first half only (its second half's sums were never stored).
     #[target_feature(enable = "avx2,fma")]
     fn tile_avx2(t: Tile<'_>) {
         let Tile {
@@ -621,31 +698,163 @@ mod x86 {
             start,
             clamp,
         } = t;
-        let Rows { base, pitch, seg } = a;
         let kc = b.len() / NR;
-        if seg == 0 || !kc.is_multiple_of(seg) {
+        if a.seg == 0 || !kc.is_multiple_of(a.seg) {
             return;
         }
-        const H: usize = NR / 8;
-        let mut acc = [[_mm256_setzero_ps(); H]; MR];
+        let cols = cols.min(NR);
+        let start = start.map(|z| &z[..cols]);
+        let rows = rows.min(MR);
+        if cols <= 8 {
+            let acc = sums_avx2::<MR, 1>(&a, b);
+            store_avx2(&acc[..rows], c, rsc, cols, start, clamp);
+        } else {
+            let acc = sums_avx2::<MR, 2>(&a, b);
+            store_avx2(&acc[..rows], c, rsc, cols, start, clamp);
+        }
+    }
+
+    /// [`TallTile`] over one panel with AVX2 intrinsics: a panel of at most 8 columns (a
+    /// layer's last) as twelve rows of its first half, the twelve accumulators of
+    /// [`tile_avx2`] (which multiplied both halves); a wider one as two six-row tiles.
+    #[target_feature(enable = "avx2,fma")]
+    fn tall_avx2(t: TallTile<'_, 1>) {
+        let TallTile {
+            a,
+            b: [b],
+            c,
+            rsc,
+            cols,
+            start,
+            clamp,
+        } = t;
+        let kc = b.len() / NR;
+        if a.seg == 0 || !kc.is_multiple_of(a.seg) {
+            return;
+        }
+        let cols = cols.min(NR);
+        let start = start.map(|z| &z[..cols]);
+        if cols <= 8 {
+            let acc = sums_avx2::<TR, 1>(&a, b);
+            store_avx2(&acc, c, rsc, cols, start, clamp);
+        } else {
+            for half in 0..TR / MR {
+                let acc = sums_avx2::<MR, 2>(&a.part::<MR>(half * MR), b);
+                let c = &mut c[half * MR * rsc..];
+                store_avx2(&acc, c, rsc, cols, start, clamp);
+            }
+        }
+    }
+
+    /// [`FewTile`] with AVX2 intrinsics: one to five rows over as many panels as twelve
+    /// accumulators hold (six, three, two, one, one).
+    #[target_feature(enable = "avx2,fma")]
+    fn few_avx2(t: FewTile<'_>) {
+        let kc = t.b[0].len() / NR;
+        if t.a.seg == 0 || !kc.is_multiple_of(t.a.seg) || t.panels * t.rows > FEW_SUMS {
+            return;
+        }
+        match (t.rows, t.panels) {
+            (1, 6) => few_run::<1, 6>(t),
+            (1, 5) => few_run::<1, 5>(t),
+            (1, 4) => few_run::<1, 4>(t),
+            (1, 3) => few_run::<1, 3>(t),
+            (1, 2) => few_run::<1, 2>(t),
+            (1, 1) => few_run::<1, 1>(t),
+            (2, 3) => few_run::<2, 3>(t),
+            (2, 2) => few_run::<2, 2>(t),
+            (2, 1) => few_run::<2, 1>(t),
+            (3, 2) => few_run::<3, 2>(t),
+            (3, 1) => few_run::<3, 1>(t),
+            (4, 1) => few_run::<4, 1>(t),
+            (5, 1) => few_run::<5, 1>(t),
+            _ => {}
+        }
+    }
+
+    /// [`few_avx2`] for `R` rows over `P` panels.
+    // `l` indexes R rows' segments at once, not one slice.
+    #[allow(clippy::needless_range_loop)]
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn few_run<const R: usize, const P: usize>(t: FewTile<'_>) {
+        let FewTile {
+            a,
+            b,
+            c,
+            rsc,
+            cols,
+            start,
+            clamp,
+            ..
+        } = t;
+        let Rows { base, pitch, seg } = a.part::<R>(0);
+        let kc = b[0].len() / NR;
+        let b: [&[f32]; P] = std::array::from_fn(|q| &b[q][..kc * NR]);
+        let mut acc = [[[_mm256_setzero_ps(); 2]; R]; P];
+        for s in 0..kc / seg {
+            // Each row's segment and each panel's rows for it, bounds-checked once here.
+            let mut rows_s = [std::ptr::null::<f32>(); R];
+            for r in 0..R {
+                rows_s[r] = base[r][s * pitch[r]..][..seg].as_ptr();
+            }
+            let panels = b.map(|b| b[s * seg * NR..][..seg * NR].as_ptr());
+            for l in 0..seg {
+                let x: [__m256; R] = std::array::from_fn(|r| {
+                    // SAFETY: `rows_s[r]` starts `seg` floats (checked above), `l < seg`.
+                    _mm256_set1_ps(unsafe { *rows_s[r].add(l) })
+                });
+                for q in 0..P {
+                    for h in 0..2 {
+                        // `panels[q]` starts `seg * NR` floats (checked above) and
+                        // `l < seg`: 8 floats from `l * NR + h * 8`, h < 2, inside them.
+                        // SAFETY: so the load stays inside the panel's rows.
+                        let bv = unsafe { _mm256_loadu_ps(panels[q].add(l * NR + h * 8)) };
+                        for r in 0..R {
+                            acc[q][r][h] = _mm256_fmadd_ps(x[r], bv, acc[q][r][h]);
+                        }
+                    }
+                }
+            }
+        }
+        for (q, acc) in acc.iter().enumerate() {
+            let cols = cols.saturating_sub(q * NR).min(NR);
+            if cols == 0 {
+                break;
+            }
+            let start = start.map(|z| &z[q * NR..][..cols]);
+            store_avx2(acc, &mut c[q * NR..], rsc, cols, start, clamp);
+        }
+    }
+
+    /// The sums of `R` rows of A (`a`) times the first `H` 8-lane halves of a B panel
+    /// (`b`, `kc` rows of [`NR`], `kc` a whole number of `a`'s segments): each an
+    /// accumulator register, zero then one fused multiply-add per step of the depth.
+    // `l` indexes R rows' segments at once, not one slice.
+    #[allow(clippy::needless_range_loop)]
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn sums_avx2<const R: usize, const H: usize>(a: &Rows<'_, R>, b: &[f32]) -> [[__m256; H]; R] {
+        // At most a panel's two halves (the loads below read a step's row up to `H * 8`).
+        const { assert!(H <= 2) };
+        let Rows { base, pitch, seg } = *a;
+        let mut acc = [[_mm256_setzero_ps(); H]; R];
         for (s, bs) in b.chunks_exact(seg * NR).enumerate() {
             // Each row's segment, bounds-checked once here; the step loop reads through
             // the pointers (as the AVX-512 tall kernel does).
-            let mut rows_s = [std::ptr::null::<f32>(); MR];
-            for r in 0..MR {
+            let mut rows_s = [std::ptr::null::<f32>(); R];
+            for r in 0..R {
                 rows_s[r] = base[r][s * pitch[r]..][..seg].as_ptr();
             }
             let panel = bs.as_ptr();
             for l in 0..seg {
-                // SAFETY: `bs` is `seg * NR` floats and `l < seg`: NR = 16 floats from
-                // `l * NR`, two unaligned 256-bit loads.
-                let bv = unsafe {
-                    [
-                        _mm256_loadu_ps(panel.add(l * NR)),
-                        _mm256_loadu_ps(panel.add(l * NR + 8)),
-                    ]
-                };
-                for r in 0..MR {
+                let bv: [__m256; H] = std::array::from_fn(|q| {
+                    // `bs` is `seg * NR` floats and `l < seg`: 8 floats from
+                    // `l * NR + q * 8`, q < H <= 2, lie inside the step's NR = 16.
+                    // SAFETY: so the load stays inside `bs`.
+                    unsafe { _mm256_loadu_ps(panel.add(l * NR + q * 8)) }
+                });
+                for r in 0..R {
                     // SAFETY: `rows_s[r]` starts `seg` floats (checked above), `l < seg`.
                     let x = _mm256_set1_ps(unsafe { *rows_s[r].add(l) });
                     for q in 0..H {
@@ -654,31 +863,46 @@ mod x86 {
                 }
             }
         }
-        let cols = cols.min(NR);
-        let start = start.map(|z| &z[..cols]);
+        acc
+    }
+
+    /// Stores a tile's sums (`acc`, a row each, `H` 8-lane halves) into the `cols`
+    /// (at most `H * 8`) first columns of C's rows from `c` (row stride `rsc`):
+    /// `C = start + sums`, else `C += sums`, then clamped with `clamp`; one pass, masked
+    /// loads and stores for a part-filled half.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn store_avx2<const H: usize>(
+        acc: &[[__m256; H]],
+        c: &mut [f32],
+        rsc: usize,
+        cols: usize,
+        start: Option<&[f32]>,
+        clamp: Option<(f32, f32)>,
+    ) {
         let clamp = clamp.map(|(lo, hi)| (_mm256_set1_ps(lo), _mm256_set1_ps(hi)));
-        if cols == NR {
-            // A whole panel: each row checked once, then unmasked loads and stores.
-            for (r, sums) in acc.iter().enumerate().take(rows) {
-                let row = &mut c[r * rsc..][..NR];
-                let from = start.map_or(row.as_ptr(), <[f32]>::as_ptr);
+        if cols == H * 8 {
+            // Whole halves: each row checked once, then unmasked loads and stores.
+            for (r, sums) in acc.iter().enumerate() {
+                let row = &mut c[r * rsc..][..H * 8];
+                let from = start.map_or(row.as_ptr(), |z| z[..H * 8].as_ptr());
                 for (q, &sums) in sums.iter().enumerate() {
-                    // SAFETY: `from` is NR = 16 floats (a row of C or `start`, sliced
-                    // above): 8 from `q * 8`, q < 2.
+                    // `from` is H * 8 floats (a row of C or `start`, sliced above).
+                    // SAFETY: so 8 from `q * 8`, q < H, are inside it.
                     let before = unsafe { _mm256_loadu_ps(from.add(q * 8)) };
                     let mut v = _mm256_add_ps(before, sums);
                     if let Some((lo, hi)) = clamp {
                         // Max and min return their second operand when one is NaN: NaN kept.
                         v = _mm256_min_ps(hi, _mm256_max_ps(lo, v));
                     }
-                    // SAFETY: `row` is NR = 16 floats: 8 from `q * 8`, q < 2.
+                    // SAFETY: `row` is H * 8 floats: 8 from `q * 8`, q < H.
                     unsafe { _mm256_storeu_ps(row.as_mut_ptr().add(q * 8), v) };
                 }
             }
             return;
         }
         let iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-        for (r, sums) in acc.iter().enumerate().take(rows) {
+        for (r, sums) in acc.iter().enumerate() {
             let row = &mut c[r * rsc..][..cols];
             for (q, &sums) in sums.iter().enumerate() {
                 let lanes = cols.saturating_sub(q * 8).min(8);
@@ -693,8 +917,8 @@ mod x86 {
                     Some(z) => z[q * 8..][..lanes].as_ptr(),
                     None => dst.as_ptr(),
                 };
-                // SAFETY: `from` is `lanes` floats (of a row of C or of start, sliced
-                // above); `mask` selects the lanes below `lanes` only.
+                // `from` is `lanes` floats (of a row of C or of start, sliced above).
+                // SAFETY: so is the load, `mask` selecting the lanes below `lanes` only.
                 let before = unsafe {
                     if lanes == 8 {
                         _mm256_loadu_ps(from)
@@ -827,6 +1051,51 @@ mod x86 {
         unsafe { tile_avx2(t) }
     }
 
+    pub(super) fn few256(t: FewTile<'_>) {
+        // SAFETY: chosen by `kernels_for` only where the CPU has AVX2 and FMA.
+        unsafe { few_avx2(t) }
+    }
+
+    pub(super) fn tall256(t: TallTile<'_, 1>) {
+        // SAFETY: chosen by `kernels_for` only where the CPU has AVX2 and FMA.
+        unsafe { tall_avx2(t) }
+    }
+
+    /// [`tall256`] over two panels, one after the other (AVX2 has no two-panel kernel,
+    /// so the blocked loops never pair panels for it; this keeps the pair correct).
+    pub(super) fn tall_wide256(t: TallTile<'_, 2>) {
+        let TallTile {
+            a,
+            b: [b0, b1],
+            c,
+            rsc,
+            cols,
+            start,
+            clamp,
+        } = t;
+        let first = cols.min(NR);
+        tall256(TallTile {
+            a: a.part::<TR>(0),
+            b: [b0],
+            c: &mut c[..],
+            rsc,
+            cols: first,
+            start: start.map(|z| &z[..first]),
+            clamp,
+        });
+        if cols > NR {
+            tall256(TallTile {
+                a,
+                b: [b1],
+                c: &mut c[NR..],
+                rsc,
+                cols: cols - NR,
+                start: start.map(|z| &z[NR..]),
+                clamp,
+            });
+        }
+    }
+
     pub(super) fn avx512(t: Tile<'_>) {
         // SAFETY: chosen by `kernels_for` only where the CPU has AVX-512F and FMA.
         unsafe { micro_avx512(t) }
@@ -841,9 +1110,13 @@ struct Kernels {
     /// The six-row kernel over two panels, where the CPU has the 32 vector registers its
     /// twelve accumulators need (AVX-512).
     wide: Option<Wide>,
-    /// The twelve-row kernels over one and two panels, where the CPU has AVX-512 (its 32
-    /// registers).
+    /// The twelve-row kernels over one and two panels: with AVX-512 (its 32 registers),
+    /// and with AVX2 for a panel of at most 8 columns (a product's last; others as two
+    /// six-row tiles), whose second half the six-row kernel multiplies for nothing.
     tall: Option<(Tall, TallWide)>,
+    /// The kernel for a block's rows past its last whole six-row tile, over several
+    /// panels at once (AVX2).
+    few: Option<Few>,
 }
 
 /// The kernels for instruction-set level `isa` (which the CPU must have). The vector
@@ -859,13 +1132,15 @@ fn kernels_for(isa: super::isa::Isa) -> Kernels {
                     micro: x86::avx512,
                     wide: Some(x86::wide512),
                     tall: Some((x86::tall512, x86::tall_wide512)),
+                    few: None,
                 }
             }
             Isa::Avx2 => {
                 return Kernels {
                     micro: x86::avx2,
                     wide: None,
-                    tall: None,
+                    tall: Some((x86::tall256, x86::tall_wide256)),
+                    few: Some(x86::few256),
                 }
             }
             Isa::Scalar => {}
@@ -876,6 +1151,7 @@ fn kernels_for(isa: super::isa::Isa) -> Kernels {
         micro: micro_plain,
         wide: None,
         tall: None,
+        few: None,
     }
 }
 
@@ -960,7 +1236,7 @@ mod tests {
             seed in any::<u32>(),
         ) {
             for isa in levels() {
-                let Kernels { micro, wide: Some(six_wide), tall: Some((tall, tall_wide)) } =
+                let Kernels { micro, wide: Some(six_wide), tall: Some((tall, tall_wide)), .. } =
                     kernels_for(isa) else { continue };
                 let kc = seg * segs;
                 let val = |i: usize, s: u32| {
@@ -1003,6 +1279,132 @@ mod tests {
                 } else {
                     tall(TallTile { a, b: [b0], c: &mut got, rsc, cols, start, clamp });
                 }
+                let same = got.iter().zip(&want).all(|(g, w)| g.to_bits() == w.to_bits());
+                prop_assert!(same, "{}", isa.name());
+            }
+        }
+    }
+
+    proptest! {
+        /// The twelve-row kernel for a narrow panel (AVX2) gives the same bits as two
+        /// six-row tiles of its level: panels of at most 8 columns (the ones it is chosen
+        /// for) and wider ones, one panel or two (its pair runs them one after the other),
+        /// segmented rows, both kinds of start and the clamp (NaN kept).
+        #[test]
+        fn half_tiles_match_six_row_tiles(
+            (seg, segs) in (1usize..12, 1usize..4),
+            cols in prop_oneof![1usize..=8, 9usize..=NR],
+            pair in any::<bool>(),
+            with_start in any::<bool>(),
+            clamp in prop_oneof![Just(None), Just(Some((-0.5f32, 0.75f32)))],
+            seed in any::<u32>(),
+        ) {
+            for isa in levels() {
+                // The AVX2 level's (AVX-512's are checked against its wide tiles above).
+                let Kernels { micro, wide: None, tall: Some((half, two)), .. } = kernels_for(isa)
+                else { continue };
+                let kc = seg * segs;
+                let val = |i: usize, s: u32| {
+                    let v = (i as u32).wrapping_mul(2654435761).wrapping_add(s) >> 9;
+                    (v % 20011) as f32 / 7919.0 - 1.3
+                };
+                // Row r's segment t starts at r * 3 + t * pitch, pitch = seg + 5.
+                let pitch = seg + 5;
+                let mut a: Vec<f32> =
+                    (0..TR * 3 + segs * pitch + seg).map(|i| val(i, seed)).collect();
+                a[seed as usize % (TR * 3)] = f32::NAN;
+                let b: Vec<f32> = (0..2 * kc * NR).map(|i| val(i, !seed)).collect();
+                let (b0, b1) = b.split_at(kc * NR);
+                let z: [f32; 2 * NR] = std::array::from_fn(|i| val(i, seed ^ 77));
+                let rsc = 2 * NR + 3;
+                let c0: Vec<f32> = (0..TR * rsc).map(|i| val(i, seed ^ 5)).collect();
+                let zeros = vec![0.0f32; kc];
+                let row = |r: usize| (&a[r * 3..], pitch);
+                // With a pair, the first panel full and `cols` of the second.
+                let panels: &[(&[f32], usize)] =
+                    if pair { &[(b0, NR), (b1, cols)] } else { &[(b0, cols)] };
+                let mut want = c0.clone();
+                for (t, &(b, cols)) in panels.iter().enumerate() {
+                    for part in 0..2 {
+                        let a = tile_rows(&zeros, seg, MR, |r| row(part * MR + r));
+                        micro(Tile {
+                            a, b, c: &mut want[part * MR * rsc + t * NR..], rsc, rows: MR, cols,
+                            start: with_start.then_some(&z[t * NR..][..NR]), clamp,
+                        });
+                    }
+                }
+                let mut got = c0.clone();
+                let a = tile_rows(&zeros, seg, TR, row);
+                let start = with_start.then_some(&z[..]);
+                if pair {
+                    let cols = NR + cols;
+                    two(TallTile { a, b: [b0, b1], c: &mut got, rsc, cols, start, clamp });
+                } else {
+                    half(TallTile { a, b: [b0], c: &mut got, rsc, cols, start, clamp });
+                }
+                let same = got.iter().zip(&want).all(|(g, w)| g.to_bits() == w.to_bits());
+                prop_assert!(same, "{}", isa.name());
+            }
+        }
+    }
+
+    proptest! {
+        /// The few-row kernel (AVX2) gives the same bits as six-row tiles of its level,
+        /// one per panel: one to five rows, as many panels as it takes for them, the last
+        /// part-filled, segmented rows, both kinds of start and the clamp (NaN kept).
+        #[test]
+        fn few_row_tiles_match_six_row_tiles(
+            (seg, segs) in (1usize..12, 1usize..4),
+            (rows, q, cols) in (1usize..MR).prop_flat_map(|rows| {
+                (Just(rows), 1..=FEW_SUMS / rows)
+            }).prop_flat_map(|(rows, q)| (Just(rows), Just(q), (q - 1) * NR + 1..=q * NR)),
+            with_start in any::<bool>(),
+            clamp in prop_oneof![Just(None), Just(Some((-0.5f32, 0.75f32)))],
+            seed in any::<u32>(),
+        ) {
+            for isa in levels() {
+                let Kernels { micro, few: Some(few), .. } = kernels_for(isa) else { continue };
+                let kc = seg * segs;
+                let val = |i: usize, s: u32| {
+                    let v = (i as u32).wrapping_mul(2654435761).wrapping_add(s) >> 9;
+                    (v % 20011) as f32 / 7919.0 - 1.3
+                };
+                let pitch = seg + 5;
+                let mut a: Vec<f32> =
+                    (0..MR * 3 + segs * pitch + seg).map(|i| val(i, seed)).collect();
+                a[seed as usize % (rows * 3)] = f32::NAN;
+                let b: Vec<f32> = (0..q * kc * NR).map(|i| val(i, !seed)).collect();
+                let z: Vec<f32> = (0..FEW_SUMS * NR).map(|i| val(i, seed ^ 77)).collect();
+                let rsc = q * NR + 3;
+                let c0: Vec<f32> = (0..MR * rsc).map(|i| val(i, seed ^ 5)).collect();
+                let zeros = vec![0.0f32; kc];
+                let row = |r: usize| (&a[r * 3..], pitch);
+                let panel = |t: usize| &b[t * kc * NR..][..kc * NR];
+                let mut want = c0.clone();
+                for t in 0..q {
+                    micro(Tile {
+                        a: tile_rows(&zeros, seg, rows, row),
+                        b: panel(t),
+                        c: &mut want[t * NR..],
+                        rsc,
+                        rows,
+                        cols: (cols - t * NR).min(NR),
+                        start: with_start.then(|| &z[t * NR..][..NR]),
+                        clamp,
+                    });
+                }
+                let mut got = c0.clone();
+                few(FewTile {
+                    a: tile_rows(&zeros, seg, rows, row),
+                    rows,
+                    b: std::array::from_fn(|t| if t < q { panel(t) } else { &[][..] }),
+                    panels: q,
+                    c: &mut got,
+                    rsc,
+                    cols,
+                    start: with_start.then_some(&z[..]),
+                    clamp,
+                });
                 let same = got.iter().zip(&want).all(|(g, w)| g.to_bits() == w.to_bits());
                 prop_assert!(same, "{}", isa.name());
             }

@@ -120,11 +120,15 @@ mod x86 {
     const R512: usize = 12;
     /// Output pixels of one AVX2 tile (six rows of two 8-lane halves of a panel).
     const R256: usize = 6;
+    /// Output pixels of one AVX2 tile over a panel's first half alone (twelve rows of one
+    /// 8-lane half: the accumulators of [`R256`]'s tile).
+    const R256H: usize = 12;
 
     /// A [`tile512`] instance.
     type Tile512 = unsafe fn(*const f32, usize, usize, &[f32], usize, usize) -> [[__m512; 2]; R512];
-    /// A [`tile256`] instance.
-    type Tile256 = unsafe fn(*const f32, usize, usize, &[f32]) -> [[__m256; 2]; R256];
+    /// A [`tile256`] instance: `R` pixels, `H` halves of a panel.
+    type Tile256<const R: usize, const H: usize> =
+        unsafe fn(*const f32, usize, usize, &[f32]) -> [[__m256; H]; R];
 
     /// The lanes of panel `p` that hold output channels (of `o`), as a bit mask.
     fn lanes(o: usize, p: usize) -> usize {
@@ -285,7 +289,10 @@ mod x86 {
         acc
     }
 
-    /// [`run512`] for AVX2: tiles of [`R256`] pixels, each panel as two 8-lane halves.
+    /// [`run512`] for AVX2: tiles of [`R256`] pixels, each panel as two 8-lane halves; a
+    /// last panel of at most 8 channels on its own in tiles of [`R256H`] pixels over its
+    /// first half (the six-row tile multiplied its empty second half too: a quarter of the
+    /// multiply-adds of a 24-channel layer).
     ///
     /// # Safety
     /// The CPU has AVX2 and FMA; `a` passed [`super::try_run`]'s checks.
@@ -301,102 +308,185 @@ mod x86 {
             clamp,
         } = a;
         let (h, w, oh, ow) = (g.in_h, g.in_w, g.out_h, g.out_w);
-        let k = g.filter_h * g.filter_w * C;
         let np = o.div_ceil(NR);
-        let tile: Tile256 = match (g.filter_w, g.stride_w) {
-            (3, 1) => tile256::<3, 1>,
-            (3, _) => tile256::<3, 2>,
-            (_, 1) => tile256::<5, 1>,
-            (_, _) => tile256::<5, 2>,
-        };
+        let whole = if lanes(o, np - 1) <= 8 { np - 1 } else { np };
         let (lo, hi) = clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
-        let (lo, hi) = (_mm256_set1_ps(lo), _mm256_set1_ps(hi));
         // Bias padded to whole panels (lanes past `o` zero, never stored).
         let mut padded = vec![0.0f32; np * NR];
         padded[..o].copy_from_slice(bias);
-        let store = |out: &mut [f32], p: usize, sums: [__m256; 2]| {
-            let n = lanes(o, p);
-            let mut lanes16 = [0.0f32; NR];
-            for (half, s) in sums.iter().enumerate() {
-                // SAFETY: `padded` holds whole panels: 8 floats from `p * NR + half * 8`.
-                let b = unsafe { _mm256_loadu_ps(padded[p * NR + half * 8..][..8].as_ptr()) };
-                let v = _mm256_add_ps(b, *s);
-                // Max and min return their second operand when one is NaN: NaN kept.
-                let v = _mm256_min_ps(hi, _mm256_max_ps(lo, v));
-                // SAFETY: `lanes16` has 16 floats: 8 from `half * 8`.
-                unsafe { _mm256_storeu_ps(lanes16[half * 8..][..8].as_mut_ptr(), v) };
-            }
-            out[p * NR..][..n].copy_from_slice(&lanes16[..n]);
+        let cx = Cx256 {
+            g,
+            o,
+            k: g.filter_h * g.filter_w * C,
+            panels,
+            bias: &padded,
+            lo: _mm256_set1_ps(lo),
+            hi: _mm256_set1_ps(hi),
         };
+        let (tile, tile_half) = (pick256::<R256, 2>(g), pick256::<R256H, 1>(g));
         for b in 0..g.batches {
             let img = &src[b * h * w * C..][..h * w * C];
             let out = &mut dst[b * oh * ow * o..][..oh * ow * o];
             for oy in 0..oh {
-                let inside = interior(g, oy).filter(|&(x0, x1)| x1 - x0 >= R256);
-                let mut ox = 0;
-                while ox < ow {
-                    let Some((x0, x1)) = inside.filter(|&(x0, x1)| (x0..x1).contains(&ox)) else {
-                        let px = &mut out[(oy * ow + ox) * o..][..o];
-                        for p in 0..np {
-                            let panel = &panels[p * k * NR..][..k * NR];
-                            let mut acc = [_mm256_setzero_ps(); 2];
-                            for ky in 0..g.filter_h {
-                                for kx in 0..g.filter_w {
-                                    let at = tap(g, oy, ox, ky, kx);
-                                    for ci in 0..C {
-                                        let x = _mm256_set1_ps(at.map_or(0.0, |at| img[at + ci]));
-                                        let t = (ky * g.filter_w + kx) * C + ci;
-                                        let wr = &panel[t * NR..][..NR];
-                                        for (half, acc) in acc.iter_mut().enumerate() {
-                                            // SAFETY: `wr` is 16 floats: 8 from `half * 8`.
-                                            let wv =
-                                                unsafe { _mm256_loadu_ps(wr[half * 8..].as_ptr()) };
-                                            *acc = _mm256_fmadd_ps(x, wv, *acc);
-                                        }
-                                    }
-                                }
-                            }
-                            store(px, p, acc);
-                        }
-                        ox += 1;
-                        continue;
-                    };
-                    let start = ox.min(x1 - R256);
-                    debug_assert!(start >= x0);
-                    let first = tap(g, oy, start, 0, 0).unwrap_or(0);
-                    let last = tap(g, oy, start + R256 - 1, g.filter_h - 1, g.filter_w - 1);
-                    assert!(last.is_some_and(|l| l + C <= img.len()));
-                    let base = img[first..].as_ptr();
-                    let tile_out = &mut out[(oy * ow + start) * o..][..R256 * o];
-                    for p in 0..np {
-                        let panel = &panels[p * k * NR..][..k * NR];
-                        // Every tap the tile reads lies between `first` and `last` (checked
-                        // above) inside `img`.
-                        // SAFETY: as just said, and `panel` is `k * NR` floats.
-                        let sums = unsafe { tile(base, w * C, g.filter_h, panel) };
-                        for (r, sums) in sums.iter().enumerate() {
-                            store(&mut tile_out[r * o..][..o], p, *sums);
-                        }
-                    }
-                    ox = start + R256;
+                // SAFETY: the CPU has AVX2 and FMA; the tiles are this geometry's.
+                unsafe {
+                    cx.row(img, out, oy, 0..whole, tile);
+                    cx.row(img, out, oy, whole..np, tile_half);
                 }
             }
         }
     }
 
-    /// [`tile512`] for AVX2: [`R256`] pixels over one panel (`k * NR` floats).
+    /// The tile kernel for `g`'s filter width and stride.
+    fn pick256<const R: usize, const H: usize>(g: &super::ConvGeometry) -> Tile256<R, H> {
+        match (g.filter_w, g.stride_w) {
+            (3, 1) => tile256::<3, 1, R, H>,
+            (3, _) => tile256::<3, 2, R, H>,
+            (_, 1) => tile256::<5, 1, R, H>,
+            (_, _) => tile256::<5, 2, R, H>,
+        }
+    }
+
+    /// What [`run256`]'s rows share: the convolution, the bias padded to whole panels and
+    /// the clamp's bounds.
+    struct Cx256<'a> {
+        g: &'a super::ConvGeometry,
+        o: usize,
+        k: usize,
+        panels: &'a [f32],
+        bias: &'a [f32],
+        lo: __m256,
+        hi: __m256,
+    }
+
+    impl Cx256<'_> {
+        /// Output row `oy`'s channels of panels `ps`: tiles of `R` pixels (`H` halves of a
+        /// panel each) where their windows lie inside the image (the last tile of a row
+        /// overlapping the one before it, its pixels computed again to the same bits),
+        /// single pixels elsewhere.
+        ///
+        /// # Safety
+        /// The CPU has AVX2 and FMA; `tile` is [`pick256`]'s for this geometry; `img` and
+        /// `out` are one batch's image and output.
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn row<const R: usize, const H: usize>(
+            &self,
+            img: &[f32],
+            out: &mut [f32],
+            oy: usize,
+            ps: std::ops::Range<usize>,
+            tile: Tile256<R, H>,
+        ) {
+            let Cx256 {
+                g, o, k, panels, ..
+            } = *self;
+            let (w, ow) = (g.in_w, g.out_w);
+            if ps.is_empty() {
+                return;
+            }
+            let inside = interior(g, oy).filter(|&(x0, x1)| x1 - x0 >= R);
+            let mut ox = 0;
+            while ox < ow {
+                let Some((x0, x1)) = inside.filter(|&(x0, x1)| (x0..x1).contains(&ox)) else {
+                    // One pixel, padding taps as zeros.
+                    let px = &mut out[(oy * ow + ox) * o..][..o];
+                    for p in ps.clone() {
+                        let panel = &panels[p * k * NR..][..k * NR];
+                        let mut acc = [_mm256_setzero_ps(); H];
+                        for ky in 0..g.filter_h {
+                            for kx in 0..g.filter_w {
+                                let at = tap(g, oy, ox, ky, kx);
+                                for ci in 0..C {
+                                    let x = _mm256_set1_ps(at.map_or(0.0, |at| img[at + ci]));
+                                    let t = (ky * g.filter_w + kx) * C + ci;
+                                    let wr = &panel[t * NR..][..NR];
+                                    for (half, acc) in acc.iter_mut().enumerate() {
+                                        let half = wr[half * 8..].as_ptr();
+                                        // SAFETY: `wr` is 16 floats: 8 from `half * 8`.
+                                        let wv = unsafe { _mm256_loadu_ps(half) };
+                                        *acc = _mm256_fmadd_ps(x, wv, *acc);
+                                    }
+                                }
+                            }
+                        }
+                        self.store(px, p, &acc);
+                    }
+                    ox += 1;
+                    continue;
+                };
+                // A tile inside `x0..x1` (the row's last one moved back to fit).
+                let start = ox.min(x1 - R);
+                debug_assert!(start >= x0);
+                // The tile's first window's top-left tap; the furthest tap read: pixel
+                // R - 1's bottom-right one.
+                let first = tap(g, oy, start, 0, 0).unwrap_or(0);
+                let last = tap(g, oy, start + R - 1, g.filter_h - 1, g.filter_w - 1);
+                assert!(last.is_some_and(|l| l + C <= img.len()));
+                let base = img[first..].as_ptr();
+                let tile_out = &mut out[(oy * ow + start) * o..][..R * o];
+                for p in ps.clone() {
+                    let panel = &panels[p * k * NR..][..k * NR];
+                    // Every tap the tile reads lies between `first` and `last` (checked
+                    // above) inside `img`.
+                    // SAFETY: as just said, and `panel` is `k * NR` floats.
+                    let sums = unsafe { tile(base, w * C, g.filter_h, panel) };
+                    for (r, sums) in sums.iter().enumerate() {
+                        self.store(&mut tile_out[r * o..][..o], p, sums);
+                    }
+                }
+                ox = start + R;
+            }
+        }
+
+        /// Stores one pixel's sums over panel `p` (its first `H` halves) into `px` (the
+        /// pixel's `o` channels): bias added, clamped, the channels past `o` left out. In
+        /// place, with a masked store for a part-filled half (through a 16-float buffer
+        /// and a copy of the live lanes, each store was a call to `memmove`).
+        #[target_feature(enable = "avx2,fma")]
+        #[inline]
+        fn store<const H: usize>(&self, px: &mut [f32], p: usize, sums: &[__m256; H]) {
+            let iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+            for (half, s) in sums.iter().enumerate() {
+                let at = p * NR + half * 8;
+                let n = self.o.saturating_sub(at).min(8);
+                if n == 0 {
+                    break;
+                }
+                // SAFETY: the bias is padded to whole panels: 8 floats from `at`.
+                let b = unsafe { _mm256_loadu_ps(self.bias[at..][..8].as_ptr()) };
+                let v = _mm256_add_ps(b, *s);
+                // Max and min return their second operand when one is NaN: NaN kept.
+                let v = _mm256_min_ps(self.hi, _mm256_max_ps(self.lo, v));
+                let dst = &mut px[at..][..n];
+                // SAFETY: `dst` is `n` floats; the mask writes the lanes below `n` only.
+                unsafe {
+                    if n == 8 {
+                        _mm256_storeu_ps(dst.as_mut_ptr(), v);
+                    } else {
+                        let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(n as i32), iota);
+                        _mm256_maskstore_ps(dst.as_mut_ptr(), mask, v);
+                    }
+                }
+            }
+        }
+    }
+
+    /// [`tile512`] for AVX2: `R` pixels over the first `H` 8-lane halves of one panel
+    /// (`k * NR` floats).
     ///
     /// # Safety
     /// As [`tile512`]'s, with AVX2 and FMA.
     #[target_feature(enable = "avx2,fma")]
     #[inline]
-    unsafe fn tile256<const KW: usize, const SW: usize>(
+    unsafe fn tile256<const KW: usize, const SW: usize, const R: usize, const H: usize>(
         base: *const f32,
         pitch: usize,
         kh: usize,
         panel: &[f32],
-    ) -> [[__m256; 2]; R256] {
-        let mut acc = [[_mm256_setzero_ps(); 2]; R256];
+    ) -> [[__m256; H]; R] {
+        // At most a panel's two halves (the loads below read `wr` up to `H * 8`).
+        const { assert!(H <= 2) };
+        let mut acc = [[_mm256_setzero_ps(); H]; R];
         let k = kh * KW * C;
         let panel = &panel[..k * NR];
         for ky in 0..kh {
@@ -406,18 +496,16 @@ mod x86 {
                 for ci in 0..C {
                     let t = (ky * KW + kx) * C + ci;
                     let wr = &panel[t * NR..][..NR];
-                    // SAFETY: `wr` is 16 floats: two 8-lane loads.
-                    let wv = unsafe {
-                        [
-                            _mm256_loadu_ps(wr.as_ptr()),
-                            _mm256_loadu_ps(wr[8..].as_ptr()),
-                        ]
-                    };
+                    let wv: [__m256; H] = std::array::from_fn(|q| {
+                        // SAFETY: `wr` is 16 floats: 8 from `q * 8` (H <= 2).
+                        unsafe { _mm256_loadu_ps(wr[q * 8..].as_ptr()) }
+                    });
                     for (r, acc) in acc.iter_mut().enumerate() {
                         // SAFETY: the caller's promise.
                         let x = _mm256_set1_ps(unsafe { *row.add(r * SW * C + kx * C + ci) });
-                        acc[0] = _mm256_fmadd_ps(x, wv[0], acc[0]);
-                        acc[1] = _mm256_fmadd_ps(x, wv[1], acc[1]);
+                        for q in 0..H {
+                            acc[q] = _mm256_fmadd_ps(x, wv[q], acc[q]);
+                        }
                     }
                 }
             }
