@@ -353,8 +353,8 @@ fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
 
 /// Wakes every sleeper on `word`.
 fn futex_wake(word: &AtomicU32) {
-    // SAFETY: `word` is a valid, aligned u32 in a live shared mapping; FUTEX_WAKE does not
-    // touch memory.
+    // FUTEX_WAKE does not touch memory.
+    // SAFETY: `word` is a valid, aligned u32 in a live shared mapping.
     unsafe {
         libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX);
     }

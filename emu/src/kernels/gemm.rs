@@ -986,8 +986,8 @@ mod x86 {
             for l in 0..seg {
                 let mut bv = [_mm512_setzero_ps(); P];
                 for (v, panel) in bv.iter_mut().zip(panels) {
-                    // SAFETY: `panel` starts `seg * NR` floats (checked above) and
-                    // `l < seg`: NR = 16 floats from `l * NR`, one unaligned load.
+                    // `panel` starts `seg * NR` floats (checked above) and `l < seg`.
+                    // SAFETY: so NR = 16 floats from `l * NR`, one unaligned load.
                     *v = unsafe { _mm512_loadu_ps(panel.add(l * NR)) };
                 }
                 for r in 0..TR {
@@ -1017,8 +1017,8 @@ mod x86 {
                     Some(z) => z[q * NR..][..lanes].as_ptr(),
                     None => dst.as_ptr(),
                 };
-                // SAFETY: `from` is `lanes` floats (of a row of C or of start, sliced
-                // above); `mask` selects the lanes below `lanes` only.
+                // `from` is `lanes` floats (of a row of C or of start, sliced above).
+                // SAFETY: `mask` selects the lanes below `lanes` only.
                 let before = unsafe { _mm512_maskz_loadu_ps(mask, from) };
                 let mut v = _mm512_add_ps(before, sums);
                 if let Some((lo, hi)) = clamp {

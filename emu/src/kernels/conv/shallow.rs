@@ -199,9 +199,9 @@ mod x86 {
                                     for ci in 0..C {
                                         let x = at.map_or(0.0, |at| img[at + ci]);
                                         let t = (ky * g.filter_w + kx) * C + ci;
+                                        let w = panel[t * NR..].as_ptr();
                                         // SAFETY: `panel` is `k * NR` floats and `t < k`.
-                                        let wv =
-                                            unsafe { _mm512_loadu_ps(panel[t * NR..].as_ptr()) };
+                                        let wv = unsafe { _mm512_loadu_ps(w) };
                                         acc = _mm512_fmadd_ps(_mm512_set1_ps(x), wv, acc);
                                     }
                                 }

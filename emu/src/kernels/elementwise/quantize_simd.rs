@@ -296,8 +296,8 @@ pub(crate) mod x86 {
     #[inline(always)]
     fn bytes<T: Byte>(x: &[T]) -> &[u8] {
         const { assert!(size_of::<T>() == 1) };
-        // SAFETY: T is a one-byte plain integer (i8 or u8; asserted above at compile
-        // time), so its slice is as many initialised bytes.
+        // T is a one-byte plain integer (i8 or u8; asserted above at compile time).
+        // SAFETY: so its slice is as many initialised bytes.
         unsafe { std::slice::from_raw_parts(x.as_ptr().cast(), x.len()) }
     }
 
@@ -305,8 +305,8 @@ pub(crate) mod x86 {
     #[inline(always)]
     fn bytes_mut<T: Byte>(x: &mut [T]) -> &mut [u8] {
         const { assert!(size_of::<T>() == 1) };
-        // SAFETY: T is a one-byte plain integer (i8 or u8; asserted above at compile
-        // time): every byte is a valid value.
+        // T is a one-byte plain integer (i8 or u8; asserted above at compile time).
+        // SAFETY: so every byte is a valid value.
         unsafe { std::slice::from_raw_parts_mut(x.as_mut_ptr().cast(), x.len()) }
     }
 
