@@ -198,6 +198,22 @@ pub(crate) mod x86 {
         t: impl Fn(usize) -> __m512i,
         exact: &impl Fn(usize) -> T,
     ) -> Lanes {
+        // A window of 0 flags nothing (most fitted forms): no flags computed at all.
+        match shape.window {
+            0 => lanes_avx512_as::<T, false>(shape, o, &t, exact),
+            _ => lanes_avx512_as::<T, true>(shape, o, &t, exact),
+        }
+    }
+
+    /// [`lanes_avx512`], with the flags only if `FLAGGED`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw")]
+    fn lanes_avx512_as<T: QuantElem, const FLAGGED: bool>(
+        shape: &Shape,
+        o: &mut [T],
+        t: impl Fn(usize) -> __m512i,
+        exact: &impl Fn(usize) -> T,
+    ) -> Lanes {
         let set = _mm512_set1_epi32;
         let (mask, window) = (set((1 << shape.k) - 1), set(shape.window));
         let k = _mm512_set1_epi32(shape.k as i32);
@@ -205,7 +221,10 @@ pub(crate) mod x86 {
         // difference (both lie in `0..2^k`).
         let shifted = |at: usize| {
             let t = t(at);
-            let low = _mm512_sub_epi32(_mm512_and_si512(t, mask), window);
+            let low = match FLAGGED {
+                true => _mm512_sub_epi32(_mm512_and_si512(t, mask), window),
+                false => _mm512_setzero_si512(),
+            };
             (_mm512_srav_epi32(t, k), low)
         };
         // Each 128-bit lane of the packed bytes holds four elements of each quarter: a
@@ -244,6 +263,9 @@ pub(crate) mod x86 {
                     let keep = u64::MAX >> (64 - 16 * quarters);
                     _mm512_mask_storeu_epi8(d.as_mut_ptr().cast(), keep, bytes);
                 }
+            }
+            if !FLAGGED {
+                return;
             }
             // One test of the four steps' signs; their bits only when one is set.
             let any = _mm512_or_si512(
@@ -287,12 +309,30 @@ pub(crate) mod x86 {
         t: impl Fn(usize) -> __m256i,
         exact: &impl Fn(usize) -> T,
     ) -> Lanes {
+        match shape.window {
+            0 => lanes_avx2_as::<T, false>(shape, o, &t, exact),
+            _ => lanes_avx2_as::<T, true>(shape, o, &t, exact),
+        }
+    }
+
+    /// [`lanes_avx2`], with the flags only if `FLAGGED`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn lanes_avx2_as<T: QuantElem, const FLAGGED: bool>(
+        shape: &Shape,
+        o: &mut [T],
+        t: impl Fn(usize) -> __m256i,
+        exact: &impl Fn(usize) -> T,
+    ) -> Lanes {
         let set = _mm256_set1_epi32;
         let (mask, window) = (set((1 << shape.k) - 1), set(shape.window));
         let k = _mm256_set1_epi32(shape.k as i32);
         let shifted = |at: usize| {
             let t = t(at);
-            let low = _mm256_cmpgt_epi32(window, _mm256_and_si256(t, mask));
+            let low = match FLAGGED {
+                true => _mm256_cmpgt_epi32(window, _mm256_and_si256(t, mask)),
+                false => _mm256_setzero_si256(),
+            };
             (_mm256_srav_epi32(t, k), low)
         };
         let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
@@ -326,6 +366,9 @@ pub(crate) mod x86 {
                 } else {
                     _mm_storeu_si128(d.as_mut_ptr().cast(), _mm256_castsi256_si128(bytes));
                 }
+            }
+            if !FLAGGED {
+                return;
             }
             // One test of the four flag vectors; their bits only when one is set.
             let any = _mm256_or_si256(
