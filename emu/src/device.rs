@@ -255,12 +255,7 @@ fn is_small(job: &Task) -> bool {
     match job {
         &Task::Copy { len, .. } => len <= INLINE_DMA_BYTES,
         &Task::Sg { count, .. } => count <= INLINE_SG_ENTRIES,
-        // A program with loops may run long: never on the doorbell's thread.
-        &Task::Program {
-            len,
-            loop_timeout_ns,
-            ..
-        } => len <= INLINE_PROGRAM_BYTES && loop_timeout_ns == 0,
+        &Task::Program { len, .. } => len <= INLINE_PROGRAM_BYTES && loop_free(job),
         // A job has no loops.
         Task::Job(j) => {
             let (program, bytes) = j.size();

@@ -1239,15 +1239,7 @@ mod tests {
                 let Kernels { micro, wide: Some(six_wide), tall: Some((tall, tall_wide)), .. } =
                     kernels_for(isa) else { continue };
                 let kc = seg * segs;
-                let val = |i: usize, s: u32| {
-                    let v = (i as u32).wrapping_mul(2654435761).wrapping_add(s) >> 9;
-                    (v % 20011) as f32 / 7919.0 - 1.3
-                };
-                // Row r's segment t starts at r * 3 + t * pitch, pitch = seg + 5.
-                let pitch = seg + 5;
-                let mut a: Vec<f32> =
-                    (0..TR * 3 + segs * pitch + seg).map(|i| val(i, seed)).collect();
-                a[seed as usize % (TR * 3)] = f32::NAN;
+                let (a, pitch) = segmented_rows(TR, seg, segs, seed);
                 let b: Vec<f32> = (0..2 * kc * NR).map(|i| val(i, !seed)).collect();
                 let (b0, b1) = b.split_at(kc * NR);
                 let z: [f32; 2 * NR] = std::array::from_fn(|i| val(i, seed ^ 77));
@@ -1279,7 +1271,7 @@ mod tests {
                 } else {
                     tall(TallTile { a, b: [b0], c: &mut got, rsc, cols, start, clamp });
                 }
-                let same = got.iter().zip(&want).all(|(g, w)| g.to_bits() == w.to_bits());
+                let same = same_bits(&got, &want);
                 prop_assert!(same, "{}", isa.name());
             }
         }
@@ -1304,15 +1296,7 @@ mod tests {
                 let Kernels { micro, wide: None, tall: Some((half, two)), .. } = kernels_for(isa)
                 else { continue };
                 let kc = seg * segs;
-                let val = |i: usize, s: u32| {
-                    let v = (i as u32).wrapping_mul(2654435761).wrapping_add(s) >> 9;
-                    (v % 20011) as f32 / 7919.0 - 1.3
-                };
-                // Row r's segment t starts at r * 3 + t * pitch, pitch = seg + 5.
-                let pitch = seg + 5;
-                let mut a: Vec<f32> =
-                    (0..TR * 3 + segs * pitch + seg).map(|i| val(i, seed)).collect();
-                a[seed as usize % (TR * 3)] = f32::NAN;
+                let (a, pitch) = segmented_rows(TR, seg, segs, seed);
                 let b: Vec<f32> = (0..2 * kc * NR).map(|i| val(i, !seed)).collect();
                 let (b0, b1) = b.split_at(kc * NR);
                 let z: [f32; 2 * NR] = std::array::from_fn(|i| val(i, seed ^ 77));
@@ -1342,7 +1326,7 @@ mod tests {
                 } else {
                     half(TallTile { a, b: [b0], c: &mut got, rsc, cols, start, clamp });
                 }
-                let same = got.iter().zip(&want).all(|(g, w)| g.to_bits() == w.to_bits());
+                let same = same_bits(&got, &want);
                 prop_assert!(same, "{}", isa.name());
             }
         }
@@ -1365,14 +1349,7 @@ mod tests {
             for isa in levels() {
                 let Kernels { micro, few: Some(few), .. } = kernels_for(isa) else { continue };
                 let kc = seg * segs;
-                let val = |i: usize, s: u32| {
-                    let v = (i as u32).wrapping_mul(2654435761).wrapping_add(s) >> 9;
-                    (v % 20011) as f32 / 7919.0 - 1.3
-                };
-                let pitch = seg + 5;
-                let mut a: Vec<f32> =
-                    (0..MR * 3 + segs * pitch + seg).map(|i| val(i, seed)).collect();
-                a[seed as usize % (rows * 3)] = f32::NAN;
+                let (a, pitch) = segmented_rows(rows, seg, segs, seed);
                 let b: Vec<f32> = (0..q * kc * NR).map(|i| val(i, !seed)).collect();
                 let z: Vec<f32> = (0..FEW_SUMS * NR).map(|i| val(i, seed ^ 77)).collect();
                 let rsc = q * NR + 3;
@@ -1405,10 +1382,35 @@ mod tests {
                     start: with_start.then_some(&z[..]),
                     clamp,
                 });
-                let same = got.iter().zip(&want).all(|(g, w)| g.to_bits() == w.to_bits());
+                let same = same_bits(&got, &want);
                 prop_assert!(same, "{}", isa.name());
             }
         }
+    }
+
+    /// A test value of index `i` under seed `s`, in about [-1.3, 1.23].
+    fn val(i: usize, s: u32) -> f32 {
+        let v = (i as u32).wrapping_mul(2654435761).wrapping_add(s) >> 9;
+        (v % 20011) as f32 / 7919.0 - 1.3
+    }
+
+    /// Segmented rows of `rows` rows: row r's segment t (`seg` values) starts at
+    /// `r * 3 + t * pitch`, pitch = seg + 5 (returned with them); one of the rows' first
+    /// three values is a NaN.
+    fn segmented_rows(rows: usize, seg: usize, segs: usize, seed: u32) -> (Vec<f32>, usize) {
+        let pitch = seg + 5;
+        let mut a: Vec<f32> = (0..rows * 3 + segs * pitch + seg)
+            .map(|i| val(i, seed))
+            .collect();
+        a[seed as usize % (rows * 3)] = f32::NAN;
+        (a, pitch)
+    }
+
+    /// Whether `got` and `want` hold the same bits.
+    fn same_bits(got: &[f32], want: &[f32]) -> bool {
+        got.iter()
+            .zip(want)
+            .all(|(g, w)| g.to_bits() == w.to_bits())
     }
 
     /// The six-row body in plain Rust with `f32::mul_add`: the vector kernels' arithmetic
@@ -1431,13 +1433,7 @@ mod tests {
             seed in any::<u32>(),
         ) {
             let kc = seg * segs;
-            let val = |i: usize, s: u32| {
-                let v = (i as u32).wrapping_mul(2654435761).wrapping_add(s) >> 9;
-                (v % 20011) as f32 / 7919.0 - 1.3
-            };
-            let pitch = seg + 5;
-            let mut a: Vec<f32> = (0..MR * 3 + segs * pitch + seg).map(|i| val(i, seed)).collect();
-            a[seed as usize % (MR * 3)] = f32::NAN;
+            let (a, pitch) = segmented_rows(MR, seg, segs, seed);
             let b: Vec<f32> = (0..kc * NR).map(|i| val(i, !seed)).collect();
             let z: [f32; NR] = std::array::from_fn(|i| val(i, seed ^ 77));
             let rsc = NR + 3;
@@ -1453,7 +1449,7 @@ mod tests {
             for isa in levels().into_iter().filter(|&l| l > Isa::Scalar) {
                 let mut got = c0.clone();
                 tile(&mut got, kernels_for(isa).micro);
-                let same = got.iter().zip(&want).all(|(g, w)| g.to_bits() == w.to_bits());
+                let same = same_bits(&got, &want);
                 prop_assert!(same, "{}", isa.name());
             }
         }
