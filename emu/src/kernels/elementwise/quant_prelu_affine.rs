@@ -168,6 +168,7 @@ impl PreluForm {
 mod x86 {
     use super::PreluForm;
     use crate::kernels::elementwise::affine::{x86::*, Lanes};
+    use crate::kernels::elementwise::quantize_simd::x86::{widen_16, widen_8};
     use crate::kernels::elementwise::quantize_simd::Byte;
     use std::arch::x86_64::*;
 
@@ -188,17 +189,12 @@ mod x86 {
         let t = |at: usize| {
             let (q, neg) = (&x[at..at + 16], &f.neg[at..at + 16]);
             // T is one byte: `q` is sixteen of them, `neg` sixteen i32.
-            // SAFETY: one unaligned 128-bit load within `q`, one 512-bit within `neg`.
+            // SAFETY: sixteen bytes read within `q`, one 512-bit load within `neg`.
             let (q, neg) = unsafe {
                 (
-                    _mm_loadu_si128(q.as_ptr().cast()),
+                    widen_16::<T>(q.as_ptr().cast(), 16),
                     _mm512_loadu_si512(neg.as_ptr().cast()),
                 )
-            };
-            let q = if T::SIGNED {
-                _mm512_cvtepi8_epi32(q)
-            } else {
-                _mm512_cvtepu8_epi32(q)
             };
             let d = _mm512_sub_epi32(q, zero);
             let a = _mm512_mask_blend_epi32(_mm512_cmpge_epi32_mask(d, zero_vector()), neg, pos);
@@ -232,17 +228,12 @@ mod x86 {
         let t = |at: usize| {
             let (q, neg) = (&x[at..at + 8], &f.neg[at..at + 8]);
             // T is one byte: `q` is eight of them, `neg` eight i32.
-            // SAFETY: one unaligned 64-bit load within `q`, one 256-bit within `neg`.
+            // SAFETY: eight bytes read within `q`, one 256-bit load within `neg`.
             let (q, neg) = unsafe {
                 (
-                    _mm_loadl_epi64(q.as_ptr().cast()),
+                    widen_8::<T>(q.as_ptr().cast(), 8),
                     _mm256_loadu_si256(neg.as_ptr().cast()),
                 )
-            };
-            let q = if T::SIGNED {
-                _mm256_cvtepi8_epi32(q)
-            } else {
-                _mm256_cvtepu8_epi32(q)
             };
             let d = _mm256_sub_epi32(q, zero);
             let a = _mm256_blendv_epi8(neg, pos, _mm256_cmpgt_epi32(d, below));

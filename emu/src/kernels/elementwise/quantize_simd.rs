@@ -411,7 +411,7 @@ pub(crate) mod x86 {
     /// `src` is valid for `n` bytes of reads.
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw")]
-    unsafe fn widen_16<T: Byte>(src: *const u8, n: usize) -> __m512i {
+    pub(crate) unsafe fn widen_16<T: Byte>(src: *const u8, n: usize) -> __m512i {
         // SAFETY: the caller's `n` bytes at `src`; the masked load reads only those.
         let b = unsafe {
             if n >= 16 {
@@ -618,7 +618,7 @@ pub(crate) mod x86 {
     /// `src` is valid for `n` bytes of reads.
     #[inline]
     #[target_feature(enable = "avx2")]
-    unsafe fn widen_8<T: Byte>(src: *const u8, n: usize) -> __m256i {
+    pub(crate) unsafe fn widen_8<T: Byte>(src: *const u8, n: usize) -> __m256i {
         let mut tail = [0u8; 8];
         let at = if n >= 8 {
             src
