@@ -3,7 +3,7 @@
 inputs, and compares them.
 
     scripts/litert_compare.py MODEL.tflite [--seed N] [--repeat N] [--bench]
-                              [--write-reference DIR] [--vnpu PATH]
+                              [--write-reference DIR] [--vnpu PATH] [--isa avx2]
 
 Prints, per output, the max abs error and the budget it is checked against (float: 1e-4 of
 the output's range in LiteRT, or of its magnitude when it is constant; quantised: +-1 LSB,
@@ -21,6 +21,11 @@ ones). Timings are XNNPACK's either way. --bench records LiteRT's
 single-thread time in target/litert_times.json, which `cargo bench -p vnpu-benches --bench
 models` prints beside its own figure. --write-reference writes the inputs and LiteRT's
 outputs as .npy files (how models/reference/ is made).
+
+--isa avx2 caps both sides at AVX2 on a CPU that has AVX-512: vnpu runs with
+VNPU_ISA=avx2, and LiteRT sees a CPU without AVX-512 or AVX-VNNI through scripts/isa_cap.c
+(built here with cc, loaded with LD_AUDIT; it needs objdump). --bench then records the time
+under "MODEL@avx2", which the models bench prints when it runs with VNPU_ISA=avx2.
 
 The script makes its own virtual environment (scripts/.venv-litert, or $VNPU_LITERT_VENV)
 with ai-edge-litert and numpy from the package index on first use. `cargo test` never needs
@@ -51,6 +56,36 @@ def ensure_venv():
         subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
         subprocess.run([str(py), "-m", "pip", "install", "-q", *PACKAGES], check=True)
     os.execv(str(py), [str(py), __file__, *sys.argv[1:]])
+
+
+# The LiteRT libraries whose CPUID / XGETBV sites isa_cap rewrites.
+CAPPED_LIBS = ["libpywrap_litert_common.so", "libLiteRt.so"]
+
+
+def capped_env(isa):
+    """The environment under which this script, run again, sees only `isa` in LiteRT
+    (see scripts/isa_cap.c): the audit library built into target/, and the sites of the
+    instructions it rewrites, found by objdump in LiteRT's libraries."""
+    import ai_edge_litert
+
+    shim = ROOT / "target" / "isa_cap.so"
+    shim.parent.mkdir(exist_ok=True)
+    subprocess.run([os.environ.get("CC", "cc"), "-O2", "-shared", "-fPIC", "-o", str(shim),
+                    str(ROOT / "scripts" / "isa_cap.c")], check=True)
+    entries = []
+    for lib in CAPPED_LIBS:
+        path = Path(ai_edge_litert.__file__).parent / lib
+        dis = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(path)],
+                             capture_output=True, text=True, check=True).stdout
+        found = []
+        for line in dis.splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[0].endswith(":") and parts[1] in ("cpuid", "xgetbv"):
+                found.append(f"{parts[1][0]}:{parts[0][:-1]}")
+        entries.append(f"{lib}=" + ",".join(found))
+    env = dict(os.environ, LD_AUDIT=str(shim), VNPU_ISA_CAP_SITES=";".join(entries),
+               VNPU_ISA_CAPPED=isa)
+    return env
 
 
 def inputs_for(details, seed):
@@ -139,7 +174,10 @@ def run_vnpu(vnpu, model, arrays, repeat, work):
         f = work / f"in{k}.npy"
         np.save(f, a)
         args += ["--input", f"{k}={f}"]
-    r = subprocess.run(args, capture_output=True, text=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LD_AUDIT", "VNPU_ISA_CAP"))}
+    if os.environ.get("VNPU_ISA_CAPPED"):
+        env["VNPU_ISA"] = os.environ["VNPU_ISA_CAPPED"]
+    r = subprocess.run(args, capture_output=True, text=True, env=env)
     if r.returncode != 0:
         sys.exit(f"vnpu run failed:\n{r.stdout}{r.stderr}")
     ms = None
@@ -188,7 +226,11 @@ def main():
     p.add_argument("--bench", action="store_true")
     p.add_argument("--write-reference", type=Path)
     p.add_argument("--vnpu", type=Path, default=ROOT / "target" / "release" / "vnpu")
+    p.add_argument("--isa", choices=["avx2"], help="cap LiteRT and vnpu at this level")
     a = p.parse_args()
+    if a.isa and os.environ.get("VNPU_ISA_CAPPED") != a.isa:
+        # LD_AUDIT is read when a process starts: run this script again under it.
+        os.execve(sys.executable, [sys.executable, *sys.argv], capped_env(a.isa))
     if not a.vnpu.exists():
         subprocess.run(["cargo", "build", "--release", "-p", "vnpu-driver", "--bin", "vnpu"],
                        cwd=ROOT, check=True)
@@ -214,7 +256,8 @@ def main():
             xerr, xbudget, xgood = compare(w, fast[k], steps[k])
             print(f"          (LiteRT XNNPACK against the reference kernels: max abs error "
                   f"{xerr:.3g}, {xbudget}: {'within' if xgood else 'over'})")
-    print(f"time    LiteRT (XNNPACK, 1 thread) {lt_ms:.3f} ms, vnpu {vn_ms:.3f} ms ({vn_ms / lt_ms:.2f}x)")
+    level = f", both at {a.isa}" if a.isa else ""
+    print(f"time    LiteRT (XNNPACK, 1 thread{level}) {lt_ms:.3f} ms, vnpu {vn_ms:.3f} ms ({vn_ms / lt_ms:.2f}x)")
     if a.write_reference:
         a.write_reference.mkdir(parents=True, exist_ok=True)
         for k, x in enumerate(arrays):
@@ -225,7 +268,7 @@ def main():
     if a.bench:
         f = ROOT / "target" / "litert_times.json"
         times = json.loads(f.read_text()) if f.exists() else {}
-        times[a.model.stem] = lt_ms
+        times[a.model.stem + (f"@{a.isa}" if a.isa else "")] = lt_ms
         f.parent.mkdir(exist_ok=True)
         f.write_text(json.dumps(times, indent=1, sort_keys=True) + "\n")
         print(f"bench   LiteRT {lt_ms:.3f} ms recorded in {f}")

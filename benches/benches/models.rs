@@ -3,7 +3,8 @@
 //! reference inputs. Group `models`, one function per model (`models/<model>`). LiteRT's
 //! single-thread XNNPACK time for the same model on the same machine, when
 //! `scripts/litert_compare.py MODEL --bench` recorded it in target/litert_times.json, is
-//! printed beside it (issue 14's goal: vnpu at most 2x LiteRT on the float models).
+//! printed beside it (issue 14's goal: vnpu at most 2x LiteRT on the float models). Run
+//! with `VNPU_ISA=avx2`, it prints the time `--isa avx2` recorded (LiteRT capped alike).
 
 use std::path::{Path, PathBuf};
 
@@ -29,10 +30,21 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-fn litert_ms(model: &str) -> Option<f64> {
+/// LiteRT's recorded time for `model` at the level the kernels run with: the key is the
+/// model's name, with `@avx2` (say) when `VNPU_ISA` narrows the CPU's level.
+fn litert_key(model: &str) -> String {
+    use vnpu_emu::kernels::isa::{detected, isa};
+    if isa() < detected() {
+        format!("{model}@{}", isa().name())
+    } else {
+        model.to_string()
+    }
+}
+
+fn litert_ms(key: &str) -> Option<f64> {
     let text = std::fs::read_to_string(root().join("target/litert_times.json")).ok()?;
     let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-    v.get(model)?.as_f64()
+    v.get(key)?.as_f64()
 }
 
 fn inputs(dir: &Path) -> Vec<npy::Array> {
@@ -56,9 +68,14 @@ fn bench(c: &mut Criterion) {
         let prepared = prepared.expect("prepared");
         let arrays = inputs(&root().join("models/reference").join(name));
         let (request, _pool) = run::request(&imported, &arrays).expect("request");
-        match litert_ms(name) {
-            Some(ms) => println!("models/{name}: LiteRT (XNNPACK, 1 thread) {ms:.3} ms"),
-            None => println!("models/{name}: no LiteRT time (scripts/litert_compare.py models/{name}.tflite --bench)"),
+        let key = litert_key(name);
+        match litert_ms(&key) {
+            Some(ms) => println!("models/{name}: LiteRT (XNNPACK, 1 thread) {ms:.3} ms ({key})"),
+            None => {
+                let flag = key.split_once('@').map(|(_, l)| format!(" --isa {l}"));
+                let flag = flag.unwrap_or_default();
+                println!("models/{name}: no LiteRT time (scripts/litert_compare.py models/{name}.tflite --bench{flag})")
+            }
         }
         g.bench_function(*name, |b| {
             b.iter(|| {
