@@ -3,7 +3,8 @@
 
     scripts/quantize_models.py [MODEL ...] [--write-calibration]
 
-For each model (default: face_detection_short_range, iris_landmark and face_landmark) it writes
+For each model (default: face_detection_short_range, iris_landmark, face_landmark and
+face_detection_full_range) it writes
 models/<model>_int8.tflite: full-integer static-range quantisation, int8 activations
 (asymmetric, per tensor) and int8 weights (symmetric, per output channel for the CONV_2D
 and DEPTHWISE_CONV_2D filters), int32 biases with scale input_scale * weight_scale, int8
@@ -48,7 +49,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 VENV = Path(os.environ.get("VNPU_QUANTIZER_VENV", ROOT / "scripts" / ".venv-quantizer"))
 PACKAGES = ["ai-edge-quantizer==0.10.0", "ai-edge-litert==2.3.0", "numpy==2.4.6"]
-MODELS = ["face_detection_short_range", "iris_landmark", "face_landmark"]
+MODELS = ["face_detection_short_range", "iris_landmark", "face_landmark", "face_detection_full_range"]
 # Operators ai-edge-quantizer 0.10 has no int8 form for: they stay float32 between a
 # DEQUANTIZE and a QUANTIZE.
 FLOAT_OPS = {"PRELU", "DEQUANTIZE", "QUANTIZE"}

@@ -22,6 +22,7 @@ const MODELS: &[&str] = &[
     "face_detection_short_range_int8",
     "iris_landmark_int8",
     "face_landmark_int8",
+    "face_detection_full_range_int8",
     // Sparse float16 weights behind DENSIFY (prepared with experimental features).
     "face_detection_full_range_sparse",
 ];

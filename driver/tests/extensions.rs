@@ -28,12 +28,15 @@ use vnpu_driver::validate::validate_model;
 
 const FIB: &str = "com.example.fibonacci";
 const FUSED: &str = "dev.vnpu.fused";
+const LITERT: &str = "dev.vnpu.litert";
 /// Types within "com.example.fibonacci".
 const INT64: u16 = 0;
 const QUANT64: u16 = 1;
 const FIBONACCI: u16 = 0;
 /// VNPU_GELU within "dev.vnpu.fused".
 const GELU: u16 = 0;
+/// VNPU_RESIZE_BILINEAR_INTEGER within "dev.vnpu.litert".
+const RESIZE_INTEGER: u16 = 0;
 
 fn ext_operand(prefix: u16, t: u16) -> OperandType {
     OperandType(encode_type(prefix, t))
@@ -180,7 +183,7 @@ fn get_supported_extensions_lists_each_extension_with_its_operand_types() {
     let (status, exts) = device().get_supported_extensions();
     assert_eq!(status, ErrorStatus::None);
     let names: Vec<&str> = exts.iter().map(|e| e.name.as_str()).collect();
-    assert_eq!(names, [FIB, FUSED]);
+    assert_eq!(names, [FIB, FUSED, LITERT]);
     let fib = &exts[0].operand_types;
     assert_eq!(fib.len(), 2);
     assert_eq!(
@@ -192,6 +195,44 @@ fn get_supported_extensions_lists_each_extension_with_its_operand_types() {
         (QUANT64, true, 8)
     );
     assert!(exts[1].operand_types.is_empty());
+    assert!(exts[2].operand_types.is_empty());
+}
+
+/// VNPU_RESIZE_BILINEAR_INTEGER of an int8 [1, 1, 2, 1] tensor to width 4 with half-pixel
+/// centres, the model naming the extension with `prefix`; the output's quantisation is
+/// `out_quant` (the input's is (0.5, 3)).
+fn resize_integer(prefix: u16, out_quant: (f32, i32), expected: &[i8]) -> TestCase {
+    let mut b = Builder::new(&[(LITERT, prefix)]);
+    let t = OperandType::TENSOR_QUANT8_ASYMM_SIGNED;
+    let x = b.input(t, &[1, 1, 2, 1], vec![(-100i8) as u8, 50]);
+    let bytes: Vec<u8> = expected.iter().map(|&v| v as u8).collect();
+    let out = b.output(t, &[1, 1, 4, 1], bytes);
+    for (o, (scale, zero_point)) in [(x, (0.5, 3)), (out, out_quant)] {
+        let operand = b.model.operand_mut(o).unwrap();
+        operand.scale = scale;
+        operand.zero_point = zero_point;
+    }
+    let int = |b: &mut Builder, v: i32| b.constant(OperandType::INT32, &[], &v.to_le_bytes());
+    let (w, h) = (int(&mut b, 4), int(&mut b, 1));
+    let no = b.constant(OperandType::BOOL, &[], &[0]);
+    let yes = b.constant(OperandType::BOOL, &[], &[1]);
+    b.op(ext_op(prefix, RESIZE_INTEGER), &[x, w, h, no, yes], &[out]);
+    b.case("litert_resize_bilinear_integer")
+}
+
+#[test]
+fn litert_resize_bilinear_rounds_in_fixed_point_under_any_prefix() {
+    // Sources at -0.25 (clamped), 0.25, 0.75 and 1.25 (clamped): -100, 0.75 * -100 + 0.25
+    // * 50 = -62.5 and 0.25 * -100 + 0.75 * 50 = 12.5, rounded half away from zero as
+    // LiteRT does (NNAPI's RESIZE_BILINEAR truncates them to -62 and 12), then 50.
+    for prefix in [1, 9, 300] {
+        run_passing(&resize_integer(prefix, (0.5, 3), &[-100, -63, 13, 50]));
+    }
+    // The output keeps the input's quantisation.
+    assert_invalid(
+        &resize_integer(9, (0.25, 3), &[0; 4]).model,
+        "a requantising resize",
+    );
 }
 
 #[test]

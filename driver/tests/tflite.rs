@@ -26,6 +26,7 @@ const MODELS: &[&str] = &[
     "face_detection_short_range_int8",
     "iris_landmark_int8",
     "face_landmark_int8",
+    "face_detection_full_range_int8",
     // Sparse float16 weights behind DENSIFY (NNAPI's experimental DENSIFY).
     "face_detection_full_range_sparse",
 ];

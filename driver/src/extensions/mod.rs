@@ -20,6 +20,7 @@
 pub mod allowlist;
 pub mod fibonacci;
 pub mod fused;
+pub mod litert;
 
 use std::borrow::Cow;
 
@@ -118,7 +119,8 @@ impl ExtensionDef {
 
 /// Every extension the driver supports. Add an extension here and nowhere else (its
 /// operations go in `crate::ops`'s one list).
-pub static EXTENSIONS: &[&ExtensionDef] = &[&fibonacci::EXTENSION, &fused::EXTENSION];
+pub static EXTENSIONS: &[&ExtensionDef] =
+    &[&fibonacci::EXTENSION, &fused::EXTENSION, &litert::EXTENSION];
 
 /// Internal prefixes from here on stand for extensions the driver does not know, one per
 /// entry of the model's prefix map.

@@ -77,6 +77,7 @@ pub mod pool;
 pub mod recurrent;
 pub mod reduce;
 pub mod reduction;
+pub mod resize_bilinear_integer;
 pub mod resize_nearest;
 pub mod reverse;
 pub mod topk;

@@ -3,8 +3,8 @@
 use super::{
     activation, argminmax, arith, batch_matmul, cast, comparison, conv, densify, detection,
     fibonacci, gelu, image, instance_norm, log_softmax, logical, lookup, math, mirror_pad,
-    movement, normalization, pack, pool, recurrent, reduce, reduction, resize_nearest, reverse,
-    topk, OpDef,
+    movement, normalization, pack, pool, recurrent, reduce, reduction, resize_bilinear_integer,
+    resize_nearest, reverse, topk, OpDef,
 };
 use crate::hal::OperationType;
 
@@ -119,6 +119,7 @@ pub static REGISTRY: &[&OpDef] = &[
     // Vendor extensions (`crate::extensions`), under the driver's internal prefixes.
     &fibonacci::EXAMPLE_FIBONACCI,
     &gelu::VNPU_GELU,
+    &resize_bilinear_integer::VNPU_RESIZE_BILINEAR_INTEGER,
 ];
 
 /// The definition of `op`, if it has one.

@@ -10,8 +10,8 @@ use super::ops::{self, Mapped};
 use super::schema::{slot, Table};
 use super::ImportError;
 use crate::hal::{
-    DataLocation, ExtraParams, HalVersion, Memory, Model, Operand, OperandLifeTime, OperandType,
-    Operation, OperationType, Subgraph, SymmPerChannelQuantParams,
+    DataLocation, ExtensionNameAndPrefix, ExtraParams, HalVersion, Memory, Model, Operand,
+    OperandLifeTime, OperandType, Operation, OperationType, Subgraph, SymmPerChannelQuantParams,
 };
 
 /// Constants up to this size are copied into the model (CONSTANT_COPY); larger ones live in
@@ -459,7 +459,12 @@ impl<'a> Builder<'a> {
     pub fn op(&mut self, r#type: OperationType, inputs: Vec<u32>, outputs: Vec<u32>) {
         *self
             .counts
-            .entry(r#type.name_any().unwrap_or("?"))
+            .entry(
+                r#type
+                    .name_any()
+                    .or_else(|| crate::extensions::operation_name(r#type))
+                    .unwrap_or("?"),
+            )
             .or_default() += 1;
         self.operations.push(Operation {
             r#type,
@@ -1084,6 +1089,18 @@ fn finish(
     } else {
         vec![Memory::ashmem_with(&b.pool).map_err(|e| ImportError::Io(e.to_string()))?]
     };
+    // The extensions the import's operations use, under the driver's own prefixes.
+    let mut extensions: Vec<ExtensionNameAndPrefix> = Vec::new();
+    for op in &b.operations {
+        let ext = crate::extensions::decode_type(op.r#type.0)
+            .and_then(|(prefix, _)| crate::extensions::by_prefix(prefix));
+        if let Some(e) = ext.filter(|e| extensions.iter().all(|n| n.name != e.name)) {
+            extensions.push(ExtensionNameAndPrefix {
+                name: e.name.to_string(),
+                prefix: e.prefix,
+            });
+        }
+    }
     let model = Model {
         main: Subgraph {
             operands: b.operands,
@@ -1093,6 +1110,7 @@ fn finish(
         },
         operand_values: b.values,
         pools,
+        extension_name_to_prefix: extensions,
         ..Model::default()
     };
     let level = model_level(&model)

@@ -837,7 +837,8 @@ fn reshape(c: &mut Ctx<'_, '_>) -> Result<Mapped, ImportError> {
 
 /// RESIZE_BILINEAR (ResizeBilinearOptions align_corners 8, half_pixel_centers 10) and
 /// RESIZE_NEAREST_NEIGHBOR (its options' 4 and 6): the size `[h, w]` from input 1 (a
-/// constant).
+/// constant). A quantised RESIZE_BILINEAR becomes "dev.vnpu.litert"'s
+/// VNPU_RESIZE_BILINEAR_INTEGER.
 fn resize(c: &mut Ctx<'_, '_>, op: Op, align: u16, half: u16) -> Result<Mapped, ImportError> {
     let x = c.input(0)?;
     let size = c.const_ints(1)?;
@@ -849,6 +850,15 @@ fn resize(c: &mut Ctx<'_, '_>, op: Op, align: u16, half: u16) -> Result<Mapped, 
     let (align, half) = (c.opt_bool(align)?, c.opt_bool(half)?);
     let (align, half) = (c.b.bool(align), c.b.bool(half));
     let out = c.output(0)?;
+    let quantised = matches!(
+        c.b.operand_type(x),
+        OperandType::TENSOR_QUANT8_ASYMM | OperandType::TENSOR_QUANT8_ASYMM_SIGNED
+    );
+    if op == Op::RESIZE_BILINEAR && quantised {
+        // LiteRT's fixed-point interpolation, not NNAPI's float one (see the extension).
+        let op = crate::extensions::litert::RESIZE_BILINEAR_INTEGER;
+        return c.done(op, vec![x, w, h, align, half], vec![out]);
+    }
     c.done(op, vec![x, w, h, nchw, align, half], vec![out])
 }
 

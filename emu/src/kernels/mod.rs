@@ -95,7 +95,10 @@ pub use elementwise::math::{Math, MathKind};
 pub use elementwise::minmax::{MinMax, MinMaxKind};
 pub use elementwise::unary::{Unary, UnaryKind};
 pub use extension::{fibonacci::Fibonacci, gelu::Gelu};
-pub use image::{resize_bilinear::ResizeBilinear, resize_nearest::ResizeNearest};
+pub use image::{
+    resize_bilinear::ResizeBilinear, resize_bilinear_integer::ResizeBilinearInteger,
+    resize_nearest::ResizeNearest,
+};
 pub use index::{argminmax::ArgMinMax, topk::TopK};
 pub use lookup::{
     embedding::EmbeddingLookup, hashtable::HashtableLookup, lsh::LshProjection,
@@ -195,6 +198,7 @@ registry! {
     11 => DepthToSpace(movement::depth_space::DepthToSpace),
     12 => SpaceToDepth(movement::depth_space::SpaceToDepth),
     13 => ResizeBilinear(image::resize_bilinear::ResizeBilinear),
+    17 => ResizeBilinearInteger(image::resize_bilinear_integer::ResizeBilinearInteger),
     14 => Pad(movement::pad::Pad),
     15 => Transpose(movement::transpose::Transpose),
     16 => Mean(reduction::mean::Mean),

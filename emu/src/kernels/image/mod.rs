@@ -1,4 +1,5 @@
 //! Image kernels: resizing.
 
 pub mod resize_bilinear;
+pub mod resize_bilinear_integer;
 pub mod resize_nearest;
