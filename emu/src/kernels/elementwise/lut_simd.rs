@@ -5,14 +5,10 @@
 //! (no VBMI needed: the first level is a masked `pshufb`), thirty-two on AVX2, the plain
 //! loop elsewhere; every level gives the table's bytes.
 
-use crate::kernels::isa::{isa, Isa};
+use crate::kernels::isa::Isa;
 
-/// `dst[i] = table[src[i]]` for the common length, at the widest level.
-pub(crate) fn lookup(table: &[u8; 256], src: &[u8], dst: &mut [u8]) {
-    lookup_at(isa(), table, src, dst);
-}
-
-/// [`lookup`] at the instruction-set level `level` (at most what the CPU has).
+/// `dst[i] = table[src[i]]` for the common length, at the instruction-set level `level`
+/// (at most what the CPU has).
 pub(crate) fn lookup_at(level: Isa, table: &[u8; 256], src: &[u8], dst: &mut [u8]) {
     let level = level.min(crate::kernels::isa::detected());
     let n = src.len().min(dst.len());

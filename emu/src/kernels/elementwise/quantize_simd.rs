@@ -207,6 +207,23 @@ pub(crate) fn prelu_at<T: Byte, U: Byte>(
     prelu_exact(level, p, x, alpha, dst);
 }
 
+/// REQUANTIZE as REQUANTIZE_PRELU's affine form at AVX2, every slope 1: `p.value(q, 1.0)`
+/// is DEQUANTIZE's `in_scale * (q - in_zp)` then QUANTIZE's rounding and clamp (to
+/// `p.out`'s range, which may be an activation's), so the form fitted and checked for
+/// REQUANTIZE_PRELU is one for REQUANTIZE. Writes `dst` and returns true where a form
+/// fits; false (`dst` untouched) where none does.
+pub(crate) fn requantize_affine<T: Byte, U: Byte>(p: &PreluQuant, x: &[T], dst: &mut [U]) -> bool {
+    // As `prelu_at` repeats a short slope vector.
+    const ONES: [f32; 256] = [1.0; 256];
+    match prelu_form::<T, U>(Isa::Avx2, p, &ONES).as_ref() {
+        Some(form) => {
+            form.run(Isa::Avx2, p, x, &ONES, dst);
+            true
+        }
+        None => false,
+    }
+}
+
 thread_local! {
     /// The REQUANTIZE_PRELU forms fitted on this thread, by constants and slopes.
     static PRELU_FORMS: Memo<Option<PreluForm>> = RefCell::default();
