@@ -37,13 +37,7 @@ impl Kernel for ResizeBilinear {
     }
 
     fn decode(w: &mut Words<'_>) -> Result<Self> {
-        let out_h = w.nonzero("out_h")?;
-        let out_w = w.nonzero("out_w")?;
-        let align_corners = w.bool("align_corners")?;
-        let half_pixel_centers = w.bool("half_pixel_centers")?;
-        if align_corners && half_pixel_centers {
-            return Err(w.err("align_corners and half_pixel_centers are exclusive"));
-        }
+        let (out_h, out_w, align_corners, half_pixel_centers) = decode_geometry(w)?;
         Ok(ResizeBilinear {
             out_h,
             out_w,
@@ -64,27 +58,9 @@ impl Kernel for ResizeBilinear {
     }
 
     fn output_shapes(&self, inputs: &[&TensorType]) -> Result<Vec<Vec<usize>>> {
-        let name = self.name();
-        same_dtype(
-            name,
-            inputs,
-            &[DType::F32, DType::F16, DType::U8, DType::I8],
-        )?;
-        let x = &inputs[0].shape;
-        let (n, h, w, c) = image_dims(name, x, self.nchw)?;
-        if h == 0 || w == 0 || c == 0 {
-            return Err(bad_shape(
-                name,
-                format!("input {x:?} has a zero spatial or channel size"),
-            ));
-        }
-        Ok(vec![layout_shape(
-            n,
-            self.out_h as usize,
-            self.out_w as usize,
-            c,
-            self.nchw,
-        )])
+        let types = [DType::F32, DType::F16, DType::U8, DType::I8];
+        let size = (self.out_h, self.out_w);
+        resized_shape(self.name(), inputs, &types, size, self.nchw)
     }
 
     fn cost(&self, _inputs: &[&TensorType], outputs: &[Vec<usize>]) -> Cost {
@@ -143,6 +119,46 @@ impl Kernel for ResizeBilinear {
             )
         })
     }
+}
+
+/// The parameter words both bilinear resizes begin with: out_h, out_w (not 0),
+/// align_corners and half_pixel_centers (not both).
+pub(crate) fn decode_geometry(w: &mut Words<'_>) -> Result<(u32, u32, bool, bool)> {
+    let out_h = w.nonzero("out_h")?;
+    let out_w = w.nonzero("out_w")?;
+    let align_corners = w.bool("align_corners")?;
+    let half_pixel_centers = w.bool("half_pixel_centers")?;
+    if align_corners && half_pixel_centers {
+        return Err(w.err("align_corners and half_pixel_centers are exclusive"));
+    }
+    Ok((out_h, out_w, align_corners, half_pixel_centers))
+}
+
+/// The output shape of resizing image `inputs[0]` (of one of `types`, every input alike)
+/// to `(out_h, out_w)`, after checking it has no zero size.
+pub(crate) fn resized_shape(
+    name: &'static str,
+    inputs: &[&TensorType],
+    types: &[DType],
+    (out_h, out_w): (u32, u32),
+    nchw: bool,
+) -> Result<Vec<Vec<usize>>> {
+    same_dtype(name, inputs, types)?;
+    let x = &inputs[0].shape;
+    let (n, h, w, c) = image_dims(name, x, nchw)?;
+    if h == 0 || w == 0 || c == 0 {
+        return Err(bad_shape(
+            name,
+            format!("input {x:?} has a zero spatial or channel size"),
+        ));
+    }
+    Ok(vec![layout_shape(
+        n,
+        out_h as usize,
+        out_w as usize,
+        c,
+        nchw,
+    )])
 }
 
 /// TFLite's interpolation coordinates: the source position and its clamped lower and upper

@@ -8,7 +8,8 @@
 //!
 //! Parameter words: out_h, out_w, align_corners, half_pixel_centers.
 
-use crate::kernels::kernel::{enc, same_dtype, Cost, Kernel, Words};
+use super::resize_bilinear::{decode_geometry, resized_shape};
+use crate::kernels::kernel::{enc, Cost, Kernel, Words};
 use crate::kernels::layout::image_dims;
 use crate::kernels::quant::QuantElem;
 use crate::kernels::simd::{vectorized, Body};
@@ -163,13 +164,7 @@ impl Kernel for ResizeBilinearInteger {
     }
 
     fn decode(w: &mut Words<'_>) -> Result<Self> {
-        let out_h = w.nonzero("out_h")?;
-        let out_w = w.nonzero("out_w")?;
-        let align_corners = w.bool("align_corners")?;
-        let half_pixel_centers = w.bool("half_pixel_centers")?;
-        if align_corners && half_pixel_centers {
-            return Err(w.err("align_corners and half_pixel_centers are exclusive"));
-        }
+        let (out_h, out_w, align_corners, half_pixel_centers) = decode_geometry(w)?;
         Ok(ResizeBilinearInteger {
             out_h,
             out_w,
@@ -188,22 +183,15 @@ impl Kernel for ResizeBilinearInteger {
     }
 
     fn output_shapes(&self, inputs: &[&TensorType]) -> Result<Vec<Vec<usize>>> {
-        let name = self.name();
-        same_dtype(name, inputs, &[DType::U8, DType::I8])?;
-        let x = &inputs[0].shape;
-        let (n, h, w, c) = image_dims(name, x, false)?;
-        if h == 0 || w == 0 || c == 0 {
-            return Err(bad_shape(
-                name,
-                format!("input {x:?} has a zero spatial or channel size"),
-            ));
-        }
+        let size = (self.out_h, self.out_w);
+        let shapes = resized_shape(self.name(), inputs, &[DType::U8, DType::I8], size, false)?;
         // The fixed-point coordinates must stay well inside i64 (they do for any size
         // that fits memory; the bound keeps the arithmetic provably exact).
-        if h.max(w) > 1 << 24 || (self.out_h.max(self.out_w) as usize) > 1 << 24 {
-            return Err(bad_shape(name, "a spatial size above 2^24"));
+        let (_, h, w, _) = image_dims(self.name(), &inputs[0].shape, false)?;
+        if h.max(w) > 1 << 24 || self.out_h.max(self.out_w) > 1 << 24 {
+            return Err(bad_shape(self.name(), "a spatial size above 2^24"));
         }
-        Ok(vec![vec![n, self.out_h as usize, self.out_w as usize, c]])
+        Ok(shapes)
     }
 
     /// The output keeps the input's type, scale and zero point (the integers are
