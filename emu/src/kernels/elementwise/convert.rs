@@ -381,7 +381,7 @@ fn prelu<T: Byte, U: Byte>(
 /// `level`. At AVX2, REQUANTIZE_PRELU's affine form with every slope 1 where one fits
 /// (its `value` is then this requantisation, the activation's clamp in its output range):
 /// integer lanes where the byte table takes forty vector operations per 32 bytes
-/// (face_detection_full_range_int8's 20 RELUs that requantise, at AVX2: 194 -> 155 us;
+/// (face_detection_full_range_int8's 20 RELUs that requantise, at AVX2: 194 -> 122 us;
 /// every one fits). Elsewhere, and where no form fits, the byte table, 64 bytes a step on
 /// AVX-512BW.
 fn requantize_at(

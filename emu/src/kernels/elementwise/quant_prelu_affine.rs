@@ -25,6 +25,9 @@ pub(crate) struct PreluForm {
     b: i32,
     /// The lanes' shift, window and clamp.
     shape: Shape,
+    /// Every lane's negative coefficient is the positive one (a REQUANTIZE: slope 1):
+    /// `t = q A + (B - zero A)`, no compare and blend.
+    uniform: bool,
 }
 
 impl PreluForm {
@@ -79,13 +82,16 @@ impl PreluForm {
             if b.abs() >= f64::from(1u32 << 29) {
                 return None;
             }
+            let pos = coefficient(1.0)?;
+            let neg: Vec<i32> = alpha
+                .iter()
+                .map(|&a| coefficient(f64::from(a)))
+                .collect::<Option<_>>()?;
             let form = PreluForm {
                 zero: p.in_zp,
-                pos: coefficient(1.0)?,
-                neg: alpha
-                    .iter()
-                    .map(|&a| coefficient(f64::from(a)))
-                    .collect::<Option<_>>()?,
+                pos,
+                uniform: neg.iter().all(|&n| n == pos),
+                neg,
                 b: b as i32,
                 shape: Shape {
                     k,
@@ -225,6 +231,18 @@ mod x86 {
         );
         let below = _mm256_set1_epi32(-1);
         let n = x.len().min(f.neg.len());
+        if f.uniform {
+            // `(q - zero) pos + b` in wrapping i32 arithmetic is `q pos + (b - zero pos)`:
+            // the same bits, four operations fewer per eight values.
+            let b = _mm256_set1_epi32(f.b.wrapping_sub(f.zero.wrapping_mul(f.pos)));
+            let t = |at: usize| {
+                let q = &x[at..at + 8];
+                // SAFETY: eight bytes read within `q` (T is one byte).
+                let q = unsafe { widen_8::<T>(q.as_ptr().cast(), 8) };
+                _mm256_add_epi32(_mm256_mullo_epi32(q, pos), b)
+            };
+            return lanes_avx2(&f.shape, &mut dst[..n], t, exact);
+        }
         let t = |at: usize| {
             let (q, neg) = (&x[at..at + 8], &f.neg[at..at + 8]);
             // T is one byte: `q` is eight of them, `neg` eight i32.
