@@ -11,6 +11,11 @@ use super::affine::{few_flagged, same, Lanes, Shape, Window};
 use super::quantize_simd::{Byte, PreluQuant};
 use crate::kernels::isa::Isa;
 
+/// The fewest lanes of a kept form's slope coefficients: a chunk of `run` per run of
+/// them, and chunks of 64 elements (24x24x64) had cost four times as much an element
+/// as chunks of 256 (face_landmark_int8 at AVX2).
+const RUN: usize = 2048;
+
 /// The affine form of one REQUANTIZE_PRELU (see the module comment).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct PreluForm {
@@ -18,7 +23,8 @@ pub(crate) struct PreluForm {
     zero: i32,
     /// The coefficient of `d >= 0`.
     pos: i32,
-    /// Each lane's coefficient of `d < 0` (the slope vector's length, a multiple of 16).
+    /// Each lane's coefficient of `d < 0` (whole runs of the slope
+    /// vector, a multiple of 16 long; see [`PreluForm::repeated`]).
     neg: Vec<i32>,
     /// The output's zero point and the rounding half (and the window's upper part),
     /// scaled by `2^k`.
@@ -64,7 +70,15 @@ impl PreluForm {
         }
         let run = form.run(level, p, &x, alpha, &mut got);
         let kept = few_flagged(run.flagged, x.len());
-        (kept && same(&got, &want)).then_some(form)
+        (kept && same(&got, &want)).then(|| form.repeated())
+    }
+
+    /// The form with its slope coefficients repeated whole to at least [`RUN`] lanes:
+    /// each lane keeps its coefficient, so the fit's exhaustive check still holds, and
+    /// `run` goes through fewer, longer chunks.
+    fn repeated(mut self) -> PreluForm {
+        self.neg = self.neg.repeat(RUN.div_ceil(self.neg.len()));
+        self
     }
 
     /// The real form scaled by the largest `2^k` (at most `2^24`) for which every `t`,
@@ -137,13 +151,15 @@ impl PreluForm {
     ) -> Lanes {
         let level = level.min(crate::kernels::isa::detected());
         let mut lanes = Lanes::default();
-        if level < Isa::Avx2 || alpha.len() != self.neg.len() {
+        let run = self.neg.len();
+        if level < Isa::Avx2 || alpha.is_empty() || !run.is_multiple_of(alpha.len()) {
             return lanes;
         }
-        for (x, dst) in x.chunks(alpha.len()).zip(dst.chunks_mut(alpha.len())) {
+        for (x, dst) in x.chunks(run).zip(dst.chunks_mut(run)) {
             let n = x.len().min(dst.len());
             let (x, dst) = (&x[..n], &mut dst[..n]);
-            let exact = |i: usize| p.one::<T, U>(x[i], alpha[i]);
+            // A chunk starts at a whole run of the slope vector.
+            let exact = |i: usize| p.one::<T, U>(x[i], alpha[i % alpha.len()]);
             #[cfg(target_arch = "x86_64")]
             {
                 // The level is capped at the CPU's.
@@ -178,7 +194,7 @@ mod x86 {
     use crate::kernels::elementwise::quantize_simd::Byte;
     use std::arch::x86_64::*;
 
-    /// `t` sixteen lanes at a time (`x` one run of the slope vector at most).
+    /// `t` sixteen lanes at a time (`x` one chunk of `neg`'s length at most).
     #[target_feature(enable = "avx512f,avx512bw")]
     pub(super) fn run_avx512<T: Byte, U: Byte>(
         f: &PreluForm,
@@ -216,7 +232,7 @@ mod x86 {
         _mm512_setzero_si512()
     }
 
-    /// `t` eight lanes at a time (`x` one run of the slope vector at most).
+    /// `t` eight lanes at a time (`x` one chunk of `neg`'s length at most).
     #[target_feature(enable = "avx2")]
     pub(super) fn run_avx2<T: Byte, U: Byte>(
         f: &PreluForm,
@@ -277,8 +293,9 @@ mod tests {
     }
 
     /// Ordinary constants get a form (so `prelu_matches_the_scalar_arithmetic` runs it
-    /// at AVX2), whose results over a tensor are the float arithmetic's; a reference
-    /// that differs at one value the form would not flag keeps it from being used.
+    /// at AVX2), whose results over a tensor of several chunks are the float
+    /// arithmetic's; a reference that differs at one value the form would not flag keeps
+    /// it from being used.
     #[test]
     fn forms_fit_ordinary_constants_and_only_when_every_value_agrees() {
         if crate::kernels::isa::detected() < Isa::Avx2 {
@@ -297,7 +314,10 @@ mod tests {
             }
         };
         let form = PreluForm::fit::<i8, i8>(Isa::Avx2, &p, &alpha, exact(None)).expect("a form");
-        let x: Vec<i8> = (0..1000).map(|i| (i * 37 % 256) as u8 as i8).collect();
+        // Past two whole chunks of the repeated coefficients, and a short one.
+        let x: Vec<i8> = (0..2 * RUN + 904)
+            .map(|i| (i * 37 % 256) as u8 as i8)
+            .collect();
         let mut got = vec![0i8; x.len()];
         form.run(Isa::Avx2, &p, &x, &alpha, &mut got);
         for (i, (&g, &q)) in got.iter().zip(&x).enumerate() {
