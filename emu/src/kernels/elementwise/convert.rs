@@ -25,8 +25,10 @@
 use half::f16;
 
 use super::lut_simd;
+use super::quant_requantize_affine::lookup as affine;
 use super::quantize_simd::{self, Byte, PreluQuant, Quantizer};
 use super::{decode_kind, kind_enum, repeats_along_leading};
+use crate::kernels::isa::isa;
 use crate::kernels::kernel::{Kernel, Words};
 use crate::kernels::quant::{quantized_activation_range, QuantElem};
 use crate::kernels::{Activation, KernelError, Result};
@@ -335,6 +337,18 @@ impl Kernel for Convert {
                             dtype: t.dtype,
                         });
                     }
+                }
+                // On AVX2 the table's affine form where one gives every entry.
+                let ratio = f64::from(x.ty.quant.scale) / f64::from(o.ty.quant.scale);
+                let level = isa();
+                let by_form = match (x.ty.dtype, o.ty.dtype) {
+                    (DType::U8, DType::U8) => affine(level, ratio, &table, x.u8s()?, o.u8s_mut()?),
+                    (DType::U8, _) => affine(level, ratio, &table, x.u8s()?, o.i8s_mut()?),
+                    (DType::I8, DType::U8) => affine(level, ratio, &table, x.i8s()?, o.u8s_mut()?),
+                    _ => affine(level, ratio, &table, x.i8s()?, o.i8s_mut()?),
+                };
+                if by_form {
+                    return Ok(());
                 }
                 // Both types are one-byte: the stored bytes.
                 lut_simd::lookup(&bytes, x.bytes, o.bytes);

@@ -11,6 +11,7 @@ pub mod minmax;
 mod quant_add_affine;
 mod quant_binary_simd;
 mod quant_prelu_affine;
+mod quant_requantize_affine;
 pub(crate) mod quantize_simd;
 pub mod unary;
 
