@@ -76,8 +76,8 @@ mod x86 {
         let (s, d) = (src.as_ptr(), dst.as_mut_ptr());
         for at in (0..n).step_by(64) {
             let m = (n - at).min(64);
-            // SAFETY: `at + m <= n`, within both slices; a short step's masked load and
-            // store touch only its `m` bytes.
+            // A short step's masked load and store touch only its `m` bytes.
+            // SAFETY: `at + m <= n`, within both slices.
             unsafe {
                 if m == 64 {
                     let x = _mm512_loadu_si512(s.add(at).cast());

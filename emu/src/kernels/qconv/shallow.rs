@@ -443,8 +443,8 @@ mod x86 {
                     let row = unsafe { a.band.as_ptr().add(base + ky * a.pitch) };
                     let w = (p * a.kh + ky) * group_row;
                     for q in 0..NQ {
-                        // SAFETY: `w16` holds `np * kh * NQ` groups of 64 (`fits`):
-                        // two 32-lane loads inside this one.
+                        // `w16` holds `np * kh * NQ` groups of 64 (`fits`).
+                        // SAFETY: two 32-lane loads inside this group.
                         let (y0, y1) = unsafe {
                             let g = a.w16.as_ptr().add(w + q * GROUP_BYTES);
                             (
@@ -529,14 +529,14 @@ mod x86 {
                     let w = (p * a.kh + ky) * group_row;
                     for q in 0..NQ {
                         let x: [__m256i; SUB] = std::array::from_fn(|r| {
-                            // SAFETY: pixel `px + r` < `tiles * TILE`: inside `band`, as
-                            // in `row_vnni`.
+                            // Pixel `px + r` < `tiles * TILE`, as in `row_vnni`.
+                            // SAFETY: so the quad lies inside `band`.
                             let x = unsafe { quad(row.add(r * STEP + q * GROUP)) };
                             _mm256_cvtepu8_epi16(_mm_set1_epi32(x))
                         });
                         for c in 0..4 {
-                            // SAFETY: `w16` holds `np * kh * NQ` groups of 64 (`fits`):
-                            // sixteen lanes inside this one.
+                            // `w16` holds `np * kh * NQ` groups of 64 (`fits`).
+                            // SAFETY: sixteen lanes inside this group.
                             let y = unsafe {
                                 _mm256_loadu_si256(
                                     a.w16.as_ptr().add(w + q * GROUP_BYTES + c * 16).cast(),
