@@ -5,8 +5,8 @@
 //! operation's definition is `crate::ops::gelu`; it runs as the device's GELU kernel.
 //! The extension declares no operand types of its own.
 
-use super::{encode_type, ExtensionDef, OperandTypeDef};
-use crate::hal::{Model, Operand, OperationType};
+use super::{encode_type, no_operand_types, ExtensionDef};
+use crate::hal::{Model, OperationType};
 
 /// The extension's name.
 pub const NAME: &str = "dev.vnpu.fused";
@@ -25,13 +25,8 @@ pub static EXTENSION: ExtensionDef = ExtensionDef {
     prefix: PREFIX,
     operand_types: &[],
     operations: &[(VNPU_GELU, "VNPU_GELU")],
-    check_operand,
+    check_operand: no_operand_types,
 };
-
-/// No operand types: never called.
-fn check_operand(_o: &Operand, def: &OperandTypeDef) -> Result<(), String> {
-    Err(format!("declares no operand type {}", def.r#type))
-}
 
 /// GELU (tanh form) on a float32 tensor of `dims`, as two models with the same input (x,
 /// the only input) and output: the fused VNPU_GELU (the model names the extension with

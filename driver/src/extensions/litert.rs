@@ -7,8 +7,8 @@
 //! outputs. The operation's definition is `crate::ops::resize_bilinear_integer`; it runs as
 //! the device's RESIZE_BILINEAR_INTEGER kernel. The extension declares no operand types.
 
-use super::{encode_type, ExtensionDef, OperandTypeDef};
-use crate::hal::{Operand, OperationType};
+use super::{encode_type, no_operand_types, ExtensionDef};
+use crate::hal::OperationType;
 
 /// The extension's name.
 pub const NAME: &str = "dev.vnpu.litert";
@@ -28,10 +28,5 @@ pub static EXTENSION: ExtensionDef = ExtensionDef {
     prefix: PREFIX,
     operand_types: &[],
     operations: &[(VNPU_RESIZE_BILINEAR_INTEGER, "VNPU_RESIZE_BILINEAR_INTEGER")],
-    check_operand,
+    check_operand: no_operand_types,
 };
-
-/// No operand types: never called.
-fn check_operand(_o: &Operand, def: &OperandTypeDef) -> Result<(), String> {
-    Err(format!("declares no operand type {}", def.r#type))
-}

@@ -117,6 +117,12 @@ impl ExtensionDef {
     }
 }
 
+/// The operand validator of an extension that declares no operand types: never called
+/// (no operand can have one of its types).
+pub fn no_operand_types(_o: &Operand, def: &OperandTypeDef) -> Result<(), String> {
+    Err(format!("declares no operand type {}", def.r#type))
+}
+
 /// Every extension the driver supports. Add an extension here and nowhere else (its
 /// operations go in `crate::ops`'s one list).
 pub static EXTENSIONS: &[&ExtensionDef] =
