@@ -1,9 +1,11 @@
 //! Burst round trips, all in one criterion run: a 1-element ADD by burst in process and
 //! across processes, by a synchronous execute over the service's socket and in process,
 //! and a plain busy-poll shared-memory ping-pong between two processes (the physical
-//! limit of any cross-process round trip). Goals: cross-process burst ≤ 3 × the
-//! ping-pong; socket execute ≥ 10 × the cross-process burst. `local_execute_threaded`
-//! is `local_execute` on a device without the inline doorbell.
+//! limit of any cross-process round trip). Goals (issue 25): cross-process burst ≤ 5 × the
+//! ping-pong; socket execute ≥ 10 × the cross-process burst. The ping-pong's time depends
+//! on where the host places the two vCPUs (44-430 ns seen on one VM), the burst's work
+//! does not: compare the two from one run. `local_execute_threaded` is `local_execute` on
+//! a device without the inline doorbell.
 //!
 //! The other process is this bench binary started again in a helper role (an environment
 //! variable picks it): a service on a socket (the service and its device run there), or
