@@ -17,6 +17,161 @@ fn is_oem_operand(t: OperandType) -> bool {
     t == OperandType::OEM || t == OperandType::TENSOR_OEM_BYTE
 }
 
+/// Whether `o` is a constant (its value in the model).
+fn is_constant(o: &Operand) -> bool {
+    matches!(
+        o.lifetime,
+        OperandLifeTime::CONSTANT_COPY | OperandLifeTime::CONSTANT_REFERENCE
+    )
+}
+
+/// A known (or extension) type that is not OEM, and a rank the type allows.
+fn type_and_rank(o: &Operand, w: &str) -> Result<(), ValidationError> {
+    let t = o.r#type;
+    if is_oem_operand(t) {
+        bail!(
+            Operand,
+            "{w}: {t} is deprecated (OEM types are replaced by vendor extensions)"
+        );
+    }
+    // Extension types were checked against the prefix map and the declarations when
+    // the model was made canonical.
+    if !t.is_known() && !t.is_extension() {
+        bail!(Operand, "{w}: invalid operand type {}", t.0);
+    }
+    if t.is_scalar() && !o.dimensions.is_empty() {
+        bail!(Operand, "{w}: scalar {t} has rank {}", o.dimensions.len());
+    }
+    let tensor = t.is_tensor() || (t.is_extension() && !is_scalar_type(t));
+    if tensor && is_constant(o) && o.dimensions.is_empty() {
+        bail!(Operand, "{w}: constant tensor has rank 0");
+    }
+    Ok(())
+}
+
+/// The scale and zero point the type allows.
+fn quantisation(o: &Operand, w: &str) -> Result<(), ValidationError> {
+    let t = o.r#type;
+    let s = o.scale;
+    match t {
+        T::TENSOR_INT32 => {
+            if s.is_nan() || s < 0.0 {
+                bail!(Operand, "{w}: TENSOR_INT32 scale {s} is negative");
+            }
+        }
+        T::TENSOR_QUANT8_ASYMM
+        | T::TENSOR_QUANT8_ASYMM_SIGNED
+        | T::TENSOR_QUANT8_SYMM
+        | T::TENSOR_QUANT16_ASYMM
+        | T::TENSOR_QUANT16_SYMM => {
+            if !is_positive_finite(s) {
+                bail!(Operand, "{w}: {t} scale {s} is not positive");
+            }
+        }
+        T::OEM | T::TENSOR_OEM_BYTE => {}
+        _ => {
+            if s != 0.0 {
+                bail!(Operand, "{w}: {t} scale {s} is not 0");
+            }
+        }
+    }
+    let z = o.zero_point;
+    let z_ok = match t {
+        T::TENSOR_QUANT8_ASYMM => (0..=255).contains(&z),
+        T::TENSOR_QUANT8_ASYMM_SIGNED => (-128..=127).contains(&z),
+        T::TENSOR_QUANT16_ASYMM => (0..=65535).contains(&z),
+        T::OEM | T::TENSOR_OEM_BYTE => true,
+        _ => z == 0,
+    };
+    if !z_ok {
+        bail!(Operand, "{w}: {t} zero point {z} is out of range");
+    }
+    Ok(())
+}
+
+/// Per-channel quantisation exactly where the type needs it (scales for every channel),
+/// an extension's parameters only on an extension type (checked by its definition).
+fn extra_params(o: &Operand, w: &str) -> Result<(), ValidationError> {
+    let t = o.r#type;
+    let extension = t.is_extension();
+    match (&o.extra_params, t) {
+        (ExtraParams::ChannelQuant(p), T::TENSOR_QUANT8_SYMM_PER_CHANNEL) => {
+            let Some(&n) = o.dimensions.get(p.channel_dim as usize) else {
+                bail!(
+                    Operand,
+                    "{w}: channel_dim {} out of range for rank {}",
+                    p.channel_dim,
+                    o.dimensions.len()
+                );
+            };
+            if n == 0 {
+                bail!(
+                    Operand,
+                    "{w}: channel dimension {} is unknown",
+                    p.channel_dim
+                );
+            }
+            if p.scales.len() != n as usize {
+                bail!(
+                    Operand,
+                    "{w}: {} per-channel scales for {n} channels",
+                    p.scales.len()
+                );
+            }
+            if let Some(bad) = p.scales.iter().find(|&&s| !is_positive_finite(s)) {
+                bail!(Operand, "{w}: per-channel scale {bad} is not positive");
+            }
+        }
+        (_, T::TENSOR_QUANT8_SYMM_PER_CHANNEL) => {
+            bail!(
+                Operand,
+                "{w}: TENSOR_QUANT8_SYMM_PER_CHANNEL without channel quantization parameters"
+            )
+        }
+        (ExtraParams::None, _) => {}
+        (ExtraParams::Extension(_), _) if extension => {}
+        (_, _) => bail!(Operand, "{w}: {t} has unexpected extra parameters"),
+    }
+    if extension {
+        if let Err(e) = crate::extensions::check_operand(o) {
+            bail!(Operand, "{w}: {e}");
+        }
+    }
+    Ok(())
+}
+
+/// A constant's length is its value's size (an unsupported extension type's size is
+/// not known: not checked).
+fn constant_length(o: &Operand, w: &str) -> Result<(), ValidationError> {
+    if !is_constant(o) {
+        return Ok(());
+    }
+    let (t, length) = (o.r#type, o.location.length);
+    if t.is_extension() {
+        // The size of a supported extension's type is known; a foreign one's is not.
+        if crate::extensions::operand_type_def(t).is_some() {
+            let size = crate::extensions::byte_size(t, &o.dimensions);
+            if size != Some(u64::from(length)) {
+                bail!(
+                    Operand,
+                    "{w}: constant length {length} does not match its size {size:?}"
+                );
+            }
+        }
+        return Ok(());
+    }
+    let Some(size) = operand_size(t, &o.dimensions) else {
+        bail!(Operand, "{w}: size of {t} {:?} overflows", o.dimensions);
+    };
+    if size != u64::from(length) {
+        bail!(
+            Operand,
+            "{w}: constant length {length} does not match its size {size}"
+        );
+    }
+    Ok(())
+}
+
 struct ModelCtx<'a> {
     model: &'a Model,
     /// The interface's level: what is newer is invalid.
@@ -24,114 +179,20 @@ struct ModelCtx<'a> {
 }
 
 impl ModelCtx<'_> {
+    /// NN's `validateOperands` for one operand: its type and rank, its quantisation, its
+    /// extra parameters, its lifetime and location, and a constant's length.
     fn operand(&self, i: usize, o: &Operand, where_: &str) -> Result<(), ValidationError> {
-        let t = o.r#type;
         let w = format!("{where_} operand {i}");
-        if is_oem_operand(t) {
-            bail!(
-                Operand,
-                "{w}: {t} is deprecated (OEM types are replaced by vendor extensions)"
-            );
-        }
-        // Extension types were checked against the prefix map and the declarations when
-        // the model was made canonical.
-        if !t.is_known() && !t.is_extension() {
-            bail!(Operand, "{w}: invalid operand type {}", t.0);
-        }
-        let extension = t.is_extension();
-        let constant = matches!(
-            o.lifetime,
-            OperandLifeTime::CONSTANT_COPY | OperandLifeTime::CONSTANT_REFERENCE
-        );
-        // Rank.
-        if t.is_scalar() && !o.dimensions.is_empty() {
-            bail!(Operand, "{w}: scalar {t} has rank {}", o.dimensions.len());
-        }
-        let tensor = t.is_tensor() || (extension && !is_scalar_type(t));
-        if tensor && constant && o.dimensions.is_empty() {
-            bail!(Operand, "{w}: constant tensor has rank 0");
-        }
-        // Scale.
-        let s = o.scale;
-        match t {
-            T::TENSOR_INT32 => {
-                if s.is_nan() || s < 0.0 {
-                    bail!(Operand, "{w}: TENSOR_INT32 scale {s} is negative");
-                }
-            }
-            T::TENSOR_QUANT8_ASYMM
-            | T::TENSOR_QUANT8_ASYMM_SIGNED
-            | T::TENSOR_QUANT8_SYMM
-            | T::TENSOR_QUANT16_ASYMM
-            | T::TENSOR_QUANT16_SYMM => {
-                if !is_positive_finite(s) {
-                    bail!(Operand, "{w}: {t} scale {s} is not positive");
-                }
-            }
-            T::OEM | T::TENSOR_OEM_BYTE => {}
-            _ => {
-                if s != 0.0 {
-                    bail!(Operand, "{w}: {t} scale {s} is not 0");
-                }
-            }
-        }
-        // Zero point.
-        let z = o.zero_point;
-        let z_ok = match t {
-            T::TENSOR_QUANT8_ASYMM => (0..=255).contains(&z),
-            T::TENSOR_QUANT8_ASYMM_SIGNED => (-128..=127).contains(&z),
-            T::TENSOR_QUANT16_ASYMM => (0..=65535).contains(&z),
-            T::OEM | T::TENSOR_OEM_BYTE => true,
-            _ => z == 0,
-        };
-        if !z_ok {
-            bail!(Operand, "{w}: {t} zero point {z} is out of range");
-        }
-        // Extra params.
-        match (&o.extra_params, t) {
-            (ExtraParams::ChannelQuant(p), T::TENSOR_QUANT8_SYMM_PER_CHANNEL) => {
-                let Some(&n) = o.dimensions.get(p.channel_dim as usize) else {
-                    bail!(
-                        Operand,
-                        "{w}: channel_dim {} out of range for rank {}",
-                        p.channel_dim,
-                        o.dimensions.len()
-                    );
-                };
-                if n == 0 {
-                    bail!(
-                        Operand,
-                        "{w}: channel dimension {} is unknown",
-                        p.channel_dim
-                    );
-                }
-                if p.scales.len() != n as usize {
-                    bail!(
-                        Operand,
-                        "{w}: {} per-channel scales for {n} channels",
-                        p.scales.len()
-                    );
-                }
-                if let Some(bad) = p.scales.iter().find(|&&s| !is_positive_finite(s)) {
-                    bail!(Operand, "{w}: per-channel scale {bad} is not positive");
-                }
-            }
-            (_, T::TENSOR_QUANT8_SYMM_PER_CHANNEL) => {
-                bail!(
-                    Operand,
-                    "{w}: TENSOR_QUANT8_SYMM_PER_CHANNEL without channel quantization parameters"
-                )
-            }
-            (ExtraParams::None, _) => {}
-            (ExtraParams::Extension(_), _) if extension => {}
-            (_, _) => bail!(Operand, "{w}: {t} has unexpected extra parameters"),
-        }
-        if extension {
-            if let Err(e) = crate::extensions::check_operand(o) {
-                bail!(Operand, "{w}: {e}");
-            }
-        }
-        // Lifetime and location.
+        type_and_rank(o, &w)?;
+        quantisation(o, &w)?;
+        extra_params(o, &w)?;
+        self.location(o, &w)?;
+        constant_length(o, &w)
+    }
+
+    /// The operand's location as its lifetime requires: a constant inside the operand
+    /// values or its pool, a subgraph reference in range, anything else nowhere.
+    fn location(&self, o: &Operand, w: &str) -> Result<(), ValidationError> {
         let loc = o.location;
         match o.lifetime {
             OperandLifeTime::CONSTANT_COPY => {
@@ -192,32 +253,13 @@ impl ModelCtx<'_> {
             }
             other => bail!(Operand, "{w}: invalid lifetime {}", other.0),
         }
-        if (t == T::SUBGRAPH) != (o.lifetime == OperandLifeTime::SUBGRAPH) {
-            bail!(Operand, "{w}: type {t} with lifetime {}", o.lifetime);
-        }
-        if constant && extension {
-            // The size of a supported extension's type is known; a foreign one's is not.
-            if crate::extensions::operand_type_def(t).is_some() {
-                let size = crate::extensions::byte_size(t, &o.dimensions);
-                if size != Some(u64::from(loc.length)) {
-                    bail!(
-                        Operand,
-                        "{w}: constant length {} does not match its size {size:?}",
-                        loc.length
-                    );
-                }
-            }
-        } else if constant {
-            let Some(size) = operand_size(t, &o.dimensions) else {
-                bail!(Operand, "{w}: size of {t} {:?} overflows", o.dimensions);
-            };
-            if size != u64::from(loc.length) {
-                bail!(
-                    Operand,
-                    "{w}: constant length {} does not match its size {size}",
-                    loc.length
-                );
-            }
+        if (o.r#type == T::SUBGRAPH) != (o.lifetime == OperandLifeTime::SUBGRAPH) {
+            bail!(
+                Operand,
+                "{w}: type {} with lifetime {}",
+                o.r#type,
+                o.lifetime
+            );
         }
         Ok(())
     }
