@@ -2,9 +2,14 @@
 //! holding its inputs and outputs, and an execution per invoke. The runtime's tensors are
 //! copied into the pool before and out of it after (`pwrite`/`pread` on the pool's fd: no
 //! mapping the device also writes is ever referenced from Rust).
+//!
+//! Every invoke runs the same request over the same pool, so it runs as a reusable
+//! execution (AIDL V4's): validated and its pool mapped into the device once, and a
+//! repeat submits only the device work (one JOB command where the program allows). A
+//! model that cannot make one runs each invoke as a synchronous execution.
 
 use std::os::fd::AsFd;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use std::path::Path;
 
@@ -12,9 +17,10 @@ use vnpu_driver::cache;
 use vnpu_driver::device::{IDevice, IPreparedModel};
 use vnpu_driver::hal::{
     validate::operand_size, DataLocation, ErrorStatus, HalVersion, MeasureTiming, Memory, Model,
-    OptionalTimePoint, OptionalTimeoutDuration, Request, RequestArgument, RequestMemoryPool,
-    Timing,
+    OptionalTimePoint, OptionalTimeoutDuration, OutputShape, Request, RequestArgument,
+    RequestMemoryPool, Timing,
 };
+use vnpu_driver::interface::IReusableExecution;
 use vnpu_driver::tflite::Imported;
 
 /// Why a partition could not be prepared or run.
@@ -50,6 +56,9 @@ pub struct Kernel {
     inputs: Vec<(usize, DataLocation)>,
     /// Likewise for outputs.
     outputs: Vec<(usize, DataLocation)>,
+    /// The request as a reusable execution, without and with timing measured (made at
+    /// the first invoke of each kind; `None`: the model cannot make one).
+    reusable: [OnceLock<Option<Arc<dyn IReusableExecution>>>; 2],
 }
 
 impl Kernel {
@@ -159,7 +168,29 @@ impl Kernel {
             pool,
             inputs,
             outputs,
+            reusable: Default::default(),
         })
+    }
+
+    /// Runs the request once: as its reusable execution when the model makes one.
+    fn execute(&self, measure: MeasureTiming) -> (ErrorStatus, Vec<OutputShape>, Timing) {
+        let kind = usize::from(measure == MeasureTiming::YES);
+        let reusable = self.reusable[kind].get_or_init(|| {
+            let no_limit = OptionalTimeoutDuration(None);
+            let made = self
+                .prepared
+                .create_reusable_execution(&self.request, measure, no_limit);
+            made.ok()
+        });
+        match reusable {
+            Some(run) => run.execute_synchronously(OptionalTimePoint::NONE),
+            None => self.prepared.execute_synchronously_1_3(
+                &self.request,
+                measure,
+                OptionalTimePoint::NONE,
+                OptionalTimeoutDuration(None),
+            ),
+        }
     }
 
     /// The (tensor, bytes) of each input.
@@ -205,16 +236,10 @@ impl Kernel {
                 .map_err(io)?;
             }
         }
-        let (status, _, timing) = self.prepared.execute_synchronously_1_3(
-            &self.request,
-            if measure {
-                MeasureTiming::YES
-            } else {
-                MeasureTiming::NO
-            },
-            OptionalTimePoint::NONE,
-            OptionalTimeoutDuration(None),
-        );
+        let (status, _, timing) = self.execute(match measure {
+            true => MeasureTiming::YES,
+            false => MeasureTiming::NO,
+        });
         if status != ErrorStatus::None {
             return Err(KernelError::Execute(status));
         }
@@ -237,5 +262,60 @@ impl Kernel {
             write(*t, &buf)?;
         }
         Ok(timing)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use vnpu_driver::device::VnpuDevice;
+    use vnpu_driver::hal::builder::ModelBuilder;
+    use vnpu_driver::hal::{OperandType, OperationType};
+
+    /// `y = x + w` over 4 floats: input tensor 0, output tensor 1.
+    fn add_kernel(device: &VnpuDevice, w: [f32; 4]) -> Kernel {
+        let mut b = ModelBuilder::default();
+        let x = b.input(OperandType::TENSOR_FLOAT32, &[4]);
+        let bytes: Vec<u8> = w.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let c = b.constant(OperandType::TENSOR_FLOAT32, &[4], &bytes);
+        let act = b.constant(OperandType::INT32, &[], &0i32.to_le_bytes());
+        let y = b.output(OperandType::TENSOR_FLOAT32, &[4]);
+        b.op(OperationType::ADD, &[x, c, act], &[y]);
+        let model = b.build(Vec::new());
+        Kernel::prepare_model(device, &model, HalVersion::V1_3, &[0], &[1], None).unwrap()
+    }
+
+    fn floats(bytes: &[u8]) -> Vec<f32> {
+        let words = bytes.chunks(4).map(|c| [c[0], c[1], c[2], c[3]]);
+        words.map(f32::from_le_bytes).collect()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+        /// Invokes run one kernel's kept executions (one per timing mode) again and
+        /// again: each invoke computes from the inputs it is given then, never from an
+        /// earlier invoke's.
+        #[test]
+        fn every_invoke_computes_from_its_own_inputs(
+            w in prop::array::uniform4(-100f32..100.0),
+            runs in prop::collection::vec((prop::array::uniform4(-100f32..100.0), any::<bool>()), 1..6),
+        ) {
+            let device = VnpuDevice::new().unwrap();
+            let kernel = add_kernel(&device, w);
+            for (x, measure) in runs {
+                let input: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+                let mut got = Vec::new();
+                let write = |k: usize, bytes: &[u8]| {
+                    assert_eq!(k, 1, "the output is tensor 1");
+                    got = floats(bytes);
+                    Ok(())
+                };
+                let timing = kernel.invoke(|_| &input[..], write, measure).unwrap();
+                let want: Vec<f32> = x.iter().zip(w).map(|(a, b)| a + b).collect();
+                prop_assert_eq!(got, want);
+                prop_assert_eq!(timing.time_on_device != u64::MAX, measure);
+            }
+        }
     }
 }
