@@ -11,8 +11,8 @@ use super::{Conn, Notifier, RegisteredPool, RemoteSlots, Shared};
 use crate::execute::{PinnedPool, VnpuPreparedModel};
 use crate::hal::{BufferDesc, BufferRole};
 use crate::hal::{
-    ErrorStatus, ExecutionPreference, HalVersion, Memory, Model, NativeHandle, OptionalTimePoint,
-    OptionalTimeoutDuration, Priority, Request as HalRequest, RequestMemoryPool, Timing,
+    ErrorStatus, Memory, NativeHandle, OptionalTimePoint, OptionalTimeoutDuration,
+    Request as HalRequest, RequestMemoryPool, Timing, BYTE_SIZE_OF_CACHE_TOKEN,
 };
 use crate::interface::{
     ExecutionCallback, FencedResult, IBuffer, IDevice, IPreparedModel, PrepareArgs,
@@ -87,16 +87,27 @@ pub(super) fn answer(
             cache,
         } => {
             model.pools = fds.memories(pools);
-            let how = Preparation {
-                level,
-                preference,
-                priority,
-                deadline,
-            };
-            plain(prepare_model(device, conn, id, &model, how, cache, fds))
+            plain(launch_preparation(conn, id, cache, fds, |files, cb| {
+                device.prepare_model_at(
+                    level,
+                    PrepareArgs {
+                        preference,
+                        priority,
+                        deadline,
+                        model_cache: &files.model,
+                        data_cache: &files.data,
+                        token: &files.token,
+                        ..PrepareArgs::new(&model, Some(cb))
+                    },
+                )
+            }))
         }
         Call::PrepareModelFromCache { deadline, cache } => {
-            plain(prepare_from_cache(device, conn, id, deadline, cache, fds))
+            plain(launch_preparation(conn, id, cache, fds, |files, cb| {
+                let from =
+                    PrepareFromCacheArgs::new(&files.model, &files.data, &files.token, Some(cb));
+                device.prepare_model_from_cache_1_3(PrepareFromCacheArgs { deadline, ..from })
+            }))
         }
         Call::Allocate {
             desc,
@@ -188,63 +199,6 @@ pub(super) fn answer(
             None
         }
     }
-}
-
-// Preparation.
-
-/// How a model is to be prepared: the call's settings but the model and its cache.
-struct Preparation {
-    level: HalVersion,
-    preference: ExecutionPreference,
-    priority: Priority,
-    deadline: OptionalTimePoint,
-}
-
-/// prepareModel at the call's level, through the cache files the call names.
-fn prepare_model(
-    device: &dyn IDevice,
-    conn: &Arc<Conn>,
-    id: u64,
-    model: &Model,
-    how: Preparation,
-    cache: WireCache,
-    fds: &mut Incoming,
-) -> Reply {
-    let model_cache = fds.handles(cache.model_cache);
-    let data_cache = fds.handles(cache.data_cache);
-    launch_preparation(conn, id, |cb| {
-        device.prepare_model_at(
-            how.level,
-            PrepareArgs {
-                preference: how.preference,
-                priority: how.priority,
-                deadline: how.deadline,
-                model_cache: &model_cache,
-                data_cache: &data_cache,
-                token: &cache.token,
-                ..PrepareArgs::new(model, Some(cb))
-            },
-        )
-    })
-}
-
-/// prepareModelFromCache_1_3 from the cache files the call names.
-fn prepare_from_cache(
-    device: &dyn IDevice,
-    conn: &Arc<Conn>,
-    id: u64,
-    deadline: OptionalTimePoint,
-    cache: WireCache,
-    fds: &mut Incoming,
-) -> Reply {
-    let model_cache = fds.handles(cache.model_cache);
-    let data_cache = fds.handles(cache.data_cache);
-    launch_preparation(conn, id, |cb| {
-        device.prepare_model_from_cache_1_3(PrepareFromCacheArgs {
-            deadline,
-            ..PrepareFromCacheArgs::new(&model_cache, &data_cache, &cache.token, Some(cb))
-        })
-    })
 }
 
 // Driver-managed buffers.
@@ -673,13 +627,28 @@ fn fenced_reply(conn: &Conn, fenced: FencedResult) -> (Reply, Vec<Arc<OwnedFd>>)
     (Reply::Fenced(status, wire, callback), fence_fds)
 }
 
-/// Launches a preparation through `start` (given the callback); returns the reply.
-/// Exactly one [`Notification::Prepared`] follows it.
+/// The cache files and token a preparation call names, their descriptors taken.
+struct CacheFiles {
+    model: Vec<NativeHandle>,
+    data: Vec<NativeHandle>,
+    token: [u8; BYTE_SIZE_OF_CACHE_TOKEN],
+}
+
+/// Launches a preparation through `start` (given the call's cache files and the
+/// callback), within the connection's limits; returns the reply. Exactly one
+/// [`Notification::Prepared`] follows it.
 fn launch_preparation(
     conn: &Arc<Conn>,
     id: u64,
-    start: impl FnOnce(Arc<dyn PreparedModelCallback>) -> ErrorStatus,
+    cache: WireCache,
+    fds: &mut Incoming,
+    start: impl FnOnce(&CacheFiles, Arc<dyn PreparedModelCallback>) -> ErrorStatus,
 ) -> Reply {
+    let files = CacheFiles {
+        model: fds.handles(cache.model_cache),
+        data: fds.handles(cache.data_cache),
+        token: cache.token,
+    };
     let notifier = Notifier::new(conn, id);
     let full = {
         let mut s = conn.session();
@@ -699,7 +668,7 @@ fn launch_preparation(
         return Reply::Launched(s);
     }
     notifier.preparing.store(true, Ordering::Release);
-    let returned = start(notifier.clone());
+    let returned = start(&files, notifier.clone());
     if returned != ErrorStatus::None {
         PreparedModelCallback::notify(notifier.as_ref(), returned, None);
     }
