@@ -370,14 +370,21 @@ impl Device {
             | regs::CQ_SIZE
             | regs::IRQ_MASK => regs.set(offset, value),
             regs::IRQ_STATUS => regs.fetch_and(offset, !value),
-            regs::SQ_TAIL | regs::SQ_TAIL_WAIT if self.inline => {
+            regs::SQ_TAIL_WAIT if self.inline => {
+                // The host waits for what it submits: it also waits for the command
+                // processor to be free (it holds the processor only to book an event),
+                // and publishes the tail only then, so that no event the processor has
+                // still queued takes the new entries to the engines: a device with
+                // nothing in flight always runs them here.
+                let mut cp = self.cp.lock().unwrap_or_else(|p| p.into_inner());
+                regs.set(regs::SQ_TAIL, value);
+                cp.handle_inline(Inline::LoopFree);
+            }
+            regs::SQ_TAIL if self.inline => {
                 regs.set(regs::SQ_TAIL, value);
                 // Handled here if the command processor is free; else it is woken.
                 match self.cp.try_lock() {
-                    Ok(mut cp) => cp.handle_inline(match offset {
-                        regs::SQ_TAIL_WAIT => Inline::LoopFree,
-                        _ => Inline::Small,
-                    }),
+                    Ok(mut cp) => cp.handle_inline(Inline::Small),
                     Err(_) => self.shared.kick(),
                 }
             }

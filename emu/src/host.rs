@@ -81,7 +81,8 @@ impl HostQueue {
     }
 
     /// [`HostQueue::submit`] by the doorbell of a host that waits for these entries
-    /// ([`regs::SQ_TAIL_WAIT`]): an idle device may run them all before the write returns.
+    /// ([`regs::SQ_TAIL_WAIT`]): a device with nothing in flight runs them all before the
+    /// write returns.
     pub fn submit_waiting(
         &mut self,
         dev: &Device,

@@ -40,10 +40,11 @@ pub const COMPLETED_HI: u32 = 0x68;
 /// it moves while a long program runs, so a host watchdog can tell slow from hung.
 pub const PROGRESS: u32 = 0x6C;
 /// Doorbell of a host that waits for what it submits (a synchronous execution, a
-/// burst): the new tail, as [`SQ_TAIL`]; an idle device may run every command without a
-/// loop on the writing thread, not only the small ones (the host blocks either way,
-/// and the hops to an engine thread and back cost tens of microseconds on a small VM).
-/// Reads as [`SQ_TAIL`].
+/// burst): the new tail, as [`SQ_TAIL`]; a device with nothing in flight runs every
+/// command without a loop on the writing thread, not only the small ones (the host
+/// blocks either way, and the hops to an engine thread and back cost tens of
+/// microseconds on a small VM); the write waits for the command processor to finish
+/// the event it is booking, so that an idle device always does. Reads as [`SQ_TAIL`].
 pub const SQ_TAIL_WAIT: u32 = 0x70;
 const REG_COUNT: usize = 0x74 / 4;
 
