@@ -48,13 +48,9 @@ impl Kernel for ResizeBilinear {
     }
 
     fn encode(&self, w: &mut Vec<u32>) {
-        w.extend([
-            self.out_h,
-            self.out_w,
-            enc::b(self.align_corners),
-            enc::b(self.half_pixel_centers),
-            enc::b(self.nchw),
-        ]);
+        let geometry = (self.out_h, self.out_w);
+        encode_geometry(w, geometry, self.align_corners, self.half_pixel_centers);
+        w.push(enc::b(self.nchw));
     }
 
     fn output_shapes(&self, inputs: &[&TensorType]) -> Result<Vec<Vec<usize>>> {
@@ -132,6 +128,21 @@ pub(crate) fn decode_geometry(w: &mut Words<'_>) -> Result<(u32, u32, bool, bool
         return Err(w.err("align_corners and half_pixel_centers are exclusive"));
     }
     Ok((out_h, out_w, align_corners, half_pixel_centers))
+}
+
+/// Writes the words [`decode_geometry`] reads.
+pub(crate) fn encode_geometry(
+    w: &mut Vec<u32>,
+    (out_h, out_w): (u32, u32),
+    align_corners: bool,
+    half_pixel_centers: bool,
+) {
+    w.extend([
+        out_h,
+        out_w,
+        enc::b(align_corners),
+        enc::b(half_pixel_centers),
+    ]);
 }
 
 /// The output shape of resizing image `inputs[0]` (of one of `types`, every input alike)

@@ -8,8 +8,8 @@
 //!
 //! Parameter words: out_h, out_w, align_corners, half_pixel_centers.
 
-use super::resize_bilinear::{decode_geometry, resized_shape};
-use crate::kernels::kernel::{enc, Cost, Kernel, Words};
+use super::resize_bilinear::{decode_geometry, encode_geometry, resized_shape};
+use crate::kernels::kernel::{Cost, Kernel, Words};
 use crate::kernels::layout::image_dims;
 use crate::kernels::quant::QuantElem;
 use crate::kernels::simd::{vectorized, Body};
@@ -174,12 +174,8 @@ impl Kernel for ResizeBilinearInteger {
     }
 
     fn encode(&self, w: &mut Vec<u32>) {
-        w.extend([
-            self.out_h,
-            self.out_w,
-            enc::b(self.align_corners),
-            enc::b(self.half_pixel_centers),
-        ]);
+        let geometry = (self.out_h, self.out_w);
+        encode_geometry(w, geometry, self.align_corners, self.half_pixel_centers);
     }
 
     fn output_shapes(&self, inputs: &[&TensorType]) -> Result<Vec<Vec<usize>>> {
